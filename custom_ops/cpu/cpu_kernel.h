@@ -1,0 +1,27 @@
+// FusedLSTM's CPU kernel, as the custom-op wrapper sees it.
+#pragma once
+
+#include "cpu/lstm_cpu.h"
+
+namespace lstm_ort {
+
+template <typename T>
+struct CpuKernel {
+  static constexpr ONNXTensorElementDataType kType = std::is_same_v<T, float>
+                                                         ? ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT
+                                                         : ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16;
+  static constexpr const char* kProvider = nullptr;  // the CPU execution provider
+
+  explicit CpuKernel(const OrtKernelInfo* info) : attrs_(ParseAttributes(info)) {}
+
+  void Compute(OrtKernelContext* context) {
+    Ort::KernelContext ctx(context);
+    const CallIO io = PrepareCall(ctx, attrs_);
+    RunLstmCpu<T>(attrs_, io);
+  }
+
+ private:
+  Attributes attrs_;
+};
+
+}  // namespace lstm_ort

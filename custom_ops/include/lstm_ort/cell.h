@@ -1,0 +1,58 @@
+// One LSTM cell update, the same arithmetic for the CPU and CUDA kernels (fp32 math).
+#pragma once
+
+#include <cmath>
+
+#include "lstm_ort/contract.h"
+
+#if defined(__CUDACC__)
+#define LSTM_ORT_HD __host__ __device__ __forceinline__
+#else
+#define LSTM_ORT_HD inline
+#endif
+
+namespace lstm_ort {
+
+LSTM_ORT_HD float Apply(const Activation& a, float x) {
+  switch (a.kind) {
+    case ActKind::kSigmoid: return 1.f / (1.f + expf(-x));
+    case ActKind::kTanh: return tanhf(x);
+    case ActKind::kRelu: return x > 0.f ? x : 0.f;
+    case ActKind::kAffine: return a.alpha * x + a.beta;
+    case ActKind::kLeakyRelu: return x >= 0.f ? x : a.alpha * x;
+    case ActKind::kThresholdedRelu: return x > a.alpha ? x : 0.f;
+    case ActKind::kScaledTanh: return a.alpha * tanhf(a.beta * x);
+    case ActKind::kHardSigmoid: return fmaxf(0.f, fminf(1.f, a.alpha * x + a.beta));
+    case ActKind::kElu: return x >= 0.f ? x : a.alpha * (expf(x) - 1.f);
+    case ActKind::kSoftsign: return x / (1.f + fabsf(x));
+    case ActKind::kSoftplus: return log1pf(expf(x));
+  }
+  return x;
+}
+
+struct CellParams {
+  const Activation* act;  // f, g, h of this direction
+  bool has_clip;
+  float clip;
+  bool input_forget;
+};
+
+LSTM_ORT_HD float ClipTo(const CellParams& p, float x) {
+  return p.has_clip ? fminf(p.clip, fmaxf(-p.clip, x)) : x;
+}
+
+// gi..gc: pre-activations (input and recurrent products plus bias); pi, po, pf: peepholes.
+// Updates c in place and returns h. Clip applies to every activation input except h's,
+// as stock onnxruntime does.
+LSTM_ORT_HD float CellUpdate(const CellParams& p, float gi, float go, float gf, float gc,
+                             float pi, float po, float pf, float& c) {
+  const float c_prev = c;
+  const float i = Apply(p.act[0], ClipTo(p, gi + pi * c_prev));
+  const float f = p.input_forget ? 1.f - i : Apply(p.act[0], ClipTo(p, gf + pf * c_prev));
+  const float g = Apply(p.act[1], ClipTo(p, gc));
+  c = f * c_prev + i * g;
+  const float o = Apply(p.act[0], ClipTo(p, go + po * c));
+  return o * Apply(p.act[2], c);
+}
+
+}  // namespace lstm_ort

@@ -1,0 +1,65 @@
+// The FusedLSTM op contract (docs/ops.md), shared by every kernel.
+//
+// Packed weights, per layer l and direction d in that order (layer-major):
+//   W: [K_l, 4H] row-major, K_l = I_l + H (input rows, then recurrent rows);
+//      column 4*j + g holds gate g of hidden unit j, g in ONNX order (i, o, f, c).
+//   B: [4H] = Wb + Rb, same column order.
+//   P: [3H] peepholes in ONNX order (i, o, f), each a block of H.
+// I_0 is X's feature size; I_l = D*H for l > 0 (both directions concatenated).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace lstm_ort {
+
+constexpr const char* kDomain = "lstm_ort";
+constexpr const char* kOpName = "FusedLSTM";
+constexpr int kGates = 4;
+constexpr int kGateI = 0, kGateO = 1, kGateF = 2, kGateC = 3;
+
+enum Input : int { kX = 0, kW, kB, kSequenceLens, kInitialH, kInitialC, kP, kNumInputs };
+enum Output : int { kY = 0, kYH, kYC, kNumOutputs };
+
+enum class ActKind : int32_t {
+  kSigmoid, kTanh, kRelu, kAffine, kLeakyRelu, kThresholdedRelu,
+  kScaledTanh, kHardSigmoid, kElu, kSoftsign, kSoftplus,
+};
+
+struct Activation {
+  ActKind kind;
+  float alpha;
+  float beta;
+};
+
+// Attributes, resolved once per kernel instance.
+struct Attributes {
+  int64_t hidden_size = 0;
+  int64_t num_layers = 1;
+  int num_directions = 1;
+  bool reverse_only = false;  // direction == "reverse"
+  int64_t layout = 0;
+  bool has_clip = false;
+  float clip = 0.f;
+  bool input_forget = false;
+  Activation act[2][3];  // [direction][f, g, h]
+};
+
+// Sizes of one call, resolved from the inputs and validated.
+struct Dims {
+  int64_t T = 0, B = 0, I = 0, H = 0, L = 1, D = 1;
+
+  int64_t LayerInput(int64_t l) const { return l == 0 ? I : D * H; }
+  int64_t LayerK(int64_t l) const { return LayerInput(l) + H; }
+  // Offset (in elements) of the packed W block of (l, d).
+  int64_t WeightOffset(int64_t l, int64_t d) const {
+    int64_t off = 0;
+    for (int64_t k = 0; k < l; ++k) off += D * LayerK(k) * kGates * H;
+    return off + d * LayerK(l) * kGates * H;
+  }
+  int64_t WeightCount() const { return WeightOffset(L, 0); }
+  int64_t BiasCount() const { return L * D * kGates * H; }
+  int64_t PeepholeCount() const { return L * D * 3 * H; }
+};
+
+}  // namespace lstm_ort

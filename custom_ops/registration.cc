@@ -1,0 +1,47 @@
+// RegisterCustomOps: the library's one entry point, for SessionOptions.register_custom_ops_library
+// and for C++ hosts.
+#include <mutex>
+#include <vector>
+
+#include "cpu/cpu_kernel.h"
+#include "fused_lstm_op.h"
+
+#ifdef LSTM_ORT_WITH_CUDA
+#include "cuda/cuda_ops.h"
+#endif
+
+namespace {
+
+// ORT keeps raw pointers to the domain and its ops: both live as long as the library.
+std::mutex g_mutex;
+std::vector<Ort::CustomOpDomain> g_domains;
+
+const lstm_ort::FusedLstmOp<lstm_ort::CpuKernel<float>> g_cpu_f32;
+const lstm_ort::FusedLstmOp<lstm_ort::CpuKernel<Ort::Float16_t>> g_cpu_f16;
+
+}  // namespace
+
+extern "C" __attribute__((visibility("default"))) OrtStatus* ORT_API_CALL
+RegisterCustomOps(OrtSessionOptions* options, const OrtApiBase* api_base) {
+  const OrtApi* api = api_base->GetApi(LSTM_ORT_API_VERSION);
+  if (!api) {
+    // Every onnxruntime has API version 1, enough to report that this one is too old.
+    const OrtApi* v1 = api_base->GetApi(1);
+    return v1->CreateStatus(ORT_FAIL, "lstm_ort needs onnxruntime >= 1.21 (ORT API version 21)");
+  }
+  Ort::InitApi(api);
+  try {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    Ort::CustomOpDomain domain(lstm_ort::kDomain);
+    domain.Add(&g_cpu_f32);
+    domain.Add(&g_cpu_f16);
+#ifdef LSTM_ORT_WITH_CUDA
+    lstm_ort::AddCudaOps(domain);
+#endif
+    Ort::UnownedSessionOptions(options).Add(domain);
+    g_domains.push_back(std::move(domain));
+  } catch (const std::exception& e) {
+    return lstm_ort::ToStatus(e);
+  }
+  return nullptr;
+}

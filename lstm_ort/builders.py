@@ -1,0 +1,240 @@
+"""Build matching models: a stack of stock ONNX ``LSTM`` nodes, and one ``FusedLSTM`` node.
+
+Both take the same weights, so running them side by side is the project's parity check; the
+demo model, the tests and tools/bench.py all build their models here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from lstm_ort.packing import LayerWeights, pack_layers
+
+DOMAIN = "lstm_ort"
+OP_TYPE = "FusedLSTM"
+IR_VERSION = 10  # onnxruntime >= 1.21 reads it; onnx 1.23 would otherwise write 14
+DEFAULT_OPSET = 17
+
+_TENSOR_TYPE = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.float16): TensorProto.FLOAT16}
+
+
+@dataclass
+class LstmSpec:
+    """Attributes of an LSTM stack, in ONNX terms (every layer shares them)."""
+
+    input_size: int
+    hidden_size: int
+    num_layers: int = 1
+    direction: str = "forward"
+    layout: int = 0
+    clip: float | None = None
+    input_forget: int = 0
+    activations: list[str] | None = None
+    activation_alpha: list[float] | None = None
+    activation_beta: list[float] | None = None
+    bias: bool = True
+    peepholes: bool = False
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def num_directions(self) -> int:
+        return 2 if self.direction == "bidirectional" else 1
+
+    def layer_input_size(self, layer: int) -> int:
+        return self.input_size if layer == 0 else self.num_directions * self.hidden_size
+
+    def onnx_attributes(self) -> dict:
+        attrs = {"hidden_size": self.hidden_size, "direction": self.direction}
+        if self.layout:
+            attrs["layout"] = self.layout
+        if self.clip is not None:
+            attrs["clip"] = float(self.clip)
+        if self.input_forget:
+            attrs["input_forget"] = self.input_forget
+        if self.activations is not None:
+            attrs["activations"] = list(self.activations)
+        if self.activation_alpha is not None:
+            attrs["activation_alpha"] = [float(a) for a in self.activation_alpha]
+        if self.activation_beta is not None:
+            attrs["activation_beta"] = [float(b) for b in self.activation_beta]
+        return attrs
+
+    def fused_attributes(self) -> dict:
+        attrs = self.onnx_attributes()
+        attrs["num_layers"] = self.num_layers
+        if self.activations is not None:
+            attrs["activations"] = ",".join(self.activations)
+        return attrs
+
+
+def random_layers(spec: LstmSpec, rng: np.random.Generator, scale: float | None = None) -> list[LayerWeights]:
+    """Weights drawn uniformly in +-1/sqrt(H), as torch initialises nn.LSTM."""
+    H, D = spec.hidden_size, spec.num_directions
+    s = scale if scale is not None else 1.0 / np.sqrt(H)
+    u = lambda *shape: rng.uniform(-s, s, shape).astype(np.float32)  # noqa: E731
+    return [
+        LayerWeights(
+            W=u(D, 4 * H, spec.layer_input_size(layer)),
+            R=u(D, 4 * H, H),
+            B=u(D, 8 * H) if spec.bias else None,
+            P=u(D, 3 * H) if spec.peepholes else None,
+        )
+        for layer in range(spec.num_layers)
+    ]
+
+
+def _io_shapes(spec: LstmSpec):
+    LD = spec.num_layers * spec.num_directions
+    H, D = spec.hidden_size, spec.num_directions
+    if spec.layout == 0:
+        return ["T", "B", spec.input_size], [LD, "B", H], ["T", D, "B", H]
+    return ["B", "T", spec.input_size], ["B", LD, H], ["B", "T", D, H]
+
+
+def _graph_io(spec, dtype, seq_lens, initial_states, outputs):
+    elem = _TENSOR_TYPE[np.dtype(dtype)]
+    x_shape, state_shape, y_shape = _io_shapes(spec)
+    inputs = [helper.make_tensor_value_info("X", elem, x_shape)]
+    if seq_lens:
+        inputs.append(helper.make_tensor_value_info("sequence_lens", TensorProto.INT32, ["B"]))
+    if initial_states:
+        inputs.append(helper.make_tensor_value_info("initial_h", elem, state_shape))
+        inputs.append(helper.make_tensor_value_info("initial_c", elem, state_shape))
+    shapes = {"Y": y_shape, "Y_h": state_shape, "Y_c": state_shape}
+    outs = [helper.make_tensor_value_info(name, elem, shapes[name]) for name in outputs]
+    return inputs, outs
+
+
+def _model(graph, opset: int, extra_opsets=()) -> onnx.ModelProto:
+    opsets = [helper.make_opsetid("", opset), *extra_opsets]
+    model = helper.make_model(graph, opset_imports=opsets, producer_name="lstm_ort")
+    model.ir_version = IR_VERSION
+    return model
+
+
+def stock_model(
+    spec: LstmSpec,
+    layers: list[LayerWeights],
+    dtype=np.float32,
+    *,
+    seq_lens: bool = False,
+    initial_states: bool = False,
+    outputs=("Y", "Y_h", "Y_c"),
+    opset: int = DEFAULT_OPSET,
+) -> onnx.ModelProto:
+    """A stack of ONNX LSTM nodes chained the way torch's exporter chains nn.LSTM layers."""
+    D, L = spec.num_directions, spec.num_layers
+    state_axis = 0 if spec.layout == 0 else 1
+    inits, nodes = [], []
+
+    def const(name, array):
+        inits.append(numpy_helper.from_array(np.asarray(array), name))
+        return name
+
+    x, y_hs, y_cs = "X", [], []
+    for layer_index, lw in enumerate(layers):
+        p = f"l{layer_index}_"
+        ins = [x, const(p + "W", lw.W.astype(dtype)), const(p + "R", lw.R.astype(dtype))]
+        ins.append(const(p + "B", lw.B.astype(dtype)) if lw.B is not None else "")
+        ins.append("sequence_lens" if seq_lens else "")
+        for state in ("initial_h", "initial_c"):
+            if initial_states:
+                sl = [const(p + state + "_" + k, np.array(v, np.int64)) for k, v in
+                      (("starts", [layer_index * D]), ("ends", [(layer_index + 1) * D]), ("axes", [state_axis]))]
+                nodes.append(helper.make_node("Slice", [state, *sl], [p + state]))
+                ins.append(p + state)
+            else:
+                ins.append("")
+        ins.append(const(p + "P", lw.P.astype(dtype)) if lw.P is not None else "")
+        while ins and ins[-1] == "":
+            ins.pop()
+        y, yh, yc = p + "Y", p + "Y_h", p + "Y_c"
+        nodes.append(helper.make_node("LSTM", ins, [y, yh, yc], name=p + "lstm", **spec.onnx_attributes()))
+        y_hs.append(yh)
+        y_cs.append(yc)
+        if layer_index < L - 1:
+            # Next layer's input: both directions side by side, [T, B, D*H] (or [B, T, D*H]).
+            flat = p + "Y_flat"
+            if spec.layout == 0:
+                nodes.append(helper.make_node("Transpose", [y], [p + "Y_tbdh"], perm=[0, 2, 1, 3]))
+                y = p + "Y_tbdh"
+            nodes.append(helper.make_node("Reshape", [y, const(p + "flat_shape", np.array([0, 0, -1], np.int64))], [flat]))
+            x = flat
+    finals = {"Y": f"l{L - 1}_Y", "Y_h": y_hs, "Y_c": y_cs}
+    for name in outputs:
+        src = finals[name]
+        if name == "Y":
+            nodes.append(helper.make_node("Identity", [src], ["Y"]))
+        else:
+            nodes.append(helper.make_node("Concat", src, [name], axis=state_axis))
+    inputs, outs = _graph_io(spec, dtype, seq_lens, initial_states, outputs)
+    graph = helper.make_graph(nodes, "lstm_stack", inputs, outs, inits)
+    return _model(graph, opset)
+
+
+def fused_node(spec: LstmSpec, inputs: list[str], outputs: list[str], name: str = "fused_lstm") -> onnx.NodeProto:
+    while inputs and inputs[-1] == "":
+        inputs = inputs[:-1]
+    return helper.make_node(OP_TYPE, inputs, outputs, name=name, domain=DOMAIN, **spec.fused_attributes())
+
+
+def fused_model(
+    spec: LstmSpec,
+    layers: list[LayerWeights],
+    dtype=np.float32,
+    *,
+    seq_lens: bool = False,
+    initial_states: bool = False,
+    outputs=("Y", "Y_h", "Y_c"),
+    opset: int = DEFAULT_OPSET,
+) -> onnx.ModelProto:
+    """The same network as ``stock_model``, as one FusedLSTM node."""
+    packed = pack_layers(layers, dtype)
+    inits = [numpy_helper.from_array(packed.W, "W_packed")]
+    ins = ["X", "W_packed", "", "", "", "", ""]
+    if packed.B is not None:
+        inits.append(numpy_helper.from_array(packed.B, "B_packed"))
+        ins[2] = "B_packed"
+    if seq_lens:
+        ins[3] = "sequence_lens"
+    if initial_states:
+        ins[4], ins[5] = "initial_h", "initial_c"
+    if packed.P is not None:
+        inits.append(numpy_helper.from_array(packed.P, "P_packed"))
+        ins[6] = "P_packed"
+    wanted = [name if name in outputs else "" for name in ("Y", "Y_h", "Y_c")]
+    while wanted and wanted[-1] == "":
+        wanted.pop()
+    inputs, outs = _graph_io(spec, dtype, seq_lens, initial_states, outputs)
+    graph = helper.make_graph([fused_node(spec, ins, wanted)], "fused_lstm", inputs, outs, inits)
+    return _model(graph, opset, [helper.make_opsetid(DOMAIN, 1)])
+
+
+def _text(value) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def spec_from_attributes(attributes: dict, input_size: int, num_layers: int = 1) -> LstmSpec:
+    """An LstmSpec from an ONNX LSTM node's attributes (as onnx.helper.get_attribute_value gives them)."""
+    known = {"hidden_size", "direction", "layout", "clip", "input_forget", "activations",
+             "activation_alpha", "activation_beta"}
+    unknown = set(attributes) - known
+    if unknown:
+        raise ValueError(f"unsupported LSTM attributes: {sorted(unknown)}")
+    acts = attributes.get("activations")
+    return LstmSpec(
+        input_size=input_size,
+        hidden_size=int(attributes["hidden_size"]),
+        num_layers=num_layers,
+        direction=_text(attributes.get("direction", "forward")),
+        layout=int(attributes.get("layout", 0)),
+        clip=float(attributes["clip"]) if "clip" in attributes else None,
+        input_forget=int(attributes.get("input_forget", 0)),
+        activations=[_text(a) for a in acts] if acts else None,
+        activation_alpha=list(attributes["activation_alpha"]) if attributes.get("activation_alpha") else None,
+        activation_beta=list(attributes["activation_beta"]) if attributes.get("activation_beta") else None,
+    )

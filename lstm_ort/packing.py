@@ -1,0 +1,73 @@
+"""ONNX LSTM weights -> FusedLSTM's kernel-ready layout (docs/ops.md).
+
+Per layer and direction: W is [I+H, 4H] row-major (input rows, then recurrent rows), column
+4*j+g holding gate g (ONNX order i, o, f, c) of unit j; B is Wb+Rb in the same column order;
+P stays in ONNX order (i, o, f blocks).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass
+class LayerWeights:
+    """One ONNX LSTM layer: W [D,4H,I], R [D,4H,H], optional B [D,8H] and P [D,3H]."""
+
+    W: np.ndarray
+    R: np.ndarray
+    B: np.ndarray | None = None
+    P: np.ndarray | None = None
+
+    @property
+    def num_directions(self) -> int:
+        return self.W.shape[0]
+
+    @property
+    def hidden_size(self) -> int:
+        return self.R.shape[-1]
+
+    @property
+    def input_size(self) -> int:
+        return self.W.shape[-1]
+
+
+def _interleave_gates(block_major: np.ndarray, hidden: int) -> np.ndarray:
+    """[..., 4H] with gate blocks -> [..., 4H] with the 4 gates of each unit adjacent."""
+    lead = block_major.shape[:-1]
+    return block_major.reshape(*lead, 4, hidden).swapaxes(-1, -2).reshape(*lead, 4 * hidden)
+
+
+@dataclass
+class PackedWeights:
+    W: np.ndarray
+    B: np.ndarray | None
+    P: np.ndarray | None
+
+
+def pack_layers(layers: list[LayerWeights], dtype=np.float32) -> PackedWeights:
+    """Pack a stack of layers; B and P are None when no layer has them."""
+    if not layers:
+        raise ValueError("pack_layers needs at least one layer")
+    D, H = layers[0].num_directions, layers[0].hidden_size
+    for k, layer in enumerate(layers):
+        if layer.num_directions != D or layer.hidden_size != H:
+            raise ValueError(f"layer {k}: directions/hidden size differ from layer 0")
+        if k > 0 and layer.input_size != D * H:
+            raise ValueError(f"layer {k}: input size {layer.input_size} is not D*H = {D * H}")
+    w_parts, b_parts, p_parts = [], [], []
+    any_bias = any(layer.B is not None for layer in layers)
+    any_peep = any(layer.P is not None for layer in layers)
+    for layer in layers:
+        for d in range(D):
+            wcat = np.concatenate([layer.W[d].T, layer.R[d].T], axis=0).astype(np.float32)
+            w_parts.append(_interleave_gates(wcat, H).ravel())
+            if any_bias:
+                b = np.zeros(8 * H, np.float32) if layer.B is None else layer.B[d].astype(np.float32)
+                b_parts.append(_interleave_gates(b[: 4 * H] + b[4 * H :], H))
+            if any_peep:
+                p_parts.append(np.zeros(3 * H, np.float32) if layer.P is None else layer.P[d].astype(np.float32))
+    cat = lambda parts: np.concatenate(parts).astype(dtype) if parts else None  # noqa: E731
+    return PackedWeights(cat(w_parts), cat(b_parts), cat(p_parts))

@@ -1,0 +1,103 @@
+"""Parity helpers: feeds, stock/fused/reference runs, layout conversion.
+
+Used by the tests and tools/bench.py, so every comparison the project reports is made one way.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+from lstm_ort.builders import LstmSpec, fused_model, stock_model
+from lstm_ort.packing import LayerWeights
+from lstm_ort.session import InferenceSession
+
+CPU = ["CPUExecutionProvider"]
+CUDA = ["CUDAExecutionProvider", "CPUExecutionProvider"]
+DEFAULT_ACTIVATIONS = ("Sigmoid", "Tanh", "Tanh")
+
+
+def make_lengths(T: int, B: int, rng: np.random.Generator) -> np.ndarray:
+    """Lengths that include 1 and T whenever the batch has room for them."""
+    lens = rng.integers(1, T + 1, size=B).astype(np.int32)
+    lens[0] = T
+    if B > 1:
+        lens[1] = 1
+    return lens
+
+
+def make_feeds(spec: LstmSpec, T: int, B: int, rng: np.random.Generator, dtype=np.float32, *,
+               seq_lens: bool = False, initial_states: bool = False) -> dict[str, np.ndarray]:
+    x_shape = (T, B, spec.input_size) if spec.layout == 0 else (B, T, spec.input_size)
+    LD = spec.num_layers * spec.num_directions
+    s_shape = (LD, B, spec.hidden_size) if spec.layout == 0 else (B, LD, spec.hidden_size)
+    feeds = {"X": rng.standard_normal(x_shape).astype(dtype)}
+    if seq_lens:
+        feeds["sequence_lens"] = make_lengths(T, B, rng)
+    if initial_states:
+        feeds["initial_h"] = rng.standard_normal(s_shape).astype(dtype)
+        feeds["initial_c"] = rng.standard_normal(s_shape).astype(dtype)
+    return feeds
+
+
+def run(model: onnx.ModelProto, feeds: dict, providers=CPU, fused: bool = True) -> list[np.ndarray]:
+    cls = InferenceSession if fused else ort.InferenceSession
+    sess = cls(model.SerializeToString(), providers=providers)
+    names = {i.name for i in sess.get_inputs()}
+    return sess.run(None, {k: v for k, v in feeds.items() if k in names})
+
+
+def to_layout0(spec: LstmSpec, feeds: dict) -> dict:
+    """Feeds of a layout-1 model, rearranged for the layout-0 model of the same network."""
+    out = dict(feeds)
+    for name in ("X", "initial_h", "initial_c"):
+        if name in out:
+            out[name] = np.ascontiguousarray(out[name].swapaxes(0, 1))
+    return out
+
+
+def outputs_to_layout1(outputs: list[np.ndarray]) -> list[np.ndarray]:
+    y, *states = outputs
+    return [np.ascontiguousarray(y.transpose(2, 0, 1, 3)), *(np.ascontiguousarray(s.swapaxes(0, 1)) for s in states)]
+
+
+def run_stock(spec: LstmSpec, layers: list[LayerWeights], feeds: dict, dtype=np.float32, providers=CPU,
+              **model_kw) -> list[np.ndarray]:
+    """Stock onnxruntime's LSTM on the same network; layout 1 runs as its layout-0 equivalent
+    (stock's CPU provider refuses layout=1)."""
+    if spec.layout == 0:
+        return run(stock_model(spec, layers, dtype, **model_kw), feeds, providers, fused=False)
+    spec0 = LstmSpec(**{**spec.__dict__, "layout": 0})
+    outs = run(stock_model(spec0, layers, dtype, **model_kw), to_layout0(spec, feeds), providers, fused=False)
+    return outputs_to_layout1(outs)
+
+
+def run_fused(spec: LstmSpec, layers: list[LayerWeights], feeds: dict, dtype=np.float32, providers=CPU,
+              **model_kw) -> list[np.ndarray]:
+    return run(fused_model(spec, layers, dtype, **model_kw), feeds, providers)
+
+
+def reference_applies(spec: LstmSpec, seq_lens: bool) -> bool:
+    """onnx.reference's LSTM ignores sequence_lens, clip, input_forget and activations."""
+    default_acts = spec.activations is None or tuple(spec.activations) == DEFAULT_ACTIVATIONS * spec.num_directions
+    return not seq_lens and spec.clip is None and not spec.input_forget and default_acts
+
+
+def run_reference(spec: LstmSpec, layers: list[LayerWeights], feeds: dict, **model_kw) -> list[np.ndarray]:
+    from onnx.reference import ReferenceEvaluator
+
+    model = stock_model(spec, layers, np.float32, **model_kw)
+    return ReferenceEvaluator(model).run(None, {i.name: feeds[i.name] for i in model.graph.input})
+
+
+def max_abs(a: list[np.ndarray], b: list[np.ndarray]) -> float:
+    assert len(a) == len(b)
+    worst = 0.0
+    for x, y in zip(a, b):
+        assert x.shape == y.shape, (x.shape, y.shape)
+        diff = np.abs(x.astype(np.float64) - y.astype(np.float64))
+        if np.isnan(diff).any():
+            return float("nan")
+        worst = max(worst, float(diff.max(initial=0.0)))
+    return worst

@@ -1,0 +1,22 @@
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+
+def cuda_available() -> bool:
+    return "CUDAExecutionProvider" in ort.get_available_providers()
+
+
+def pytest_collection_modifyitems(config, items):
+    if cuda_available():
+        return
+    skip = pytest.mark.skip(reason="onnxruntime's CUDA execution provider is not available on this machine")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def rng(request):
+    # A different, reproducible draw for every test case.
+    return np.random.default_rng(abs(hash(request.node.nodeid)) % (2**32))

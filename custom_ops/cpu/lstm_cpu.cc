@@ -64,7 +64,7 @@ void RunDirection(const DirectionJob& job) {
   const int64_t B = d.B, H = d.H, G = kGates * H, I = d.LayerInput(job.l);
   const int64_t k = job.l * d.D + job.dir;
   const bool reverse = job.attrs->reverse_only || job.dir == 1;
-  const CellParams cell{job.attrs->act[job.dir], job.attrs->has_clip, job.attrs->clip, job.attrs->input_forget};
+  const CellParams cell = MakeCellParams(*job.attrs, static_cast<int>(job.dir));
 
   // Input projection of every step at once; reverse steps read rows below max_len too.
   const int64_t rows = static_cast<int64_t>(job.max_len) * B;

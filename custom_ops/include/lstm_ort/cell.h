@@ -30,12 +30,17 @@ LSTM_ORT_HD float Apply(const Activation& a, float x) {
   return x;
 }
 
+// By value, so a kernel launch can carry it.
 struct CellParams {
-  const Activation* act;  // f, g, h of this direction
+  Activation act[3];  // f, g, h of this direction
   bool has_clip;
   float clip;
   bool input_forget;
 };
+
+inline CellParams MakeCellParams(const Attributes& a, int direction) {
+  return CellParams{{a.act[direction][0], a.act[direction][1], a.act[direction][2]}, a.has_clip, a.clip, a.input_forget};
+}
 
 LSTM_ORT_HD float ClipTo(const CellParams& p, float x) {
   return p.has_clip ? fminf(p.clip, fmaxf(-p.clip, x)) : x;

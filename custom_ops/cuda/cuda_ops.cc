@@ -1,0 +1,73 @@
+// FusedLSTM's CUDA kernels as custom ops of the CUDA execution provider: ORT's compute stream,
+// scratch from ORT's device allocator, no synchronisation inside Compute.
+#include "cuda/cuda_ops.h"
+
+#include <cuda_runtime_api.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+
+#include "cuda/lstm_cuda.h"
+#include "fused_lstm_op.h"
+
+namespace lstm_ort {
+namespace {
+
+// Developer knob for tests and benchmarks: force one recurrent-step kernel.
+StepKernel StepKernelFromEnv() {
+  const char* v = std::getenv("LSTM_ORT_STEP_KERNEL");
+  if (!v || !*v || !std::strcmp(v, "auto")) return StepKernel::kAuto;
+  if (!std::strcmp(v, "tiled")) return StepKernel::kTiled;
+  if (!std::strcmp(v, "splitk")) return StepKernel::kSplitK;
+  Fail(std::string("LSTM_ORT_STEP_KERNEL must be auto, tiled or splitk, got '") + v + "'");
+}
+
+struct ScratchBuffer {
+  OrtAllocator* allocator = nullptr;
+  void* data = nullptr;
+  ~ScratchBuffer() {
+    if (data) allocator->Free(allocator, data);
+    if (allocator) Ort::GetApi().ReleaseAllocator(allocator);
+  }
+};
+
+template <bool kFp16>
+struct CudaKernel {
+  static constexpr ONNXTensorElementDataType kType =
+      kFp16 ? ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16 : ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
+  static constexpr const char* kProvider = "CUDAExecutionProvider";
+
+  explicit CudaKernel(const OrtKernelInfo* info) : attrs_(ParseAttributes(info)), step_kernel_(StepKernelFromEnv()) {}
+
+  void Compute(OrtKernelContext* context) {
+    Ort::KernelContext ctx(context);
+    const CallIO io = PrepareCall(ctx, attrs_);
+    int device = 0;
+    if (cudaGetDevice(&device) != cudaSuccess) Fail("no CUDA device");
+    // Freed back to ORT's arena at the end of Compute: work queued on this stream runs first.
+    ScratchBuffer scratch;
+    Ort::MemoryInfo mem("Cuda", OrtArenaAllocator, device, OrtMemTypeDefault);
+    Ort::ThrowOnError(Ort::GetApi().KernelContext_GetAllocator(context, mem, &scratch.allocator));
+    const size_t bytes = CudaScratchBytes(io.dims, kFp16);
+    scratch.data = scratch.allocator->Alloc(scratch.allocator, bytes);
+    if (!scratch.data) Fail("could not allocate " + std::to_string(bytes) + " bytes of scratch");
+    RunLstmCuda(attrs_, io, kFp16, ctx.GetGPUComputeStream(), scratch.data, step_kernel_);
+  }
+
+ private:
+  Attributes attrs_;
+  StepKernel step_kernel_;
+};
+
+const FusedLstmOp<CudaKernel<false>> g_cuda_f32;
+const FusedLstmOp<CudaKernel<true>> g_cuda_f16;
+
+}  // namespace
+
+void AddCudaOps(Ort::CustomOpDomain& domain) {
+  domain.Add(&g_cuda_f32);
+  domain.Add(&g_cuda_f16);
+}
+
+}  // namespace lstm_ort

@@ -1,0 +1,94 @@
+// Arguments of one recurrent step of one layer, both directions at once (blockIdx.z = direction).
+#pragma once
+
+#include <cuda_fp16.h>
+
+#include "lstm_ort/cell.h"
+
+namespace lstm_ort {
+
+template <typename T>
+struct StepArgs {
+  int B, H, step;
+  const int* lens;           // [B], on the device
+  const float* gx[2];        // input projections, rows of 4H; row of (t, b) = t*gx_st + b*gx_sb
+  long long gx_st, gx_sb;
+  const T* wh[2];            // recurrent rows of the packed W: [H, 4H], gate-interleaved
+  const T* bias[2];          // [4H] gate-interleaved, or null
+  const T* peep[2];          // [3H] (i, o, f blocks), or null
+  const float* h_in[2];      // [B, H]
+  float* h_out[2];           // [B, H]
+  float* c[2];               // [B, H], updated in place
+  T* y;                      // element (t, d, b, j) at t*y_st + d*y_sd + b*y_sb + j; null = not written
+  long long y_st, y_sd, y_sb;
+  bool reverse[2];
+  CellParams cell[2];
+};
+
+__device__ __forceinline__ float ToF(float v) { return v; }
+__device__ __forceinline__ float ToF(__half v) { return __half2float(v); }
+template <typename T> __device__ __forceinline__ T FromF(float v);
+template <> __device__ __forceinline__ float FromF<float>(float v) { return v; }
+template <> __device__ __forceinline__ __half FromF<__half>(float v) { return __float2half_rn(v); }
+
+// The 4 gates of one unit, adjacent in the packed layout.
+__device__ __forceinline__ float4 Load4(const float* p) { return *reinterpret_cast<const float4*>(p); }
+__device__ __forceinline__ float4 Load4(const __half* p) {
+  const uint2 raw = *reinterpret_cast<const uint2*>(p);
+  const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&raw.x));
+  const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&raw.y));
+  return make_float4(a.x, a.y, b.x, b.y);
+}
+
+// What one (direction, row, unit) needs besides its recurrent product. Loaded before the
+// product so these loads overlap it instead of following it.
+struct UnitInputs {
+  bool active;
+  int t;
+  float4 g;  // input projection + bias
+  float pi, po, pf, c;
+};
+
+template <typename T>
+__device__ __forceinline__ UnitInputs LoadUnit(const StepArgs<T>& a, int d, int b, int u) {
+  UnitInputs in{};
+  const int len = a.lens[b];
+  in.active = a.step < len;
+  if (!in.active) return in;
+  const int H = a.H;
+  in.t = a.reverse[d] ? len - 1 - a.step : a.step;
+  in.g = Load4(a.gx[d] + (in.t * a.gx_st + b * a.gx_sb) * 4LL * H + 4LL * u);
+  if (a.bias[d]) {
+    const float4 bias = Load4(a.bias[d] + 4LL * u);
+    in.g.x += bias.x;
+    in.g.y += bias.y;
+    in.g.z += bias.z;
+    in.g.w += bias.w;
+  }
+  if (a.peep[d]) {
+    in.pi = ToF(a.peep[d][u]);
+    in.po = ToF(a.peep[d][H + u]);
+    in.pf = ToF(a.peep[d][2 * H + u]);
+  }
+  in.c = a.c[d][static_cast<long long>(b) * H + u];
+  return in;
+}
+
+// The cell update of (d, b, u) from its recurrent product, sequence masking, and the writes.
+template <typename T>
+__device__ __forceinline__ void FinishUnit(const StepArgs<T>& a, int d, int b, int u, float4 acc,
+                                           const UnitInputs& in) {
+  const long long bu = static_cast<long long>(b) * a.H + u;
+  if (!in.active) {  // finished sequences keep their state
+    a.h_out[d][bu] = a.h_in[d][bu];
+    return;
+  }
+  float c = in.c;
+  const float h = CellUpdate(a.cell[d], acc.x + in.g.x, acc.y + in.g.y, acc.z + in.g.z, acc.w + in.g.w, in.pi,
+                             in.po, in.pf, c);
+  a.c[d][bu] = c;
+  a.h_out[d][bu] = h;
+  if (a.y) a.y[in.t * a.y_st + d * a.y_sd + b * a.y_sb + u] = FromF<T>(h);
+}
+
+}  // namespace lstm_ort

@@ -1,0 +1,122 @@
+"""FusedLSTM on the CUDA EP: the parity grid against stock onnxruntime (CUDA where stock's cuDNN
+path takes the case, CPU otherwise) and against our own CPU kernel, for every step kernel."""
+
+import itertools
+import threading
+
+import numpy as np
+import pytest
+
+from lstm_ort.builders import LstmSpec, random_layers
+from lstm_ort.testing import CPU, CUDA, make_feeds, max_abs, run_fused, run_stock
+
+pytestmark = pytest.mark.gpu
+
+TOL = 2e-5
+STEP_KERNELS = ["tiled", "splitk"]
+DIRECTIONS = ["forward", "reverse", "bidirectional"]
+
+
+def stock_cuda_applies(spec: LstmSpec) -> bool:
+    """Stock's CUDA LSTM (cuDNN) takes layout 0 with default activations, no clip, no peepholes."""
+    return (spec.layout == 0 and spec.activations is None and spec.clip is None and not spec.input_forget
+            and not spec.peepholes)
+
+
+def check_gpu(spec, T, B, rng, step_kernel, monkeypatch, *, seq_lens=False, initial_states=False, dtype=np.float32):
+    monkeypatch.setenv("LSTM_ORT_STEP_KERNEL", step_kernel)
+    layers = random_layers(spec, rng)
+    feeds = make_feeds(spec, T, B, rng, seq_lens=seq_lens, initial_states=initial_states)
+    kw = dict(seq_lens=seq_lens, initial_states=initial_states)
+    got = run_fused(spec, layers, feeds, providers=CUDA, **kw)
+    ours_cpu = run_fused(spec, layers, feeds, providers=CPU, **kw)
+    assert max_abs(got, ours_cpu) <= TOL, f"vs our CPU kernel: {max_abs(got, ours_cpu)}"
+    stock = run_stock(spec, layers, feeds, **kw)
+    assert max_abs(got, stock) <= TOL, f"vs stock CPU: {max_abs(got, stock)}"
+    if stock_cuda_applies(spec):
+        stock_gpu = run_stock(spec, layers, feeds, providers=CUDA, **kw)
+        assert max_abs(got, stock_gpu) <= TOL, f"vs stock CUDA: {max_abs(got, stock_gpu)}"
+
+
+@pytest.mark.parametrize("step_kernel", STEP_KERNELS)
+@pytest.mark.parametrize("L", [1, 3])
+@pytest.mark.parametrize("H", [1, 17, 128])
+@pytest.mark.parametrize("B", [1, 3, 64])
+@pytest.mark.parametrize("T", [1, 7, 100])
+@pytest.mark.parametrize("layout", [0, 1])
+@pytest.mark.parametrize("direction", DIRECTIONS)
+def test_shapes(direction, layout, T, B, H, L, step_kernel, rng, monkeypatch):
+    extras = (T + B + H) % 2 == 1
+    spec = LstmSpec(input_size=5, hidden_size=H, num_layers=L, direction=direction, layout=layout)
+    check_gpu(spec, T, B, rng, step_kernel, monkeypatch, seq_lens=extras, initial_states=extras)
+
+
+FEATURES = list(itertools.product(DIRECTIONS, [0, 1], [False, True], [False, True], [False, True],
+                                  [None, 0.4], [0, 1], [False, True]))[::3]
+ACTS = {1: dict(activations=["HardSigmoid", "LeakyRelu", "Softsign"], activation_alpha=[0.3, 0.05], activation_beta=[0.6]),
+        2: dict(activations=["HardSigmoid", "LeakyRelu", "Softsign", "Sigmoid", "ScaledTanh", "Elu"],
+                activation_alpha=[0.3, 0.05, 0.9, 0.8], activation_beta=[0.6, 1.1])}
+
+
+@pytest.mark.parametrize("step_kernel", STEP_KERNELS)
+@pytest.mark.parametrize("direction,layout,seq_lens,initial_states,peepholes,clip,input_forget,acts", FEATURES)
+def test_features(direction, layout, seq_lens, initial_states, peepholes, clip, input_forget, acts, step_kernel,
+                  rng, monkeypatch):
+    D = 2 if direction == "bidirectional" else 1
+    spec = LstmSpec(input_size=6, hidden_size=33, num_layers=2, direction=direction, layout=layout, clip=clip,
+                    input_forget=input_forget, peepholes=peepholes, **(ACTS[D] if acts else {}))
+    check_gpu(spec, 9, 5, rng, step_kernel, monkeypatch, seq_lens=seq_lens, initial_states=initial_states)
+
+
+@pytest.mark.parametrize("step_kernel", STEP_KERNELS)
+@pytest.mark.parametrize("L,T,H,B,direction", [(2, 50, 512, 64, "forward"), (1, 30, 1024, 4, "bidirectional"),
+                                               (2, 20, 256, 8, "reverse"), (1, 10, 1100, 3, "forward")])
+def test_reference_sizes(L, T, H, B, direction, step_kernel, rng, monkeypatch):
+    spec = LstmSpec(input_size=H, hidden_size=H, num_layers=L, direction=direction)
+    check_gpu(spec, T, B, rng, step_kernel, monkeypatch, seq_lens=True)
+
+
+@pytest.mark.parametrize("step_kernel", STEP_KERNELS)
+@pytest.mark.parametrize("direction", DIRECTIONS)
+def test_float16(direction, step_kernel, rng, monkeypatch):
+    """fp16 storage, fp32 math: within 5e-3 of the fp32 network on the same fp16-rounded values."""
+    monkeypatch.setenv("LSTM_ORT_STEP_KERNEL", step_kernel)
+    spec = LstmSpec(input_size=16, hidden_size=128, num_layers=3, direction=direction, peepholes=True)
+    layers = random_layers(spec, rng)
+    for lw in layers:
+        for name in ("W", "R", "B", "P"):
+            setattr(lw, name, getattr(lw, name).astype(np.float16).astype(np.float32))
+    feeds16 = make_feeds(spec, 40, 16, rng, np.float16, seq_lens=True, initial_states=True)
+    feeds32 = {k: (v.astype(np.float32) if v.dtype == np.float16 else v) for k, v in feeds16.items()}
+    kw = dict(seq_lens=True, initial_states=True)
+    got = run_fused(spec, layers, feeds16, np.float16, providers=CUDA, **kw)
+    assert all(g.dtype == np.float16 for g in got)
+    err = max_abs(got, run_stock(spec, layers, feeds32, **kw))
+    assert err <= 5e-3, err
+
+
+def test_two_sessions_concurrently(rng):
+    """Two sessions on one GPU, run from two threads at once, each give their own right answer."""
+    from lstm_ort import InferenceSession
+    from lstm_ort.builders import fused_model
+
+    jobs = []
+    for H in (64, 256):
+        spec = LstmSpec(input_size=32, hidden_size=H, num_layers=2, direction="bidirectional")
+        layers = random_layers(spec, rng)
+        feeds = make_feeds(spec, 50, 8, rng, seq_lens=True)
+        expect = run_stock(spec, layers, feeds, seq_lens=True)
+        sess = InferenceSession(fused_model(spec, layers, seq_lens=True), providers=CUDA)
+        jobs.append((sess, feeds, expect))
+    errors = []
+
+    def work(sess, feeds, expect):
+        for _ in range(20):
+            errors.append(max_abs(sess.run(None, feeds), expect))
+
+    threads = [threading.Thread(target=work, args=job) for job in jobs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(errors) == 40 and max(errors) <= TOL

@@ -1,0 +1,225 @@
+#!/usr/bin/env python3
+"""Time FusedLSTM against stock onnxruntime's LSTM and torch's nn.LSTM, in one process, on the
+same weights and inputs; print ratios and the max-abs error of each against stock.
+
+    python tools/bench.py                 # CUDA EP, the reference configs
+    python tools/bench.py --cpu           # the same on the CPU EP
+    python tools/bench.py --config 2,100,256,8 --config 2,100,512,64,bi --json out.json --plot out.png
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+
+from lstm_ort.builders import LstmSpec, fused_model, random_layers, stock_model
+from lstm_ort.session import register
+
+# (L, T, H, B, bidirectional): DEVELOPERS.md's reference configs.
+REFERENCE = [(4, 100, 512, 64, False), (1, 100, 512, 64, False), (2, 200, 1024, 32, False), (4, 100, 512, 1, False),
+             (2, 100, 256, 8, False), (4, 100, 512, 256, False), (2, 100, 512, 64, True)]
+
+
+@dataclass
+class Row:
+    config: str
+    ours_ms: float
+    stock_ms: float
+    stock_tf32_ms: float | None
+    torch_ms: float | None
+    vs_stock: float
+    vs_torch: float | None
+    err_ours: float
+    err_torch: float | None
+
+
+def parse_config(text: str):
+    parts = text.split(",")
+    if len(parts) not in (4, 5) or (len(parts) == 5 and parts[4] != "bi"):
+        raise argparse.ArgumentTypeError("--config takes L,T,H,B or L,T,H,B,bi")
+    L, T, H, B = (int(p) for p in parts[:4])
+    return L, T, H, B, len(parts) == 5
+
+
+def label(cfg) -> str:
+    L, T, H, B, bi = cfg
+    return f"L{L} T{T} H{H} B{B}" + (" bi" if bi else "")
+
+
+class OrtRunner:
+    """One session with inputs and outputs bound where the provider computes, so host copies stay out."""
+
+    def __init__(self, model, feeds, device: str, fused: bool, tf32: bool = False):
+        so = ort.SessionOptions()
+        if fused:
+            register(so)
+        providers = ([("CUDAExecutionProvider", {"use_tf32": "1" if tf32 else "0"})] if device == "cuda"
+                     else ["CPUExecutionProvider"])
+        self.sess = ort.InferenceSession(model.SerializeToString(), so, providers=providers)
+        self.binding = self.sess.io_binding()
+        for name, value in feeds.items():
+            self.binding.bind_ortvalue_input(name, ort.OrtValue.ortvalue_from_numpy(value, device, 0))
+        for out in self.sess.get_outputs():
+            self.binding.bind_output(out.name, device, 0)
+
+    def __call__(self):
+        self.sess.run_with_iobinding(self.binding)
+
+    def outputs(self):
+        self()
+        return [o.numpy() for o in self.binding.get_outputs()]
+
+
+def median_ms(fn, runs: int, warmup: int, sync=lambda: None) -> float:
+    for _ in range(warmup):
+        fn()
+    sync()
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        fn()
+        sync()
+        times.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(times)
+
+
+def torch_runner(spec: LstmSpec, layers, x: np.ndarray, device: str):
+    import torch
+
+    H = spec.hidden_size
+    lstm = torch.nn.LSTM(spec.input_size, H, spec.num_layers, bidirectional=spec.num_directions == 2).to(device).eval()
+    order = np.concatenate([np.arange(0, H), np.arange(2 * H, 3 * H), np.arange(3 * H, 4 * H), np.arange(H, 2 * H)])
+    with torch.no_grad():
+        for k, lw in enumerate(layers):
+            for d in range(spec.num_directions):
+                sfx = f"_l{k}" + ("_reverse" if d else "")
+                getattr(lstm, "weight_ih" + sfx).copy_(torch.from_numpy(lw.W[d][order]))
+                getattr(lstm, "weight_hh" + sfx).copy_(torch.from_numpy(lw.R[d][order]))
+                getattr(lstm, "bias_ih" + sfx).copy_(torch.from_numpy(lw.B[d][:4 * H][order]))
+                getattr(lstm, "bias_hh" + sfx).copy_(torch.from_numpy(lw.B[d][4 * H:][order]))
+    xt = torch.from_numpy(x).to(device)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+
+    def run():
+        with torch.no_grad():
+            return lstm(xt)
+
+    def outputs():
+        y, (h, c) = run()
+        sync()
+        D = spec.num_directions
+        T, B = x.shape[0], x.shape[1]
+        return [y.reshape(T, B, D, H).permute(0, 2, 1, 3).cpu().numpy(), h.cpu().numpy(), c.cpu().numpy()]
+
+    return run, outputs, sync
+
+
+def max_abs(a, b) -> float:
+    return max(float(np.abs(np.asarray(x, np.float64) - np.asarray(y, np.float64)).max()) for x, y in zip(a, b))
+
+
+def bench_config(cfg, device: str, runs: int, warmup: int, use_torch: bool) -> Row:
+    L, T, H, B, bi = cfg
+    spec = LstmSpec(input_size=H, hidden_size=H, num_layers=L, direction="bidirectional" if bi else "forward")
+    rng = np.random.default_rng(0)
+    layers = random_layers(spec, rng)
+    x = rng.standard_normal((T, B, H)).astype(np.float32)
+    feeds = {"X": x}
+    stock = OrtRunner(stock_model(spec, layers), feeds, device, fused=False)
+    ours = OrtRunner(fused_model(spec, layers), feeds, device, fused=True)
+    ref = stock.outputs()
+    err_ours = max_abs(ours.outputs(), ref)
+    stock_ms = median_ms(stock, runs, warmup)
+    ours_ms = median_ms(ours, runs, warmup)
+    stock_tf32_ms = None
+    if device == "cuda":  # stock's default CUDA setting: TF32 on, faster and less exact
+        stock_tf32_ms = median_ms(OrtRunner(stock_model(spec, layers), feeds, device, False, tf32=True), runs, warmup)
+    torch_ms = err_torch = None
+    if use_torch:
+        run, outputs, sync = torch_runner(spec, layers, x, device)
+        err_torch = max_abs(outputs(), ref)
+        torch_ms = median_ms(run, runs, warmup, sync)
+    best_stock = min(stock_ms, stock_tf32_ms or stock_ms)
+    return Row(label(cfg), ours_ms, stock_ms, stock_tf32_ms, torch_ms, best_stock / ours_ms,
+               torch_ms / ours_ms if torch_ms else None, err_ours, err_torch)
+
+
+def fmt(v, spec):
+    return "-" if v is None else format(v, spec)
+
+
+def print_table(rows: list[Row], device: str) -> None:
+    print(f"\nFusedLSTM vs stock onnxruntime ({device}) and torch nn.LSTM; ratio > 1 means ours is faster.")
+    print("stock = FP32 (use_tf32=0, the error reference); stock tf32 = stock's default; x stock uses the faster one.")
+    head = (f"{'config':<22}{'ours ms':>10}{'stock ms':>10}{'stk tf32':>10}{'torch ms':>10}{'x stock':>9}{'x torch':>9}"
+            f"{'err ours':>11}{'err torch':>11}")
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        print(f"{r.config:<22}{r.ours_ms:>10.3f}{r.stock_ms:>10.3f}{fmt(r.stock_tf32_ms, '10.3f'):>10}"
+              f"{fmt(r.torch_ms, '10.3f'):>10}{r.vs_stock:>9.2f}"
+              f"{fmt(r.vs_torch, '9.2f'):>9}{r.err_ours:>11.2e}{fmt(r.err_torch, '11.2e'):>11}")
+
+
+def plot(rows: list[Row], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    xs = np.arange(len(rows))
+    fig, ax = plt.subplots(figsize=(max(6, 1.3 * len(rows)), 4))
+    ax.bar(xs - 0.2, [r.vs_stock for r in rows], 0.4, label="vs stock onnxruntime")
+    ax.bar(xs + 0.2, [r.vs_torch or 0 for r in rows], 0.4, label="vs torch cuDNN")
+    ax.axhline(1.0, color="k", lw=0.8)
+    ax.set_xticks(xs, [r.config for r in rows], rotation=30, ha="right")
+    ax.set_ylabel("speed-up of FusedLSTM (x)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--cpu", action="store_true", help="time the CPU execution provider instead of CUDA")
+    p.add_argument("--config", action="append", type=parse_config, help="L,T,H,B[,bi]; repeatable")
+    p.add_argument("--runs", type=int, default=None, help="timed runs per variant (default 30 GPU, 5 CPU)")
+    p.add_argument("--warmup", type=int, default=None)
+    p.add_argument("--no-torch", action="store_true")
+    p.add_argument("--json", help="write the rows as JSON here")
+    p.add_argument("--plot", help="write a bar chart of the ratios here (PNG)")
+    args = p.parse_args(argv)
+    device = "cpu" if args.cpu else "cuda"
+    if device == "cuda" and "CUDAExecutionProvider" not in ort.get_available_providers():
+        p.error("onnxruntime's CUDA execution provider is not available; use --cpu")
+    runs = args.runs or (5 if args.cpu else 30)
+    warmup = args.warmup if args.warmup is not None else (1 if args.cpu else 5)
+    use_torch = not args.no_torch
+    if use_torch:
+        try:
+            import torch
+            use_torch = device == "cpu" or torch.cuda.is_available()
+        except ImportError:
+            use_torch = False
+    rows = []
+    for cfg in args.config or REFERENCE:
+        rows.append(bench_config(cfg, device, runs, warmup, use_torch))
+        print(f"  {rows[-1].config}: ours {rows[-1].ours_ms:.3f} ms, stock {rows[-1].stock_ms:.3f} ms", flush=True)
+    print_table(rows, device)
+    if args.json:
+        Path(args.json).write_text(json.dumps({"device": device, "rows": [asdict(r) for r in rows]}, indent=2))
+    if args.plot:
+        plot(rows, args.plot)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

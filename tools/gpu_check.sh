@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# On a GPU machine with onnxruntime-gpu: build the op library with CMake, then run the stages asked for.
+#   tools/gpu_check.sh build test sanitize bench
+# ORT_INCLUDE_DIR / EIGEN_INCLUDE_DIR may point at headers carried in (the machine may have no network).
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${BUILD_DIR:-/tmp/lstm-ort-build}
+out=${OUT:-/tmp/lstm-ort-out}
+mkdir -p "$out"
+export LSTM_ORT_LIBRARY="$build/liblstm_ort_ops.so" PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+rc=0
+for stage in "$@"; do
+  case $stage in
+    build)
+      cmake -S "$root" -B "$build" -G Ninja -DLSTM_ORT_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 >"$out/cmake.log" 2>&1 &&
+        ninja -C "$build" >"$out/build.log" 2>&1 || { tail -n 40 "$out/cmake.log" "$out/build.log"; exit 1; }
+      grep -E "registers|spill" "$out/build.log" | sort -u | head -20 ;;
+    test)
+      (cd "$root" && python3 -m pytest -q -m gpu -x -p no:cacheprovider tests 2>&1 | tail -15) || rc=1 ;;
+    sanitize)
+      for tool in memcheck racecheck synccheck; do
+        compute-sanitizer --tool $tool --target-processes all --error-exitcode 9 python3 "$root/tools/sanitize_case.py" \
+          >"$out/sanitize-$tool.log" 2>&1
+        echo "compute-sanitizer $tool: rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitize-$tool.log" | tail -1)"
+      done ;;
+    bench)
+      python3 "$root/tools/bench.py" --json "$out/bench.json" --plot "$out/bench.png" 2>&1 | tail -12 || rc=1 ;;
+    *) echo "unknown stage $stage"; exit 2 ;;
+  esac
+done
+exit $rc

@@ -24,6 +24,10 @@ namespace {
 void Check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throw std::runtime_error(std::string("FusedLSTM CUDA: ") + what + ": " + cudaGetErrorString(e));
 }
+// Launch errors are read right after each launch; an error some other library left pending on
+// this thread (cuBLAS, or ORT's own kernels) is cleared first, so it is not reported as ours.
+void ClearPending() { (void)cudaGetLastError(); }
+
 void Check(cublasStatus_t s, const char* what) {
   if (s != CUBLAS_STATUS_SUCCESS)
     throw std::runtime_error(std::string("FusedLSTM cuBLAS: ") + what + " failed with status " + std::to_string(s));
@@ -99,32 +103,30 @@ int GridFor(long long n) { return static_cast<int>(std::min<long long>((n + 255)
 
 constexpr size_t kTiledSmemBudget = 200 * 1024;
 
-template <typename T, int U>
-void LaunchTiledU(const StepArgs<T>& a, int D, cudaStream_t stream) {
-  // The largest K chunk (a multiple of 32) that fits the budget; one chunk when H allows.
-  int kc = (a.H + 31) / 32 * 32;
-  while (kc > 32 && TiledSmemBytes<U>(kc) > kTiledSmemBudget) kc -= 32;
-  const size_t smem = TiledSmemBytes<U>(kc);
-  // The attribute belongs to (kernel, device): raise it once per device.
+template <typename T, int RG>
+void LaunchTiledRG(const StepArgs<T>& a, int D, cudaStream_t stream) {
+  using S = TiledShape<RG>;
+  // The largest K chunk that fits the budget: one chunk whenever H allows.
+  int kc = (a.H + S::kAlign - 1) / S::kAlign * S::kAlign;
+  while (kc > S::kAlign && TiledSmemBytes<T, RG>(kc) > kTiledSmemBudget) kc -= S::kAlign;
+  // The limit belongs to (kernel, device): raise it once per device.
   static std::atomic<uint64_t> raised{0};
   int device = 0;
   cudaGetDevice(&device);
   const uint64_t bit = uint64_t{1} << (device & 63);
   if (!(raised.load() & bit)) {
-    Check(cudaFuncSetAttribute(StepTiled<T, U>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               static_cast<int>(kTiledSmemBudget)), "raise shared memory limit");
+    Check(cudaFuncSetAttribute(StepTiled<T, RG>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               static_cast<int>(kTiledSmemBudget)), "raise the shared memory limit");
     raised.fetch_or(bit);
   }
-  constexpr int RB = kTiledThreads / U;
-  dim3 grid((a.H + U - 1) / U, (a.B + RB - 1) / RB, D);
-  StepTiled<T, U><<<grid, kTiledThreads, smem, stream>>>(a, kc);
+  dim3 grid((a.H + kTiledUnits - 1) / kTiledUnits, (a.B + S::RB - 1) / S::RB, D);
+  StepTiled<T, RG><<<grid, kTiledThreads, TiledSmemBytes<T, RG>(kc), stream>>>(a, kc);
 }
 
 template <typename T>
 void LaunchTiled(const StepArgs<T>& a, int D, cudaStream_t stream) {
-  if (a.B <= 16) LaunchTiledU<T, 16>(a, D, stream);
-  else if (a.B <= 32) LaunchTiledU<T, 8>(a, D, stream);
-  else LaunchTiledU<T, 4>(a, D, stream);
+  if (a.B <= 32) LaunchTiledRG<T, 8>(a, D, stream);
+  else LaunchTiledRG<T, 16>(a, D, stream);
 }
 
 template <typename T>
@@ -226,6 +228,7 @@ void Run(const Attributes& attrs, const CallIO& io, cudaStream_t stream, void* s
     }
 
     const long long n_state = static_cast<long long>(D) * B * H;
+    ClearPending();
     InitStates<T><<<GridFor(n_state), 256, 0, stream>>>(static_cast<const T*>(io.in[kInitialH]),
                                                         static_cast<const T*>(io.in[kInitialC]), s.h[0], s.c, l, D,
                                                         LD, B, H, layout);
@@ -238,11 +241,13 @@ void Run(const Attributes& attrs, const CallIO& io, cudaStream_t stream, void* s
         a.h_in[dir] = s.h[cur] + static_cast<long long>(dir) * B * H;
         a.h_out[dir] = s.h[cur ^ 1] + static_cast<long long>(dir) * B * H;
       }
+      ClearPending();
       if (kernel == StepKernel::kSplitK) LaunchSplitK(a, D, sm_count, stream);
       else LaunchTiled(a, D, stream);
       Check(cudaGetLastError(), "recurrent step");
       cur ^= 1;
     }
+    ClearPending();
     FinalStates<T><<<GridFor(n_state), 256, 0, stream>>>(s.h[cur], s.c, s.lens, static_cast<T*>(io.out[kYH]),
                                                          static_cast<T*>(io.out[kYC]), l, D, LD, B, H, layout);
     Check(cudaGetLastError(), "final states");

@@ -1,76 +1,126 @@
-// Recurrent step for larger batches: a block owns U units x (256/U) batch rows. h and the
-// block's slice of the recurrent weights are staged in shared memory in as few K chunks as
-// fit (one for H <= 512), so each thread has all its loads in flight at once.
+// Recurrent step for larger batches. A block owns 4 units x RB batch rows; each thread holds a
+// register tile of 4 rows x 2 units (32 gate sums) over a K slice, so every shared-memory load
+// feeds 8 to 16 FMAs (the step is FMA-bound, not shared-memory-bound). KS threads split K per
+// tile; their partial sums meet in shared memory, and each of them then finishes one (row, unit).
+// h rows and the block's weight slice arrive through cp.async in as few K chunks as fit.
 #pragma once
+
+#include <cuda_pipeline_primitives.h>
 
 #include "cuda/step_args.cuh"
 
 namespace lstm_ort {
 
 constexpr int kTiledThreads = 256;
+constexpr int kTiledUnits = 4;  // units per block: 2 unit pairs
+constexpr int kTiledRows = 4;   // rows per thread tile, strided by RG so shared-memory banks differ
 
-// Shared memory of one block for a K chunk of kc (a multiple of 4).
-template <int U>
+template <int RG>
+struct TiledShape {
+  static constexpr int RB = RG * kTiledRows;                 // rows per block
+  static constexpr int KS = kTiledThreads / (RG * 2);        // threads splitting K for one tile
+  static constexpr int kAlign = KS;                          // chunk sizes are multiples of this
+  static_assert(KS >= 2 * kTiledRows, "the first 8 K-split threads each finish one (row, unit) of the tile");
+};
+
+// Dynamic shared memory: h [RB][kc + 1] floats (odd stride: the rows of one k hit distinct banks),
+// then w [kc][4 units][4 gates] of T; afterwards the same memory holds the partial sums.
+template <typename T, int RG>
 constexpr size_t TiledSmemBytes(int kc) {
-  return sizeof(float) * (kTiledThreads / U) * (kc + 4) + sizeof(float4) * kc * U;
+  using S = TiledShape<RG>;
+  const size_t h = sizeof(float) * S::RB * (kc + 1);
+  const size_t h_aligned = (h + 15) / 16 * 16;
+  const size_t tiles = h_aligned + sizeof(T) * 4 * kTiledUnits * kc;
+  const size_t partial = sizeof(float) * kTiledThreads * 2 * kTiledRows * 4;
+  return tiles > partial ? tiles : partial;
 }
 
-template <typename T, int U>
+__device__ __forceinline__ float4 Gates4(const float* w) { return *reinterpret_cast<const float4*>(w); }
+__device__ __forceinline__ float4 Gates4(const __half* w) { return Load4(w); }
+
+template <typename T, int RG>
 __global__ void __launch_bounds__(kTiledThreads) StepTiled(StepArgs<T> a, int kc) {
-  constexpr int RB = kTiledThreads / U;  // batch rows per block
+  using S = TiledShape<RG>;
   extern __shared__ float4 smem[];
-  const int stride = kc + 4;  // padded: keeps float4 alignment and spreads rows over banks
+  const int stride = kc + 1;
   float* h_s = reinterpret_cast<float*>(smem);
-  float4* w_s = smem + RB * stride / 4;
-  const int d = blockIdx.z, H = a.H, B = a.B;
-  const int u0 = blockIdx.x * U, b0 = blockIdx.y * RB;
-  const int tid = threadIdx.x, ul = tid % U, rl = tid / U;
-  const int b = b0 + rl, u = u0 + ul;
-  const bool mine = b < B && u < H;
+  T* w_s = reinterpret_cast<T*>(reinterpret_cast<char*>(smem) + (sizeof(float) * S::RB * stride + 15) / 16 * 16);
+  float* partial = reinterpret_cast<float*>(smem);
+
+  const int d = blockIdx.z, H = a.H, B = a.B, tid = threadIdx.x;
+  const int u0 = blockIdx.x * kTiledUnits, b0 = blockIdx.y * S::RB;
+  const int rg = tid % RG, up = (tid / RG) % 2, ks = tid / (2 * RG);
   const float* h_in = a.h_in[d];
   const T* wh = a.wh[d];
+  const int kpt = kc / S::KS;
 
+  // The (row, unit) this thread finishes, pair pr = 2*i + j of its tile: row rg + RG*i, unit 2*up + j.
+  const int pr = ks % (2 * kTiledRows);
+  const int fb = b0 + rg + RG * (pr / 2), fu = u0 + 2 * up + (pr % 2);
+  const bool mine = ks < 2 * kTiledRows && fb < B && fu < H;
   UnitInputs in{};
-  if (mine) in = LoadUnit(a, d, b, u);
-  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-  for (int k0 = 0; k0 < H; k0 += kc) {
-    if ((H & 3) == 0) {
-      const int q_per_row = kc / 4;
-      for (int i = tid; i < RB * q_per_row; i += kTiledThreads) {
-        const int r = i / q_per_row, k = k0 + 4 * (i % q_per_row), row = b0 + r;
-        const float4 v = (row < B && k < H) ? *reinterpret_cast<const float4*>(h_in + static_cast<long long>(row) * H + k)
-                                            : make_float4(0.f, 0.f, 0.f, 0.f);
-        *reinterpret_cast<float4*>(h_s + r * stride + (k - k0)) = v;
-      }
-    } else {
-      for (int i = tid; i < RB * kc; i += kTiledThreads) {
-        const int r = i / kc, kk = i % kc, row = b0 + r, k = k0 + kk;
-        h_s[r * stride + kk] = (row < B && k < H) ? h_in[static_cast<long long>(row) * H + k] : 0.f;
-      }
-    }
-    for (int i = tid; i < kc * U; i += kTiledThreads) {
-      const int kk = i / U, j = i % U, k = k0 + kk, uu = u0 + j;
-      w_s[i] = (k < H && uu < H) ? Load4(wh + static_cast<long long>(k) * 4 * H + 4LL * uu)
-                                 : make_float4(0.f, 0.f, 0.f, 0.f);
-    }
-    __syncthreads();
-    const float* h_row = h_s + rl * stride;
-#pragma unroll 4
-    for (int kk = 0; kk < kc; kk += 4) {
-      const float4 hv = *reinterpret_cast<const float4*>(h_row + kk);
-      const float hk[4] = {hv.x, hv.y, hv.z, hv.w};
+  if (mine) in = LoadUnit(a, d, fb, fu);
+
+  float4 acc[kTiledRows][2];
 #pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        const float4 w = w_s[(kk + q) * U + ul];
-        acc.x = fmaf(hk[q], w.x, acc.x);
-        acc.y = fmaf(hk[q], w.y, acc.y);
-        acc.z = fmaf(hk[q], w.z, acc.z);
-        acc.w = fmaf(hk[q], w.w, acc.w);
+  for (int i = 0; i < kTiledRows; ++i) acc[i][0] = acc[i][1] = make_float4(0.f, 0.f, 0.f, 0.f);
+
+  for (int k0 = 0; k0 < H; k0 += kc) {
+    for (int i = tid; i < S::RB * kc; i += kTiledThreads) {
+      const int r = i / kc, kk = i % kc, row = b0 + r, k = k0 + kk;
+      const bool ok = row < B && k < H;
+      __pipeline_memcpy_async(h_s + r * stride + kk, ok ? h_in + static_cast<long long>(row) * H + k : h_in, 4,
+                              ok ? 0 : 4);
+    }
+    for (int i = tid; i < kc * kTiledUnits; i += kTiledThreads) {
+      const int kk = i / kTiledUnits, j = i % kTiledUnits, k = k0 + kk, u = u0 + j;
+      const bool ok = k < H && u < H;
+      __pipeline_memcpy_async(w_s + 4 * i, ok ? wh + static_cast<long long>(k) * 4 * H + 4LL * u : wh,
+                              4 * sizeof(T), ok ? 0 : 4 * sizeof(T));
+    }
+    __pipeline_commit();
+    __pipeline_wait_prior(0);
+    __syncthreads();
+    const int kb = ks * kpt;
+#pragma unroll 4
+    for (int kk = kb; kk < kb + kpt; ++kk) {
+      const float4 w0 = Gates4(w_s + 4 * (kk * kTiledUnits + 2 * up));
+      const float4 w1 = Gates4(w_s + 4 * (kk * kTiledUnits + 2 * up + 1));
+#pragma unroll
+      for (int i = 0; i < kTiledRows; ++i) {
+        const float hv = h_s[(rg + RG * i) * stride + kk];
+        acc[i][0].x = fmaf(hv, w0.x, acc[i][0].x);
+        acc[i][0].y = fmaf(hv, w0.y, acc[i][0].y);
+        acc[i][0].z = fmaf(hv, w0.z, acc[i][0].z);
+        acc[i][0].w = fmaf(hv, w0.w, acc[i][0].w);
+        acc[i][1].x = fmaf(hv, w1.x, acc[i][1].x);
+        acc[i][1].y = fmaf(hv, w1.y, acc[i][1].y);
+        acc[i][1].z = fmaf(hv, w1.z, acc[i][1].z);
+        acc[i][1].w = fmaf(hv, w1.w, acc[i][1].w);
       }
     }
-    __syncthreads();
+    __syncthreads();  // the tiles are refilled (or reused for partial sums) next
   }
-  if (mine) FinishUnit(a, d, b, u, acc, in);
+
+  // partial[ks][tile][pair] as float4, tile = (rg, up), pair = 2*i + j.
+  float4* p4 = reinterpret_cast<float4*>(partial);
+  const int tile = rg + RG * up, tiles = 2 * RG;
+#pragma unroll
+  for (int i = 0; i < kTiledRows; ++i) {
+    p4[(ks * tiles + tile) * 2 * kTiledRows + 2 * i] = acc[i][0];
+    p4[(ks * tiles + tile) * 2 * kTiledRows + 2 * i + 1] = acc[i][1];
+  }
+  __syncthreads();
+  if (!mine) return;
+  float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
+  for (int j = 0; j < S::KS; ++j) {
+    const float4 p = p4[(j * tiles + tile) * 2 * kTiledRows + pr];
+    sum.x += p.x;
+    sum.y += p.y;
+    sum.z += p.z;
+    sum.w += p.w;
+  }
+  FinishUnit(a, d, fb, fu, sum, in);
 }
 
 }  // namespace lstm_ort

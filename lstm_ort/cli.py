@@ -1,0 +1,141 @@
+"""lstm-ort: rewrite the LSTMs of an ONNX model into lstm_ort.FusedLSTM.
+
+Exit codes: 0 done; 1 the input could not be read or the output not written; 2 usage;
+3 --check found the optimized model differs from the original (nothing written).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+from lstm_ort.rewriter import ModelError, Report, load_model, optimize
+
+EXIT_OK, EXIT_INPUT, EXIT_USAGE, EXIT_PARITY = 0, 1, 2, 3
+EXTERNAL_DATA_THRESHOLD = 1 << 30  # larger models keep their weights in a side file
+
+
+def random_feeds(model: onnx.ModelProto, rng: np.random.Generator, dim: int = 3) -> dict[str, np.ndarray]:
+    """Inputs for every graph input: unknown dimensions become `dim`; integers are 1 (valid lengths and ids)."""
+    inits = {i.name for i in model.graph.initializer}
+    feeds = {}
+    for vi in model.graph.input:
+        if vi.name in inits:
+            continue
+        tt = vi.type.tensor_type
+        shape = [d.dim_value if d.HasField("dim_value") else dim for d in tt.shape.dim]
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)
+        if np.issubdtype(dtype, np.integer):
+            feeds[vi.name] = np.ones(shape, dtype)
+        else:
+            feeds[vi.name] = rng.standard_normal(shape).astype(dtype)
+    return feeds
+
+
+def parity(original: onnx.ModelProto, optimized: onnx.ModelProto, atol: float) -> float:
+    """Max-abs difference of stock onnxruntime on the original and ours on the optimized model."""
+    import onnxruntime as ort
+
+    from lstm_ort.session import InferenceSession
+
+    feeds = random_feeds(original, np.random.default_rng(0))
+    providers = ["CPUExecutionProvider"]
+    ref = ort.InferenceSession(original.SerializeToString(), providers=providers).run(None, feeds)
+    got = InferenceSession(optimized.SerializeToString(), providers=providers).run(None, feeds)
+    return max((float(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64)).max(initial=0.0))
+                for a, b in zip(ref, got)), default=0.0)
+
+
+def write_atomically(model: onnx.ModelProto, out: Path) -> None:
+    """Write to a temporary file beside `out`, then rename: a failed write leaves no partial file."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    external = model.ByteSize() > EXTERNAL_DATA_THRESHOLD
+    fd, tmp = tempfile.mkstemp(prefix=out.name + ".", suffix=".tmp", dir=out.parent)
+    os.close(fd)
+    data_name = out.name + ".data"
+    try:
+        if external:
+            onnx.save(model, tmp, save_as_external_data=True, all_tensors_to_one_file=True, location=data_name)
+        else:
+            onnx.save(model, tmp)
+        os.replace(tmp, out)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def cmd_optimize(args) -> int:
+    src, dst = Path(args.input), Path(args.output)
+    if dst.exists() and src.exists() and dst.resolve() == src.resolve():
+        print("lstm-ort: refusing to overwrite the input model; choose another -o", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        original = load_model(src)
+        report = Report()
+        optimized = optimize(original, fold_constants=not args.no_fold, report=report)
+    except ModelError as e:
+        print(f"lstm-ort: {src}: {e}", file=sys.stderr)
+        return EXIT_INPUT
+    result = {"report": report}
+    if args.check and any(f.rewritten for f in report.findings):
+        err = parity(original, optimized, args.atol)
+        result["max_abs"] = err
+        if not err <= args.atol:
+            _print(report, args, f"--check: max-abs {err:.3g} > {args.atol:g}; nothing written")
+            return EXIT_PARITY
+    try:
+        write_atomically(optimized, dst)
+    except OSError as e:
+        print(f"lstm-ort: cannot write {dst}: {e}", file=sys.stderr)
+        return EXIT_INPUT
+    extra = f"--check: max-abs {result['max_abs']:.3g} <= {args.atol:g}" if "max_abs" in result else ""
+    _print(report, args, extra + (f"\nwrote {dst}" if not args.json else ""))
+    return EXIT_OK
+
+
+def cmd_check(args) -> int:
+    try:
+        report = Report()
+        optimize(args.model, fold_constants=not args.no_fold, report=report)
+    except ModelError as e:
+        print(f"lstm-ort: {args.model}: {e}", file=sys.stderr)
+        return EXIT_INPUT
+    _print(report, args, "")
+    return EXIT_OK
+
+
+def _print(report: Report, args, extra: str) -> None:
+    if args.json:
+        print(report.to_json())
+    else:
+        print(report.table())
+    if extra:
+        print(extra.strip(), file=sys.stderr if args.json else sys.stdout)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="lstm-ort", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True)
+    o = sub.add_parser("optimize", help="rewrite LSTMs into FusedLSTM and write the result")
+    o.add_argument("input")
+    o.add_argument("-o", "--output", required=True)
+    o.add_argument("--check", action="store_true", help="refuse to write unless outputs match stock onnxruntime")
+    o.add_argument("--atol", type=float, default=1e-4, help="--check tolerance (max-abs, default 1e-4)")
+    c = sub.add_parser("check", help="report what would be rewritten, write nothing")
+    c.add_argument("model")
+    for q in (o, c):
+        q.add_argument("--json", action="store_true", help="machine-readable report")
+        q.add_argument("--no-fold", action="store_true", help="skip constant folding before matching")
+    args = p.parse_args(argv)
+    return cmd_optimize(args) if args.command == "optimize" else cmd_check(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,49 @@
+"""What the rewriter found: one finding per LSTM (or fused stack), rewritten or not and why."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass
+class Finding:
+    location: str  # "graph", "graph/<node>.<attribute>" for subgraphs, "function:<name>"
+    nodes: list[str]  # the LSTM nodes this finding covers
+    shape: str  # I, H, directions, layout
+    layers: int = 1
+    rewritten: bool = False
+    reason: str = ""  # why not, when not rewritten
+    fused_node: str = ""
+
+
+@dataclass
+class Report:
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def lstm_count(self) -> int:
+        return sum(len(f.nodes) for f in self.findings)
+
+    @property
+    def all_rewritten(self) -> bool:
+        return all(f.rewritten for f in self.findings)
+
+    def to_json(self) -> str:
+        return json.dumps({"lstms": self.lstm_count, "all_rewritten": self.all_rewritten,
+                           "findings": [asdict(f) for f in self.findings]}, indent=2)
+
+    def table(self) -> str:
+        if not self.findings:
+            return "no LSTM found"
+        rows = [("location", "LSTM nodes", "shape", "layers", "result")]
+        for f in self.findings:
+            result = f"rewritten -> {f.fused_node}" if f.rewritten else f"left: {f.reason}"
+            rows.append((f.location, ",".join(f.nodes), f.shape, str(f.layers), result))
+        widths = [max(len(r[i]) for r in rows) for i in range(4)]
+        lines = ["  ".join(c.ljust(w) for c, w in zip(r[:4], widths)) + "  " + r[4] for r in rows]
+        lines.insert(1, "-" * len(lines[0]))
+        done = sum(len(f.nodes) for f in self.findings if f.rewritten)
+        lines.append(f"{done} of {self.lstm_count} LSTM nodes rewritten into "
+                     f"{sum(1 for f in self.findings if f.rewritten)} FusedLSTM nodes")
+        return "\n".join(lines)

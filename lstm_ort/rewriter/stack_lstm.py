@@ -1,0 +1,245 @@
+"""Rule: FusedLSTM layers chained through export glue -> one multi-layer FusedLSTM.
+
+Pattern: FusedLSTM A whose Y feeds, through nothing else, the glue exporters put between
+stacked layers (Transpose(0,2,1,3) + Reshape(0,0,-1), Squeeze of the direction axis, or Reshape
+alone in layout 1) and then X of FusedLSTM B. Condition: same attributes but num_layers, same
+sequence_lens, initial states both absent or Slices of one tensor. Replacement: one FusedLSTM
+with the packed weights concatenated layer-major; each layer's Y_h/Y_c uses read a Slice of the
+fused outputs, and a Concat that rebuilds the whole stack's states reads them directly.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+
+from lstm_ort.builders import DOMAIN, OP_TYPE
+from lstm_ort.rewriter.graph_utils import add_constant, const_array, unique_name
+
+_SAME = ("hidden_size", "direction", "layout", "clip", "input_forget", "activations", "activation_alpha",
+         "activation_beta")
+
+
+def is_fused(node: ir.Node | None) -> bool:
+    return node is not None and node.op_type == OP_TYPE and node.domain == DOMAIN
+
+
+def _attr(node: ir.Node, name: str, default=None):
+    a = node.attributes.get(name)
+    return default if a is None else a.value
+
+
+def _num_dirs(node: ir.Node) -> int:
+    return 2 if _attr(node, "direction", "forward") == "bidirectional" else 1
+
+
+def _single_use(value: ir.Value) -> ir.Node | None:
+    uses = list(value.uses())
+    if len(uses) != 1 or value.is_graph_output():
+        return None
+    return uses[0].node
+
+
+def _is_flatten_reshape(node: ir.Node, width: int) -> bool:
+    """Reshape [T, B, D, H] -> [T, B, D*H] (or the layout-1 twin): leading dims kept (0, or equal
+    to the known static dims), the last one D*H or -1."""
+    if node.op_type != "Reshape" or len(node.inputs) < 2:
+        return False
+    shape = const_array(node.inputs[1])
+    if shape is None or shape.shape != (3,) or shape[2] not in (-1, width) or list(shape).count(-1) > 1:
+        return False
+    dims = node.inputs[0].shape
+    for k in (0, 1):
+        known = dims is not None and isinstance(dims[k], int)
+        if not (shape[k] == 0 or (known and shape[k] == dims[k])):
+            return False
+    return True
+
+
+def _squeezes_axis(node: ir.Node, axis: int) -> bool:
+    if node.op_type != "Squeeze":
+        return False
+    axes = const_array(node.inputs[1]) if len(node.inputs) > 1 else _attr(node, "axes")
+    return axes is not None and [int(a) for a in np.atleast_1d(axes)] in ([axis], [axis - 4])
+
+
+def next_layer(a: ir.Node) -> tuple[ir.Node, list[ir.Node]] | None:
+    """The FusedLSTM that A feeds through stacking glue, and the glue nodes."""
+    D, H, layout = _num_dirs(a), _attr(a, "hidden_size"), _attr(a, "layout", 0)
+    node = _single_use(a.outputs[0])
+    glue = []
+    if node is None:
+        return None
+    if layout == 0 and node.op_type == "Transpose" and list(_attr(node, "perm", [])) == [0, 2, 1, 3]:
+        glue.append(node)
+        node = _single_use(node.outputs[0])
+        if node is None or not _is_flatten_reshape(node, D * H):
+            return None
+    elif not (_is_flatten_reshape(node, D * H) and layout == 1) and not (D == 1 and _squeezes_axis(node, 1 + layout)):
+        return None
+    glue.append(node)
+    b = _single_use(node.outputs[0])
+    if not is_fused(b) or b.inputs[0] is not node.outputs[0]:
+        return None
+    return b, glue
+
+
+def _compatible(a: ir.Node, b: ir.Node) -> bool:
+    def inp(n, i):
+        return n.inputs[i] if i < len(n.inputs) else None
+
+    if any(_attr(a, k) != _attr(b, k) for k in _SAME):
+        return False
+    if inp(a, 3) is not inp(b, 3):  # the same sequence_lens value, or none on both
+        return False
+    return all((inp(a, i) is None) == (inp(b, i) is None) for i in (4, 5))
+
+
+def _slice_of(value: ir.Value | None):
+    """(source, start, end, axis) when value = Slice(source, [start], [end], [axis]) with constants."""
+    node = value.producer() if value is not None else None
+    if node is None or node.op_type != "Slice" or len(node.inputs) < 4:
+        return None
+    starts, ends, axes = (const_array(node.inputs[i]) for i in (1, 2, 3))
+    if any(c is None or c.size != 1 for c in (starts, ends, axes)):
+        return None
+    return node.inputs[0], int(starts.ravel()[0]), int(ends.ravel()[0]), int(axes.ravel()[0])
+
+
+def _merged_state(chain: list[ir.Node], index: int, state_axis: int):
+    """The merged initial state: None, or (source, start, end) covering the chain contiguously."""
+    values = [n.inputs[index] if index < len(n.inputs) else None for n in chain]
+    if all(v is None for v in values):
+        return None, True
+    slices = [_slice_of(v) for v in values]
+    if any(s is None for s in slices):
+        return None, False
+    src, start = slices[0][0], slices[0][1]
+    pos = start
+    for (s, lo, hi, axis), node in zip(slices, chain):
+        layers = _attr(node, "num_layers", 1) * _num_dirs(node)
+        if s is not src or lo != pos or hi - lo != layers or axis != state_axis:
+            return None, False
+        pos = hi
+    return (src, start, pos), True
+
+
+def find_chains(graph) -> list[tuple[list[ir.Node], list[ir.Node]]]:
+    """Maximal chains of compatible FusedLSTM layers, with the glue between them."""
+    succ = {}
+    for node in graph:
+        if is_fused(node):
+            found = next_layer(node)
+            if found and _compatible(node, found[0]):
+                succ[node] = found
+    targets = {b for b, _ in succ.values()}
+    chains = []
+    for head in list(succ):
+        if head in targets:
+            continue
+        chain, glue = [head], []
+        while chain[-1] in succ:
+            b, g = succ[chain[-1]]
+            chain.append(b)
+            glue.extend(g)
+        chains.append((chain, glue))
+    return chains
+
+
+def _cat(graph, chain, index, width_per_layer) -> np.ndarray | None:
+    parts = []
+    present = [i < len(n.inputs) and n.inputs[i] is not None for n in chain for i in [index]]
+    if not any(present):
+        return None
+    for node, has in zip(chain, present):
+        if has:
+            parts.append(const_array(node.inputs[index]))
+        else:
+            parts.append(np.zeros(_attr(node, "num_layers", 1) * _num_dirs(node) * width_per_layer(node),
+                                  const_array(chain[0].inputs[1]).dtype))
+    return np.concatenate(parts)
+
+
+def fuse_chain(graph, chain: list[ir.Node], glue: list[ir.Node]) -> ir.Node | None:
+    """Replaces the chain by one FusedLSTM; None when its initial states cannot be merged."""
+    first, last = chain[0], chain[-1]
+    layout = _attr(first, "layout", 0)
+    state_axis = 0 if layout == 0 else 1
+    merged_states = []
+    for index in (4, 5):
+        state, ok = _merged_state(chain, index, state_axis)
+        if not ok:
+            return None
+        merged_states.append(state)
+    H = _attr(first, "hidden_size")
+    layers = [_attr(n, "num_layers", 1) for n in chain]
+    D = _num_dirs(first)
+    base = unique_name(graph, (first.name or "lstm") + "_stack")
+    w = add_constant(graph, first, base + "_W", np.concatenate([const_array(n.inputs[1]) for n in chain]))
+    b_arr = _cat(graph, chain, 2, lambda n: 4 * H)
+    p_arr = _cat(graph, chain, 6, lambda n: 3 * H)
+    b = add_constant(graph, first, base + "_B", b_arr) if b_arr is not None else None
+    p = add_constant(graph, first, base + "_P", p_arr) if p_arr is not None else None
+
+    consts_made = []
+
+    def state_input(state):
+        if state is None:
+            return None
+        src, start, end = state
+        consts = [add_constant(graph, first, f"{base}_{k}", np.array([v], np.int64))
+                  for k, v in (("s", start), ("e", end), ("a", state_axis))]
+        sl = ir.Node("", "Slice", [src, *consts], name=f"{base}_state_slice_{len(consts_made)}")
+        consts_made.append(sl)
+        graph.insert_before(first, sl)
+        return sl.outputs[0]
+
+    h0, c0 = (state_input(s) for s in merged_states)
+    seq = first.inputs[3] if len(first.inputs) > 3 else None
+    attrs = {k: a for k, a in first.attributes.items()}
+    attrs["num_layers"] = ir.AttrInt64("num_layers", sum(layers))
+    fused = ir.Node(DOMAIN, OP_TYPE, [first.inputs[0], w, b, seq, h0, c0, p], attrs.values(), num_outputs=3,
+                    name=base)
+    while fused.inputs and fused.inputs[-1] is None:
+        fused.resize_inputs(len(fused.inputs) - 1)
+    graph.insert_before(first, fused)
+
+    # Y: the last layer's. Y_h / Y_c: a whole-stack Concat reads the fused output; other uses a Slice.
+    _move(last.outputs[0], fused.outputs[0])
+    for k in (1, 2):
+        outs = [n.outputs[k] for n in chain]
+        concat = _whole_stack_concat(outs, state_axis)
+        if concat is not None:
+            _move(concat.outputs[0], fused.outputs[k])
+            graph.remove(concat, safe=True)
+        offset = 0
+        for node, count in zip(chain, layers):
+            value = node.outputs[k]
+            if value.uses() or value.is_graph_output():
+                consts = [add_constant(graph, first, f"{base}_y{k}_{n}", np.array([v], np.int64))
+                          for n, v in (("s", offset), ("e", offset + count * D), ("a", state_axis))]
+                sl = ir.Node("", "Slice", [fused.outputs[k], *consts], name=f"{base}_out_slice_{k}_{offset}")
+                graph.insert_after(fused, sl)
+                _move(value, sl.outputs[0])
+            offset += count * D
+    graph.remove([*glue, *chain], safe=True)
+    return fused
+
+
+def _move(old: ir.Value, new: ir.Value) -> None:
+    name = old.name
+    new.type, new.shape = old.type, old.shape  # the same tensor the old value was
+    ir.convenience.replace_all_uses_with(old, new, replace_graph_outputs=True)
+    if old.is_graph_output() or name:
+        old.name = None
+        new.name = name
+
+
+def _whole_stack_concat(values: list[ir.Value], axis: int) -> ir.Node | None:
+    uses = [list(v.uses()) for v in values]
+    if any(len(u) != 1 for u in uses) or any(v.is_graph_output() for v in values):
+        return None
+    node = uses[0][0].node
+    if node.op_type != "Concat" or list(node.inputs) != values or _attr(node, "axis") not in (axis, axis - 3):
+        return None
+    return node

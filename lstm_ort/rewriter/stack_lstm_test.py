@@ -1,0 +1,57 @@
+"""stack_lstm: layers chained by export glue become one multi-layer FusedLSTM, outputs equal."""
+
+import numpy as np
+import pytest
+
+from lstm_ort.builders import LstmSpec, random_layers, stock_model
+from lstm_ort.rewriter import Report, optimize
+from lstm_ort.testing import make_feeds, max_abs, run, run_reference
+
+
+@pytest.mark.parametrize("layout", [0, 1])
+@pytest.mark.parametrize("direction", ["forward", "bidirectional"])
+@pytest.mark.parametrize("initial_states", [False, True])
+@pytest.mark.parametrize("L", [2, 3])
+def test_stack_fused_into_one_node(layout, direction, initial_states, L):
+    rng = np.random.default_rng(L)
+    spec = LstmSpec(input_size=4, hidden_size=6, num_layers=L, direction=direction, layout=layout)
+    layers = random_layers(spec, rng)
+    model = stock_model(spec, layers, seq_lens=layout == 0, initial_states=initial_states)
+    report = Report()
+    out = optimize(model, report=report)
+    fused = [n for n in out.graph.node if n.domain == "lstm_ort"]
+    assert len(fused) == 1 and report.all_rewritten
+    assert {a.name: a.i for a in fused[0].attribute if a.name == "num_layers"} == {"num_layers": L}
+    assert [f.layers for f in report.findings] == [L]
+    feeds = make_feeds(spec, 5, 3, rng, seq_lens=layout == 0, initial_states=initial_states)
+    kw = dict(seq_lens=layout == 0, initial_states=initial_states)
+    # Stock's CPU LSTM refuses layout 1: compare with onnx.reference there.
+    ref = run(model, feeds, fused=False) if layout == 0 else run_reference(spec, layers, feeds, **kw)
+    assert max_abs(run(out, feeds), ref) <= 1e-5
+
+
+def test_per_layer_state_uses_read_slices():
+    """A consumer of one layer's Y_h still gets that layer's state from the fused node."""
+    rng = np.random.default_rng(0)
+    spec = LstmSpec(input_size=3, hidden_size=4, num_layers=2)
+    model = stock_model(spec, random_layers(spec, rng), outputs=("Y",))
+    from onnx import TensorProto, helper
+
+    model.graph.output.append(helper.make_tensor_value_info("l0_Y_h", TensorProto.FLOAT, None))
+    out = optimize(model)
+    assert len([n for n in out.graph.node if n.domain == "lstm_ort"]) == 1
+    feeds = make_feeds(spec, 5, 2, rng)
+    assert max_abs(run(out, feeds), run(model, feeds, fused=False)) <= 1e-5
+
+
+def test_different_attributes_are_not_fused():
+    rng = np.random.default_rng(0)
+    spec = LstmSpec(input_size=3, hidden_size=4, num_layers=2)
+    model = stock_model(spec, random_layers(spec, rng))
+    for node in model.graph.node:
+        if node.name == "l1_lstm":
+            from onnx import helper
+
+            node.attribute.append(helper.make_attribute("clip", 5.0))
+    out = optimize(model)
+    assert len([n for n in out.graph.node if n.domain == "lstm_ort"]) == 2

@@ -1,5 +1,7 @@
 // RegisterCustomOps: the library's one entry point, for SessionOptions.register_custom_ops_library
 // and for C++ hosts.
+#include <dlfcn.h>
+
 #include <mutex>
 #include <vector>
 
@@ -19,6 +21,11 @@ std::vector<Ort::CustomOpDomain> g_domains;
 const lstm_ort::FusedLstmOp<lstm_ort::CpuKernel<float>> g_cpu_f32;
 const lstm_ort::FusedLstmOp<lstm_ort::CpuKernel<Ort::Float16_t>> g_cpu_f16;
 
+// onnxruntime dlcloses a custom-op library with the session options that loaded it. Unloading
+// this one would unregister its CUDA kernels and leave cached cuBLAS handles dangling for the
+// next session: pin it in the process instead.
+void PinLibrary();
+
 }  // namespace
 
 extern "C" __attribute__((visibility("default"))) OrtStatus* ORT_API_CALL
@@ -30,6 +37,7 @@ RegisterCustomOps(OrtSessionOptions* options, const OrtApiBase* api_base) {
     return v1->CreateStatus(ORT_FAIL, "lstm_ort needs onnxruntime >= 1.21 (ORT API version 21)");
   }
   Ort::InitApi(api);
+  PinLibrary();
   try {
     std::lock_guard<std::mutex> lock(g_mutex);
     Ort::CustomOpDomain domain(lstm_ort::kDomain);
@@ -45,3 +53,14 @@ RegisterCustomOps(OrtSessionOptions* options, const OrtApiBase* api_base) {
   }
   return nullptr;
 }
+
+namespace {
+void PinLibrary() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    Dl_info info{};
+    if (dladdr(reinterpret_cast<void*>(&RegisterCustomOps), &info) && info.dli_fname)
+      dlopen(info.dli_fname, RTLD_NOW | RTLD_NODELETE);
+  });
+}
+}  // namespace

@@ -43,13 +43,13 @@ def parity(original: onnx.ModelProto, optimized: onnx.ModelProto, atol: float) -
     import onnxruntime as ort
 
     from lstm_ort.session import InferenceSession
+    from lstm_ort.testing import max_abs
 
     feeds = random_feeds(original, np.random.default_rng(0))
     providers = ["CPUExecutionProvider"]
     ref = ort.InferenceSession(original.SerializeToString(), providers=providers).run(None, feeds)
     got = InferenceSession(optimized.SerializeToString(), providers=providers).run(None, feeds)
-    return max((float(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64)).max(initial=0.0))
-                for a, b in zip(ref, got)), default=0.0)
+    return max_abs(ref, got)
 
 
 def write_atomically(model: onnx.ModelProto, out: Path) -> None:

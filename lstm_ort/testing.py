@@ -5,6 +5,8 @@ Used by the tests and tools/bench.py, so every comparison the project reports is
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -17,6 +19,19 @@ CPU = ["CPUExecutionProvider"]
 # Stock's CUDA provider computes in TF32 unless told not to; parity is against FP32.
 CUDA = [("CUDAExecutionProvider", {"use_tf32": "0"}), "CPUExecutionProvider"]
 DEFAULT_ACTIVATIONS = ("Sigmoid", "Tanh", "Tanh")
+
+# The parity grids every kernel is held to (CPU and CUDA tests share them).
+DIRECTIONS = ("forward", "reverse", "bidirectional")
+# (direction, layout, T, B, H, L)
+SHAPE_GRID = list(itertools.product(DIRECTIONS, [0, 1], [1, 7, 100], [1, 3, 64], [1, 17, 128], [1, 3]))
+# (direction, layout, seq_lens, initial_states, peepholes, clip, input_forget, non-default activations)
+FEATURE_GRID = list(itertools.product(DIRECTIONS, [0, 1], [False, True], [False, True], [False, True],
+                                      [None, 0.4], [0, 1], [False, True]))
+NON_DEFAULT_ACTS = {
+    1: dict(activations=["HardSigmoid", "LeakyRelu", "Softsign"], activation_alpha=[0.3, 0.05], activation_beta=[0.6]),
+    2: dict(activations=["HardSigmoid", "LeakyRelu", "Softsign", "Sigmoid", "ScaledTanh", "Elu"],
+            activation_alpha=[0.3, 0.05, 0.9, 0.8], activation_beta=[0.6, 1.1]),
+}
 
 
 def make_lengths(T: int, B: int, rng: np.random.Generator) -> np.ndarray:

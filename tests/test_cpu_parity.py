@@ -1,21 +1,14 @@
 """FusedLSTM on the CPU against stock onnxruntime's LSTM and onnx.reference, on grids of shapes
 and attributes. fp32 bound: 1e-5 max-abs on unit-scale inputs."""
 
-import itertools
-
 import numpy as np
 import pytest
 
 from lstm_ort.builders import LstmSpec, random_layers
-from lstm_ort.testing import make_feeds, max_abs, reference_applies, run_fused, run_reference, run_stock
+from lstm_ort.testing import (DIRECTIONS, FEATURE_GRID, NON_DEFAULT_ACTS, SHAPE_GRID, make_feeds, max_abs,
+                              reference_applies, run_fused, run_reference, run_stock)
 
 TOL = 1e-5
-DIRECTIONS = ["forward", "reverse", "bidirectional"]
-NON_DEFAULT_ACTS = {
-    1: dict(activations=["HardSigmoid", "LeakyRelu", "Softsign"], activation_alpha=[0.3, 0.05], activation_beta=[0.6]),
-    2: dict(activations=["HardSigmoid", "LeakyRelu", "Softsign", "Sigmoid", "ScaledTanh", "Elu"],
-            activation_alpha=[0.3, 0.05, 0.9, 0.8], activation_beta=[0.6, 1.1]),
-}
 
 
 def check(spec, T, B, rng, *, seq_lens=False, initial_states=False, outputs=("Y", "Y_h", "Y_c")):
@@ -31,12 +24,7 @@ def check(spec, T, B, rng, *, seq_lens=False, initial_states=False, outputs=("Y"
     return got
 
 
-@pytest.mark.parametrize("L", [1, 3])
-@pytest.mark.parametrize("H", [1, 17, 128])
-@pytest.mark.parametrize("B", [1, 3, 64])
-@pytest.mark.parametrize("T", [1, 7, 100])
-@pytest.mark.parametrize("layout", [0, 1])
-@pytest.mark.parametrize("direction", DIRECTIONS)
+@pytest.mark.parametrize("direction,layout,T,B,H,L", SHAPE_GRID)
 def test_shapes(direction, layout, T, B, H, L, rng):
     # Odd T*B*H cases also carry lengths and initial states, so both halves of the grid see them.
     extras = (T + B + H) % 2 == 1
@@ -44,11 +32,7 @@ def test_shapes(direction, layout, T, B, H, L, rng):
     check(spec, T, B, rng, seq_lens=extras, initial_states=extras)
 
 
-FEATURES = list(itertools.product(DIRECTIONS, [0, 1], [False, True], [False, True], [False, True],
-                                  [None, 0.4], [0, 1], [False, True]))
-
-
-@pytest.mark.parametrize("direction,layout,seq_lens,initial_states,peepholes,clip,input_forget,acts", FEATURES)
+@pytest.mark.parametrize("direction,layout,seq_lens,initial_states,peepholes,clip,input_forget,acts", FEATURE_GRID)
 def test_features(direction, layout, seq_lens, initial_states, peepholes, clip, input_forget, acts, rng):
     D = 2 if direction == "bidirectional" else 1
     L = 3 if (peepholes + input_forget + (clip is not None)) % 2 else 1

@@ -1,20 +1,19 @@
 """FusedLSTM on the CUDA EP: the parity grid against stock onnxruntime (CUDA where stock's cuDNN
 path takes the case, CPU otherwise) and against our own CPU kernel, for every step kernel."""
 
-import itertools
 import threading
 
 import numpy as np
 import pytest
 
 from lstm_ort.builders import LstmSpec, random_layers
-from lstm_ort.testing import CPU, CUDA, make_feeds, max_abs, run_fused, run_stock
+from lstm_ort.testing import (CPU, CUDA, DIRECTIONS, FEATURE_GRID, NON_DEFAULT_ACTS, SHAPE_GRID, make_feeds, max_abs,
+                              run_fused, run_stock)
 
 pytestmark = pytest.mark.gpu
 
 TOL = 2e-5
 STEP_KERNELS = ["tiled", "splitk"]
-DIRECTIONS = ["forward", "reverse", "bidirectional"]
 
 
 def stock_cuda_applies(spec: LstmSpec) -> bool:
@@ -39,23 +38,14 @@ def check_gpu(spec, T, B, rng, step_kernel, monkeypatch, *, seq_lens=False, init
 
 
 @pytest.mark.parametrize("step_kernel", STEP_KERNELS)
-@pytest.mark.parametrize("L", [1, 3])
-@pytest.mark.parametrize("H", [1, 17, 128])
-@pytest.mark.parametrize("B", [1, 3, 64])
-@pytest.mark.parametrize("T", [1, 7, 100])
-@pytest.mark.parametrize("layout", [0, 1])
-@pytest.mark.parametrize("direction", DIRECTIONS)
+@pytest.mark.parametrize("direction,layout,T,B,H,L", SHAPE_GRID)
 def test_shapes(direction, layout, T, B, H, L, step_kernel, rng, monkeypatch):
     extras = (T + B + H) % 2 == 1
     spec = LstmSpec(input_size=5, hidden_size=H, num_layers=L, direction=direction, layout=layout)
     check_gpu(spec, T, B, rng, step_kernel, monkeypatch, seq_lens=extras, initial_states=extras)
 
 
-FEATURES = list(itertools.product(DIRECTIONS, [0, 1], [False, True], [False, True], [False, True],
-                                  [None, 0.4], [0, 1], [False, True]))[::3]
-ACTS = {1: dict(activations=["HardSigmoid", "LeakyRelu", "Softsign"], activation_alpha=[0.3, 0.05], activation_beta=[0.6]),
-        2: dict(activations=["HardSigmoid", "LeakyRelu", "Softsign", "Sigmoid", "ScaledTanh", "Elu"],
-                activation_alpha=[0.3, 0.05, 0.9, 0.8], activation_beta=[0.6, 1.1])}
+FEATURES = FEATURE_GRID[::3]  # every third case: CUDA sessions are slower to create
 
 
 @pytest.mark.parametrize("step_kernel", STEP_KERNELS)
@@ -64,7 +54,7 @@ def test_features(direction, layout, seq_lens, initial_states, peepholes, clip, 
                   rng, monkeypatch):
     D = 2 if direction == "bidirectional" else 1
     spec = LstmSpec(input_size=6, hidden_size=33, num_layers=2, direction=direction, layout=layout, clip=clip,
-                    input_forget=input_forget, peepholes=peepholes, **(ACTS[D] if acts else {}))
+                    input_forget=input_forget, peepholes=peepholes, **(NON_DEFAULT_ACTS[D] if acts else {}))
     check_gpu(spec, 9, 5, rng, step_kernel, monkeypatch, seq_lens=seq_lens, initial_states=initial_states)
 
 

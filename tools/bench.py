@@ -22,6 +22,7 @@ import onnxruntime as ort
 
 from lstm_ort.builders import LstmSpec, fused_model, random_layers, stock_model
 from lstm_ort.session import register
+from lstm_ort.testing import max_abs
 
 # (L, T, H, B, bidirectional): DEVELOPERS.md's reference configs.
 REFERENCE = [(4, 100, 512, 64, False), (1, 100, 512, 64, False), (2, 200, 1024, 32, False), (4, 100, 512, 1, False),
@@ -120,10 +121,6 @@ def torch_runner(spec: LstmSpec, layers, x: np.ndarray, device: str):
         return [y.reshape(T, B, D, H).permute(0, 2, 1, 3).cpu().numpy(), h.cpu().numpy(), c.cpu().numpy()]
 
     return run, outputs, sync
-
-
-def max_abs(a, b) -> float:
-    return max(float(np.abs(np.asarray(x, np.float64) - np.asarray(y, np.float64)).max()) for x, y in zip(a, b))
 
 
 def bench_config(cfg, device: str, runs: int, warmup: int, use_torch: bool) -> Row:

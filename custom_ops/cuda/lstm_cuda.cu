@@ -104,15 +104,13 @@ int GridFor(long long n) { return static_cast<int>(std::min<long long>((n + 255)
 constexpr size_t kTiledSmemBudget = 200 * 1024;
 
 template <typename T, int RG>
-void LaunchTiledRG(const StepArgs<T>& a, int D, cudaStream_t stream) {
+void LaunchTiledRG(const StepArgs<T>& a, int D, int device, cudaStream_t stream) {
   using S = TiledShape<RG>;
   // The largest K chunk that fits the budget: one chunk whenever H allows.
   int kc = (a.H + S::kAlign - 1) / S::kAlign * S::kAlign;
   while (kc > S::kAlign && TiledSmemBytes<T, RG>(kc) > kTiledSmemBudget) kc -= S::kAlign;
   // The limit belongs to (kernel, device): raise it once per device.
   static std::atomic<uint64_t> raised{0};
-  int device = 0;
-  cudaGetDevice(&device);
   const uint64_t bit = uint64_t{1} << (device & 63);
   if (!(raised.load() & bit)) {
     Check(cudaFuncSetAttribute(StepTiled<T, RG>, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -124,9 +122,9 @@ void LaunchTiledRG(const StepArgs<T>& a, int D, cudaStream_t stream) {
 }
 
 template <typename T>
-void LaunchTiled(const StepArgs<T>& a, int D, cudaStream_t stream) {
-  if (a.B <= 32) LaunchTiledRG<T, 8>(a, D, stream);
-  else LaunchTiledRG<T, 16>(a, D, stream);
+void LaunchTiled(const StepArgs<T>& a, int D, int device, cudaStream_t stream) {
+  if (a.B <= 32) LaunchTiledRG<T, 8>(a, D, device, stream);
+  else LaunchTiledRG<T, 16>(a, D, device, stream);
 }
 
 template <typename T>
@@ -234,20 +232,18 @@ void Run(const Attributes& attrs, const CallIO& io, cudaStream_t stream, void* s
                                                         LD, B, H, layout);
     Check(cudaGetLastError(), "init states");
 
-    int cur = 0;
+    int cur = 0;  // each launch below is checked right after it, so nothing foreign is pending between them
     for (int step = 0; step < io.max_len; ++step) {
       a.step = step;
       for (int dir = 0; dir < D; ++dir) {
         a.h_in[dir] = s.h[cur] + static_cast<long long>(dir) * B * H;
         a.h_out[dir] = s.h[cur ^ 1] + static_cast<long long>(dir) * B * H;
       }
-      ClearPending();
       if (kernel == StepKernel::kSplitK) LaunchSplitK(a, D, sm_count, stream);
-      else LaunchTiled(a, D, stream);
+      else LaunchTiled(a, D, device, stream);
       Check(cudaGetLastError(), "recurrent step");
       cur ^= 1;
     }
-    ClearPending();
     FinalStates<T><<<GridFor(n_state), 256, 0, stream>>>(s.h[cur], s.c, s.lens, static_cast<T*>(io.out[kYH]),
                                                          static_cast<T*>(io.out[kYC]), l, D, LD, B, H, layout);
     Check(cudaGetLastError(), "final states");

@@ -146,9 +146,10 @@ def find_chains(graph) -> list[tuple[list[ir.Node], list[ir.Node]]]:
     return chains
 
 
-def _cat(graph, chain, index, width_per_layer) -> np.ndarray | None:
+def _cat(chain, index, width_per_layer) -> np.ndarray | None:
+    """Packed input `index` (B or P) of the whole chain: layers without it contribute zeros."""
     parts = []
-    present = [i < len(n.inputs) and n.inputs[i] is not None for n in chain for i in [index]]
+    present = [index < len(n.inputs) and n.inputs[index] is not None for n in chain]
     if not any(present):
         return None
     for node, has in zip(chain, present):
@@ -176,8 +177,8 @@ def fuse_chain(graph, chain: list[ir.Node], glue: list[ir.Node]) -> ir.Node | No
     D = _num_dirs(first)
     base = unique_name(graph, (first.name or "lstm") + "_stack")
     w = add_constant(graph, first, base + "_W", np.concatenate([const_array(n.inputs[1]) for n in chain]))
-    b_arr = _cat(graph, chain, 2, lambda n: 4 * H)
-    p_arr = _cat(graph, chain, 6, lambda n: 3 * H)
+    b_arr = _cat(chain, 2, lambda n: 4 * H)
+    p_arr = _cat(chain, 6, lambda n: 3 * H)
     b = add_constant(graph, first, base + "_B", b_arr) if b_arr is not None else None
     p = add_constant(graph, first, base + "_P", p_arr) if p_arr is not None else None
 

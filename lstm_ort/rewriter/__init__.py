@@ -12,6 +12,7 @@ from pathlib import Path
 
 import onnx
 import onnx_ir as ir
+import onnxscript.optimizer
 
 from lstm_ort.builders import DOMAIN
 from lstm_ort.rewriter import single_lstm, stack_lstm
@@ -62,12 +63,11 @@ def optimize(model_or_path, *, fold_constants: bool = True, fuse_stacks: bool = 
     model = ir.serde.deserialize_model(proto)
     if fold_constants:
         # Dynamo exports build weights with Slice/Concat at run time: fold them into constants.
-        import onnxscript.optimizer
-
         onnxscript.optimizer.fold_constants(model)
     report = report if report is not None else Report()
+
+    by_node = {}  # FusedLSTM node -> its finding
     for location, graph in iter_graphs(model):
-        by_node = {}
         for node in list(graph):
             if not single_lstm.matches(node):
                 continue
@@ -80,7 +80,11 @@ def optimize(model_or_path, *, fold_constants: bool = True, fuse_stacks: bool = 
             fused = single_lstm.rewrite(graph, node)
             finding.rewritten, finding.fused_node = True, fused.name
             by_node[fused] = finding
-        if fuse_stacks:
+    # Dropped zero states leave their shape computations (Shape of a layer's output) dead: remove
+    # them, so a layer output feeds only the next layer and stacks can be matched.
+    onnxscript.optimizer.remove_unused_nodes(model)
+    if fuse_stacks:
+        for location, graph in iter_graphs(model):
             for chain, glue in stack_lstm.find_chains(graph):
                 fused = stack_lstm.fuse_chain(graph, chain, glue)
                 if fused is None:
@@ -93,8 +97,9 @@ def optimize(model_or_path, *, fold_constants: bool = True, fuse_stacks: bool = 
                 by_node[fused] = merged
     if any(f.rewritten for f in report.findings):
         model.opset_imports[DOMAIN] = 1
-    import onnxscript.optimizer
-
+        for function in model.functions.values():  # functions import their opsets themselves
+            if any(n.domain == DOMAIN for n in function):
+                function.opset_imports[DOMAIN] = 1
     onnxscript.optimizer.remove_unused_nodes(model)  # the glue and per-layer slices the rules bypassed
     _drop_unused_initializers(model)
     out = ir.serde.serialize_model(model)

@@ -85,3 +85,89 @@ def test_lstm_inside_if_branch_is_rewritten():
     feeds = {"cond": np.array(True), "X": rng.standard_normal((6, 2, 4)).astype(np.float32)}
     assert max_abs(run(out, feeds), run(model, feeds, fused=False)) <= 1e-5
     onnx.checker.check_model(out)
+
+
+def _with_node_edit(edit):
+    spec = LstmSpec(input_size=2, hidden_size=3)
+    model = stock_model(spec, random_layers(spec, np.random.default_rng(0)))
+    edit(model)
+    report = Report()
+    out = optimize(model, report=report, fold_constants=False)
+    return report.findings[0], out
+
+
+def test_unknown_attribute_is_refused():
+    def edit(model):
+        model.graph.node[0].attribute.append(helper.make_attribute("future_knob", 1))
+
+    finding, out = _with_node_edit(edit)
+    assert not finding.rewritten and "unsupported LSTM attributes: ['future_knob']" in finding.reason
+    assert [n.op_type for n in out.graph.node].count("LSTM") == 1
+
+
+def test_wrong_weight_shape_is_refused():
+    def edit(model):
+        w = next(i for i in model.graph.initializer if i.name == "l0_W")
+        w.CopyFrom(numpy_helper.from_array(np.zeros((1, 8, 2), np.float32), "l0_W"))
+
+    finding, _ = _with_node_edit(edit)
+    assert not finding.rewritten and "W has shape [1, 8, 2], not [1, 12, I]" in finding.reason
+
+
+def test_missing_x_is_refused():
+    def edit(model):
+        model.graph.node[0].input[0] = ""
+
+    finding, _ = _with_node_edit(edit)
+    assert not finding.rewritten and finding.reason == "input X is missing"
+
+
+def _lstm_nodes_with_constant_weights(spec, rng, x="X", y_h="Y_h"):
+    """An LSTM whose weights are Constant nodes (as they must be inside functions)."""
+    (layer,) = random_layers(spec, rng)
+    consts = [helper.make_node("Constant", [], [name], value=numpy_helper.from_array(arr, name))
+              for name, arr in (("W", layer.W), ("R", layer.R), ("B", layer.B))]
+    return consts + [helper.make_node("LSTM", [x, "W", "R", "B"], ["", y_h], hidden_size=spec.hidden_size)]
+
+
+def test_lstm_inside_function_is_rewritten():
+    rng = np.random.default_rng(3)
+    spec = LstmSpec(input_size=4, hidden_size=5)
+    fn = helper.make_function("local", "lstm_fn", ["X"], ["Y_h"], _lstm_nodes_with_constant_weights(spec, rng),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    graph = helper.make_graph([helper.make_node("lstm_fn", ["X"], ["out"], domain="local")], "main",
+                              [helper.make_tensor_value_info("X", TensorProto.FLOAT, [6, 2, 4])],
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 2, 5])])
+    model = helper.make_model(graph, functions=[fn], opset_imports=[helper.make_opsetid("", 17),
+                                                                    helper.make_opsetid("local", 1)])
+    model.ir_version = IR_VERSION
+    report = Report()
+    out = optimize(model, report=report, fold_constants=False)
+    assert report.all_rewritten and report.findings[0].location == "function:lstm_fn"
+    feeds = {"X": rng.standard_normal((6, 2, 4)).astype(np.float32)}
+    assert max_abs(run(out, feeds), run(model, feeds, fused=False)) <= 1e-5
+
+
+def test_lstm_inside_loop_body_is_rewritten():
+    rng = np.random.default_rng(4)
+    spec = LstmSpec(input_size=4, hidden_size=5)
+    body = helper.make_graph(
+        _lstm_nodes_with_constant_weights(spec, rng, y_h="h") + [helper.make_node("Identity", ["cond_in"], ["cond_out"])],
+        "body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, [])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("h", TensorProto.FLOAT, [1, 2, 5])])
+    loop = helper.make_node("Loop", ["trip", "cond"], ["hs"], body=body)
+    graph = helper.make_graph([loop], "main",
+                              [helper.make_tensor_value_info("X", TensorProto.FLOAT, [6, 2, 4])],
+                              [helper.make_tensor_value_info("hs", TensorProto.FLOAT, [2, 1, 2, 5])],
+                              [numpy_helper.from_array(np.array(2, np.int64), "trip"),
+                               numpy_helper.from_array(np.array(True), "cond")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = IR_VERSION
+    report = Report()
+    out = optimize(model, report=report, fold_constants=False)
+    assert report.all_rewritten and report.findings[0].location.startswith("graph/")
+    feeds = {"X": rng.standard_normal((6, 2, 4)).astype(np.float32)}
+    assert max_abs(run(out, feeds), run(model, feeds, fused=False)) <= 1e-5

@@ -108,7 +108,7 @@ void LaunchTiledRG(const StepArgs<T>& a, int D, int device, cudaStream_t stream)
   using S = TiledShape<RG>;
   // The largest K chunk that fits the budget: one chunk whenever H allows.
   int kc = (a.H + S::kAlign - 1) / S::kAlign * S::kAlign;
-  while (kc > S::kAlign && TiledSmemBytes<T, RG>(kc) > kTiledSmemBudget) kc -= S::kAlign;
+  while (kc > S::kAlign && TiledSmemBytes<T, RG>(kc, a.H) > kTiledSmemBudget) kc -= S::kAlign;
   // The limit belongs to (kernel, device): raise it once per device.
   static std::atomic<uint64_t> raised{0};
   const uint64_t bit = uint64_t{1} << (device & 63);
@@ -118,7 +118,7 @@ void LaunchTiledRG(const StepArgs<T>& a, int D, int device, cudaStream_t stream)
     raised.fetch_or(bit);
   }
   dim3 grid((a.H + kTiledUnits - 1) / kTiledUnits, (a.B + S::RB - 1) / S::RB, D);
-  StepTiled<T, RG><<<grid, kTiledThreads, TiledSmemBytes<T, RG>(kc), stream>>>(a, kc);
+  StepTiled<T, RG><<<grid, kTiledThreads, TiledSmemBytes<T, RG>(kc, a.H), stream>>>(a, kc);
 }
 
 template <typename T>

@@ -23,12 +23,16 @@ struct TiledShape {
   static_assert(KS >= 2 * kTiledRows, "the first 8 K-split threads each finish one (row, unit) of the tile");
 };
 
-// Dynamic shared memory: h [RB][kc + 1] floats (odd stride: the rows of one k hit distinct banks),
-// then w [kc][4 units][4 gates] of T; afterwards the same memory holds the partial sums.
+// Row stride of the h tile: kc + 4 keeps rows 16-byte aligned for 16-byte cp.async (H % 4 == 0);
+// otherwise kc + 1, odd, so the rows a warp reads at one k fall in distinct banks.
+__host__ __device__ constexpr int TiledStride(int kc, int H) { return (H & 3) == 0 ? kc + 4 : kc + 1; }
+
+// Dynamic shared memory: h [RB][stride] floats, then w [kc][4 units][4 gates] of T; afterwards
+// the same memory holds the partial sums.
 template <typename T, int RG>
-constexpr size_t TiledSmemBytes(int kc) {
+constexpr size_t TiledSmemBytes(int kc, int H) {
   using S = TiledShape<RG>;
-  const size_t h = sizeof(float) * S::RB * (kc + 1);
+  const size_t h = sizeof(float) * S::RB * TiledStride(kc, H);
   const size_t h_aligned = (h + 15) / 16 * 16;
   const size_t tiles = h_aligned + sizeof(T) * 4 * kTiledUnits * kc;
   const size_t partial = sizeof(float) * kTiledThreads * 2 * kTiledRows * 4;
@@ -42,7 +46,7 @@ template <typename T, int RG>
 __global__ void __launch_bounds__(kTiledThreads) StepTiled(StepArgs<T> a, int kc) {
   using S = TiledShape<RG>;
   extern __shared__ float4 smem[];
-  const int stride = kc + 1;
+  const int stride = TiledStride(kc, a.H);
   float* h_s = reinterpret_cast<float*>(smem);
   T* w_s = reinterpret_cast<T*>(reinterpret_cast<char*>(smem) + (sizeof(float) * S::RB * stride + 15) / 16 * 16);
   float* partial = reinterpret_cast<float*>(smem);
@@ -66,11 +70,21 @@ __global__ void __launch_bounds__(kTiledThreads) StepTiled(StepArgs<T> a, int kc
   for (int i = 0; i < kTiledRows; ++i) acc[i][0] = acc[i][1] = make_float4(0.f, 0.f, 0.f, 0.f);
 
   for (int k0 = 0; k0 < H; k0 += kc) {
-    for (int i = tid; i < S::RB * kc; i += kTiledThreads) {
-      const int r = i / kc, kk = i % kc, row = b0 + r, k = k0 + kk;
+    // Walk the tile with (row, column) stepped incrementally: no integer division per copy.
+    const int vec = (H & 3) == 0 ? 4 : 1;  // floats per copy
+    const int per_row = kc / vec;
+    int r = tid / per_row, c = tid % per_row;
+    for (; r < S::RB; ) {
+      const int row = b0 + r, k = k0 + c * vec;
       const bool ok = row < B && k < H;
-      __pipeline_memcpy_async(h_s + r * stride + kk, ok ? h_in + static_cast<long long>(row) * H + k : h_in, 4,
-                              ok ? 0 : 4);
+      const float* src = ok ? h_in + static_cast<long long>(row) * H + k : h_in;
+      if (vec == 4) __pipeline_memcpy_async(h_s + r * stride + c * 4, src, 16, ok ? 0 : 16);
+      else __pipeline_memcpy_async(h_s + r * stride + c, src, 4, ok ? 0 : 4);
+      c += kTiledThreads;
+      while (c >= per_row) {
+        c -= per_row;
+        ++r;
+      }
     }
     for (int i = tid; i < kc * kTiledUnits; i += kTiledThreads) {
       const int kk = i / kTiledUnits, j = i % kTiledUnits, k = k0 + kk, u = u0 + j;

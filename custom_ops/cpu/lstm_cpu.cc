@@ -42,6 +42,33 @@ inline int64_t StateRow(int64_t layout, int64_t LD, int64_t B, int64_t k, int64_
   return layout == 0 ? k * B + b : b * LD + k;
 }
 
+bool IsDefaultCell(const CellParams& p, bool peepholes) {
+  return !peepholes && !p.input_forget && p.act[0].kind == ActKind::kSigmoid && p.act[1].kind == ActKind::kTanh &&
+         p.act[2].kind == ActKind::kTanh;
+}
+
+// The common cell (Sigmoid/Tanh/Tanh, no peepholes, no input_forget) over a whole row, with
+// Eigen's vectorised logistic and tanh: the scalar per-unit path spends most of its time in
+// transcendentals.
+struct RowScratch {
+  explicit RowScratch(int64_t H) : pre(4 * H), sig(4 * H), g(H), tc(H) {}
+  Eigen::ArrayXf pre, sig, g, tc;
+};
+
+void UpdateRowDefault(const CellParams& p, int64_t H, const float* gates, const float* gx, float* h, float* c,
+                      float* y, RowScratch& s) {
+  using CArr = Eigen::Map<const Eigen::ArrayXf>;
+  s.pre = CArr(gates, 4 * H) + CArr(gx, 4 * H);
+  if (p.has_clip) s.pre = s.pre.max(-p.clip).min(p.clip);
+  s.sig = s.pre.logistic();
+  for (int64_t j = 0; j < H; ++j) s.g[j] = s.pre[kGates * j + kGateC];
+  s.g = s.g.tanh();
+  for (int64_t j = 0; j < H; ++j)
+    c[j] = s.sig[kGates * j + kGateF] * c[j] + s.sig[kGates * j + kGateI] * s.g[j];
+  s.tc = CArr(c, H).tanh();
+  for (int64_t j = 0; j < H; ++j) y[j] = h[j] = s.sig[kGates * j + kGateO] * s.tc[j];
+}
+
 struct DirectionJob {
   const Dims* d;
   const Attributes* attrs;
@@ -59,24 +86,34 @@ struct DirectionJob {
   float* c_final;
 };
 
-void RunDirection(const DirectionJob& job) {
+// Batch entries [b0, b1) of one direction of one layer. Batch entries never interact, so
+// chunks of the batch run on separate threads with no synchronisation.
+void RunChunk(const DirectionJob& job, int64_t b0, int64_t b1) {
   const Dims& d = *job.d;
-  const int64_t B = d.B, H = d.H, G = kGates * H, I = d.LayerInput(job.l);
+  const int64_t B = d.B, nb = b1 - b0, H = d.H, G = kGates * H, I = d.LayerInput(job.l);
   const int64_t k = job.l * d.D + job.dir;
   const bool reverse = job.attrs->reverse_only || job.dir == 1;
   const CellParams cell = MakeCellParams(*job.attrs, static_cast<int>(job.dir));
+  const int64_t steps = job.max_len;
 
-  // Input projection of every step at once; reverse steps read rows below max_len too.
-  const int64_t rows = static_cast<int64_t>(job.max_len) * B;
-  RowMat gx(rows, G);
-  if (rows > 0) {
-    gx.noalias() = ConstMap(job.x, rows, I, Eigen::OuterStride<>(I)) * ConstMap(job.w, I, G, Eigen::OuterStride<>(G));
+  // Input projection of every step of this chunk at once; reverse steps read rows below max_len too.
+  RowMat gx(steps * nb, G);
+  if (steps > 0) {
+    const float* x = job.x;
+    RowMat xc;
+    if (nb != B) {  // gather this chunk's rows of every step
+      xc.resize(steps * nb, I);
+      for (int64_t t = 0; t < steps; ++t)
+        xc.middleRows(t * nb, nb) = ConstMap(job.x + (t * B + b0) * I, nb, I, Eigen::OuterStride<>(I));
+      x = xc.data();
+    }
+    gx.noalias() = ConstMap(x, steps * nb, I, Eigen::OuterStride<>(I)) * ConstMap(job.w, I, G, Eigen::OuterStride<>(G));
     if (job.bias) gx.rowwise() += Eigen::Map<const Eigen::RowVectorXf>(job.bias, G);
   }
 
-  RowMat h(B, H), c(B, H), gates(B, G);
-  for (int64_t b = 0; b < B; ++b) {
-    const int64_t r = StateRow(job.attrs->layout, d.L * d.D, B, k, b);
+  RowMat h(nb, H), c(nb, H), gates(nb, G);
+  for (int64_t b = 0; b < nb; ++b) {
+    const int64_t r = StateRow(job.attrs->layout, d.L * d.D, B, k, b0 + b);
     for (int64_t j = 0; j < H; ++j) {
       h(b, j) = job.h0 ? job.h0[r * H + j] : 0.f;
       c(b, j) = job.c0 ? job.c0[r * H + j] : 0.f;
@@ -86,19 +123,25 @@ void RunDirection(const DirectionJob& job) {
   const float* pi = job.peep;
   const float* po = job.peep ? job.peep + H : nullptr;
   const float* pf = job.peep ? job.peep + 2 * H : nullptr;
-  const std::vector<int32_t>& lens = *job.lens;
+  const int32_t* lens = job.lens->data() + b0;
 
-  for (int32_t s = 0; s < job.max_len; ++s) {
+  const bool fast = IsDefaultCell(cell, pi != nullptr);
+  RowScratch scratch(fast ? H : 0);
+  for (int64_t s = 0; s < steps; ++s) {
     gates.noalias() = h * wh;
-    for (int64_t b = 0; b < B; ++b) {
+    for (int64_t b = 0; b < nb; ++b) {
       const int32_t len = lens[b];
       if (s >= len) continue;
       const int64_t t = reverse ? len - 1 - s : s;
-      const float* gxr = gx.data() + (t * B + b) * G;
+      const float* gxr = gx.data() + (t * nb + b) * G;
       const float* gr = gates.data() + b * G;
       float* hr = h.data() + b * H;
       float* cr = c.data() + b * H;
-      float* yr = job.layer_out + ((t * B + b) * d.D + job.dir) * H;
+      float* yr = job.layer_out + ((t * B + b0 + b) * d.D + job.dir) * H;
+      if (fast) {
+        UpdateRowDefault(cell, H, gr, gxr, hr, cr, yr, scratch);
+        continue;
+      }
       for (int64_t j = 0; j < H; ++j) {
         const float* g4 = gr + kGates * j;
         const float* x4 = gxr + kGates * j;
@@ -109,13 +152,35 @@ void RunDirection(const DirectionJob& job) {
     }
   }
   // A sequence of length 0 ends in zero states, as stock onnxruntime gives.
-  for (int64_t b = 0; b < B; ++b) {
+  for (int64_t b = 0; b < nb; ++b) {
     const bool empty = lens[b] == 0;
     for (int64_t j = 0; j < H; ++j) {
-      job.h_final[b * H + j] = empty ? 0.f : h(b, j);
-      job.c_final[b * H + j] = empty ? 0.f : c(b, j);
+      job.h_final[(b0 + b) * H + j] = empty ? 0.f : h(b, j);
+      job.c_final[(b0 + b) * H + j] = empty ? 0.f : c(b, j);
     }
   }
+}
+
+// Runs fn(0..n-1), task 0 on the calling thread.
+template <typename Fn>
+void ParallelFor(int n, Fn fn) {
+  std::vector<std::thread> threads;
+  for (int i = 1; i < n; ++i) threads.emplace_back(fn, i);
+  fn(0);
+  for (auto& t : threads) t.join();
+}
+
+// Batch chunks per direction: one per core the directions leave, when the work pays for a thread.
+int ChunksFor(const Dims& d, int32_t max_len) {
+  const int cores = std::max(1u, std::thread::hardware_concurrency()) / static_cast<int>(d.D);
+  const double flops = 8.0 * max_len * d.B * d.H * (d.H + d.LayerInput(0));
+  if (cores <= 1 || flops < 2e7) return 1;
+  return static_cast<int>(std::min<int64_t>(cores, d.B));
+}
+
+void RunDirection(const DirectionJob& job, int chunks) {
+  const int64_t B = job.d->B;
+  ParallelFor(chunks, [&](int i) { RunChunk(job, B * i / chunks, B * (i + 1) / chunks); });
 }
 
 }  // namespace
@@ -156,14 +221,9 @@ void RunLstmCpu(const Attributes& attrs, const CallIO& io) {
                                h0, c0, &lens, io.max_len, layer_out.data(),
                                h_final.data() + k * B * H, c_final.data() + k * B * H};
     }
-    if (D == 2) {
-      // The two directions are independent: run the reverse one beside the forward one.
-      std::thread other(RunDirection, std::cref(jobs[1]));
-      RunDirection(jobs[0]);
-      other.join();
-    } else {
-      RunDirection(jobs[0]);
-    }
+    // Directions are independent too: each gets its own threads.
+    const int chunks = ChunksFor(d, io.max_len);
+    ParallelFor(static_cast<int>(D), [&](int dir) { RunDirection(jobs[dir], chunks); });
     std::swap(layer_in, layer_out);
   }
 

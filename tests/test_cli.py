@@ -70,3 +70,13 @@ def test_entry_point_runs(model_path):
     done = subprocess.run([sys.executable, "-m", "lstm_ort.cli", "check", str(model_path)], capture_output=True,
                           text=True)
     assert done.returncode == 0 and "rewritten" in done.stdout
+
+
+def test_external_data_model(tmp_path, capsys):
+    spec = LstmSpec(input_size=4, hidden_size=5, num_layers=2)
+    src = tmp_path / "ext.onnx"
+    onnx.save(stock_model(spec, random_layers(spec, np.random.default_rng(0))), str(src),
+              save_as_external_data=True, all_tensors_to_one_file=True, location="ext.onnx.data", size_threshold=0)
+    out = tmp_path / "out.onnx"
+    assert main(["optimize", str(src), "-o", str(out), "--check"]) == EXIT_OK
+    assert "2 of 2 LSTM nodes rewritten into 1 FusedLSTM nodes" in capsys.readouterr().out

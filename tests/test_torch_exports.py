@@ -47,3 +47,16 @@ def _graphs(graph):
                 yield from _graphs(attr.g)
             for g in attr.graphs:
                 yield from _graphs(g)
+
+
+@pytest.mark.parametrize("name,exporter", CASES, ids=[f"{n}-{e}" for n, e in CASES])
+def test_cli_optimize_check_on_fixture(name, exporter, tmp_path, capsys):
+    import onnx
+
+    from lstm_ort.cli import EXIT_OK, main
+
+    src, dst = tmp_path / "in.onnx", tmp_path / "out.onnx"
+    onnx.save(fixtures.export(name, exporter), str(src))
+    assert main(["optimize", str(src), "-o", str(dst), "--check", "--atol", "1e-5"]) == EXIT_OK
+    text = capsys.readouterr().out
+    assert "rewritten into 1 FusedLSTM nodes" in text and "--check: max-abs" in text and dst.is_file()

@@ -102,3 +102,12 @@ def test_float16_against_float32(direction, L, T, B, H, rng):
     assert all(g.dtype == np.float16 for g in got)
     err = max_abs(got, run_stock(spec, layers, feeds32, **kw))
     assert err <= 5e-3, err
+
+
+@pytest.mark.parametrize("direction", ["forward", "reverse"])
+@pytest.mark.parametrize("B,H,peepholes", [(1, 255, False), (1, 256, True), (3, 201, False), (2, 160, True)])
+def test_threaded_splits(direction, B, H, peepholes, rng):
+    """Shapes large enough for the CPU kernel to use threads: batch chunks, and (B=1) units split
+    across threads that meet every step; odd sizes make the splits uneven."""
+    spec = LstmSpec(input_size=16, hidden_size=H, num_layers=2, direction=direction, peepholes=peepholes)
+    check(spec, 60, B, rng, seq_lens=True, initial_states=True)

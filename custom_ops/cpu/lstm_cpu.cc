@@ -2,6 +2,8 @@
 
 #include <Eigen/Core>
 #include <algorithm>
+#include <atomic>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -86,18 +88,46 @@ struct DirectionJob {
   float* c_final;
 };
 
-// Batch entries [b0, b1) of one direction of one layer. Batch entries never interact, so
-// chunks of the batch run on separate threads with no synchronisation.
-void RunChunk(const DirectionJob& job, int64_t b0, int64_t b1) {
+// Threads that split the units of one batch chunk meet once per step.
+class SpinBarrier {
+ public:
+  explicit SpinBarrier(int n) : n_(n) {}
+  void Wait() {
+    const int gen = gen_.load(std::memory_order_acquire);
+    if (count_.fetch_add(1, std::memory_order_acq_rel) + 1 == n_) {
+      count_.store(0, std::memory_order_relaxed);
+      gen_.fetch_add(1, std::memory_order_acq_rel);
+    } else {
+      while (gen_.load(std::memory_order_acquire) == gen) std::this_thread::yield();
+    }
+  }
+
+ private:
+  const int n_;
+  std::atomic<int> count_{0}, gen_{0};
+};
+
+// h of one batch chunk, double-buffered: step s reads one buffer whole and writes the other.
+struct SharedH {
+  RowMat buf[2];
+};
+
+// Batch entries [b0, b1) and hidden units [u0, u1) of one direction of one layer. Batch chunks
+// never interact, so they run on separate threads with no synchronisation; threads that share a
+// chunk split its units (columns 4*u0..4*u1 of the interleaved gates) and meet at `barrier`
+// after each step, since every unit's next step reads all of h.
+void RunPart(const DirectionJob& job, int64_t b0, int64_t b1, int64_t u0, int64_t u1, SharedH& hs,
+             SpinBarrier* barrier) {
   const Dims& d = *job.d;
   const int64_t B = d.B, nb = b1 - b0, H = d.H, G = kGates * H, I = d.LayerInput(job.l);
+  const int64_t nu = u1 - u0, Gp = kGates * nu;
   const int64_t k = job.l * d.D + job.dir;
   const bool reverse = job.attrs->reverse_only || job.dir == 1;
   const CellParams cell = MakeCellParams(*job.attrs, static_cast<int>(job.dir));
   const int64_t steps = job.max_len;
 
-  // Input projection of every step of this chunk at once; reverse steps read rows below max_len too.
-  RowMat gx(steps * nb, G);
+  // Input projection of every step of this part at once; reverse steps read rows below max_len too.
+  RowMat gx(steps * nb, Gp);
   if (steps > 0) {
     const float* x = job.x;
     RowMat xc;
@@ -107,42 +137,50 @@ void RunChunk(const DirectionJob& job, int64_t b0, int64_t b1) {
         xc.middleRows(t * nb, nb) = ConstMap(job.x + (t * B + b0) * I, nb, I, Eigen::OuterStride<>(I));
       x = xc.data();
     }
-    gx.noalias() = ConstMap(x, steps * nb, I, Eigen::OuterStride<>(I)) * ConstMap(job.w, I, G, Eigen::OuterStride<>(G));
-    if (job.bias) gx.rowwise() += Eigen::Map<const Eigen::RowVectorXf>(job.bias, G);
+    gx.noalias() = ConstMap(x, steps * nb, I, Eigen::OuterStride<>(I)) *
+                   ConstMap(job.w + kGates * u0, I, Gp, Eigen::OuterStride<>(G));
+    if (job.bias) gx.rowwise() += Eigen::Map<const Eigen::RowVectorXf>(job.bias + kGates * u0, Gp);
   }
 
-  RowMat h(nb, H), c(nb, H), gates(nb, G);
+  RowMat c(nb, nu), gates(nb, Gp);
   for (int64_t b = 0; b < nb; ++b) {
     const int64_t r = StateRow(job.attrs->layout, d.L * d.D, B, k, b0 + b);
-    for (int64_t j = 0; j < H; ++j) {
-      h(b, j) = job.h0 ? job.h0[r * H + j] : 0.f;
-      c(b, j) = job.c0 ? job.c0[r * H + j] : 0.f;
+    for (int64_t j = u0; j < u1; ++j) {
+      hs.buf[0](b, j) = job.h0 ? job.h0[r * H + j] : 0.f;
+      c(b, j - u0) = job.c0 ? job.c0[r * H + j] : 0.f;
     }
   }
-  const ConstMap wh(job.w + I * G, H, G, Eigen::OuterStride<>(G));
-  const float* pi = job.peep;
-  const float* po = job.peep ? job.peep + H : nullptr;
-  const float* pf = job.peep ? job.peep + 2 * H : nullptr;
+  if (barrier) barrier->Wait();  // every part's initial h is in place
+  const ConstMap wh(job.w + I * G + kGates * u0, H, Gp, Eigen::OuterStride<>(G));
+  const float* pi = job.peep ? job.peep + u0 : nullptr;
+  const float* po = job.peep ? job.peep + H + u0 : nullptr;
+  const float* pf = job.peep ? job.peep + 2 * H + u0 : nullptr;
   const int32_t* lens = job.lens->data() + b0;
 
   const bool fast = IsDefaultCell(cell, pi != nullptr);
-  RowScratch scratch(fast ? H : 0);
+  RowScratch scratch(fast ? nu : 0);
+  int cur = 0;
   for (int64_t s = 0; s < steps; ++s) {
-    gates.noalias() = h * wh;
+    const RowMat& h_in = hs.buf[cur];
+    RowMat& h_out = hs.buf[cur ^ 1];
+    gates.noalias() = h_in * wh;
     for (int64_t b = 0; b < nb; ++b) {
       const int32_t len = lens[b];
-      if (s >= len) continue;
-      const int64_t t = reverse ? len - 1 - s : s;
-      const float* gxr = gx.data() + (t * nb + b) * G;
-      const float* gr = gates.data() + b * G;
-      float* hr = h.data() + b * H;
-      float* cr = c.data() + b * H;
-      float* yr = job.layer_out + ((t * B + b0 + b) * d.D + job.dir) * H;
-      if (fast) {
-        UpdateRowDefault(cell, H, gr, gxr, hr, cr, yr, scratch);
+      float* hr = h_out.data() + b * H + u0;
+      if (s >= len) {  // finished sequences keep their state
+        std::copy_n(h_in.data() + b * H + u0, nu, hr);
         continue;
       }
-      for (int64_t j = 0; j < H; ++j) {
+      const int64_t t = reverse ? len - 1 - s : s;
+      const float* gxr = gx.data() + (t * nb + b) * Gp;
+      const float* gr = gates.data() + b * Gp;
+      float* cr = c.data() + b * nu;
+      float* yr = job.layer_out + ((t * B + b0 + b) * d.D + job.dir) * H + u0;
+      if (fast) {
+        UpdateRowDefault(cell, nu, gr, gxr, hr, cr, yr, scratch);
+        continue;
+      }
+      for (int64_t j = 0; j < nu; ++j) {
         const float* g4 = gr + kGates * j;
         const float* x4 = gxr + kGates * j;
         hr[j] = CellUpdate(cell, g4[kGateI] + x4[kGateI], g4[kGateO] + x4[kGateO], g4[kGateF] + x4[kGateF],
@@ -150,13 +188,16 @@ void RunChunk(const DirectionJob& job, int64_t b0, int64_t b1) {
         yr[j] = hr[j];
       }
     }
+    cur ^= 1;
+    if (barrier) barrier->Wait();
   }
   // A sequence of length 0 ends in zero states, as stock onnxruntime gives.
+  const RowMat& h = hs.buf[cur];
   for (int64_t b = 0; b < nb; ++b) {
     const bool empty = lens[b] == 0;
-    for (int64_t j = 0; j < H; ++j) {
+    for (int64_t j = u0; j < u1; ++j) {
       job.h_final[(b0 + b) * H + j] = empty ? 0.f : h(b, j);
-      job.c_final[(b0 + b) * H + j] = empty ? 0.f : c(b, j);
+      job.c_final[(b0 + b) * H + j] = empty ? 0.f : c(b, j - u0);
     }
   }
 }
@@ -170,17 +211,32 @@ void ParallelFor(int n, Fn fn) {
   for (auto& t : threads) t.join();
 }
 
-// Batch chunks per direction: one per core the directions leave, when the work pays for a thread.
-int ChunksFor(const Dims& d, int32_t max_len) {
-  const int cores = std::max(1u, std::thread::hardware_concurrency()) / static_cast<int>(d.D);
+// Threads per direction: one per core the directions leave, when the work pays for a thread.
+int ThreadsFor(const Dims& d, int32_t max_len) {
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()) / d.D);
   const double flops = 8.0 * max_len * d.B * d.H * (d.H + d.LayerInput(0));
-  if (cores <= 1 || flops < 2e7) return 1;
-  return static_cast<int>(std::min<int64_t>(cores, d.B));
+  return cores <= 1 || flops < 2e7 ? 1 : cores;
 }
 
-void RunDirection(const DirectionJob& job, int chunks) {
-  const int64_t B = job.d->B;
-  ParallelFor(chunks, [&](int i) { RunChunk(job, B * i / chunks, B * (i + 1) / chunks); });
+// Batch chunks first (no synchronisation); the threads left over split each chunk's units.
+void RunDirection(const DirectionJob& job, int threads) {
+  const int64_t B = job.d->B, H = job.d->H;
+  if (B == 0) return;
+  const int chunks = static_cast<int>(std::min<int64_t>(threads, B));
+  const int per_chunk = static_cast<int>(std::min<int64_t>(std::max(1, threads / std::max(1, chunks)), H));
+  std::vector<SharedH> hs(chunks);
+  std::vector<std::unique_ptr<SpinBarrier>> barriers(chunks);
+  for (int i = 0; i < chunks; ++i) {
+    const int64_t nb = B * (i + 1) / chunks - B * i / chunks;
+    hs[i].buf[0].resize(nb, H);
+    hs[i].buf[1].resize(nb, H);
+    if (per_chunk > 1) barriers[i] = std::make_unique<SpinBarrier>(per_chunk);
+  }
+  ParallelFor(std::max(1, chunks) * per_chunk, [&](int task) {
+    const int i = task / per_chunk, p = task % per_chunk;
+    RunPart(job, B * i / chunks, B * (i + 1) / chunks, H * p / per_chunk, H * (p + 1) / per_chunk, hs[i],
+            barriers[i].get());
+  });
 }
 
 }  // namespace
@@ -222,8 +278,8 @@ void RunLstmCpu(const Attributes& attrs, const CallIO& io) {
                                h_final.data() + k * B * H, c_final.data() + k * B * H};
     }
     // Directions are independent too: each gets its own threads.
-    const int chunks = ChunksFor(d, io.max_len);
-    ParallelFor(static_cast<int>(D), [&](int dir) { RunDirection(jobs[dir], chunks); });
+    const int threads = ThreadsFor(d, io.max_len);
+    ParallelFor(static_cast<int>(D), [&](int dir) { RunDirection(jobs[dir], threads); });
     std::swap(layer_in, layer_out);
   }
 

@@ -3,7 +3,9 @@
 #include <Eigen/Core>
 #include <algorithm>
 #include <atomic>
+#include <exception>
 #include <memory>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -150,6 +152,8 @@ void RunPart(const DirectionJob& job, int64_t b0, int64_t b1, int64_t u0, int64_
       c(b, j - u0) = job.c0 ? job.c0[r * H + j] : 0.f;
     }
   }
+  const bool fast = IsDefaultCell(cell, job.peep != nullptr);
+  RowScratch scratch(fast ? nu : 0);  // allocated before the barrier: nothing below allocates
   if (barrier) barrier->Wait();  // every part's initial h is in place
   const ConstMap wh(job.w + I * G + kGates * u0, H, Gp, Eigen::OuterStride<>(G));
   const float* pi = job.peep ? job.peep + u0 : nullptr;
@@ -157,8 +161,6 @@ void RunPart(const DirectionJob& job, int64_t b0, int64_t b1, int64_t u0, int64_
   const float* pf = job.peep ? job.peep + 2 * H + u0 : nullptr;
   const int32_t* lens = job.lens->data() + b0;
 
-  const bool fast = IsDefaultCell(cell, pi != nullptr);
-  RowScratch scratch(fast ? nu : 0);
   int cur = 0;
   for (int64_t s = 0; s < steps; ++s) {
     const RowMat& h_in = hs.buf[cur];
@@ -202,13 +204,25 @@ void RunPart(const DirectionJob& job, int64_t b0, int64_t b1, int64_t u0, int64_
   }
 }
 
-// Runs fn(0..n-1), task 0 on the calling thread.
+// Runs fn(0..n-1), task 0 on the calling thread. An exception in any task (an allocation
+// failure, say) is rethrown here after every thread joined, rather than ending the process.
 template <typename Fn>
 void ParallelFor(int n, Fn fn) {
+  std::exception_ptr error;
+  std::mutex error_mutex;
+  auto guarded = [&](int i) {
+    try {
+      fn(i);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(error_mutex);
+      if (!error) error = std::current_exception();
+    }
+  };
   std::vector<std::thread> threads;
-  for (int i = 1; i < n; ++i) threads.emplace_back(fn, i);
-  fn(0);
+  for (int i = 1; i < n; ++i) threads.emplace_back(guarded, i);
+  guarded(0);
   for (auto& t : threads) t.join();
+  if (error) std::rethrow_exception(error);
 }
 
 // Threads per direction: one per core the directions leave, when the work pays for a thread.
@@ -223,7 +237,7 @@ void RunDirection(const DirectionJob& job, int threads) {
   const int64_t B = job.d->B, H = job.d->H;
   if (B == 0) return;
   const int chunks = static_cast<int>(std::min<int64_t>(threads, B));
-  const int per_chunk = static_cast<int>(std::min<int64_t>(std::max(1, threads / std::max(1, chunks)), H));
+  const int per_chunk = static_cast<int>(std::min<int64_t>(std::max(1, threads / chunks), H));
   std::vector<SharedH> hs(chunks);
   std::vector<std::unique_ptr<SpinBarrier>> barriers(chunks);
   for (int i = 0; i < chunks; ++i) {
@@ -232,7 +246,7 @@ void RunDirection(const DirectionJob& job, int threads) {
     hs[i].buf[1].resize(nb, H);
     if (per_chunk > 1) barriers[i] = std::make_unique<SpinBarrier>(per_chunk);
   }
-  ParallelFor(std::max(1, chunks) * per_chunk, [&](int task) {
+  ParallelFor(chunks * per_chunk, [&](int task) {
     const int i = task / per_chunk, p = task % per_chunk;
     RunPart(job, B * i / chunks, B * (i + 1) / chunks, H * p / per_chunk, H * (p + 1) / per_chunk, hs[i],
             barriers[i].get());

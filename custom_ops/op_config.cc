@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstring>
 #include <sstream>
 #include <vector>
 
@@ -95,6 +96,24 @@ std::string ShapeStr(const std::vector<int64_t>& s) { return Join(s); }
 
 void Fail(const std::string& message) { throw Ort::Exception(std::string("FusedLSTM: ") + message, ORT_INVALID_ARGUMENT); }
 
+bool ParseStrategy(const char* name, Strategy* out) {
+  static const struct {
+    const char* name;
+    Strategy value;
+  } kNames[] = {{"auto", Strategy::kAuto},
+                {"tiled", Strategy::kTiled},
+                {"splitk", Strategy::kSplitK},
+                {"persistent", Strategy::kPersistent},
+                {"wavefront", Strategy::kWavefront}};
+  for (const auto& n : kNames) {
+    if (std::strcmp(name, n.name) == 0) {
+      *out = n.value;
+      return true;
+    }
+  }
+  return false;
+}
+
 Attributes ParseAttributes(const OrtKernelInfo* info) {
   Attributes a;
   if (!TryInt(info, "hidden_size", &a.hidden_size) || a.hidden_size <= 0)
@@ -117,6 +136,10 @@ Attributes ParseAttributes(const OrtKernelInfo* info) {
 
   a.has_clip = TryFloat(info, "clip", &a.clip);
   if (a.has_clip && !(a.clip > 0.f)) Fail("attribute clip must be > 0");
+
+  std::string strategy;
+  if (TryString(info, "strategy", &strategy) && !ParseStrategy(strategy.c_str(), &a.strategy))
+    Fail("attribute strategy must be auto, tiled, splitk, persistent or wavefront, got '" + strategy + "'");
 
   int64_t input_forget = 0;
   TryInt(info, "input_forget", &input_forget);

@@ -13,7 +13,7 @@ import onnxruntime as ort
 
 from lstm_ort.builders import LstmSpec, fused_model, stock_model
 from lstm_ort.packing import LayerWeights
-from lstm_ort.session import InferenceSession
+from lstm_ort.session import STRATEGY_KEY, InferenceSession
 
 CPU = ["CPUExecutionProvider"]
 # Stock's CUDA provider computes in TF32 unless told not to; parity is against FP32.
@@ -57,9 +57,14 @@ def make_feeds(spec: LstmSpec, T: int, B: int, rng: np.random.Generator, dtype=n
     return feeds
 
 
-def run(model: onnx.ModelProto, feeds: dict, providers=CPU, fused: bool = True) -> list[np.ndarray]:
+def run(model: onnx.ModelProto, feeds: dict, providers=CPU, fused: bool = True,
+        strategy: str | None = None) -> list[np.ndarray]:
+    """One session, one run; ``strategy`` forces a CUDA strategy through the session option."""
+    options = ort.SessionOptions()
+    if strategy is not None:
+        options.add_session_config_entry(STRATEGY_KEY, strategy)
     cls = InferenceSession if fused else ort.InferenceSession
-    sess = cls(model.SerializeToString(), providers=providers)
+    sess = cls(model.SerializeToString(), options, providers=providers)
     names = {i.name for i in sess.get_inputs()}
     return sess.run(None, {k: v for k, v in feeds.items() if k in names})
 
@@ -90,8 +95,8 @@ def run_stock(spec: LstmSpec, layers: list[LayerWeights], feeds: dict, dtype=np.
 
 
 def run_fused(spec: LstmSpec, layers: list[LayerWeights], feeds: dict, dtype=np.float32, providers=CPU,
-              **model_kw) -> list[np.ndarray]:
-    return run(fused_model(spec, layers, dtype, **model_kw), feeds, providers)
+              strategy: str | None = None, **model_kw) -> list[np.ndarray]:
+    return run(fused_model(spec, layers, dtype, **model_kw), feeds, providers, strategy=strategy)
 
 
 def reference_applies(spec: LstmSpec, seq_lens: bool) -> bool:

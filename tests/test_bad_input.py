@@ -80,6 +80,7 @@ def test_bad_shapes_and_values(name, value, message):
     ({"hidden_size": H, "clip": -1.0}, "clip must be > 0"),
     ({"hidden_size": H, "activations": "Sigmoid,Tanh"}, "activations must name 3 functions"),
     ({"hidden_size": H, "activations": "Sigmoid,Swish,Tanh"}, "unknown activation 'Swish'"),
+    ({"hidden_size": H, "strategy": "fastest"}, "strategy must be auto, tiled, splitk, persistent or wavefront"),
 ])
 def test_bad_attributes(attrs, message):
     assert message in run_error(model_with(FULL, {}, attrs), good_feeds())

@@ -1,9 +1,11 @@
 """FusedLSTM on the CUDA EP: the parity grid against stock onnxruntime (CUDA where stock's cuDNN
-path takes the case, CPU otherwise) and against our own CPU kernel, for every step kernel."""
+path takes the case, CPU otherwise) and against our own CPU kernel, for every strategy (forced
+through the lstm_ort.strategy session option)."""
 
 import threading
 
 import numpy as np
+import onnxruntime as ort
 import pytest
 
 from lstm_ort.builders import LstmSpec, random_layers
@@ -13,7 +15,7 @@ from lstm_ort.testing import (CPU, CUDA, DIRECTIONS, FEATURE_GRID, NON_DEFAULT_A
 pytestmark = pytest.mark.gpu
 
 TOL = 2e-5
-STEP_KERNELS = ["tiled", "splitk"]
+STRATEGIES = ["tiled", "splitk", "persistent", "wavefront"]
 
 
 def stock_cuda_applies(spec: LstmSpec) -> bool:
@@ -22,12 +24,11 @@ def stock_cuda_applies(spec: LstmSpec) -> bool:
             and not spec.peepholes)
 
 
-def check_gpu(spec, T, B, rng, step_kernel, monkeypatch, *, seq_lens=False, initial_states=False, dtype=np.float32):
-    monkeypatch.setenv("LSTM_ORT_STEP_KERNEL", step_kernel)
+def check_gpu(spec, T, B, rng, strategy, *, seq_lens=False, initial_states=False, dtype=np.float32):
     layers = random_layers(spec, rng)
     feeds = make_feeds(spec, T, B, rng, seq_lens=seq_lens, initial_states=initial_states)
     kw = dict(seq_lens=seq_lens, initial_states=initial_states)
-    got = run_fused(spec, layers, feeds, providers=CUDA, **kw)
+    got = run_fused(spec, layers, feeds, providers=CUDA, strategy=strategy, **kw)
     ours_cpu = run_fused(spec, layers, feeds, providers=CPU, **kw)
     assert max_abs(got, ours_cpu) <= TOL, f"vs our CPU kernel: {max_abs(got, ours_cpu)}"
     stock = run_stock(spec, layers, feeds, **kw)
@@ -37,40 +38,39 @@ def check_gpu(spec, T, B, rng, step_kernel, monkeypatch, *, seq_lens=False, init
         assert max_abs(got, stock_gpu) <= TOL, f"vs stock CUDA: {max_abs(got, stock_gpu)}"
 
 
-@pytest.mark.parametrize("step_kernel", STEP_KERNELS)
+@pytest.mark.parametrize("strategy", STRATEGIES)
 @pytest.mark.parametrize("direction,layout,T,B,H,L", SHAPE_GRID)
-def test_shapes(direction, layout, T, B, H, L, step_kernel, rng, monkeypatch):
+def test_shapes(direction, layout, T, B, H, L, strategy, rng):
     extras = (T + B + H) % 2 == 1
     spec = LstmSpec(input_size=5, hidden_size=H, num_layers=L, direction=direction, layout=layout)
-    check_gpu(spec, T, B, rng, step_kernel, monkeypatch, seq_lens=extras, initial_states=extras)
+    check_gpu(spec, T, B, rng, strategy, seq_lens=extras, initial_states=extras)
 
 
 FEATURES = FEATURE_GRID[::3]  # every third case: CUDA sessions are slower to create
 
 
-@pytest.mark.parametrize("step_kernel", STEP_KERNELS)
+@pytest.mark.parametrize("strategy", STRATEGIES)
 @pytest.mark.parametrize("direction,layout,seq_lens,initial_states,peepholes,clip,input_forget,acts", FEATURES)
-def test_features(direction, layout, seq_lens, initial_states, peepholes, clip, input_forget, acts, step_kernel,
-                  rng, monkeypatch):
+def test_features(direction, layout, seq_lens, initial_states, peepholes, clip, input_forget, acts, strategy,
+                  rng):
     D = 2 if direction == "bidirectional" else 1
     spec = LstmSpec(input_size=6, hidden_size=33, num_layers=2, direction=direction, layout=layout, clip=clip,
                     input_forget=input_forget, peepholes=peepholes, **(NON_DEFAULT_ACTS[D] if acts else {}))
-    check_gpu(spec, 9, 5, rng, step_kernel, monkeypatch, seq_lens=seq_lens, initial_states=initial_states)
+    check_gpu(spec, 9, 5, rng, strategy, seq_lens=seq_lens, initial_states=initial_states)
 
 
-@pytest.mark.parametrize("step_kernel", STEP_KERNELS)
+@pytest.mark.parametrize("strategy", STRATEGIES)
 @pytest.mark.parametrize("L,T,H,B,direction", [(2, 50, 512, 64, "forward"), (1, 30, 1024, 4, "bidirectional"),
                                                (2, 20, 256, 8, "reverse"), (1, 10, 1100, 3, "forward")])
-def test_reference_sizes(L, T, H, B, direction, step_kernel, rng, monkeypatch):
+def test_reference_sizes(L, T, H, B, direction, strategy, rng):
     spec = LstmSpec(input_size=H, hidden_size=H, num_layers=L, direction=direction)
-    check_gpu(spec, T, B, rng, step_kernel, monkeypatch, seq_lens=True)
+    check_gpu(spec, T, B, rng, strategy, seq_lens=True)
 
 
-@pytest.mark.parametrize("step_kernel", STEP_KERNELS)
+@pytest.mark.parametrize("strategy", STRATEGIES)
 @pytest.mark.parametrize("direction", DIRECTIONS)
-def test_float16(direction, step_kernel, rng, monkeypatch):
+def test_float16(direction, strategy, rng):
     """fp16 storage, fp32 math: within 5e-3 of the fp32 network on the same fp16-rounded values."""
-    monkeypatch.setenv("LSTM_ORT_STEP_KERNEL", step_kernel)
     spec = LstmSpec(input_size=16, hidden_size=128, num_layers=3, direction=direction, peepholes=True)
     layers = random_layers(spec, rng)
     for lw in layers:
@@ -79,24 +79,28 @@ def test_float16(direction, step_kernel, rng, monkeypatch):
     feeds16 = make_feeds(spec, 40, 16, rng, np.float16, seq_lens=True, initial_states=True)
     feeds32 = {k: (v.astype(np.float32) if v.dtype == np.float16 else v) for k, v in feeds16.items()}
     kw = dict(seq_lens=True, initial_states=True)
-    got = run_fused(spec, layers, feeds16, np.float16, providers=CUDA, **kw)
+    got = run_fused(spec, layers, feeds16, np.float16, providers=CUDA, strategy=strategy, **kw)
     assert all(g.dtype == np.float16 for g in got)
     err = max_abs(got, run_stock(spec, layers, feeds32, **kw))
     assert err <= 5e-3, err
 
 
-def test_two_sessions_concurrently(rng):
-    """Two sessions on one GPU, run from two threads at once, each give their own right answer."""
-    from lstm_ort import InferenceSession
+@pytest.mark.parametrize("strategy", ["tiled", "wavefront"])
+def test_two_sessions_concurrently(strategy, rng):
+    """Two sessions on one GPU, run from two threads at once, each give their own right answer
+    (for the persistent kernels: two cooperative grids that must not wait on each other)."""
     from lstm_ort.builders import fused_model
+    from lstm_ort.session import STRATEGY_KEY, InferenceSession
 
     jobs = []
-    for H in (64, 256):
-        spec = LstmSpec(input_size=32, hidden_size=H, num_layers=2, direction="bidirectional")
+    for H, L, direction in ((64, 3, "forward"), (256, 2, "bidirectional")):
+        spec = LstmSpec(input_size=32, hidden_size=H, num_layers=L, direction=direction)
         layers = random_layers(spec, rng)
         feeds = make_feeds(spec, 50, 8, rng, seq_lens=True)
         expect = run_stock(spec, layers, feeds, seq_lens=True)
-        sess = InferenceSession(fused_model(spec, layers, seq_lens=True), providers=CUDA)
+        options = ort.SessionOptions()
+        options.add_session_config_entry(STRATEGY_KEY, strategy)
+        sess = InferenceSession(fused_model(spec, layers, seq_lens=True), options, providers=CUDA)
         jobs.append((sess, feeds, expect))
     errors = []
 

@@ -14,14 +14,14 @@ import json
 import statistics
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
 
 from lstm_ort.builders import LstmSpec, fused_model, random_layers, stock_model
-from lstm_ort.session import register
+from lstm_ort.session import STRATEGY_KEY, InferenceSession
 from lstm_ort.testing import max_abs
 
 # (L, T, H, B, bidirectional): DEVELOPERS.md's reference configs.
@@ -40,6 +40,7 @@ class Row:
     vs_torch: float | None
     err_ours: float
     err_torch: float | None
+    strategies: dict = field(default_factory=dict)  # --strategies: name -> [ms, max-abs vs stock]
 
 
 def parse_config(text: str):
@@ -58,13 +59,15 @@ def label(cfg) -> str:
 class OrtRunner:
     """One session with inputs and outputs bound where the provider computes, so host copies stay out."""
 
-    def __init__(self, model, feeds, device: str, fused: bool, tf32: bool = False):
+    def __init__(self, model, feeds, device: str, fused: bool, tf32: bool = False, strategy: str = "auto"):
         so = ort.SessionOptions()
-        if fused:
-            register(so)
         providers = ([("CUDAExecutionProvider", {"use_tf32": "1" if tf32 else "0"})] if device == "cuda"
                      else ["CPUExecutionProvider"])
-        self.sess = ort.InferenceSession(model.SerializeToString(), so, providers=providers)
+        if fused:
+            so.add_session_config_entry(STRATEGY_KEY, strategy)
+            self.sess = InferenceSession(model.SerializeToString(), so, providers=providers)
+        else:
+            self.sess = ort.InferenceSession(model.SerializeToString(), so, providers=providers)
         self.binding = self.sess.io_binding()
         for name, value in feeds.items():
             self.binding.bind_ortvalue_input(name, ort.OrtValue.ortvalue_from_numpy(value, device, 0))
@@ -123,7 +126,7 @@ def torch_runner(spec: LstmSpec, layers, x: np.ndarray, device: str):
     return run, outputs, sync
 
 
-def bench_config(cfg, device: str, runs: int, warmup: int, use_torch: bool) -> Row:
+def bench_config(cfg, device: str, runs: int, warmup: int, use_torch: bool, strategies=()) -> Row:
     L, T, H, B, bi = cfg
     spec = LstmSpec(input_size=H, hidden_size=H, num_layers=L, direction="bidirectional" if bi else "forward")
     rng = np.random.default_rng(0)
@@ -144,9 +147,13 @@ def bench_config(cfg, device: str, runs: int, warmup: int, use_torch: bool) -> R
         run, outputs, sync = torch_runner(spec, layers, x, device)
         err_torch = max_abs(outputs(), ref)
         torch_ms = median_ms(run, runs, warmup, sync)
+    by_strategy = {}
+    for name in strategies:
+        forced = OrtRunner(fused_model(spec, layers), feeds, device, fused=True, strategy=name)
+        by_strategy[name] = [median_ms(forced, runs, warmup), max_abs(forced.outputs(), ref)]
     best_stock = min(stock_ms, stock_tf32_ms or stock_ms)
     return Row(label(cfg), ours_ms, stock_ms, stock_tf32_ms, torch_ms, best_stock / ours_ms,
-               torch_ms / ours_ms if torch_ms else None, err_ours, err_torch)
+               torch_ms / ours_ms if torch_ms else None, err_ours, err_torch, by_strategy)
 
 
 def fmt(v, spec):
@@ -164,6 +171,10 @@ def print_table(rows: list[Row], device: str) -> None:
         print(f"{r.config:<22}{r.ours_ms:>10.3f}{r.stock_ms:>10.3f}{fmt(r.stock_tf32_ms, '10.3f'):>10}"
               f"{fmt(r.torch_ms, '10.3f'):>10}{r.vs_stock:>9.2f}"
               f"{fmt(r.vs_torch, '9.2f'):>9}{r.err_ours:>11.2e}{fmt(r.err_torch, '11.2e'):>11}")
+    if any(r.strategies for r in rows):
+        print("\nours per forced strategy (ms, max-abs vs stock):")
+        for r in rows:
+            print(f"{r.config:<22}" + "  ".join(f"{k} {v[0]:.3f} ({v[1]:.1e})" for k, v in r.strategies.items()))
 
 
 def plot(rows: list[Row], path: str) -> None:
@@ -193,6 +204,8 @@ def main(argv=None) -> int:
     p.add_argument("--no-torch", action="store_true")
     p.add_argument("--json", help="write the rows as JSON here")
     p.add_argument("--plot", help="write a bar chart of the ratios here (PNG)")
+    p.add_argument("--strategies", default="", help="also time ours with each of these CUDA strategies forced, "
+                   "comma-separated (tiled, splitk, persistent, wavefront)")
     args = p.parse_args(argv)
     device = "cpu" if args.cpu else "cuda"
     if device == "cuda" and "CUDAExecutionProvider" not in ort.get_available_providers():
@@ -208,7 +221,8 @@ def main(argv=None) -> int:
             use_torch = False
     rows = []
     for cfg in args.config or REFERENCE:
-        rows.append(bench_config(cfg, device, runs, warmup, use_torch))
+        strategies = [x for x in args.strategies.split(",") if x]
+        rows.append(bench_config(cfg, device, runs, warmup, use_torch, strategies))
         print(f"  {rows[-1].config}: ours {rows[-1].ours_ms:.3f} ms, stock {rows[-1].stock_ms:.3f} ms", flush=True)
     print_table(rows, device)
     if args.json:

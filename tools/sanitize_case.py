@@ -1,7 +1,8 @@
-"""A small FusedLSTM run on the CUDA EP for compute-sanitizer: every step kernel, both
-directions, ragged lengths, initial states, peepholes, float32 and float16."""
+"""A small FusedLSTM run on the CUDA EP for compute-sanitizer: every strategy, a bidirectional
+and a 3-layer forward stack (the wavefront), ragged lengths, initial states, peepholes, float32
+and float16."""
 
-import os
+import itertools
 import sys
 
 import numpy as np
@@ -13,13 +14,14 @@ from lstm_ort.testing import CUDA, make_feeds, max_abs, run_fused, run_stock
 def main() -> int:
     rng = np.random.default_rng(0)
     worst = 0.0
-    for kernel in ("tiled", "splitk"):
-        os.environ["LSTM_ORT_STEP_KERNEL"] = kernel
-        for dtype in (np.float32, np.float16):
-            spec = LstmSpec(input_size=12, hidden_size=40, num_layers=2, direction="bidirectional", peepholes=True)
+    specs = [LstmSpec(input_size=12, hidden_size=40, num_layers=2, direction="bidirectional", peepholes=True),
+             LstmSpec(input_size=12, hidden_size=40, num_layers=3, direction="forward", peepholes=True)]
+    for strategy in ("tiled", "splitk", "persistent", "wavefront"):
+        for spec, dtype in itertools.product(specs, (np.float32, np.float16)):
             layers = random_layers(spec, rng)
             feeds = make_feeds(spec, 6, 5, rng, dtype, seq_lens=True, initial_states=True)
-            got = run_fused(spec, layers, feeds, dtype, providers=CUDA, seq_lens=True, initial_states=True)
+            got = run_fused(spec, layers, feeds, dtype, providers=CUDA, strategy=strategy, seq_lens=True,
+                            initial_states=True)
             if dtype == np.float32:
                 worst = max(worst, max_abs(got, run_stock(spec, layers, feeds, seq_lens=True, initial_states=True)))
     print(f"sanitize case done, max-abs vs stock {worst:.2e}")

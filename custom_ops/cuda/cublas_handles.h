@@ -1,5 +1,6 @@
-// One cuBLAS handle per (device, stream, host thread), created on first use and kept:
-// handles are costly to create and are not safe to share between threads.
+// One cuBLAS handle per (device, host thread), created on first use and kept, and pointed at
+// the caller's stream on each call. Handles are costly to create and not safe to share between
+// threads; keying them by stream as well would leak one per session (each has its own stream).
 #pragma once
 
 #include <cublas_v2.h>

@@ -14,13 +14,14 @@
 namespace lstm_ort {
 namespace {
 
-// Developer knob for tests and benchmarks: force one recurrent-step kernel.
-StepKernel StepKernelFromEnv() {
-  const char* v = std::getenv("LSTM_ORT_STEP_KERNEL");
-  if (!v || !*v || !std::strcmp(v, "auto")) return StepKernel::kAuto;
-  if (!std::strcmp(v, "tiled")) return StepKernel::kTiled;
-  if (!std::strcmp(v, "splitk")) return StepKernel::kSplitK;
-  Fail(std::string("LSTM_ORT_STEP_KERNEL must be auto, tiled or splitk, got '") + v + "'");
+// The node's strategy attribute, unless the developer knob LSTM_ORT_STRATEGY overrides it.
+Strategy StrategyFor(const Attributes& attrs) {
+  const char* v = std::getenv("LSTM_ORT_STRATEGY");
+  if (!v || !*v) return attrs.strategy;
+  Strategy s;
+  if (!ParseStrategy(v, &s))
+    Fail(std::string("LSTM_ORT_STRATEGY must be auto, tiled, splitk, persistent or wavefront, got '") + v + "'");
+  return s;
 }
 
 struct ScratchBuffer {
@@ -38,7 +39,7 @@ struct CudaKernel {
       kFp16 ? ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16 : ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
   static constexpr const char* kProvider = "CUDAExecutionProvider";
 
-  explicit CudaKernel(const OrtKernelInfo* info) : attrs_(ParseAttributes(info)), step_kernel_(StepKernelFromEnv()) {}
+  explicit CudaKernel(const OrtKernelInfo* info) : attrs_(ParseAttributes(info)), strategy_(StrategyFor(attrs_)) {}
 
   void Compute(OrtKernelContext* context) {
     Ort::KernelContext ctx(context);
@@ -52,12 +53,12 @@ struct CudaKernel {
     const size_t bytes = CudaScratchBytes(io.dims, kFp16);
     scratch.data = scratch.allocator->Alloc(scratch.allocator, bytes);
     if (!scratch.data) Fail("could not allocate " + std::to_string(bytes) + " bytes of scratch");
-    RunLstmCuda(attrs_, io, kFp16, ctx.GetGPUComputeStream(), scratch.data, step_kernel_);
+    RunLstmCuda(attrs_, io, kFp16, ctx.GetGPUComputeStream(), scratch.data, strategy_);
   }
 
  private:
   Attributes attrs_;
-  StepKernel step_kernel_;
+  Strategy strategy_;
 };
 
 const FusedLstmOp<CudaKernel<false>> g_cuda_f32;

@@ -9,12 +9,18 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "call_io.h"
 #include "cuda/cublas_handles.h"
+#include "cuda/persistent_kernel.cuh"
+#include "cuda/persistent_plan.h"
 #include "cuda/step_splitk.cuh"
 #include "cuda/step_tiled.cuh"
 
@@ -36,13 +42,23 @@ void Check(cublasStatus_t s, const char* what) {
 constexpr size_t kAlign = 256;
 size_t Aligned(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
+// The per-step kernels v1 can use.
+enum class StepKernel { kTiled, kSplitK };
+
 struct Scratch {
   float* gx;       // [D][T*B][4H]
   float* h[2];     // [D][B][H] each
   float* c;        // [D][B][H]
   int* lens;       // [B]
   void* layer[2];  // [T][B][D][H] of the element type, between layers
+  // The persistent kernel's: states per layer of a range, [L][D][B][H]; h in flight; barrier.
+  float *h0, *c0, *h_fin, *c_fin;
+  float* hbuf;
+  unsigned* barrier;
 };
+
+// h in flight for the persistent kernel: [2][L][D][H][B rounded up to 64], room for any plan's padding.
+size_t HBufBytes(const Dims& d) { return sizeof(float) * 2 * d.L * d.D * d.H * ((d.B + 63) / 64 * 64); }
 
 Scratch Carve(const Dims& d, size_t elem, void* base, size_t* total) {
   Scratch s{};
@@ -62,6 +78,13 @@ Scratch Carve(const Dims& d, size_t elem, void* base, size_t* total) {
   const size_t layer = d.L > 1 ? elem * d.T * d.B * d.D * d.H : 0;
   s.layer[0] = take(layer);
   s.layer[1] = take(d.L > 2 ? layer : 0);
+  const size_t states = sizeof(float) * d.L * d.D * d.B * d.H;
+  s.h0 = reinterpret_cast<float*>(take(states));
+  s.c0 = reinterpret_cast<float*>(take(states));
+  s.h_fin = reinterpret_cast<float*>(take(states));
+  s.c_fin = reinterpret_cast<float*>(take(states));
+  s.hbuf = reinterpret_cast<float*>(take(HBufBytes(d)));
+  s.barrier = reinterpret_cast<unsigned*>(take(sizeof(unsigned)));
   if (total) *total = off;
   return s;
 }
@@ -103,20 +126,24 @@ int GridFor(long long n) { return static_cast<int>(std::min<long long>((n + 255)
 
 constexpr size_t kTiledSmemBudget = 200 * 1024;
 
+// The limit belongs to (kernel, device): raised once per device.
+template <auto kernel>
+void RaiseSmemLimit(int bytes, int device) {
+  static std::atomic<uint64_t> raised{0};
+  const uint64_t bit = uint64_t{1} << (device & 63);
+  if (raised.load() & bit) return;
+  Check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes),
+        "raise the shared memory limit");
+  raised.fetch_or(bit);
+}
+
 template <typename T, int RG>
 void LaunchTiledRG(const StepArgs<T>& a, int D, int device, cudaStream_t stream) {
   using S = TiledShape<RG>;
   // The largest K chunk that fits the budget: one chunk whenever H allows.
   int kc = (a.H + S::kAlign - 1) / S::kAlign * S::kAlign;
   while (kc > S::kAlign && TiledSmemBytes<T, RG>(kc, a.H) > kTiledSmemBudget) kc -= S::kAlign;
-  // The limit belongs to (kernel, device): raise it once per device.
-  static std::atomic<uint64_t> raised{0};
-  const uint64_t bit = uint64_t{1} << (device & 63);
-  if (!(raised.load() & bit)) {
-    Check(cudaFuncSetAttribute(StepTiled<T, RG>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               static_cast<int>(kTiledSmemBudget)), "raise the shared memory limit");
-    raised.fetch_or(bit);
-  }
+  RaiseSmemLimit<StepTiled<T, RG>>(static_cast<int>(kTiledSmemBudget), device);
   dim3 grid((a.H + kTiledUnits - 1) / kTiledUnits, (a.B + S::RB - 1) / S::RB, D);
   StepTiled<T, RG><<<grid, kTiledThreads, TiledSmemBytes<T, RG>(kc, a.H), stream>>>(a, kc);
 }
@@ -143,112 +170,292 @@ void LaunchSplitK(const StepArgs<T>& a, int D, int sm_count, cudaStream_t stream
   else StepSplitK<T, 32><<<grid, threads, 0, stream>>>(a, rows);
 }
 
-StepKernel Choose(StepKernel requested, const Dims& d) {
-  if (requested == StepKernel::kSplitK && d.H > 1024) return StepKernel::kTiled;  // registers cap split-K at H=1024
-  if (requested != StepKernel::kAuto) return requested;
+// Which per-step kernel v1 uses.
+StepKernel ChooseStep(Strategy strategy, const Dims& d) {
+  if (strategy == Strategy::kSplitK && d.H <= 1024) return StepKernel::kSplitK;  // registers cap split-K at H=1024
+  if (strategy == Strategy::kTiled || strategy == Strategy::kSplitK) return StepKernel::kTiled;
   return d.B <= 16 && d.H <= 1024 ? StepKernel::kSplitK : StepKernel::kTiled;
 }
 
+// The persistent kernel's register-tile variants (R rows).
 template <typename T>
-void Run(const Attributes& attrs, const CallIO& io, cudaStream_t stream, void* scratch, StepKernel requested) {
-  const Dims& d = io.dims;
-  const int T_ = static_cast<int>(d.T), B = static_cast<int>(d.B), H = static_cast<int>(d.H);
-  const int D = static_cast<int>(d.D), L = static_cast<int>(d.L), LD = L * D;
-  const int layout = static_cast<int>(attrs.layout);
-  if (B == 0) return;
-  const Scratch s = Carve(d, sizeof(T), scratch, nullptr);
+const void* PersistentKernel(int R) {
+  return R == 4 ? reinterpret_cast<const void*>(PersistentLstm<T, 4>) : reinterpret_cast<const void*>(PersistentLstm<T, 8>);
+}
 
-  std::vector<int> lens(B, T_);
-  if (io.seq_lens) lens.assign(io.seq_lens, io.seq_lens + B);
-  Check(cudaMemcpyAsync(s.lens, lens.data(), sizeof(int) * B, cudaMemcpyHostToDevice, stream), "copy lengths");
-
-  int device = 0, sm_count = 132;
-  cudaGetDevice(&device);
-  cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device);
-  const StepKernel kernel = Choose(requested, d);
-  cublasHandle_t cublas = CublasHandleFor(stream);
-  const cudaDataType_t io_type = sizeof(T) == 2 ? CUDA_R_16F : CUDA_R_32F;
-  const float one = 1.f, zero = 0.f;
-
-  const T* W = static_cast<const T*>(io.in[kW]);
-  const T* bias = static_cast<const T*>(io.in[kB]);
-  const T* peep = static_cast<const T*>(io.in[kP]);
-  T* Y = static_cast<T*>(io.out[kY]);
-  const long long rows = static_cast<long long>(T_) * B;
-  const long long G = static_cast<long long>(kGates) * H;
-
-  for (int l = 0; l < L; ++l) {
-    const int I = static_cast<int>(d.LayerInput(l));
-    const T* x = l == 0 ? static_cast<const T*>(io.in[kX]) : static_cast<const T*>(s.layer[(l - 1) % 2]);
-    // Layer 0 in layout 1 is batch-major: its projection rows come in (b, t) order.
-    const bool batch_major = l == 0 && layout == 1;
-
-    // gx[d] = x @ Wx[d] for every row, one strided-batched GEMM over the directions
-    // (column-major view: gx^T [4H, rows] = Wx^T [4H, I] * x^T [I, rows]).
-    if (rows > 0) {
-      Check(cublasGemmStridedBatchedEx(cublas, CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(G), static_cast<int>(rows), I,
-                                       &one, W + d.WeightOffset(l, 0), io_type, static_cast<int>(G),
-                                       d.LayerK(l) * G, x, io_type, I, 0, &zero, s.gx, CUDA_R_32F,
-                                       static_cast<int>(G), rows * G, D, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-            "input projection GEMM");
-    }
-
-    StepArgs<T> a{};
-    a.B = B;
-    a.H = H;
-    a.lens = s.lens;
-    a.gx_st = batch_major ? 1 : B;
-    a.gx_sb = batch_major ? T_ : 1;
-    const bool last = l == L - 1;
-    if (last) {
-      a.y = Y;
-      a.y_st = layout == 0 ? static_cast<long long>(D) * B * H : static_cast<long long>(D) * H;
-      a.y_sd = layout == 0 ? static_cast<long long>(B) * H : H;
-      a.y_sb = layout == 0 ? H : static_cast<long long>(T_) * D * H;
-    } else {
-      a.y = static_cast<T*>(s.layer[l % 2]);
-      a.y_st = static_cast<long long>(B) * D * H;
-      a.y_sd = H;
-      a.y_sb = static_cast<long long>(D) * H;
-    }
-    // Positions past a sequence's end stay zero.
-    if (a.y && (io.seq_lens || io.max_len < T_))
-      Check(cudaMemsetAsync(a.y, 0, sizeof(T) * rows * D * H, stream), "zero Y");
-    for (int dir = 0; dir < D; ++dir) {
-      const int k = l * D + dir;
-      a.gx[dir] = s.gx + dir * rows * G;
-      a.wh[dir] = W + d.WeightOffset(l, dir) + static_cast<long long>(I) * G;
-      a.bias[dir] = bias ? bias + k * G : nullptr;
-      a.peep[dir] = peep ? peep + k * 3LL * H : nullptr;
-      a.c[dir] = s.c + static_cast<long long>(dir) * B * H;
-      a.reverse[dir] = attrs.reverse_only || dir == 1;
-      a.cell[dir] = MakeCellParams(attrs, dir);
-    }
-
-    const long long n_state = static_cast<long long>(D) * B * H;
-    ClearPending();
-    InitStates<T><<<GridFor(n_state), 256, 0, stream>>>(static_cast<const T*>(io.in[kInitialH]),
-                                                        static_cast<const T*>(io.in[kInitialC]), s.h[0], s.c, l, D,
-                                                        LD, B, H, layout);
-    Check(cudaGetLastError(), "init states");
-
-    int cur = 0;  // each launch below is checked right after it, so nothing foreign is pending between them
-    for (int step = 0; step < io.max_len; ++step) {
-      a.step = step;
-      for (int dir = 0; dir < D; ++dir) {
-        a.h_in[dir] = s.h[cur] + static_cast<long long>(dir) * B * H;
-        a.h_out[dir] = s.h[cur ^ 1] + static_cast<long long>(dir) * B * H;
+// Queried once per (element type, device): a call plans on plain arithmetic.
+template <typename T>
+DeviceLimits PersistentLimits(int device) {
+  struct Queried {
+    int sm_count = 0, smem_per_block = 0, smem_per_sm = 0, reserved = 0;
+    int by_registers[2] = {};  // R = 4, 8
+  };
+  static std::mutex mu;
+  static std::map<int, Queried> cache;
+  Queried q;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = cache.find(device);
+    if (it == cache.end()) {
+      cudaDeviceGetAttribute(&q.sm_count, cudaDevAttrMultiProcessorCount, device);
+      cudaDeviceGetAttribute(&q.smem_per_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+      cudaDeviceGetAttribute(&q.smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device);
+      cudaDeviceGetAttribute(&q.reserved, cudaDevAttrReservedSharedMemoryPerBlock, device);
+      for (int i = 0; i < 2; ++i) {
+        const void* kernel = PersistentKernel<T>(i == 0 ? 4 : 8);
+        Check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, q.smem_per_block),
+              "raise the shared memory limit");
+        Check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&q.by_registers[i], kernel, kPersistentThreads, 0),
+              "occupancy of the persistent kernel");
       }
-      if (kernel == StepKernel::kSplitK) LaunchSplitK(a, D, sm_count, stream);
-      else LaunchTiled(a, D, device, stream);
+      it = cache.emplace(device, q).first;
+    }
+    q = it->second;
+  }
+  DeviceLimits dev;
+  if (const char* tile = std::getenv("LSTM_ORT_PERSISTENT_TILE")) std::sscanf(tile, "%d,%d", &dev.only_u, &dev.only_bb);
+  if (const char* chunks = std::getenv("LSTM_ORT_PERSISTENT_CHUNKS")) dev.resident_chunks = std::atoi(chunks);
+  dev.sm_count = q.sm_count;
+  dev.smem_per_block = static_cast<size_t>(q.smem_per_block);
+  dev.blocks_per_sm = [q](size_t bytes, int R) {
+    const int by_registers = q.by_registers[R == 4 ? 0 : 1];
+    return std::min<int>(by_registers, static_cast<int>(q.smem_per_sm / (bytes + q.reserved)));
+  };
+  return dev;
+}
+
+int Log2(int n) {
+  int k = 0;
+  while ((1 << k) < n) ++k;
+  return k;
+}
+
+// One call's stack, layer by layer or range by range, on one stream.
+template <typename T>
+class StackRun {
+ public:
+  StackRun(const Attributes& attrs, const CallIO& io, cudaStream_t stream, void* scratch)
+      : attrs_(attrs), io_(io), d_(io.dims), stream_(stream), s_(Carve(io.dims, sizeof(T), scratch, nullptr)) {
+    T_ = static_cast<int>(d_.T);
+    B_ = static_cast<int>(d_.B);
+    H_ = static_cast<int>(d_.H);
+    D_ = static_cast<int>(d_.D);
+    L_ = static_cast<int>(d_.L);
+    rows_ = static_cast<long long>(T_) * B_;
+    G_ = static_cast<long long>(kGates) * H_;
+    cudaGetDevice(&device_);
+    cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device_);
+    cublas_ = CublasHandleFor(stream);
+  }
+
+  void Run(Strategy strategy) {
+    std::vector<int> lens(B_, T_);
+    if (io_.seq_lens) lens.assign(io_.seq_lens, io_.seq_lens + B_);
+    Check(cudaMemcpyAsync(s_.lens, lens.data(), sizeof(int) * B_, cudaMemcpyHostToDevice, stream_), "copy lengths");
+    const StepKernel step = ChooseStep(strategy, d_);
+    std::vector<LayerRange> ranges;
+    if (strategy == Strategy::kTiled || strategy == Strategy::kSplitK) {
+      for (int l = 0; l < L_; ++l) ranges.push_back(LayerRange{l, 1, std::nullopt});
+    } else {
+      ranges = PlanStack(L_, D_, T_, H_, B_, strategy != Strategy::kPersistent, PersistentLimits<T>(device_));
+    }
+    for (const LayerRange& range : ranges) {
+      if (range.plan && RunPersistent(range)) continue;
+      for (int l = range.first; l < range.first + range.count; ++l) RunStepwise(l, step);
+    }
+  }
+
+ private:
+  const T* Weights() const { return static_cast<const T*>(io_.in[kW]); }
+
+  // gx[d] = x @ Wx[d] for every row, one strided-batched GEMM over the directions
+  // (column-major view: gx^T [4H, rows] = Wx^T [4H, I] * x^T [I, rows]).
+  void Project(int l) {
+    if (rows_ == 0) return;
+    const int I = static_cast<int>(d_.LayerInput(l));
+    const T* x = l == 0 ? static_cast<const T*>(io_.in[kX]) : static_cast<const T*>(s_.layer[(l - 1) % 2]);
+    const cudaDataType_t io_type = sizeof(T) == 2 ? CUDA_R_16F : CUDA_R_32F;
+    const float one = 1.f, zero = 0.f;
+    Check(cublasGemmStridedBatchedEx(cublas_, CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(G_), static_cast<int>(rows_), I,
+                                     &one, Weights() + d_.WeightOffset(l, 0), io_type, static_cast<int>(G_),
+                                     d_.LayerK(l) * G_, x, io_type, I, 0, &zero, s_.gx, CUDA_R_32F,
+                                     static_cast<int>(G_), rows_ * G_, D_, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+          "input projection GEMM");
+  }
+
+  // Layer 0 in layout 1 is batch-major: its projection rows come in (b, t) order.
+  long long GxStrideT(int l) const { return l == 0 && attrs_.layout == 1 ? 1 : B_; }
+  long long GxStrideB(int l) const { return l == 0 && attrs_.layout == 1 ? T_ : 1; }
+
+  // Where layer l writes its sequence output: Y for the last layer, else a buffer the next
+  // layer's projection reads as [T][B][D][H]. Positions past a sequence's end stay zero.
+  void Output(int l, T** y, long long* st, long long* sd, long long* sb) {
+    if (l == L_ - 1) {
+      *y = static_cast<T*>(io_.out[kY]);
+      const bool l0 = attrs_.layout == 0;
+      *st = l0 ? static_cast<long long>(D_) * B_ * H_ : static_cast<long long>(D_) * H_;
+      *sd = l0 ? static_cast<long long>(B_) * H_ : H_;
+      *sb = l0 ? H_ : static_cast<long long>(T_) * D_ * H_;
+    } else {
+      *y = static_cast<T*>(s_.layer[l % 2]);
+      *st = static_cast<long long>(B_) * D_ * H_;
+      *sd = H_;
+      *sb = static_cast<long long>(D_) * H_;
+    }
+    if (*y && (io_.seq_lens || io_.max_len < T_))
+      Check(cudaMemsetAsync(*y, 0, sizeof(T) * rows_ * D_ * H_, stream_), "zero Y");
+  }
+
+  void InitLayerStates(int l, float* h, float* c) {
+    const long long n = static_cast<long long>(D_) * B_ * H_;
+    ClearPending();
+    InitStates<T><<<GridFor(n), 256, 0, stream_>>>(static_cast<const T*>(io_.in[kInitialH]),
+                                                   static_cast<const T*>(io_.in[kInitialC]), h, c, l, D_, L_ * D_, B_,
+                                                   H_, static_cast<int>(attrs_.layout));
+    Check(cudaGetLastError(), "init states");
+  }
+
+  void WriteFinalStates(int l, const float* h, const float* c) {
+    const long long n = static_cast<long long>(D_) * B_ * H_;
+    FinalStates<T><<<GridFor(n), 256, 0, stream_>>>(h, c, s_.lens, static_cast<T*>(io_.out[kYH]),
+                                                    static_cast<T*>(io_.out[kYC]), l, D_, L_ * D_, B_, H_,
+                                                    static_cast<int>(attrs_.layout));
+    Check(cudaGetLastError(), "final states");
+  }
+
+  // v1: one launch of a fused step kernel per timestep.
+  void RunStepwise(int l, StepKernel kernel) {
+    Project(l);
+    StepArgs<T> a{};
+    a.B = B_;
+    a.H = H_;
+    a.lens = s_.lens;
+    a.gx_st = GxStrideT(l);
+    a.gx_sb = GxStrideB(l);
+    Output(l, &a.y, &a.y_st, &a.y_sd, &a.y_sb);
+    const int I = static_cast<int>(d_.LayerInput(l));
+    for (int dir = 0; dir < D_; ++dir) {
+      const int k = l * D_ + dir;
+      a.gx[dir] = s_.gx + dir * rows_ * G_;
+      a.wh[dir] = Weights() + d_.WeightOffset(l, dir) + static_cast<long long>(I) * G_;
+      a.bias[dir] = Bias(k);
+      a.peep[dir] = Peep(k);
+      a.c[dir] = s_.c + static_cast<long long>(dir) * B_ * H_;
+      a.reverse[dir] = attrs_.reverse_only || dir == 1;
+      a.cell[dir] = MakeCellParams(attrs_, dir);
+    }
+    InitLayerStates(l, s_.h[0], s_.c);
+    int cur = 0;  // each launch below is checked right after it, so nothing foreign is pending between them
+    for (int step = 0; step < io_.max_len; ++step) {
+      a.step = step;
+      for (int dir = 0; dir < D_; ++dir) {
+        a.h_in[dir] = s_.h[cur] + static_cast<long long>(dir) * B_ * H_;
+        a.h_out[dir] = s_.h[cur ^ 1] + static_cast<long long>(dir) * B_ * H_;
+      }
+      if (kernel == StepKernel::kSplitK) LaunchSplitK(a, D_, sm_count_, stream_);
+      else LaunchTiled(a, D_, device_, stream_);
       Check(cudaGetLastError(), "recurrent step");
       cur ^= 1;
     }
-    FinalStates<T><<<GridFor(n_state), 256, 0, stream>>>(s.h[cur], s.c, s.lens, static_cast<T*>(io.out[kYH]),
-                                                         static_cast<T*>(io.out[kYC]), l, D, LD, B, H, layout);
-    Check(cudaGetLastError(), "final states");
+    WriteFinalStates(l, s_.h[cur], s_.c);
   }
-}
+
+  // The persistent kernel over a range; false when the GPU cannot hold its grid at once
+  // (another kernel occupies it), and the caller falls back to v1.
+  bool RunPersistent(const LayerRange& range) {
+    const PersistentPlan& plan = *range.plan;
+    const int l0 = range.first;
+    if (io_.max_len == 0) {
+      for (int r = 0; r < range.count; ++r) RunStepwise(l0 + r, StepKernel::kTiled);
+      return true;
+    }
+    Project(l0);
+    PersistentArgs<T> a{};
+    a.plan = plan;
+    a.B = B_;
+    a.H = H_;
+    a.max_len = io_.max_len;
+    a.layers = range.count;
+    a.D = D_;
+    a.log2_u = Log2(plan.U);
+    a.log2_bb4 = Log2(plan.Bb / 4);
+    a.log2_p = Log2(plan.P);
+    a.lens = s_.lens;
+    a.gx_st = GxStrideT(l0);
+    a.gx_sb = GxStrideB(l0);
+    const long long state = static_cast<long long>(D_) * B_ * H_;
+    for (int r = 0; r < range.count; ++r) {
+      const int l = l0 + r, I = static_cast<int>(d_.LayerInput(l));
+      a.in_rows[r] = r == 0 ? 0 : I;
+      for (int dir = 0; dir < D_; ++dir) {
+        const int k = l * D_ + dir;
+        // The first layer multiplies only its recurrent rows; the others their input rows too.
+        a.w[r][dir] = Weights() + d_.WeightOffset(l, dir) + (r == 0 ? static_cast<long long>(I) * G_ : 0);
+        a.bias[r][dir] = Bias(k);
+        a.peep[r][dir] = Peep(k);
+      }
+      InitLayerStates(l, s_.h0 + r * state, s_.c0 + r * state);
+    }
+    for (int dir = 0; dir < D_; ++dir) {
+      a.gx[dir] = s_.gx + dir * rows_ * G_;
+      a.reverse[dir] = attrs_.reverse_only || dir == 1;
+      a.cell[dir] = MakeCellParams(attrs_, dir);
+    }
+    a.hbuf = s_.hbuf;
+    a.h0 = s_.h0;
+    a.c0 = s_.c0;
+    a.h_fin = s_.h_fin;
+    a.c_fin = s_.c_fin;
+    a.barrier = s_.barrier;
+    const int last = l0 + range.count - 1;
+    Output(last, &a.y, &a.y_st, &a.y_sd, &a.y_sb);
+    Check(cudaMemsetAsync(s_.hbuf, 0, HBufBytes(d_), stream_), "zero h");
+    Check(cudaMemsetAsync(s_.barrier, 0, sizeof(unsigned), stream_), "zero barrier");
+    void* args[] = {&a};
+    const cudaError_t e = cudaLaunchCooperativeKernel(PersistentKernel<T>(plan.R),
+                                                      dim3(plan.blocks), dim3(kPersistentThreads), args, plan.smem,
+                                                      stream_);
+    if (e == cudaErrorCooperativeLaunchTooLarge) {
+      ClearPending();
+      return false;
+    }
+    Check(e, "persistent kernel");
+#ifdef LSTM_ORT_PHASE_CLOCKS
+    {
+      unsigned long long ns[2][6];
+      cudaMemcpyFromSymbolAsync(ns, g_phase_ns, sizeof(ns), 0, cudaMemcpyDeviceToHost, stream_);
+      cudaStreamSynchronize(stream_);
+      const unsigned long long zero[2][6] = {};
+      cudaMemcpyToSymbolAsync(g_phase_ns, zero, sizeof(zero), 0, cudaMemcpyHostToDevice, stream_);
+      const int n = io_.max_len + range.count - 1;
+      for (int b = 0; b < 2; ++b)
+        std::fprintf(stderr, "phase ns/interval block %s: prefetch %.0f kloop %.0f reduce %.0f cell %.0f next %.0f barrier %.0f\n",
+                     b ? "last" : "first", 1.0 * ns[b][0] / n, 1.0 * ns[b][1] / n, 1.0 * ns[b][2] / n,
+                     1.0 * ns[b][3] / n, 1.0 * ns[b][4] / n, 1.0 * ns[b][5] / n);
+    }
+#endif
+    for (int r = 0; r < range.count; ++r) WriteFinalStates(l0 + r, s_.h_fin + r * state, s_.c_fin + r * state);
+    return true;
+  }
+
+  const T* Bias(int k) const {
+    const T* b = static_cast<const T*>(io_.in[kB]);
+    return b ? b + k * G_ : nullptr;
+  }
+  const T* Peep(int k) const {
+    const T* p = static_cast<const T*>(io_.in[kP]);
+    return p ? p + k * 3LL * H_ : nullptr;
+  }
+
+  const Attributes& attrs_;
+  const CallIO& io_;
+  const Dims& d_;
+  cudaStream_t stream_;
+  Scratch s_;
+  cublasHandle_t cublas_ = nullptr;
+  int T_ = 0, B_ = 0, H_ = 0, D_ = 1, L_ = 1, device_ = 0, sm_count_ = 132;
+  long long rows_ = 0, G_ = 0;
+};
 
 }  // namespace
 
@@ -258,11 +465,11 @@ size_t CudaScratchBytes(const Dims& d, bool fp16) {
   return total;
 }
 
-void RunLstmCuda(const Attributes& attrs, const CallIO& io, bool fp16, void* stream, void* scratch,
-                 StepKernel step_kernel) {
+void RunLstmCuda(const Attributes& attrs, const CallIO& io, bool fp16, void* stream, void* scratch, Strategy strategy) {
+  if (io.dims.B == 0) return;
   auto s = static_cast<cudaStream_t>(stream);
-  if (fp16) Run<__half>(attrs, io, s, scratch, step_kernel);
-  else Run<float>(attrs, io, s, scratch, step_kernel);
+  if (fp16) StackRun<__half>(attrs, io, s, scratch).Run(strategy);
+  else StackRun<float>(attrs, io, s, scratch).Run(strategy);
 }
 
 }  // namespace lstm_ort

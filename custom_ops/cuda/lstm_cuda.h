@@ -9,14 +9,10 @@ namespace lstm_ort {
 
 struct CallIO;
 
-// Which recurrent-step kernel to use; kAuto picks by shape.
-enum class StepKernel : int { kAuto = 0, kTiled = 1, kSplitK = 2 };
-
 size_t CudaScratchBytes(const Dims& d, bool fp16);
 
 // Enqueues the whole stack on `stream`; `seq_lens_host` may be null (every length is T).
 // `scratch` holds CudaScratchBytes(...) bytes of device memory.
-void RunLstmCuda(const Attributes& attrs, const CallIO& io, bool fp16, void* stream, void* scratch,
-                 StepKernel step_kernel);
+void RunLstmCuda(const Attributes& attrs, const CallIO& io, bool fp16, void* stream, void* scratch, Strategy strategy);
 
 }  // namespace lstm_ort

@@ -84,8 +84,9 @@ __device__ __forceinline__ void FinishUnit(const StepArgs<T>& a, int d, int b, i
     return;
   }
   float c = in.c;
-  const float h = CellUpdate(a.cell[d], acc.x + in.g.x, acc.y + in.g.y, acc.z + in.g.z, acc.w + in.g.w, in.pi,
-                             in.po, in.pf, c);
+  const float gi = acc.x + in.g.x, go = acc.y + in.g.y, gf = acc.z + in.g.z, gc = acc.w + in.g.w;
+  const float h = IsDefaultCell(a.cell[d]) ? DefaultCellUpdate(gi, go, gf, gc, in.pi, in.po, in.pf, c)
+                                           : CellUpdate(a.cell[d], gi, go, gf, gc, in.pi, in.po, in.pf, c);
   a.c[d][bu] = c;
   a.h_out[d][bu] = h;
   if (a.y) a.y[in.t * a.y_st + d * a.y_sd + b * a.y_sb + u] = FromF<T>(h);

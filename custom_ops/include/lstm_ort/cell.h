@@ -60,4 +60,29 @@ LSTM_ORT_HD float CellUpdate(const CellParams& p, float gi, float go, float gf, 
   return o * Apply(p.act[2], c);
 }
 
+// The cell nearly every model uses (Sigmoid, Tanh, Tanh; no clip, no input_forget), with
+// peepholes: straight-line code, where CellUpdate dispatches on each activation. On the GPU it
+// sits on the recurrent critical path once per step.
+LSTM_ORT_HD bool IsDefaultCell(const CellParams& p) {
+  return p.act[0].kind == ActKind::kSigmoid && p.act[1].kind == ActKind::kTanh && p.act[2].kind == ActKind::kTanh &&
+         !p.has_clip && !p.input_forget;
+}
+
+LSTM_ORT_HD float FastSigmoid(float x) {
+#if defined(__CUDA_ARCH__)
+  return __frcp_rn(1.f + __expf(-x));  // a few ulp from 1 / (1 + expf(-x))
+#else
+  return 1.f / (1.f + expf(-x));
+#endif
+}
+
+LSTM_ORT_HD float DefaultCellUpdate(float gi, float go, float gf, float gc, float pi, float po, float pf, float& c) {
+  const float c_prev = c;
+  const float i = FastSigmoid(gi + pi * c_prev);
+  const float f = FastSigmoid(gf + pf * c_prev);
+  const float g = tanhf(gc);
+  c = f * c_prev + i * g;
+  return FastSigmoid(go + po * c) * tanhf(c);
+}
+
 }  // namespace lstm_ort

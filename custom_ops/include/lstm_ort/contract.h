@@ -32,6 +32,12 @@ struct Activation {
   float beta;
 };
 
+// How the CUDA kernel runs the recurrence (attribute `strategy`; the CPU kernel ignores it).
+// v1: one launch per step (kTiled, kSplitK). kPersistent: one cooperative launch per layer with
+// the weights on chip. kWavefront: as kPersistent, consecutive layers sharing one launch.
+// kAuto picks by shape.
+enum class Strategy : int32_t { kAuto = 0, kTiled, kSplitK, kPersistent, kWavefront };
+
 // Attributes, resolved once per kernel instance.
 struct Attributes {
   int64_t hidden_size = 0;
@@ -43,7 +49,11 @@ struct Attributes {
   float clip = 0.f;
   bool input_forget = false;
   Activation act[2][3];  // [direction][f, g, h]
+  Strategy strategy = Strategy::kAuto;
 };
+
+// "auto", "tiled", "splitk", "persistent", "wavefront"; false for anything else.
+bool ParseStrategy(const char* name, Strategy* out);
 
 // Sizes of one call, resolved from the inputs and validated.
 struct Dims {

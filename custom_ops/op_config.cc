@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdlib>
 #include <cstring>
 #include <sstream>
 #include <vector>
@@ -96,6 +97,33 @@ std::string ShapeStr(const std::vector<int64_t>& s) { return Join(s); }
 
 void Fail(const std::string& message) { throw Ort::Exception(std::string("FusedLSTM: ") + message, ORT_INVALID_ARGUMENT); }
 
+// "gpu|T|B|strategy" entries separated by ';' (written by lstm_ort.tuning).
+static std::vector<TunedStrategy> ParseTuned(const std::string& text) {
+  std::vector<TunedStrategy> out;
+  std::stringstream entries(text);
+  std::string entry;
+  while (std::getline(entries, entry, ';')) {
+    if (Trim(entry).empty()) continue;
+    std::vector<std::string> f;
+    std::stringstream fields(entry);
+    std::string field;
+    while (std::getline(fields, field, '|')) f.push_back(field);
+    TunedStrategy t;
+    char* end = nullptr;
+    bool ok = f.size() == 4 && !f[0].empty();
+    if (ok) {
+      t.gpu = f[0];
+      t.T = std::strtoll(f[1].c_str(), &end, 10);
+      ok = *end == '\0' && !f[1].empty();
+      t.B = std::strtoll(f[2].c_str(), &end, 10);
+      ok = ok && *end == '\0' && !f[2].empty() && ParseStrategy(f[3].c_str(), &t.strategy);
+    }
+    if (!ok) Fail("attribute tuned must hold 'gpu|T|B|strategy' entries separated by ';', got '" + entry + "'");
+    out.push_back(t);
+  }
+  return out;
+}
+
 bool ParseStrategy(const char* name, Strategy* out) {
   static const struct {
     const char* name;
@@ -140,6 +168,9 @@ Attributes ParseAttributes(const OrtKernelInfo* info) {
   std::string strategy;
   if (TryString(info, "strategy", &strategy) && !ParseStrategy(strategy.c_str(), &a.strategy))
     Fail("attribute strategy must be auto, tiled, splitk, persistent or wavefront, got '" + strategy + "'");
+
+  std::string tuned;
+  if (TryString(info, "tuned", &tuned)) a.tuned = ParseTuned(tuned);
 
   int64_t input_forget = 0;
   TryInt(info, "input_forget", &input_forget);

@@ -1,12 +1,15 @@
-"""lstm-ort: rewrite the LSTMs of an ONNX model into lstm_ort.FusedLSTM.
+"""lstm-ort: rewrite the LSTMs of an ONNX model into lstm_ort.FusedLSTM, and tune how the CUDA
+kernel runs them.
 
-Exit codes: 0 done; 1 the input could not be read or the output not written; 2 usage;
-3 --check found the optimized model differs from the original (nothing written).
+Exit codes: 0 done; 1 the input could not be read or the output not written; 2 usage (or, for
+tune, no CUDA device); 3 --check found the optimized model differs from the original (nothing
+written).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import tempfile
@@ -95,6 +98,7 @@ def cmd_optimize(args) -> int:
         print(f"lstm-ort: cannot write {dst}: {e}", file=sys.stderr)
         return EXIT_INPUT
     extra = f"--check: max-abs {result['max_abs']:.3g} <= {args.atol:g}" if "max_abs" in result else ""
+    extra += "\n" + strategy_report(optimized, args.seq_len, args.batch)
     _print(report, args, extra + (f"\nwrote {dst}" if not args.json else ""))
     return EXIT_OK
 
@@ -102,11 +106,89 @@ def cmd_optimize(args) -> int:
 def cmd_check(args) -> int:
     try:
         report = Report()
-        optimize(args.model, fold_constants=not args.no_fold, report=report)
+        optimized = optimize(args.model, fold_constants=not args.no_fold, report=report)
     except ModelError as e:
         print(f"lstm-ort: {args.model}: {e}", file=sys.stderr)
         return EXIT_INPUT
-    _print(report, args, "")
+    _print(report, args, strategy_report(optimized, args.seq_len, args.batch))
+    return EXIT_OK
+
+
+def strategy_report(model: onnx.ModelProto, T: int | None, B: int | None) -> str:
+    """Which CUDA strategy each FusedLSTM node will use: forced, tuned, or chosen per call; with
+    T and B on a CUDA machine, the plan itself."""
+    from lstm_ort import tuning
+
+    try:
+        cache = tuning.load_cache()
+    except ValueError as e:
+        cache = {}
+        print(f"lstm-ort: {e}", file=sys.stderr)
+    lines = []
+    for node in tuning.fused_nodes(model):
+        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+        shape = tuning.node_shape(model, node)
+        forced = attrs.get("strategy", b"auto").decode()
+        if forced != "auto":
+            what = f"{forced} (forced by the node's strategy attribute)"
+        else:
+            tuned = tuning.tuned_attribute(cache, shape) if shape else ""
+            what = "auto: chosen per call from T and B"
+            if tuned:
+                what += "; tuned: " + ", ".join(f"T={e.split('|')[1]} B={e.split('|')[2]} -> {e.split('|')[3]} "
+                                                f"on {e.split('|')[0]}" for e in tuned.split(";"))
+        line = f"{node.name or '<unnamed>'} [{shape.key if shape else 'sizes unknown'}]: {what}"
+        if shape and T and B:
+            try:
+                line += f"\n    at T={T} B={B} on {tuning.device_name()}: {tuning.describe(shape, T, B, forced)}"
+            except (OSError, RuntimeError) as e:
+                line += f"\n    (no plan at T={T} B={B}: {e})"
+        lines.append(line)
+    return ("FusedLSTM strategies (CUDA):\n  " + "\n  ".join(lines)) if lines else ""
+
+
+def cmd_tune(args) -> int:
+    from lstm_ort import tuning
+
+    try:
+        model = load_model(Path(args.model))
+        if not tuning.fused_nodes(model):
+            model = optimize(model)
+    except ModelError as e:
+        print(f"lstm-ort: {args.model}: {e}", file=sys.stderr)
+        return EXIT_INPUT
+    try:
+        import onnxruntime as ort
+
+        if "CUDAExecutionProvider" not in ort.get_available_providers():
+            raise RuntimeError("onnxruntime's CUDA execution provider is not available")
+        gpu = tuning.device_name()
+    except (OSError, RuntimeError) as e:
+        print(f"lstm-ort tune needs a CUDA GPU: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    shapes = []
+    for node in tuning.fused_nodes(model):
+        shape = tuning.node_shape(model, node)
+        if shape is None:
+            print(f"lstm-ort: {node.name}: W is not an initializer, sizes unknown; skipped", file=sys.stderr)
+        elif shape not in shapes:
+            shapes.append(shape)
+    if not shapes:
+        print("lstm-ort: no FusedLSTM node to tune", file=sys.stderr)
+        return EXIT_INPUT
+    results = []
+    for shape in shapes:
+        for T in args.seq_len:
+            for B in args.batch:
+                r = tuning.tune_shape(shape, T, B, runs=args.runs)
+                path = tuning.record(gpu, shape, T, B, r.winner, r.ms)
+                results.append(r)
+                timings = "  ".join(f"{k} {v:.3f}" for k, v in r.ms.items())
+                print(f"{shape.key} T={T} B={B}: {timings} ms -> {r.winner}\n    {r.plan}", flush=True)
+    if args.json:
+        print(json.dumps([{"shape": r.shape.key, "T": r.T, "B": r.B, "ms": r.ms, "winner": r.winner, "plan": r.plan}
+                          for r in results], indent=2))
+    print(f"cached for {gpu} in {path}", file=sys.stderr)
     return EXIT_OK
 
 
@@ -133,7 +215,20 @@ def main(argv=None) -> int:
     for q in (o, c):
         q.add_argument("--json", action="store_true", help="machine-readable report")
         q.add_argument("--no-fold", action="store_true", help="skip constant folding before matching")
+        q.add_argument("--seq-len", type=int, help="with --batch: report the CUDA plan for calls of this T")
+        q.add_argument("--batch", type=int, help="with --seq-len: report the CUDA plan for calls of this B")
+    t = sub.add_parser("tune", help="measure the CUDA strategies for a model's FusedLSTM nodes on this GPU and "
+                                    "cache the winners, which lstm_ort.InferenceSession then uses")
+    t.add_argument("model", help="an optimized model (a model with plain LSTMs is optimized in memory first)")
+    t.add_argument("--seq-len", type=int, nargs="+", required=True, help="sequence lengths T to tune for")
+    t.add_argument("--batch", type=int, nargs="+", required=True, help="batch sizes B to tune for")
+    t.add_argument("--runs", type=int, default=20, help="timed runs per strategy (median)")
+    t.add_argument("--json", action="store_true", help="also print the measurements as JSON")
     args = p.parse_args(argv)
+    if args.command == "tune":
+        if min(args.seq_len) < 1 or min(args.batch) < 1 or args.runs < 1:
+            p.error("--seq-len, --batch and --runs must be >= 1")
+        return cmd_tune(args)
     return cmd_optimize(args) if args.command == "optimize" else cmd_check(args)
 
 

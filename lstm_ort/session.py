@@ -9,12 +9,12 @@ import onnx
 import onnxruntime as ort
 
 from lstm_ort._library import get_library_path
+from lstm_ort.tuning import STRATEGIES, apply_tuned, fused_nodes, load_cache
 
 _REGISTERED_KEY = "lstm_ort.library_registered"
 # Session option: force one CUDA strategy on every FusedLSTM node ("auto", "tiled", "splitk",
 # "persistent", "wavefront"), e.g. so.add_session_config_entry("lstm_ort.strategy", "wavefront").
 STRATEGY_KEY = "lstm_ort.strategy"
-STRATEGIES = ("auto", "tiled", "splitk", "persistent", "wavefront")
 
 
 def _config_entry(sess_options: ort.SessionOptions, key: str) -> str | None:
@@ -54,37 +54,33 @@ class InferenceSession(ort.InferenceSession):
         strategy = _config_entry(sess_options, STRATEGY_KEY)
         if strategy is not None:
             path_or_bytes = with_strategy(path_or_bytes, strategy)
+        else:
+            cache = load_cache()
+            if cache:
+                path_or_bytes = with_tuned(path_or_bytes, cache)
         super().__init__(path_or_bytes, sess_options, providers, provider_options, **kwargs)
+
+
+def _load(path_or_bytes: str | bytes) -> onnx.ModelProto:
+    if isinstance(path_or_bytes, bytes):
+        return onnx.load_from_string(path_or_bytes)
+    return onnx.load(path_or_bytes)  # external data is loaded from beside the path
 
 
 def with_strategy(path_or_bytes: str | bytes, strategy: str) -> str | bytes:
     """The model with every FusedLSTM node's ``strategy`` attribute set (subgraphs included)."""
     if strategy not in STRATEGIES:
         raise ValueError(f"{STRATEGY_KEY} must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
-    if isinstance(path_or_bytes, bytes):
-        model = onnx.load_from_string(path_or_bytes)
-    else:
-        model = onnx.load(path_or_bytes)  # external data is loaded next to the path
-    found = False
-    for graph in _graphs(model):
-        for node in graph.node:
-            if node.domain == "lstm_ort" and node.op_type == "FusedLSTM":
-                kept = [a for a in node.attribute if a.name != "strategy"]
-                del node.attribute[:]
-                node.attribute.extend([*kept, onnx.helper.make_attribute("strategy", strategy)])
-                found = True
-    return model.SerializeToString() if found else path_or_bytes
+    model = _load(path_or_bytes)
+    nodes = fused_nodes(model)
+    for node in nodes:
+        kept = [a for a in node.attribute if a.name != "strategy"]
+        del node.attribute[:]
+        node.attribute.extend([*kept, onnx.helper.make_attribute("strategy", strategy)])
+    return model.SerializeToString() if nodes else path_or_bytes
 
 
-def _graphs(model: onnx.ModelProto):
-    """The main graph, every function, and every subgraph inside them (If/Loop/Scan bodies)."""
-    pending = [model.graph, *model.functions]
-    while pending:
-        graph = pending.pop()
-        yield graph
-        for node in graph.node:
-            for attr in node.attribute:
-                if attr.type == onnx.AttributeProto.GRAPH:
-                    pending.append(attr.g)
-                elif attr.type == onnx.AttributeProto.GRAPHS:
-                    pending.extend(attr.graphs)
+def with_tuned(path_or_bytes: str | bytes, cache: dict) -> str | bytes:
+    """The model with `lstm-ort tune`'s cached winners attached to its FusedLSTM nodes."""
+    model = _load(path_or_bytes)
+    return model.SerializeToString() if apply_tuned(model, cache) else path_or_bytes

@@ -20,3 +20,9 @@ def pytest_collection_modifyitems(config, items):
 def rng(request):
     # A different, reproducible draw for every test case.
     return np.random.default_rng(abs(hash(request.node.nodeid)) % (2**32))
+
+
+@pytest.fixture(autouse=True)
+def private_tuning_cache(tmp_path, monkeypatch):
+    """Every test sees its own, empty `lstm-ort tune` cache, never the user's."""
+    monkeypatch.setenv("LSTM_ORT_CACHE_DIR", str(tmp_path / "lstm-ort-cache"))

@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -21,8 +19,8 @@ import numpy as np
 import onnxruntime as ort
 
 from lstm_ort.builders import LstmSpec, fused_model, random_layers, stock_model
-from lstm_ort.session import STRATEGY_KEY, InferenceSession
 from lstm_ort.testing import max_abs
+from lstm_ort.timing import OrtRunner, median_ms
 
 # (L, T, H, B, bidirectional): DEVELOPERS.md's reference configs.
 REFERENCE = [(4, 100, 512, 64, False), (1, 100, 512, 64, False), (2, 200, 1024, 32, False), (4, 100, 512, 1, False),
@@ -54,45 +52,6 @@ def parse_config(text: str):
 def label(cfg) -> str:
     L, T, H, B, bi = cfg
     return f"L{L} T{T} H{H} B{B}" + (" bi" if bi else "")
-
-
-class OrtRunner:
-    """One session with inputs and outputs bound where the provider computes, so host copies stay out."""
-
-    def __init__(self, model, feeds, device: str, fused: bool, tf32: bool = False, strategy: str = "auto"):
-        so = ort.SessionOptions()
-        providers = ([("CUDAExecutionProvider", {"use_tf32": "1" if tf32 else "0"})] if device == "cuda"
-                     else ["CPUExecutionProvider"])
-        if fused:
-            so.add_session_config_entry(STRATEGY_KEY, strategy)
-            self.sess = InferenceSession(model.SerializeToString(), so, providers=providers)
-        else:
-            self.sess = ort.InferenceSession(model.SerializeToString(), so, providers=providers)
-        self.binding = self.sess.io_binding()
-        for name, value in feeds.items():
-            self.binding.bind_ortvalue_input(name, ort.OrtValue.ortvalue_from_numpy(value, device, 0))
-        for out in self.sess.get_outputs():
-            self.binding.bind_output(out.name, device, 0)
-
-    def __call__(self):
-        self.sess.run_with_iobinding(self.binding)
-
-    def outputs(self):
-        self()
-        return [o.numpy() for o in self.binding.get_outputs()]
-
-
-def median_ms(fn, runs: int, warmup: int, sync=lambda: None) -> float:
-    for _ in range(warmup):
-        fn()
-    sync()
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        fn()
-        sync()
-        times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times)
 
 
 def torch_runner(spec: LstmSpec, layers, x: np.ndarray, device: str):

@@ -24,7 +24,7 @@ for stage in "$@"; do
         echo "compute-sanitizer $tool: rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitize-$tool.log" | tail -1)"
       done ;;
     bench)
-      python3 "$root/tools/bench.py" --json "$out/bench.json" --plot "$out/bench.png" 2>&1 | tail -12 || rc=1 ;;
+      python3 "$root/tools/bench.py" --strategies tiled,persistent,wavefront --json "$out/bench.json" --plot "$out/bench.png" 2>&1 | tail -22 || rc=1 ;;
     *) echo "unknown stage $stage"; exit 2 ;;
   esac
 done

@@ -224,6 +224,19 @@ DeviceLimits PersistentLimits(int device) {
   return dev;
 }
 
+// v1 runs one layer per range; the persistent strategies cut the stack into ranges that fit.
+template <typename T>
+std::vector<LayerRange> PlanRanges(Strategy strategy, const Dims& d, int device) {
+  const int L = static_cast<int>(d.L);
+  if (strategy == Strategy::kTiled || strategy == Strategy::kSplitK) {
+    std::vector<LayerRange> ranges;
+    for (int l = 0; l < L; ++l) ranges.push_back(LayerRange{l, 1, std::nullopt});
+    return ranges;
+  }
+  return PlanStack(L, static_cast<int>(d.D), static_cast<int>(d.T), static_cast<int>(d.H), static_cast<int>(d.B),
+                   strategy != Strategy::kPersistent, PersistentLimits<T>(device));
+}
+
 int Log2(int n) {
   int k = 0;
   while ((1 << k) < n) ++k;
@@ -253,13 +266,7 @@ class StackRun {
     if (io_.seq_lens) lens.assign(io_.seq_lens, io_.seq_lens + B_);
     Check(cudaMemcpyAsync(s_.lens, lens.data(), sizeof(int) * B_, cudaMemcpyHostToDevice, stream_), "copy lengths");
     const StepKernel step = ChooseStep(strategy, d_);
-    std::vector<LayerRange> ranges;
-    if (strategy == Strategy::kTiled || strategy == Strategy::kSplitK) {
-      for (int l = 0; l < L_; ++l) ranges.push_back(LayerRange{l, 1, std::nullopt});
-    } else {
-      ranges = PlanStack(L_, D_, T_, H_, B_, strategy != Strategy::kPersistent, PersistentLimits<T>(device_));
-    }
-    for (const LayerRange& range : ranges) {
+    for (const LayerRange& range : PlanRanges<T>(strategy, d_, device_)) {
       if (range.plan && RunPersistent(range)) continue;
       for (int l = range.first; l < range.first + range.count; ++l) RunStepwise(l, step);
     }
@@ -458,6 +465,28 @@ class StackRun {
 };
 
 }  // namespace
+
+std::string DescribeStrategy(const Dims& d, bool fp16, Strategy strategy) {
+  int device = 0;
+  Check(cudaGetDevice(&device), "current device");
+  const auto ranges = fp16 ? PlanRanges<__half>(strategy, d, device) : PlanRanges<float>(strategy, d, device);
+  const char* step = ChooseStep(strategy, d) == StepKernel::kSplitK ? "splitk" : "tiled";
+  std::string out;
+  for (const LayerRange& r : ranges) {
+    if (!out.empty()) out += "; ";
+    out += r.count == 1 ? "layer " + std::to_string(r.first) :
+                          "layers " + std::to_string(r.first) + "-" + std::to_string(r.first + r.count - 1);
+    if (!r.plan) {
+      out += std::string(": v1 ") + step + " (one launch per step)";
+      continue;
+    }
+    const PersistentPlan& p = *r.plan;
+    out += std::string(": ") + (r.count > 1 ? "wavefront" : "persistent") + " (" + std::to_string(p.blocks) +
+           " blocks of " + std::to_string(p.U) + " units x " + std::to_string(p.Bb) + " rows, " +
+           std::to_string(p.smem / 1024) + " KiB shared memory)";
+  }
+  return out;
+}
 
 size_t CudaScratchBytes(const Dims& d, bool fp16) {
   size_t total = 0;

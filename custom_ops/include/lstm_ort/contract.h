@@ -10,6 +10,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
+#include <vector>
 
 namespace lstm_ort {
 
@@ -38,6 +40,14 @@ struct Activation {
 // kAuto picks by shape.
 enum class Strategy : int32_t { kAuto = 0, kTiled, kSplitK, kPersistent, kWavefront };
 
+// A measured winner from `lstm-ort tune`, for one GPU model and one (T, B) of this node.
+struct TunedStrategy {
+  std::string gpu;
+  int64_t T = 0, B = 0;
+  Strategy strategy = Strategy::kAuto;
+  std::vector<TunedStrategy> tuned;  // attribute `tuned`: "gpu|T|B|strategy;..."; used when strategy is auto
+};
+
 // Attributes, resolved once per kernel instance.
 struct Attributes {
   int64_t hidden_size = 0;
@@ -50,6 +60,7 @@ struct Attributes {
   bool input_forget = false;
   Activation act[2][3];  // [direction][f, g, h]
   Strategy strategy = Strategy::kAuto;
+  std::vector<TunedStrategy> tuned;  // attribute `tuned`: "gpu|T|B|strategy;..."; used when strategy is auto
 };
 
 // "auto", "tiled", "splitk", "persistent", "wavefront"; false for anything else.

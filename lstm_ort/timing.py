@@ -1,0 +1,51 @@
+"""Timing sessions on their own device: shared by tools/bench.py and `lstm-ort tune`."""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import onnx
+import onnxruntime as ort
+
+from lstm_ort.session import STRATEGY_KEY, InferenceSession
+
+
+class OrtRunner:
+    """One session with inputs and outputs bound where the provider computes, so host copies stay out."""
+
+    def __init__(self, model: onnx.ModelProto, feeds: dict, device: str, fused: bool, tf32: bool = False,
+                 strategy: str = "auto"):
+        so = ort.SessionOptions()
+        providers = ([("CUDAExecutionProvider", {"use_tf32": "1" if tf32 else "0"})] if device == "cuda"
+                     else ["CPUExecutionProvider"])
+        if fused:
+            so.add_session_config_entry(STRATEGY_KEY, strategy)
+            self.sess = InferenceSession(model.SerializeToString(), so, providers=providers)
+        else:
+            self.sess = ort.InferenceSession(model.SerializeToString(), so, providers=providers)
+        self.binding = self.sess.io_binding()
+        for name, value in feeds.items():
+            self.binding.bind_ortvalue_input(name, ort.OrtValue.ortvalue_from_numpy(value, device, 0))
+        for out in self.sess.get_outputs():
+            self.binding.bind_output(out.name, device, 0)
+
+    def __call__(self):
+        self.sess.run_with_iobinding(self.binding)
+
+    def outputs(self):
+        self()
+        return [o.numpy() for o in self.binding.get_outputs()]
+
+
+def median_ms(fn, runs: int, warmup: int, sync=lambda: None) -> float:
+    for _ in range(warmup):
+        fn()
+    sync()
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        fn()
+        sync()
+        times.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(times)

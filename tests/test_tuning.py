@@ -1,0 +1,122 @@
+"""`lstm-ort tune`'s cache and how sessions hand it to the kernel (CPU parts here; the GPU test
+at the end measures for real)."""
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+
+from lstm_ort import tuning
+from lstm_ort.builders import LstmSpec, fused_model, random_layers
+from lstm_ort.cli import main
+from lstm_ort.session import with_strategy
+from lstm_ort.testing import CUDA, make_feeds, max_abs, run, run_fused, run_stock
+
+
+def tuned_values(model: onnx.ModelProto) -> list[str]:
+    return [onnx.helper.get_attribute_value(a).decode() for n in tuning.fused_nodes(model) for a in n.attribute
+            if a.name == "tuned"]
+
+
+@pytest.mark.parametrize("L,direction,I,H,dtype", [(1, "forward", 5, 8, np.float32), (3, "bidirectional", 7, 4, np.float32),
+                                                   (2, "reverse", 16, 33, np.float16)])
+def test_node_shape_reads_the_packed_weights(L, direction, I, H, dtype, rng):
+    spec = LstmSpec(input_size=I, hidden_size=H, num_layers=L, direction=direction)
+    model = fused_model(spec, random_layers(spec, rng), dtype)
+    shape = tuning.node_shape(model, tuning.fused_nodes(model)[0])
+    D = 2 if direction == "bidirectional" else 1
+    assert shape == tuning.NodeShape(L, D, I, H, "float16" if dtype == np.float16 else "float32")
+
+
+def test_record_then_attribute_round_trip():
+    shape = tuning.NodeShape(4, 1, 512, 512, "float32")
+    path = tuning.record("GPU A", shape, 100, 64, "wavefront", {"tiled": 7.6, "wavefront": 4.0})
+    tuning.record("GPU A", shape, 100, 1, "persistent", {"persistent": 1.0})
+    tuning.record("GPU B", shape, 100, 64, "tiled", {"tiled": 1.0})
+    tuning.record("GPU A", tuning.NodeShape(1, 1, 8, 8, "float32"), 5, 5, "splitk", {"splitk": 0.1})
+    assert path == tuning.cache_file() and path.is_file()
+    assert tuning.load_cache()["GPU A"][shape.key]["T100 B64"]["ms"]["wavefront"] == 4.0
+    entries = tuning.tuned_attribute(tuning.load_cache(), shape).split(";")
+    assert sorted(entries) == ["GPU A|100|1|persistent", "GPU A|100|64|wavefront", "GPU B|100|64|tiled"]
+
+
+def test_session_attaches_winners_only_to_unforced_nodes(rng):
+    spec = LstmSpec(input_size=5, hidden_size=8, num_layers=2)
+    layers = random_layers(spec, rng)
+    model = fused_model(spec, layers)
+    shape = tuning.node_shape(model, tuning.fused_nodes(model)[0])
+    tuning.record("Some GPU", shape, 6, 3, "wavefront", {"wavefront": 1.0})
+    cache = tuning.load_cache()
+    assert tuning.apply_tuned(model, cache) and tuned_values(model) == ["Some GPU|6|3|wavefront"]
+    forced = onnx.load_from_string(with_strategy(fused_model(spec, layers).SerializeToString(), "tiled"))
+    assert not tuning.apply_tuned(forced, cache) and tuned_values(forced) == []
+    # The CPU kernel reads the attribute and ignores it: same result as without a cache.
+    feeds = make_feeds(spec, 6, 3, rng)
+    tuned_run = run_fused(spec, layers, feeds)
+    tuning.cache_file().unlink()
+    assert max_abs(tuned_run, run_fused(spec, layers, feeds)) == 0.0
+
+
+def test_unreadable_cache_is_a_clear_error(rng):
+    tuning.cache_file().parent.mkdir(parents=True)
+    tuning.cache_file().write_text("{not json")
+    with pytest.raises(ValueError, match="tuning cache .* is unreadable"):
+        tuning.load_cache()
+
+
+def test_bad_tuned_attribute_is_refused(rng):
+    spec = LstmSpec(input_size=5, hidden_size=8)
+    model = fused_model(spec, random_layers(spec, rng))
+    model.graph.node[0].attribute.append(onnx.helper.make_attribute("tuned", "GPU|100|x|wavefront"))
+    with pytest.raises(Exception, match="attribute tuned must hold 'gpu\\|T\\|B\\|strategy' entries"):
+        run(model, make_feeds(spec, 4, 2, rng))
+
+
+def test_check_reports_each_nodes_strategy(tmp_path, capsys, rng):
+    spec = LstmSpec(input_size=5, hidden_size=8, num_layers=2)
+    path = tmp_path / "m.onnx"
+    onnx.save(fused_model(spec, random_layers(spec, rng)), path)
+    assert main(["check", str(path)]) == 0
+    assert "[L2 D1 I5 H8 float32]: auto: chosen per call from T and B" in capsys.readouterr().out
+    tuning.record("GPU A", tuning.NodeShape(2, 1, 5, 8, "float32"), 10, 4, "persistent", {"persistent": 1.0})
+    assert main(["check", str(path)]) == 0
+    assert "tuned: T=10 B=4 -> persistent on GPU A" in capsys.readouterr().out
+
+
+@pytest.mark.skipif("CUDAExecutionProvider" in __import__("onnxruntime").get_available_providers(),
+                    reason="this machine has a GPU")
+def test_tune_without_a_gpu_says_so(tmp_path, capsys, rng):
+    spec = LstmSpec(input_size=5, hidden_size=8)
+    path = tmp_path / "m.onnx"
+    onnx.save(fused_model(spec, random_layers(spec, rng)), path)
+    assert main(["tune", str(path), "--seq-len", "10", "--batch", "2"]) == 2
+    assert "lstm-ort tune needs a CUDA GPU" in capsys.readouterr().err
+
+
+@pytest.mark.gpu
+def test_tune_caches_winners_that_sessions_then_use(tmp_path, capsys, rng):
+    spec = LstmSpec(input_size=16, hidden_size=32, num_layers=3)
+    layers = random_layers(spec, rng)
+    path = tmp_path / "m.onnx"
+    onnx.save(fused_model(spec, layers), path)
+    assert main(["tune", str(path), "--seq-len", "20", "--batch", "1", "5", "--runs", "3", "--json"]) == 0
+    out = capsys.readouterr().out
+    results = json.loads(out[out.index("["):])
+    assert {(r["T"], r["B"]) for r in results} == {(20, 1), (20, 5)}
+    assert all(r["winner"] in tuning.CANDIDATES and set(r["ms"]) == set(tuning.CANDIDATES) for r in results)
+    shape = tuning.NodeShape(3, 1, 16, 32, "float32")
+    gpu = tuning.device_name()
+    assert set(tuning.load_cache()[gpu][shape.key]) == {"T20 B1", "T20 B5"}
+    # A session now carries the winners to the kernel, and the answers stay right.
+    for B in (1, 5):
+        feeds = make_feeds(spec, 20, B, rng)
+        got = run_fused(spec, layers, feeds, providers=CUDA)
+        assert max_abs(got, run_stock(spec, layers, feeds)) <= 2e-5
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("strategy,words", [("tiled", "v1 tiled"), ("persistent", "persistent ("),
+                                            ("wavefront", "layers 0-1: wavefront")])
+def test_describe_names_the_plan(strategy, words):
+    assert words in tuning.describe(tuning.NodeShape(4, 1, 512, 512, "float32"), 100, 1, strategy)

@@ -367,8 +367,8 @@ class StackRun {
     WriteFinalStates(l, s_.h[cur], s_.c);
   }
 
-  // The persistent kernel over a range; false when the GPU cannot hold its grid at once
-  // (another kernel occupies it), and the caller falls back to v1.
+  // The persistent kernel over a range; false when the device cannot launch its grid
+  // cooperatively, and the caller falls back to v1.
   bool RunPersistent(const LayerRange& range) {
     const PersistentPlan& plan = *range.plan;
     const int l0 = range.first;
@@ -422,7 +422,7 @@ class StackRun {
     const cudaError_t e = cudaLaunchCooperativeKernel(PersistentKernel<T>(plan.R),
                                                       dim3(plan.blocks), dim3(kPersistentThreads), args, plan.smem,
                                                       stream_);
-    if (e == cudaErrorCooperativeLaunchTooLarge) {
+    if (e == cudaErrorCooperativeLaunchTooLarge || e == cudaErrorNotSupported) {  // e.g. no cooperative launch
       ClearPending();
       return false;
     }

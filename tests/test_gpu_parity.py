@@ -69,6 +69,15 @@ def test_reference_sizes(L, T, H, B, direction, strategy, rng):
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
 @pytest.mark.parametrize("direction", DIRECTIONS)
+@pytest.mark.parametrize("layout", [0, 1])
+def test_split_tf32_projection(direction, layout, strategy, rng):
+    """T*B >= 1024: fp32 input projections run as three TF32 GEMMs on split halves; still FP32-accurate."""
+    spec = LstmSpec(input_size=24, hidden_size=64, num_layers=2, direction=direction, layout=layout, peepholes=True)
+    check_gpu(spec, 40, 32, rng, strategy, seq_lens=True, initial_states=True)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("direction", DIRECTIONS)
 def test_float16(direction, strategy, rng):
     """fp16 storage, fp32 math: within 5e-3 of the fp32 network on the same fp16-rounded values."""
     spec = LstmSpec(input_size=16, hidden_size=128, num_layers=3, direction=direction, peepholes=True)

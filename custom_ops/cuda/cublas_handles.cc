@@ -23,7 +23,7 @@ cublasHandle_t CublasHandleFor(cudaStream_t stream) {
       handle = it->second;
     } else {
       if (cublasCreate(&handle) != CUBLAS_STATUS_SUCCESS) throw std::runtime_error("FusedLSTM: cublasCreate failed");
-      // FP32 stays FP32: no TF32 tensor-op math unless a later, opt-in mode asks for it.
+      // FP32 stays FP32: TF32 only where a call asks for it (the 3xTF32 split of split_tf32.cuh).
       cublasSetMathMode(handle, CUBLAS_DEFAULT_MATH);
       handles.emplace(key, handle);
     }

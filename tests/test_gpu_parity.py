@@ -76,6 +76,13 @@ def test_split_tf32_projection(direction, layout, strategy, rng):
     check_gpu(spec, 40, 32, rng, strategy, seq_lens=True, initial_states=True)
 
 
+@pytest.mark.parametrize("strategy", ["tiled", "wavefront"])
+def test_split_tf32_projection_in_chunks(strategy, rng):
+    """T*B = 16640 > 16384: the split input runs through the GEMMs in two row chunks."""
+    spec = LstmSpec(input_size=8, hidden_size=16, num_layers=2)
+    check_gpu(spec, 130, 128, rng, strategy, seq_lens=True)
+
+
 @pytest.mark.parametrize("strategy", STRATEGIES)
 @pytest.mark.parametrize("direction", DIRECTIONS)
 def test_float16(direction, strategy, rng):

@@ -63,6 +63,12 @@ struct Scratch {
 // h in flight for the persistent kernel: [2][L][D][H][B rounded up to 64], room for any plan's padding.
 size_t HBufBytes(const Dims& d) { return sizeof(float) * 2 * d.L * d.D * d.H * ((d.B + 63) / 64 * 64); }
 
+// fp32 input projections split for 3xTF32 (split_tf32.cuh) from this many rows (T*B) on, in
+// chunks of at most kSplitChunkRows rows so the split copies stay small. Measured on the H100:
+// B=1 (100 rows) lost 3% with the split, B=64 (6400 rows) gained 10-15%.
+constexpr int64_t kMinRowsForSplit = 1024;
+constexpr int64_t kSplitChunkRows = 16384;
+
 Scratch Carve(const Dims& d, size_t elem, void* base, size_t* total) {
   Scratch s{};
   char* p = static_cast<char*>(base);
@@ -88,9 +94,9 @@ Scratch Carve(const Dims& d, size_t elem, void* base, size_t* total) {
   s.c_fin = reinterpret_cast<float*>(take(states));
   s.hbuf = reinterpret_cast<float*>(take(HBufBytes(d)));
   s.barrier = reinterpret_cast<unsigned*>(take(sizeof(unsigned)));
-  if (elem == sizeof(float)) {
+  if (elem == sizeof(float) && d.T * d.B >= kMinRowsForSplit) {
     const int64_t widest = std::max(d.I, d.D * d.H);  // the largest layer input
-    const size_t x = sizeof(float) * d.T * d.B * widest;
+    const size_t x = sizeof(float) * std::min<int64_t>(d.T * d.B, kSplitChunkRows) * widest;
     const size_t w = sizeof(float) * d.D * (widest + d.H) * kGates * d.H;
     s.x_hi = reinterpret_cast<float*>(take(x));
     s.x_lo = reinterpret_cast<float*>(take(x));
@@ -289,8 +295,9 @@ class StackRun {
 
   // gx[d] = x @ Wx[d] for every row, one strided-batched GEMM over the directions
   // (column-major view: gx^T [4H, rows] = Wx^T [4H, I] * x^T [I, rows]). fp16 inputs run on
-  // tensor cores with fp32 accumulation as they are; fp32 inputs as three TF32 GEMMs on their
-  // split halves (split_tf32.cuh), FP32-accurate and several times faster than FP32 SGEMM.
+  // tensor cores with fp32 accumulation as they are; fp32 inputs, from kMinRowsForSplit rows on,
+  // as three TF32 GEMMs on their split halves (split_tf32.cuh): about twice as fast as SGEMM
+  // here, ~2e-6 from it end to end.
   void Project(int l) {
     if (rows_ == 0) return;
     const int I = static_cast<int>(d_.LayerInput(l));
@@ -298,32 +305,35 @@ class StackRun {
     const T* w = Weights() + d_.WeightOffset(l, 0);
     const long long w_stride = d_.LayerK(l) * G_;
     if constexpr (sizeof(T) == 2) {
-      Gemm(w, x, I, w_stride, CUDA_R_16F, CUBLAS_COMPUTE_32F, 0.f);
+      Gemm(w, x, I, w_stride, 0, rows_, CUDA_R_16F, CUBLAS_COMPUTE_32F, 0.f);
     } else if (rows_ < kMinRowsForSplit) {  // small GEMMs: the splits would cost more than they save
-      Gemm(w, x, I, w_stride, CUDA_R_32F, CUBLAS_COMPUTE_32F, 0.f);
+      Gemm(w, x, I, w_stride, 0, rows_, CUDA_R_32F, CUBLAS_COMPUTE_32F, 0.f);
     } else {
-      const long long nx = rows_ * I, nw = D_ * w_stride;
+      const long long nw = D_ * w_stride;
       ClearPending();
-      SplitTf32<<<GridFor(nx), 256, 0, stream_>>>(x, s_.x_hi, s_.x_lo, nx);
       SplitTf32<<<GridFor(nw), 256, 0, stream_>>>(w, s_.w_hi, s_.w_lo, nw);
       Check(cudaGetLastError(), "split for TF32");
-      Gemm(s_.w_hi, s_.x_hi, I, w_stride, CUDA_R_32F, CUBLAS_COMPUTE_32F_FAST_TF32, 0.f);
-      Gemm(s_.w_lo, s_.x_hi, I, w_stride, CUDA_R_32F, CUBLAS_COMPUTE_32F_FAST_TF32, 1.f);
-      Gemm(s_.w_hi, s_.x_lo, I, w_stride, CUDA_R_32F, CUBLAS_COMPUTE_32F_FAST_TF32, 1.f);
+      for (long long r0 = 0; r0 < rows_; r0 += kSplitChunkRows) {
+        const long long n = std::min<long long>(kSplitChunkRows, rows_ - r0);
+        SplitTf32<<<GridFor(n * I), 256, 0, stream_>>>(x + r0 * I, s_.x_hi, s_.x_lo, n * I);
+        Check(cudaGetLastError(), "split for TF32");
+        Gemm(s_.w_hi, s_.x_hi, I, w_stride, r0, n, CUDA_R_32F, CUBLAS_COMPUTE_32F_FAST_TF32, 0.f);
+        Gemm(s_.w_lo, s_.x_hi, I, w_stride, r0, n, CUDA_R_32F, CUBLAS_COMPUTE_32F_FAST_TF32, 1.f);
+        Gemm(s_.w_hi, s_.x_lo, I, w_stride, r0, n, CUDA_R_32F, CUBLAS_COMPUTE_32F_FAST_TF32, 1.f);
+      }
     }
   }
 
-  // s_.gx (+)= x @ w over the rows, batched over the directions.
-  void Gemm(const void* w, const void* x, int I, long long w_stride, cudaDataType_t type, cublasComputeType_t compute,
-            float beta) {
+  // Rows [r0, r0 + n) of s_.gx (+)= x @ w, batched over the directions; x holds those rows.
+  void Gemm(const void* w, const void* x, int I, long long w_stride, long long r0, long long n, cudaDataType_t type,
+            cublasComputeType_t compute, float beta) {
     const float one = 1.f;
-    Check(cublasGemmStridedBatchedEx(cublas_, CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(G_), static_cast<int>(rows_), I,
-                                     &one, w, type, static_cast<int>(G_), w_stride, x, type, I, 0, &beta, s_.gx,
-                                     CUDA_R_32F, static_cast<int>(G_), rows_ * G_, D_, compute, CUBLAS_GEMM_DEFAULT),
+    Check(cublasGemmStridedBatchedEx(cublas_, CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(G_), static_cast<int>(n), I,
+                                     &one, w, type, static_cast<int>(G_), w_stride, x, type, I, 0, &beta,
+                                     s_.gx + r0 * G_, CUDA_R_32F, static_cast<int>(G_), rows_ * G_, D_, compute,
+                                     CUBLAS_GEMM_DEFAULT),
           "input projection GEMM");
   }
-
-  static constexpr long long kMinRowsForSplit = 1024;  // T*B; measured: B=1 lost 3%, B=64 gained 10-15%
 
   // Layer 0 in layout 1 is batch-major: its projection rows come in (b, t) order.
   long long GxStrideT(int l) const { return l == 0 && attrs_.layout == 1 ? 1 : B_; }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 from typing import Any
 
 import onnx
@@ -83,4 +84,10 @@ def with_strategy(path_or_bytes: str | bytes, strategy: str) -> str | bytes:
 def with_tuned(path_or_bytes: str | bytes, cache: dict) -> str | bytes:
     """The model with `lstm-ort tune`'s cached winners attached to its FusedLSTM nodes."""
     model = _load(path_or_bytes)
-    return model.SerializeToString() if apply_tuned(model, cache) else path_or_bytes
+    if not apply_tuned(model, cache):
+        return path_or_bytes
+    try:
+        return model.SerializeToString()
+    except ValueError:  # over protobuf's 2 GB: run untuned rather than fail
+        warnings.warn("lstm_ort: model too large to attach tuned strategies in memory; using the heuristic")
+        return path_or_bytes

@@ -124,23 +124,22 @@ def strategy_report(model: onnx.ModelProto, T: int | None, B: int | None) -> str
     except ValueError as e:
         cache = {}
         print(f"lstm-ort: {e}", file=sys.stderr)
-    lines = []
-    for node in tuning.fused_nodes(model):
+    lines, gpu = [], None
+    for node, shape in tuning.node_shapes(model):
         attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
-        shape = tuning.node_shape(model, node)
         forced = attrs.get("strategy", b"auto").decode()
         if forced != "auto":
             what = f"{forced} (forced by the node's strategy attribute)"
         else:
-            tuned = tuning.tuned_attribute(cache, shape) if shape else ""
+            tuned = tuning.tuned_entries(cache, shape) if shape else []
             what = "auto: chosen per call from T and B"
             if tuned:
-                what += "; tuned: " + ", ".join(f"T={e.split('|')[1]} B={e.split('|')[2]} -> {e.split('|')[3]} "
-                                                f"on {e.split('|')[0]}" for e in tuned.split(";"))
+                what += "; tuned: " + ", ".join(f"T={e.T} B={e.B} -> {e.strategy} on {e.gpu}" for e in tuned)
         line = f"{node.name or '<unnamed>'} [{shape.key if shape else 'sizes unknown'}]: {what}"
         if shape and T and B:
             try:
-                line += f"\n    at T={T} B={B} on {tuning.device_name()}: {tuning.describe(shape, T, B, forced)}"
+                gpu = gpu or tuning.device_name()
+                line += f"\n    at T={T} B={B} on {gpu}: {tuning.describe(shape, T, B, forced)}"
             except (OSError, RuntimeError) as e:
                 line += f"\n    (no plan at T={T} B={B}: {e})"
         lines.append(line)
@@ -167,8 +166,7 @@ def cmd_tune(args) -> int:
         print(f"lstm-ort tune needs a CUDA GPU: {e}", file=sys.stderr)
         return EXIT_USAGE
     shapes = []
-    for node in tuning.fused_nodes(model):
-        shape = tuning.node_shape(model, node)
+    for node, shape in tuning.node_shapes(model):
         if shape is None:
             print(f"lstm-ort: {node.name}: W is not an initializer, sizes unknown; skipped", file=sys.stderr)
         elif shape not in shapes:

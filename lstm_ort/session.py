@@ -10,6 +10,7 @@ import onnx
 import onnxruntime as ort
 
 from lstm_ort._library import get_library_path
+from lstm_ort.rewriter import load_model
 from lstm_ort.tuning import STRATEGIES, apply_tuned, fused_nodes, load_cache
 
 _REGISTERED_KEY = "lstm_ort.library_registered"
@@ -62,17 +63,11 @@ class InferenceSession(ort.InferenceSession):
         super().__init__(path_or_bytes, sess_options, providers, provider_options, **kwargs)
 
 
-def _load(path_or_bytes: str | bytes) -> onnx.ModelProto:
-    if isinstance(path_or_bytes, bytes):
-        return onnx.load_from_string(path_or_bytes)
-    return onnx.load(path_or_bytes)  # external data is loaded from beside the path
-
-
 def with_strategy(path_or_bytes: str | bytes, strategy: str) -> str | bytes:
     """The model with every FusedLSTM node's ``strategy`` attribute set (subgraphs included)."""
     if strategy not in STRATEGIES:
         raise ValueError(f"{STRATEGY_KEY} must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
-    model = _load(path_or_bytes)
+    model = load_model(path_or_bytes)
     nodes = fused_nodes(model)
     for node in nodes:
         kept = [a for a in node.attribute if a.name != "strategy"]
@@ -83,7 +78,7 @@ def with_strategy(path_or_bytes: str | bytes, strategy: str) -> str | bytes:
 
 def with_tuned(path_or_bytes: str | bytes, cache: dict) -> str | bytes:
     """The model with `lstm-ort tune`'s cached winners attached to its FusedLSTM nodes."""
-    model = _load(path_or_bytes)
+    model = load_model(path_or_bytes)
     if not apply_tuned(model, cache):
         return path_or_bytes
     try:

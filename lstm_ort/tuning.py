@@ -11,11 +11,13 @@ The cache is one JSON file, ``strategies.json`` in ``$LSTM_ORT_CACHE_DIR`` (defa
 from __future__ import annotations
 
 import ctypes
+import functools
 import json
 import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import onnx
@@ -77,14 +79,26 @@ def record(gpu: str, shape: NodeShape, T: int, B: int, strategy: str, timings: d
     return path
 
 
-def tuned_attribute(cache: dict, shape: NodeShape) -> str:
-    """The node's ``tuned`` attribute: 'gpu|T|B|strategy' entries for every GPU in the cache."""
+class TunedEntry(NamedTuple):
+    gpu: str
+    T: int
+    B: int
+    strategy: str
+
+
+def tuned_entries(cache: dict, shape: NodeShape) -> list[TunedEntry]:
+    """The cached winners for a node of this shape, on every GPU in the cache."""
     entries = []
     for gpu, shapes in sorted(cache.items()):
         for tb, entry in sorted(shapes.get(shape.key, {}).items()):
             T, B = (int(part[1:]) for part in tb.split())
-            entries.append(f"{gpu}|{T}|{B}|{entry['strategy']}")
-    return ";".join(entries)
+            entries.append(TunedEntry(gpu, T, B, entry["strategy"]))
+    return entries
+
+
+def tuned_attribute(cache: dict, shape: NodeShape) -> str:
+    """The node's ``tuned`` attribute: 'gpu|T|B|strategy' entries separated by ';'."""
+    return ";".join(f"{e.gpu}|{e.T}|{e.B}|{e.strategy}" for e in tuned_entries(cache, shape))
 
 
 def _graphs(model: onnx.ModelProto):
@@ -105,14 +119,18 @@ def fused_nodes(model: onnx.ModelProto) -> list[onnx.NodeProto]:
     return [n for g in _graphs(model) for n in g.node if n.domain == DOMAIN and n.op_type == OP_TYPE]
 
 
-def node_shape(model: onnx.ModelProto, node: onnx.NodeProto) -> NodeShape | None:
-    """The node's sizes, read from its attributes and its packed W initializer; None when W is
-    not an initializer (its size is then unknown before a call)."""
+def node_shapes(model: onnx.ModelProto) -> list[tuple[onnx.NodeProto, NodeShape | None]]:
+    """Every FusedLSTM node with its sizes, read from its attributes and its packed W initializer;
+    None where W is not an initializer (its size is then unknown before a call)."""
+    inits = {i.name: i for g in _graphs(model) for i in getattr(g, "initializer", [])}
+    return [(node, _shape_of(node, inits)) for node in fused_nodes(model)]
+
+
+def _shape_of(node: onnx.NodeProto, inits: dict[str, onnx.TensorProto]) -> NodeShape | None:
     attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
     H = int(attrs["hidden_size"])
     L = int(attrs.get("num_layers", 1))
     D = 2 if attrs.get("direction", b"forward") == b"bidirectional" else 1
-    inits = {i.name: i for g in _graphs(model) for i in getattr(g, "initializer", [])}
     w = inits.get(node.input[1]) if len(node.input) > 1 else None
     if w is None:
         return None
@@ -128,12 +146,10 @@ def node_shape(model: onnx.ModelProto, node: onnx.NodeProto) -> NodeShape | None
 def apply_tuned(model: onnx.ModelProto, cache: dict) -> bool:
     """Give every FusedLSTM node without a forced strategy its cached winners; True if any changed."""
     changed = False
-    for node in fused_nodes(model):
-        names = {a.name for a in node.attribute}
-        if "strategy" in names:
+    for node, shape in node_shapes(model):
+        if shape is None or any(a.name == "strategy" for a in node.attribute):
             continue
-        shape = node_shape(model, node)
-        value = tuned_attribute(cache, shape) if shape else ""
+        value = tuned_attribute(cache, shape)
         if not value:
             continue
         kept = [a for a in node.attribute if a.name != "tuned"]
@@ -144,6 +160,7 @@ def apply_tuned(model: onnx.ModelProto, cache: dict) -> bool:
 
 
 # The op library's C entry points for tools (see custom_ops/cuda/cuda_ops.cc).
+@functools.lru_cache(maxsize=None)
 def _native():
     lib = ctypes.CDLL(get_library_path())
     if not hasattr(lib, "LstmOrtCudaDeviceName"):

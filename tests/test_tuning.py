@@ -24,7 +24,7 @@ def tuned_values(model: onnx.ModelProto) -> list[str]:
 def test_node_shape_reads_the_packed_weights(L, direction, I, H, dtype, rng):
     spec = LstmSpec(input_size=I, hidden_size=H, num_layers=L, direction=direction)
     model = fused_model(spec, random_layers(spec, rng), dtype)
-    shape = tuning.node_shape(model, tuning.fused_nodes(model)[0])
+    [(_, shape)] = tuning.node_shapes(model)
     D = 2 if direction == "bidirectional" else 1
     assert shape == tuning.NodeShape(L, D, I, H, "float16" if dtype == np.float16 else "float32")
 
@@ -45,7 +45,7 @@ def test_session_attaches_winners_only_to_unforced_nodes(rng):
     spec = LstmSpec(input_size=5, hidden_size=8, num_layers=2)
     layers = random_layers(spec, rng)
     model = fused_model(spec, layers)
-    shape = tuning.node_shape(model, tuning.fused_nodes(model)[0])
+    [(_, shape)] = tuning.node_shapes(model)
     tuning.record("Some GPU", shape, 6, 3, "wavefront", {"wavefront": 1.0})
     cache = tuning.load_cache()
     assert tuning.apply_tuned(model, cache) and tuned_values(model) == ["Some GPU|6|3|wavefront"]

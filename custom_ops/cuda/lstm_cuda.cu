@@ -15,6 +15,7 @@
 #include <mutex>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "call_io.h"
@@ -201,45 +202,37 @@ const void* PersistentKernel(int R) {
   return R == 4 ? reinterpret_cast<const void*>(PersistentLstm<T, 4>) : reinterpret_cast<const void*>(PersistentLstm<T, 8>);
 }
 
-// Queried once per (element type, device): a call plans on plain arithmetic.
+// Queried once per (element type, device), developer knobs included: a call plans on plain
+// arithmetic.
 template <typename T>
-DeviceLimits PersistentLimits(int device) {
-  struct Queried {
-    int sm_count = 0, smem_per_block = 0, smem_per_sm = 0, reserved = 0;
-    int by_registers[2] = {};  // R = 4, 8
-  };
+const DeviceLimits& PersistentLimits(int device) {
   static std::mutex mu;
-  static std::map<int, Queried> cache;
-  Queried q;
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    auto it = cache.find(device);
-    if (it == cache.end()) {
-      cudaDeviceGetAttribute(&q.sm_count, cudaDevAttrMultiProcessorCount, device);
-      cudaDeviceGetAttribute(&q.smem_per_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
-      cudaDeviceGetAttribute(&q.smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device);
-      cudaDeviceGetAttribute(&q.reserved, cudaDevAttrReservedSharedMemoryPerBlock, device);
-      for (int i = 0; i < 2; ++i) {
-        const void* kernel = PersistentKernel<T>(i == 0 ? 4 : 8);
-        Check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, q.smem_per_block),
-              "raise the shared memory limit");
-        Check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&q.by_registers[i], kernel, kPersistentThreads, 0),
-              "occupancy of the persistent kernel");
-      }
-      it = cache.emplace(device, q).first;
-    }
-    q = it->second;
+  static std::map<int, DeviceLimits> cache;  // map nodes stay put: references outlive the lock
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find(device);
+  if (it != cache.end()) return it->second;
+  int sm_count = 0, smem_per_block = 0, smem_per_sm = 0, reserved = 0, by_registers[2] = {};  // R = 4, 8
+  cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device);
+  cudaDeviceGetAttribute(&smem_per_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  cudaDeviceGetAttribute(&smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device);
+  cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, device);
+  for (int i = 0; i < 2; ++i) {
+    const void* kernel = PersistentKernel<T>(i == 0 ? 4 : 8);
+    Check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_per_block),
+          "raise the shared memory limit");
+    Check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&by_registers[i], kernel, kPersistentThreads, 0),
+          "occupancy of the persistent kernel");
   }
   DeviceLimits dev;
   if (const char* tile = std::getenv("LSTM_ORT_PERSISTENT_TILE")) std::sscanf(tile, "%d,%d", &dev.only_u, &dev.only_bb);
   if (const char* chunks = std::getenv("LSTM_ORT_PERSISTENT_CHUNKS")) dev.resident_chunks = std::atoi(chunks);
-  dev.sm_count = q.sm_count;
-  dev.smem_per_block = static_cast<size_t>(q.smem_per_block);
-  dev.blocks_per_sm = [q](size_t bytes, int R) {
-    const int by_registers = q.by_registers[R == 4 ? 0 : 1];
-    return std::min<int>(by_registers, static_cast<int>(q.smem_per_sm / (bytes + q.reserved)));
+  dev.sm_count = sm_count;
+  dev.smem_per_block = static_cast<size_t>(smem_per_block);
+  const int r4 = by_registers[0], r8 = by_registers[1];
+  dev.blocks_per_sm = [r4, r8, smem_per_sm, reserved](size_t bytes, int R) {
+    return std::min<int>(R == 4 ? r4 : r8, static_cast<int>(smem_per_sm / (bytes + reserved)));
   };
-  return dev;
+  return cache.emplace(device, std::move(dev)).first->second;
 }
 
 // v1 runs one layer per range; the persistent strategies cut the stack into ranges that fit.

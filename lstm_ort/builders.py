@@ -12,10 +12,9 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from lstm_ort.packing import LayerWeights, pack_layers
+from lstm_ort.ops.identity import DOMAIN, OP_TYPE, OPSET_VERSION
+from lstm_ort.ops.packing import LayerWeights, pack_layers
 
-DOMAIN = "lstm_ort"
-OP_TYPE = "FusedLSTM"
 IR_VERSION = 10  # onnxruntime >= 1.21 reads it; onnx 1.23 would otherwise write 14
 DEFAULT_OPSET = 17
 
@@ -211,7 +210,7 @@ def fused_model(
         wanted.pop()
     inputs, outs = _graph_io(spec, dtype, seq_lens, initial_states, outputs)
     graph = helper.make_graph([fused_node(spec, ins, wanted)], "fused_lstm", inputs, outs, inits)
-    return _model(graph, opset, [helper.make_opsetid(DOMAIN, 1)])
+    return _model(graph, opset, [helper.make_opsetid(DOMAIN, OPSET_VERSION)])
 
 
 def _text(value) -> str:

@@ -18,41 +18,15 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from lstm_ort.rewriter import ModelError, Report, load_model, optimize
+from lstm_ort.rewriter import Report, optimize
+from lstm_ort.runtime.model_io import ModelError, load_model
+from lstm_ort.runtime import native
+from lstm_ort.runtime.nodes import fused_nodes, node_shapes
+from lstm_ort.runtime.tuned_cache import load_cache, record, tuned_entries
+from lstm_ort.verify import parity
 
 EXIT_OK, EXIT_INPUT, EXIT_USAGE, EXIT_PARITY = 0, 1, 2, 3
 EXTERNAL_DATA_THRESHOLD = 1 << 30  # larger models keep their weights in a side file
-
-
-def random_feeds(model: onnx.ModelProto, rng: np.random.Generator, dim: int = 3) -> dict[str, np.ndarray]:
-    """Inputs for every graph input: unknown dimensions become `dim`; integers are 1 (valid lengths and ids)."""
-    inits = {i.name for i in model.graph.initializer}
-    feeds = {}
-    for vi in model.graph.input:
-        if vi.name in inits:
-            continue
-        tt = vi.type.tensor_type
-        shape = [d.dim_value if d.HasField("dim_value") else dim for d in tt.shape.dim]
-        dtype = onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)
-        if np.issubdtype(dtype, np.integer):
-            feeds[vi.name] = np.ones(shape, dtype)
-        else:
-            feeds[vi.name] = rng.standard_normal(shape).astype(dtype)
-    return feeds
-
-
-def parity(original: onnx.ModelProto, optimized: onnx.ModelProto, atol: float) -> float:
-    """Max-abs difference of stock onnxruntime on the original and ours on the optimized model."""
-    import onnxruntime as ort
-
-    from lstm_ort.session import InferenceSession
-    from lstm_ort.testing import max_abs
-
-    feeds = random_feeds(original, np.random.default_rng(0))
-    providers = ["CPUExecutionProvider"]
-    ref = ort.InferenceSession(original.SerializeToString(), providers=providers).run(None, feeds)
-    got = InferenceSession(optimized.SerializeToString(), providers=providers).run(None, feeds)
-    return max_abs(ref, got)
 
 
 def write_atomically(model: onnx.ModelProto, out: Path) -> None:
@@ -87,7 +61,7 @@ def cmd_optimize(args) -> int:
         return EXIT_INPUT
     result = {"report": report}
     if args.check and any(f.rewritten for f in report.findings):
-        err = parity(original, optimized, args.atol)
+        err = parity(original, optimized)
         result["max_abs"] = err
         if not err <= args.atol:
             _print(report, args, f"--check: max-abs {err:.3g} > {args.atol:g}; nothing written")
@@ -117,29 +91,27 @@ def cmd_check(args) -> int:
 def strategy_report(model: onnx.ModelProto, T: int | None, B: int | None) -> str:
     """Which CUDA strategy each FusedLSTM node will use: forced, tuned, or chosen per call; with
     T and B on a CUDA machine, the plan itself."""
-    from lstm_ort import tuning
-
     try:
-        cache = tuning.load_cache()
+        cache = load_cache()
     except ValueError as e:
         cache = {}
         print(f"lstm-ort: {e}", file=sys.stderr)
     lines, gpu = [], None
-    for node, shape in tuning.node_shapes(model):
+    for node, shape in node_shapes(model):
         attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
         forced = attrs.get("strategy", b"auto").decode()
         if forced != "auto":
             what = f"{forced} (forced by the node's strategy attribute)"
         else:
-            tuned = tuning.tuned_entries(cache, shape) if shape else []
+            tuned = tuned_entries(cache, shape) if shape else []
             what = "auto: chosen per call from T and B"
             if tuned:
                 what += "; tuned: " + ", ".join(f"T={e.T} B={e.B} -> {e.strategy} on {e.gpu}" for e in tuned)
         line = f"{node.name or '<unnamed>'} [{shape.key if shape else 'sizes unknown'}]: {what}"
         if shape and T and B:
             try:
-                gpu = gpu or tuning.device_name()
-                line += f"\n    at T={T} B={B} on {gpu}: {tuning.describe(shape, T, B, forced)}"
+                gpu = gpu or native.device_name()
+                line += f"\n    at T={T} B={B} on {gpu}: {native.describe(shape, T, B, forced)}"
             except (OSError, RuntimeError) as e:
                 line += f"\n    (no plan at T={T} B={B}: {e})"
         lines.append(line)
@@ -147,11 +119,11 @@ def strategy_report(model: onnx.ModelProto, T: int | None, B: int | None) -> str
 
 
 def cmd_tune(args) -> int:
-    from lstm_ort import tuning
+    from lstm_ort.tuning.measure import tune_shape
 
     try:
         model = load_model(Path(args.model))
-        if not tuning.fused_nodes(model):
+        if not fused_nodes(model):
             model = optimize(model)
     except ModelError as e:
         print(f"lstm-ort: {args.model}: {e}", file=sys.stderr)
@@ -161,12 +133,12 @@ def cmd_tune(args) -> int:
 
         if "CUDAExecutionProvider" not in ort.get_available_providers():
             raise RuntimeError("onnxruntime's CUDA execution provider is not available")
-        gpu = tuning.device_name()
+        gpu = native.device_name()
     except (OSError, RuntimeError) as e:
         print(f"lstm-ort tune needs a CUDA GPU: {e}", file=sys.stderr)
         return EXIT_USAGE
     shapes = []
-    for node, shape in tuning.node_shapes(model):
+    for node, shape in node_shapes(model):
         if shape is None:
             print(f"lstm-ort: {node.name}: W is not an initializer, sizes unknown; skipped", file=sys.stderr)
         elif shape not in shapes:
@@ -178,8 +150,8 @@ def cmd_tune(args) -> int:
     for shape in shapes:
         for T in args.seq_len:
             for B in args.batch:
-                r = tuning.tune_shape(shape, T, B, runs=args.runs)
-                path = tuning.record(gpu, shape, T, B, r.winner, r.ms)
+                r = tune_shape(shape, T, B, runs=args.runs)
+                path = record(gpu, shape, T, B, r.winner, r.ms)
                 results.append(r)
                 timings = "  ".join(f"{k} {v:.3f}" for k, v in r.ms.items())
                 print(f"{shape.key} T={T} B={B}: {timings} ms -> {r.winner}\n    {r.plan}", flush=True)

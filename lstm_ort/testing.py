@@ -12,10 +12,11 @@ import onnx
 import onnxruntime as ort
 
 from lstm_ort.builders import LstmSpec, fused_model, stock_model
-from lstm_ort.packing import LayerWeights
-from lstm_ort.session import STRATEGY_KEY, InferenceSession
+from lstm_ort.ops.packing import LayerWeights
+from lstm_ort.runtime.session import STRATEGY_KEY, InferenceSession
+from lstm_ort.verify import CPU, max_abs
 
-CPU = ["CPUExecutionProvider"]
+__all__ = ["CPU", "CUDA", "max_abs"]  # re-exported: tests and tools compare through one function
 # Stock's CUDA provider computes in TF32 unless told not to; parity is against FP32.
 CUDA = [("CUDAExecutionProvider", {"use_tf32": "0"}), "CPUExecutionProvider"]
 DEFAULT_ACTIVATIONS = ("Sigmoid", "Tanh", "Tanh")
@@ -110,15 +111,3 @@ def run_reference(spec: LstmSpec, layers: list[LayerWeights], feeds: dict, **mod
 
     model = stock_model(spec, layers, np.float32, **model_kw)
     return ReferenceEvaluator(model).run(None, {i.name: feeds[i.name] for i in model.graph.input})
-
-
-def max_abs(a: list[np.ndarray], b: list[np.ndarray]) -> float:
-    assert len(a) == len(b)
-    worst = 0.0
-    for x, y in zip(a, b):
-        assert x.shape == y.shape, (x.shape, y.shape)
-        diff = np.abs(x.astype(np.float64) - y.astype(np.float64))
-        if np.isnan(diff).any():
-            return float("nan")
-        worst = max(worst, float(diff.max(initial=0.0)))
-    return worst

@@ -8,7 +8,7 @@ from onnx import helper
 from onnx.backend.test.case.node import collect_testcases
 
 from lstm_ort.builders import fused_model, spec_from_attributes
-from lstm_ort.packing import LayerWeights
+from lstm_ort.ops.packing import LayerWeights
 from lstm_ort.testing import run
 
 with warnings.catch_warnings():  # the generators of unrelated ops warn about their own data

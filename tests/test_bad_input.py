@@ -6,7 +6,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from lstm_ort import InferenceSession
-from lstm_ort.builders import DOMAIN, IR_VERSION, OP_TYPE, LstmSpec, fused_model, random_layers
+from lstm_ort.builders import IR_VERSION, LstmSpec, fused_model, random_layers
+from lstm_ort.ops.identity import DOMAIN, OP_TYPE
 from lstm_ort.testing import make_feeds, run
 
 H, I = 4, 3

@@ -106,7 +106,7 @@ def test_two_sessions_concurrently(strategy, rng):
     """Two sessions on one GPU, run from two threads at once, each give their own right answer
     (for the persistent kernels: two cooperative grids that must not wait on each other)."""
     from lstm_ort.builders import fused_model
-    from lstm_ort.session import STRATEGY_KEY, InferenceSession
+    from lstm_ort.runtime.session import STRATEGY_KEY, InferenceSession
 
     jobs = []
     for H, L, direction in ((64, 3, "forward"), (256, 2, "bidirectional")):

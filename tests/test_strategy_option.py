@@ -6,7 +6,8 @@ import onnxruntime as ort
 import pytest
 
 from lstm_ort.builders import LstmSpec, fused_model, random_layers
-from lstm_ort.session import STRATEGIES, STRATEGY_KEY, InferenceSession, with_strategy
+from lstm_ort.ops.identity import STRATEGIES
+from lstm_ort.runtime.session import STRATEGY_KEY, InferenceSession, with_strategy
 from lstm_ort.testing import make_feeds, max_abs, run_fused
 
 

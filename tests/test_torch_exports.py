@@ -9,7 +9,7 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="torch (CPU build) drives the exporter fixtures")
 
-from lstm_ort.cli import random_feeds  # noqa: E402
+from lstm_ort.verify import random_feeds  # noqa: E402
 from lstm_ort.rewriter import Report, optimize  # noqa: E402
 from lstm_ort.testing import max_abs, run  # noqa: E402
 

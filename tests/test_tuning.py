@@ -7,15 +7,17 @@ import numpy as np
 import onnx
 import pytest
 
-from lstm_ort import tuning
 from lstm_ort.builders import LstmSpec, fused_model, random_layers
 from lstm_ort.cli import main
-from lstm_ort.session import with_strategy
+from lstm_ort.ops.identity import TUNABLE_STRATEGIES
+from lstm_ort.runtime import native, tuned_cache
+from lstm_ort.runtime.nodes import NodeShape, fused_nodes, node_shapes
+from lstm_ort.runtime.session import with_strategy
 from lstm_ort.testing import CUDA, make_feeds, max_abs, run, run_fused, run_stock
 
 
 def tuned_values(model: onnx.ModelProto) -> list[str]:
-    return [onnx.helper.get_attribute_value(a).decode() for n in tuning.fused_nodes(model) for a in n.attribute
+    return [onnx.helper.get_attribute_value(a).decode() for n in fused_nodes(model) for a in n.attribute
             if a.name == "tuned"]
 
 
@@ -24,45 +26,46 @@ def tuned_values(model: onnx.ModelProto) -> list[str]:
 def test_node_shape_reads_the_packed_weights(L, direction, I, H, dtype, rng):
     spec = LstmSpec(input_size=I, hidden_size=H, num_layers=L, direction=direction)
     model = fused_model(spec, random_layers(spec, rng), dtype)
-    [(_, shape)] = tuning.node_shapes(model)
+    [(_, shape)] = node_shapes(model)
     D = 2 if direction == "bidirectional" else 1
-    assert shape == tuning.NodeShape(L, D, I, H, "float16" if dtype == np.float16 else "float32")
+    assert shape == NodeShape(L, D, I, H, "float16" if dtype == np.float16 else "float32")
 
 
 def test_record_then_attribute_round_trip():
-    shape = tuning.NodeShape(4, 1, 512, 512, "float32")
-    path = tuning.record("GPU A", shape, 100, 64, "wavefront", {"tiled": 7.6, "wavefront": 4.0})
-    tuning.record("GPU A", shape, 100, 1, "persistent", {"persistent": 1.0})
-    tuning.record("GPU B", shape, 100, 64, "tiled", {"tiled": 1.0})
-    tuning.record("GPU A", tuning.NodeShape(1, 1, 8, 8, "float32"), 5, 5, "splitk", {"splitk": 0.1})
-    assert path == tuning.cache_file() and path.is_file()
-    assert tuning.load_cache()["GPU A"][shape.key]["T100 B64"]["ms"]["wavefront"] == 4.0
-    entries = tuning.tuned_attribute(tuning.load_cache(), shape).split(";")
-    assert sorted(entries) == ["GPU A|100|1|persistent", "GPU A|100|64|wavefront", "GPU B|100|64|tiled"]
+    shape = NodeShape(4, 1, 512, 512, "float32")
+    path = tuned_cache.record("GPU A", shape, 100, 64, "wavefront", {"tiled": 7.6, "wavefront": 4.0})
+    tuned_cache.record("GPU A", shape, 100, 1, "persistent", {"persistent": 1.0})
+    tuned_cache.record("GPU B", shape, 100, 64, "tiled", {"tiled": 1.0})
+    tuned_cache.record("GPU A", NodeShape(1, 1, 8, 8, "float32"), 5, 5, "splitk", {"splitk": 0.1})
+    assert path == tuned_cache.cache_file() and path.is_file()
+    assert tuned_cache.load_cache()["GPU A"][shape.key]["T100 B64"]["ms"]["wavefront"] == 4.0
+    entries = tuned_cache.tuned_entries(tuned_cache.load_cache(), shape)
+    assert sorted(entries) == [("GPU A", 100, 1, "persistent"), ("GPU A", 100, 64, "wavefront"),
+                               ("GPU B", 100, 64, "tiled")]
 
 
 def test_session_attaches_winners_only_to_unforced_nodes(rng):
     spec = LstmSpec(input_size=5, hidden_size=8, num_layers=2)
     layers = random_layers(spec, rng)
     model = fused_model(spec, layers)
-    [(_, shape)] = tuning.node_shapes(model)
-    tuning.record("Some GPU", shape, 6, 3, "wavefront", {"wavefront": 1.0})
-    cache = tuning.load_cache()
-    assert tuning.apply_tuned(model, cache) and tuned_values(model) == ["Some GPU|6|3|wavefront"]
+    [(_, shape)] = node_shapes(model)
+    tuned_cache.record("Some GPU", shape, 6, 3, "wavefront", {"wavefront": 1.0})
+    cache = tuned_cache.load_cache()
+    assert tuned_cache.apply_tuned(model, cache) and tuned_values(model) == ["Some GPU|6|3|wavefront"]
     forced = onnx.load_from_string(with_strategy(fused_model(spec, layers).SerializeToString(), "tiled"))
-    assert not tuning.apply_tuned(forced, cache) and tuned_values(forced) == []
+    assert not tuned_cache.apply_tuned(forced, cache) and tuned_values(forced) == []
     # The CPU kernel reads the attribute and ignores it: same result as without a cache.
     feeds = make_feeds(spec, 6, 3, rng)
     tuned_run = run_fused(spec, layers, feeds)
-    tuning.cache_file().unlink()
+    tuned_cache.cache_file().unlink()
     assert max_abs(tuned_run, run_fused(spec, layers, feeds)) == 0.0
 
 
 def test_unreadable_cache_is_a_clear_error(rng):
-    tuning.cache_file().parent.mkdir(parents=True)
-    tuning.cache_file().write_text("{not json")
+    tuned_cache.cache_file().parent.mkdir(parents=True)
+    tuned_cache.cache_file().write_text("{not json")
     with pytest.raises(ValueError, match="tuning cache .* is unreadable"):
-        tuning.load_cache()
+        tuned_cache.load_cache()
 
 
 def test_bad_tuned_attribute_is_refused(rng):
@@ -79,7 +82,7 @@ def test_check_reports_each_nodes_strategy(tmp_path, capsys, rng):
     onnx.save(fused_model(spec, random_layers(spec, rng)), path)
     assert main(["check", str(path)]) == 0
     assert "[L2 D1 I5 H8 float32]: auto: chosen per call from T and B" in capsys.readouterr().out
-    tuning.record("GPU A", tuning.NodeShape(2, 1, 5, 8, "float32"), 10, 4, "persistent", {"persistent": 1.0})
+    tuned_cache.record("GPU A", NodeShape(2, 1, 5, 8, "float32"), 10, 4, "persistent", {"persistent": 1.0})
     assert main(["check", str(path)]) == 0
     assert "tuned: T=10 B=4 -> persistent on GPU A" in capsys.readouterr().out
 
@@ -104,10 +107,10 @@ def test_tune_caches_winners_that_sessions_then_use(tmp_path, capsys, rng):
     out = capsys.readouterr().out
     results = json.loads(out[out.index("["):])
     assert {(r["T"], r["B"]) for r in results} == {(20, 1), (20, 5)}
-    assert all(r["winner"] in tuning.CANDIDATES and set(r["ms"]) == set(tuning.CANDIDATES) for r in results)
-    shape = tuning.NodeShape(3, 1, 16, 32, "float32")
-    gpu = tuning.device_name()
-    assert set(tuning.load_cache()[gpu][shape.key]) == {"T20 B1", "T20 B5"}
+    assert all(r["winner"] in TUNABLE_STRATEGIES and set(r["ms"]) == set(TUNABLE_STRATEGIES) for r in results)
+    shape = NodeShape(3, 1, 16, 32, "float32")
+    gpu = native.device_name()
+    assert set(tuned_cache.load_cache()[gpu][shape.key]) == {"T20 B1", "T20 B5"}
     # A session now carries the winners to the kernel, and the answers stay right.
     for B in (1, 5):
         feeds = make_feeds(spec, 20, B, rng)
@@ -119,4 +122,4 @@ def test_tune_caches_winners_that_sessions_then_use(tmp_path, capsys, rng):
 @pytest.mark.parametrize("strategy,words", [("tiled", "v1 tiled"), ("persistent", "persistent ("),
                                             ("wavefront", "layers 0-1: wavefront")])
 def test_describe_names_the_plan(strategy, words):
-    assert words in tuning.describe(tuning.NodeShape(4, 1, 512, 512, "float32"), 100, 1, strategy)
+    assert words in native.describe(NodeShape(4, 1, 512, 512, "float32"), 100, 1, strategy)

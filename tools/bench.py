@@ -20,7 +20,7 @@ import onnxruntime as ort
 
 from lstm_ort.builders import LstmSpec, fused_model, random_layers, stock_model
 from lstm_ort.testing import max_abs
-from lstm_ort.timing import OrtRunner, median_ms
+from lstm_ort.tuning.timing import OrtRunner, median_ms
 
 # (L, T, H, B, bidirectional): DEVELOPERS.md's reference configs.
 REFERENCE = [(4, 100, 512, 64, False), (1, 100, 512, 64, False), (2, 200, 1024, 32, False), (4, 100, 512, 1, False),

@@ -55,7 +55,9 @@ def add_constant(graph: ir.Graph | ir.Function, anchor: ir.Node, name: str, arra
 
 
 def unique_name(graph: ir.Graph | ir.Function, base: str) -> str:
-    taken = {v.name for n in graph for v in n.outputs} | {v.name for v in graph.inputs}
+    """`base`, or `base_k`, unused by any value or node of the graph (a model with two nodes of
+    one name does not load)."""
+    taken = {v.name for n in graph for v in n.outputs} | {v.name for v in graph.inputs} | {n.name for n in graph}
     if isinstance(graph, ir.Graph):
         taken |= set(graph.initializers)
     name, k = base, 1

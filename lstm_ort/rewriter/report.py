@@ -18,8 +18,22 @@ class Finding:
 
 
 @dataclass
+class RuleCounts:
+    hits: int = 0
+    refusals: dict[str, int] = field(default_factory=dict)  # reason -> how often
+
+
+@dataclass
 class Report:
     findings: list[Finding] = field(default_factory=list)
+    rules: dict[str, RuleCounts] = field(default_factory=dict)  # rule name -> its counts
+
+    def count(self, rule: str, refused: str = "") -> None:
+        counts = self.rules.setdefault(rule, RuleCounts())
+        if refused:
+            counts.refusals[refused] = counts.refusals.get(refused, 0) + 1
+        else:
+            counts.hits += 1
 
     @property
     def lstm_count(self) -> int:
@@ -31,7 +45,8 @@ class Report:
 
     def to_json(self) -> str:
         return json.dumps({"lstms": self.lstm_count, "all_rewritten": self.all_rewritten,
-                           "findings": [asdict(f) for f in self.findings]}, indent=2)
+                           "findings": [asdict(f) for f in self.findings],
+                           "rules": {name: asdict(c) for name, c in self.rules.items()}}, indent=2)
 
     def table(self) -> str:
         if not self.findings:
@@ -46,4 +61,7 @@ class Report:
         done = sum(len(f.nodes) for f in self.findings if f.rewritten)
         lines.append(f"{done} of {self.lstm_count} LSTM nodes rewritten into "
                      f"{sum(1 for f in self.findings if f.rewritten)} FusedLSTM nodes")
+        for name, c in self.rules.items():
+            refused = "".join(f"; refused {n}x: {reason}" for reason, n in c.refusals.items())
+            lines.append(f"rule {name}: {c.hits} rewritten{refused}")
         return "\n".join(lines)

@@ -10,18 +10,17 @@ fused outputs, and a Concat that rebuilds the whole stack's states reads them di
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import onnx_ir as ir
 
-from lstm_ort.builders import DOMAIN, OP_TYPE
+from lstm_ort.rewriter.fused_node import insert_fused_node, is_fused
 from lstm_ort.rewriter.graph_utils import add_constant, const_array, unique_name
+from lstm_ort.rewriter.rule import OK, CheckResult, Rule
 
 _SAME = ("hidden_size", "direction", "layout", "clip", "input_forget", "activations", "activation_alpha",
          "activation_beta")
-
-
-def is_fused(node: ir.Node | None) -> bool:
-    return node is not None and node.op_type == OP_TYPE and node.domain == DOMAIN
 
 
 def _attr(node: ir.Node, name: str, default=None):
@@ -124,28 +123,6 @@ def _merged_state(chain: list[ir.Node], index: int, state_axis: int):
     return (src, start, pos), True
 
 
-def find_chains(graph) -> list[tuple[list[ir.Node], list[ir.Node]]]:
-    """Maximal chains of compatible FusedLSTM layers, with the glue between them."""
-    succ = {}
-    for node in graph:
-        if is_fused(node):
-            found = next_layer(node)
-            if found and _compatible(node, found[0]):
-                succ[node] = found
-    targets = {b for b, _ in succ.values()}
-    chains = []
-    for head in list(succ):
-        if head in targets:
-            continue
-        chain, glue = [head], []
-        while chain[-1] in succ:
-            b, g = succ[chain[-1]]
-            chain.append(b)
-            glue.extend(g)
-        chains.append((chain, glue))
-    return chains
-
-
 def _cat(chain, index, width_per_layer) -> np.ndarray | None:
     """Packed input `index` (B or P) of the whole chain: layers without it contribute zeros."""
     parts = []
@@ -161,70 +138,109 @@ def _cat(chain, index, width_per_layer) -> np.ndarray | None:
     return np.concatenate(parts)
 
 
-def fuse_chain(graph, chain: list[ir.Node], glue: list[ir.Node]) -> ir.Node | None:
-    """Replaces the chain by one FusedLSTM; None when its initial states cannot be merged."""
-    first, last = chain[0], chain[-1]
-    layout = _attr(first, "layout", 0)
-    state_axis = 0 if layout == 0 else 1
-    merged_states = []
-    for index in (4, 5):
-        state, ok = _merged_state(chain, index, state_axis)
-        if not ok:
-            return None
-        merged_states.append(state)
-    H = _attr(first, "hidden_size")
-    layers = [_attr(n, "num_layers", 1) for n in chain]
-    D = _num_dirs(first)
-    base = unique_name(graph, (first.name or "lstm") + "_stack")
-    w = add_constant(graph, first, base + "_W", np.concatenate([const_array(n.inputs[1]) for n in chain]))
-    b_arr = _cat(chain, 2, lambda n: 4 * H)
-    p_arr = _cat(chain, 6, lambda n: 3 * H)
-    b = add_constant(graph, first, base + "_B", b_arr) if b_arr is not None else None
-    p = add_constant(graph, first, base + "_P", p_arr) if p_arr is not None else None
+@dataclass
+class Chain:
+    layers: list[ir.Node]  # FusedLSTM nodes, first to last
+    glue: list[ir.Node]    # the export glue between them
 
-    consts_made = []
 
-    def state_input(state):
-        if state is None:
-            return None
-        src, start, end = state
-        consts = [add_constant(graph, first, f"{base}_{k}", np.array([v], np.int64))
-                  for k, v in (("s", start), ("e", end), ("a", state_axis))]
-        sl = ir.Node("", "Slice", [src, *consts], name=f"{base}_state_slice_{len(consts_made)}")
-        consts_made.append(sl)
-        graph.insert_before(first, sl)
-        return sl.outputs[0]
+class StackLstm(Rule):
+    name = "stack_lstm"
 
-    h0, c0 = (state_input(s) for s in merged_states)
-    seq = first.inputs[3] if len(first.inputs) > 3 else None
-    attrs = {k: a for k, a in first.attributes.items()}
-    attrs["num_layers"] = ir.AttrInt64("num_layers", sum(layers))
-    fused = ir.Node(DOMAIN, OP_TYPE, [first.inputs[0], w, b, seq, h0, c0, p], attrs.values(), num_outputs=3,
-                    name=base)
-    while fused.inputs and fused.inputs[-1] is None:
-        fused.resize_inputs(len(fused.inputs) - 1)
-    graph.insert_before(first, fused)
+    def find(self, graph) -> list[Chain]:
+        """Maximal chains of compatible FusedLSTM layers, with the glue between them."""
+        succ = {}
+        for node in graph:
+            if is_fused(node):
+                found = next_layer(node)
+                if found and _compatible(node, found[0]):
+                    succ[node] = found
+        targets = {b for b, _ in succ.values()}
+        chains = []
+        for head in list(succ):
+            if head in targets:
+                continue
+            chain = Chain([head], [])
+            while chain.layers[-1] in succ:
+                b, g = succ[chain.layers[-1]]
+                chain.layers.append(b)
+                chain.glue.extend(g)
+            chains.append(chain)
+        return chains
 
-    # Y: the last layer's. Y_h / Y_c: a whole-stack Concat reads the fused output; other uses a Slice.
-    _move(last.outputs[0], fused.outputs[0])
-    for k in (1, 2):
-        outs = [n.outputs[k] for n in chain]
-        concat = _whole_stack_concat(outs, state_axis)
-        if concat is not None:
-            _move(concat.outputs[0], fused.outputs[k])
-            graph.remove(concat, safe=True)
-        offset = 0
-        for node, count in zip(chain, layers):
-            value = node.outputs[k]
-            if value.uses() or value.is_graph_output():
-                consts = [add_constant(graph, first, f"{base}_y{k}_{n}", np.array([v], np.int64))
-                          for n, v in (("s", offset), ("e", offset + count * D), ("a", state_axis))]
-                sl = ir.Node("", "Slice", [fused.outputs[k], *consts], name=f"{base}_out_slice_{k}_{offset}")
-                graph.insert_after(fused, sl)
-                _move(value, sl.outputs[0])
-            offset += count * D
-    graph.remove([*glue, *chain], safe=True)
-    return fused
+    def nodes(self, chain: Chain) -> list[ir.Node]:
+        return chain.layers
+
+    def describe(self, chain: Chain) -> str:
+        return f"{len(chain.layers)} FusedLSTM nodes"
+
+    def check(self, chain: Chain) -> CheckResult:
+        state_axis = _state_axis(chain.layers[0])
+        for index, name in ((4, "initial_h"), (5, "initial_c")):
+            if not _merged_state(chain.layers, index, state_axis)[1]:
+                return CheckResult.fail(f"the layers' {name} are not consecutive Slices of one tensor")
+        return OK
+
+    def rewrite(self, graph, chain: Chain) -> ir.Node:
+        """Replaces the chain by one FusedLSTM."""
+        nodes = chain.layers
+        first, last = nodes[0], nodes[-1]
+        state_axis = _state_axis(first)
+        H, D = _attr(first, "hidden_size"), _num_dirs(first)
+        counts = [_attr(n, "num_layers", 1) for n in nodes]  # layers each node holds
+        base = (first.name or "lstm") + "_stack"
+
+        def state_input(index: int):
+            state, _ = _merged_state(nodes, index, state_axis)
+            if state is None:
+                return None
+            src, start, end = state
+            return _insert_slice(graph, first, src, start, end, state_axis, f"{base}_state_slice")
+
+        attrs = dict(first.attributes)
+        attrs["num_layers"] = ir.AttrInt64("num_layers", sum(counts))
+        fused = insert_fused_node(
+            graph, first, name=base, attributes=attrs, x=first.inputs[0],
+            w=np.concatenate([const_array(n.inputs[1]) for n in nodes]),
+            b=_cat(nodes, 2, lambda n: 4 * H), p=_cat(nodes, 6, lambda n: 3 * H),
+            seq_lens=first.inputs[3] if len(first.inputs) > 3 else None,
+            initial_h=state_input(4), initial_c=state_input(5))
+
+        # Y: the last layer's. Y_h / Y_c: a whole-stack Concat reads the fused output; other uses a Slice.
+        _move(last.outputs[0], fused.outputs[0])
+        for k in (1, 2):
+            concat = _whole_stack_concat([n.outputs[k] for n in nodes], state_axis)
+            if concat is not None:
+                _move(concat.outputs[0], fused.outputs[k])
+                graph.remove(concat, safe=True)
+            offset = 0
+            for node, count in zip(nodes, counts):
+                value = node.outputs[k]
+                if value.uses() or value.is_graph_output():
+                    sliced = _insert_slice(graph, first, fused.outputs[k], offset, offset + count * D, state_axis,
+                                           f"{base}_out_slice_{k}", after=fused)
+                    _move(value, sliced)
+                offset += count * D
+        graph.remove([*chain.glue, *nodes], safe=True)
+        return fused
+
+
+def _insert_slice(graph, anchor: ir.Node, source: ir.Value, start: int, end: int, axis: int, name: str,
+                  after: ir.Node | None = None) -> ir.Value:
+    """source[start:end] along axis, by a Slice inserted before `anchor` (or after `after`)."""
+    name = unique_name(graph, name)
+    consts = [add_constant(graph, anchor, f"{name}_{n}", np.array([v], np.int64))
+              for n, v in (("starts", start), ("ends", end), ("axes", axis))]
+    node = ir.Node("", "Slice", [source, *consts], name=name)
+    if after is not None:
+        graph.insert_after(after, node)
+    else:
+        graph.insert_before(anchor, node)
+    return node.outputs[0]
+
+
+def _state_axis(node: ir.Node) -> int:
+    return 0 if _attr(node, "layout", 0) == 0 else 1
 
 
 def _move(old: ir.Value, new: ir.Value) -> None:

@@ -9,13 +9,15 @@ from typing import Any
 import onnx
 import onnxruntime as ort
 
-from lstm_ort._library import get_library_path
-from lstm_ort.rewriter import load_model
-from lstm_ort.tuning import STRATEGIES, apply_tuned, fused_nodes, load_cache
+from lstm_ort.ops.identity import STRATEGIES
+from lstm_ort.runtime.library import get_library_path
+from lstm_ort.runtime.model_io import load_model
+from lstm_ort.runtime.nodes import fused_nodes, set_attribute
+from lstm_ort.runtime.tuned_cache import apply_tuned, load_cache
 
 _REGISTERED_KEY = "lstm_ort.library_registered"
-# Session option: force one CUDA strategy on every FusedLSTM node ("auto", "tiled", "splitk",
-# "persistent", "wavefront"), e.g. so.add_session_config_entry("lstm_ort.strategy", "wavefront").
+# Session option: force one CUDA strategy on every FusedLSTM node (one of STRATEGIES),
+# e.g. so.add_session_config_entry("lstm_ort.strategy", "wavefront").
 STRATEGY_KEY = "lstm_ort.strategy"
 
 
@@ -70,9 +72,7 @@ def with_strategy(path_or_bytes: str | bytes, strategy: str) -> str | bytes:
     model = load_model(path_or_bytes)
     nodes = fused_nodes(model)
     for node in nodes:
-        kept = [a for a in node.attribute if a.name != "strategy"]
-        del node.attribute[:]
-        node.attribute.extend([*kept, onnx.helper.make_attribute("strategy", strategy)])
+        set_attribute(node, "strategy", strategy)
     return model.SerializeToString() if nodes else path_or_bytes
 
 

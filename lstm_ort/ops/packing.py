@@ -1,4 +1,4 @@
-"""ONNX LSTM weights -> FusedLSTM's kernel-ready layout (docs/ops.md).
+"""ONNX LSTM weights <-> FusedLSTM's kernel-ready layout (docs/ops.md), and its sizes.
 
 Per layer and direction: W is [I+H, 4H] row-major (input rows, then recurrent rows), column
 4*j+g holding gate g (ONNX order i, o, f, c) of unit j; B is Wb+Rb in the same column order;
@@ -40,6 +40,36 @@ def _interleave_gates(block_major: np.ndarray, hidden: int) -> np.ndarray:
     return block_major.reshape(*lead, 4, hidden).swapaxes(-1, -2).reshape(*lead, 4 * hidden)
 
 
+def _block_gates(interleaved: np.ndarray, hidden: int) -> np.ndarray:
+    """The inverse of _interleave_gates."""
+    lead = interleaved.shape[:-1]
+    return interleaved.reshape(*lead, hidden, 4).swapaxes(-1, -2).reshape(*lead, 4 * hidden)
+
+
+def layer_input_size(layer: int, D: int, I: int, H: int) -> int:
+    return I if layer == 0 else D * H
+
+
+def weight_offset(L: int, D: int, I: int, H: int, layer: int, direction: int) -> int:
+    """Offset (elements) of block (layer, direction) in the packed W; (L, 0) gives its size."""
+    blocks = sum(D * (layer_input_size(k, D, I, H) + H) * 4 * H for k in range(layer))
+    return blocks + direction * (layer_input_size(layer, D, I, H) + H) * 4 * H
+
+
+def weight_count(L: int, D: int, I: int, H: int) -> int:
+    return weight_offset(L, D, I, H, L, 0)
+
+
+def input_size_from_weight_count(count: int, L: int, D: int, H: int) -> int | None:
+    """I such that weight_count(L, D, I, H) == count, or None when there is none."""
+    upper = weight_count(L, D, 0, H) - D * H * 4 * H  # every layer but the first's input rows
+    first = count - upper  # D * (I + H) * 4H
+    if first <= 0 or first % (D * 4 * H):
+        return None
+    I = first // (D * 4 * H) - H
+    return I if I > 0 else None
+
+
 @dataclass
 class PackedWeights:
     W: np.ndarray
@@ -71,3 +101,27 @@ def pack_layers(layers: list[LayerWeights], dtype=np.float32) -> PackedWeights:
                 p_parts.append(np.zeros(3 * H, np.float32) if layer.P is None else layer.P[d].astype(np.float32))
     cat = lambda parts: np.concatenate(parts).astype(dtype) if parts else None  # noqa: E731
     return PackedWeights(cat(w_parts), cat(b_parts), cat(p_parts))
+
+
+def unpack_layers(packed: PackedWeights, L: int, D: int, I: int, H: int) -> list[LayerWeights]:
+    """ONNX weights of the layers a packed W/B/P holds. Packing keeps only Wb + Rb, so each
+    layer's bias comes back as Wb = Wb + Rb and Rb = 0: the same network."""
+    if packed.W.size != weight_count(L, D, I, H):
+        raise ValueError(f"W has {packed.W.size} elements, not {weight_count(L, D, I, H)} for L={L} D={D} I={I} H={H}")
+    layers = []
+    for layer in range(L):
+        In = layer_input_size(layer, D, I, H)
+        Ws, Rs, Bs, Ps = [], [], [], []
+        for d in range(D):
+            start = weight_offset(L, D, I, H, layer, d)
+            block = _block_gates(packed.W[start:start + (In + H) * 4 * H].reshape(In + H, 4 * H), H)
+            Ws.append(block[:In].T)
+            Rs.append(block[In:].T)
+            k = layer * D + d
+            if packed.B is not None:
+                Bs.append(np.concatenate([_block_gates(packed.B[k * 4 * H:(k + 1) * 4 * H], H), np.zeros(4 * H)]))
+            if packed.P is not None:
+                Ps.append(packed.P[k * 3 * H:(k + 1) * 3 * H])
+        stack = lambda parts: np.stack(parts).astype(np.float32) if parts else None  # noqa: E731
+        layers.append(LayerWeights(W=stack(Ws), R=stack(Rs), B=stack(Bs), P=stack(Ps)))
+    return layers

@@ -8,7 +8,7 @@ import time
 import onnx
 import onnxruntime as ort
 
-from lstm_ort.session import STRATEGY_KEY, InferenceSession
+from lstm_ort.runtime.session import STRATEGY_KEY, InferenceSession
 
 
 class OrtRunner:

@@ -7,6 +7,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from lstm_ort.builders import IR_VERSION, LstmSpec, random_layers, stock_model
 from lstm_ort.rewriter import Report, optimize
+from lstm_ort.rewriter.rules import SingleLstm
 from lstm_ort.testing import make_feeds, max_abs, run
 
 
@@ -19,8 +20,9 @@ def test_single_node_rewritten_with_parity(opset, direction):
     states = opset >= 10  # the stock stack slices its states with input-form Slice (opset 10+)
     model = stock_model(spec, random_layers(spec, rng), seq_lens=True, initial_states=states, opset=opset)
     report = Report()
-    out = optimize(model, report=report, fuse_stacks=False)
+    out = optimize(model, report=report, rules=[SingleLstm()])
     assert report.all_rewritten and report.lstm_count == 1
+    assert report.rules["single_lstm"].hits == 1 and not report.rules["single_lstm"].refusals
     assert [n.op_type for n in out.graph.node if n.domain == "lstm_ort"] == ["FusedLSTM"]
     assert not [n for n in out.graph.node if n.op_type == "LSTM"]
     assert out.ir_version == model.ir_version

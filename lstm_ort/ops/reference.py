@@ -1,0 +1,114 @@
+"""A readable reference of FusedLSTM (docs/ops.md) for ``onnx.reference.ReferenceEvaluator``.
+
+    from onnx.reference import ReferenceEvaluator
+    from lstm_ort.ops.reference import FusedLSTM
+    ReferenceEvaluator(optimized_model, new_ops=[FusedLSTM]).run(None, feeds)
+
+Written for clarity, not speed: one layer, direction, batch entry and step at a time, in float64,
+with the semantics stock onnxruntime gives where the ONNX spec leaves room (clip, activation
+defaults, sequences of length 0). The C++ kernels are tested against stock onnxruntime; this
+lets tests check the contract, and optimized models run, without the op library.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from onnx.reference.op_run import OpRun
+
+from lstm_ort.ops.identity import DOMAIN
+from lstm_ort.ops.packing import PackedWeights, input_size_from_weight_count, unpack_layers
+
+# name -> (function of x, alpha, beta; takes alpha; takes beta; default alpha; default beta)
+_ACTIVATIONS = {
+    "sigmoid": (lambda x, a, b: 1 / (1 + np.exp(-x)), False, False, 0.0, 0.0),
+    "tanh": (lambda x, a, b: np.tanh(x), False, False, 0.0, 0.0),
+    "relu": (lambda x, a, b: np.maximum(x, 0), False, False, 0.0, 0.0),
+    "affine": (lambda x, a, b: a * x + b, True, True, 0.0, 0.0),
+    "leakyrelu": (lambda x, a, b: np.where(x >= 0, x, a * x), True, False, 0.01, 0.0),
+    "thresholdedrelu": (lambda x, a, b: np.where(x > a, x, 0.0), True, False, 0.0, 0.0),
+    "scaledtanh": (lambda x, a, b: a * np.tanh(b * x), True, True, 0.0, 0.0),
+    "hardsigmoid": (lambda x, a, b: np.clip(a * x + b, 0, 1), True, True, 0.2, 0.5),
+    "elu": (lambda x, a, b: np.where(x >= 0, x, a * (np.exp(x) - 1)), True, False, 1.0, 0.0),
+    "softsign": (lambda x, a, b: x / (1 + np.abs(x)), False, False, 0.0, 0.0),
+    "softplus": (lambda x, a, b: np.log1p(np.exp(x)), False, False, 0.0, 0.0),
+}
+
+
+def resolve_activations(names: list[str], alphas: list[float], betas: list[float]):
+    """Functions of x for each name; alphas and betas are consumed in order by the activations
+    that take them, as stock onnxruntime does, missing ones taking its defaults."""
+    alphas, betas, out = list(alphas), list(betas), []
+    for name in names:
+        fn, takes_alpha, takes_beta, alpha, beta = _ACTIVATIONS[name.strip().lower()]
+        if takes_alpha and alphas:
+            alpha = alphas.pop(0)
+        if takes_beta and betas:
+            beta = betas.pop(0)
+        out.append(lambda x, fn=fn, a=alpha, b=beta: fn(x, a, b))
+    return out
+
+
+def _text(value) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class FusedLSTM(OpRun):
+    op_domain = DOMAIN
+
+    def _run(self, X, W, B=None, sequence_lens=None, initial_h=None, initial_c=None, P=None, *,
+             hidden_size=None, num_layers=1, direction="forward", layout=0, clip=None, input_forget=0,
+             activations=None, activation_alpha=None, activation_beta=None, strategy=None, tuned=None):
+        H, L = int(hidden_size), int(num_layers)
+        direction = _text(direction)
+        D = 2 if direction == "bidirectional" else 1
+        x = X if layout == 0 else X.swapaxes(0, 1)  # [T, B, I]
+        T, batch, I = x.shape
+        if input_size_from_weight_count(W.size, L, D, H) != I:
+            raise ValueError(f"W has {W.size} elements, which does not fit L={L} D={D} I={I} H={H}")
+        layers = unpack_layers(PackedWeights(W, B, P), L, D, I, H)
+        names = _text(activations).split(",") if activations else ["Sigmoid", "Tanh", "Tanh"] * D
+        acts = resolve_activations(names, activation_alpha or [], activation_beta or [])
+        lens = np.full(batch, T) if sequence_lens is None else np.asarray(sequence_lens)
+        states = lambda s: None if s is None else (s if layout == 0 else s.swapaxes(0, 1))  # noqa: E731
+        h0, c0 = states(initial_h), states(initial_c)
+
+        layer_in = x.astype(np.float64)
+        y = y_h = y_c = None
+        Y_h, Y_c = np.zeros((L * D, batch, H)), np.zeros((L * D, batch, H))
+        for l, weights in enumerate(layers):
+            y = np.zeros((T, D, batch, H))
+            for d in range(D):
+                k = l * D + d
+                f, g, h = acts[3 * d:3 * d + 3]
+                reverse = direction == "reverse" or d == 1
+                for b in range(batch):
+                    n = int(lens[b])
+                    hs = np.zeros(H) if h0 is None else h0[k, b].astype(np.float64)
+                    cs = np.zeros(H) if c0 is None else c0[k, b].astype(np.float64)
+                    for s in range(n):
+                        t = n - 1 - s if reverse else s
+                        hs, cs = self._cell(weights, d, layer_in[t, b], hs, cs, f, g, h, clip, input_forget)
+                        y[t, d, b] = hs
+                    if n > 0:  # a sequence of length 0 ends in zero states, as stock onnxruntime gives
+                        Y_h[k, b], Y_c[k, b] = hs, cs
+            layer_in = y.transpose(0, 2, 1, 3).reshape(T, batch, D * H)
+        y_h, y_c = Y_h, Y_c
+        if layout == 1:
+            y, y_h, y_c = y.transpose(2, 0, 1, 3), y_h.swapaxes(0, 1), y_c.swapaxes(0, 1)
+        return tuple(a.astype(X.dtype) for a in (y, y_h, y_c))
+
+    @staticmethod
+    def _cell(weights, d, x, h_prev, c_prev, f, g, h, clip, input_forget):
+        """One step of ONNX LSTM's equations for one batch entry (gates in ONNX order i, o, f, c)."""
+        H = h_prev.shape[0]
+        gates = weights.W[d] @ x + weights.R[d] @ h_prev
+        if weights.B is not None:
+            gates = gates + weights.B[d][:4 * H] + weights.B[d][4 * H:]
+        gi, go, gf, gc = np.split(gates, 4)
+        pi, po, pf = np.split(weights.P[d], 3) if weights.P is not None else (0, 0, 0)
+        clipped = (lambda v: np.clip(v, -clip, clip)) if clip is not None else (lambda v: v)
+        i = f(clipped(gi + pi * c_prev))
+        forget = 1 - i if input_forget else f(clipped(gf + pf * c_prev))
+        c = forget * c_prev + i * g(clipped(gc))
+        o = f(clipped(go + po * c))
+        return o * h(c), c

@@ -1,0 +1,31 @@
+"""Building a FusedLSTM node: written once for every rule."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+
+from lstm_ort.ops.identity import DOMAIN, OP_TYPE
+from lstm_ort.rewriter.graph_utils import add_constant, unique_name
+
+
+def insert_fused_node(graph: ir.Graph | ir.Function, anchor: ir.Node, *, name: str, attributes: dict,
+                      x: ir.Value, w: np.ndarray, b: np.ndarray | None = None, seq_lens: ir.Value | None = None,
+                      initial_h: ir.Value | None = None, initial_c: ir.Value | None = None,
+                      p: np.ndarray | None = None) -> ir.Node:
+    """A FusedLSTM node inserted before `anchor`, its packed weights (docs/ops.md) as constants;
+    `attributes` maps names to Python values or ir.Attr. The name is made unique in the graph."""
+    base = unique_name(graph, name)
+    w_value = add_constant(graph, anchor, base + "_W", w)
+    b_value = add_constant(graph, anchor, base + "_B", b) if b is not None else None
+    p_value = add_constant(graph, anchor, base + "_P", p) if p is not None else None
+    inputs = [x, w_value, b_value, seq_lens, initial_h, initial_c, p_value]
+    while inputs[-1] is None:  # optional inputs are trailing-trimmed, as ONNX writes them
+        inputs.pop()
+    node = ir.Node(DOMAIN, OP_TYPE, inputs, ir.convenience.convert_attributes(attributes), num_outputs=3, name=base)
+    graph.insert_before(anchor, node)
+    return node
+
+
+def is_fused(node: ir.Node | None) -> bool:
+    return node is not None and node.op_type == OP_TYPE and node.domain == DOMAIN

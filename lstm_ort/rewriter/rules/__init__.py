@@ -1,0 +1,12 @@
+"""The rewrite rules, in the order the driver runs them. Each rule is one module with its test
+beside it (``<rule>_test.py``); add a rule by writing a Rule subclass and listing it here."""
+
+from lstm_ort.rewriter.rules.single_lstm import SingleLstm
+from lstm_ort.rewriter.rules.stack_lstm import StackLstm
+
+DEFAULT_RULES = [
+    SingleLstm(),  # one ONNX LSTM node -> a one-layer FusedLSTM
+    StackLstm(),   # FusedLSTM layers joined by export glue -> one multi-layer FusedLSTM
+]
+
+__all__ = ["DEFAULT_RULES", "SingleLstm", "StackLstm"]

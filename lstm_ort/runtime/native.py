@@ -1,0 +1,54 @@
+"""The op library's C entry points, through ctypes: what the kernels themselves say about names,
+packing, the tuned format and, on a CUDA build, the device and the plan for a call."""
+
+from __future__ import annotations
+
+import ctypes
+
+from lstm_ort.runtime.library import call_for_text, native
+from lstm_ort.runtime.nodes import NodeShape
+
+
+def strategy_names() -> list[str]:
+    """The strategy names the C++ attribute parser accepts, in the order of its enum."""
+    return call_for_text(native().LstmOrtStrategyNames).split(",")
+
+
+def weight_offset(L: int, D: int, I: int, H: int, layer: int, direction: int) -> int:
+    """Offset of block (layer, direction) of the packed W as the kernels compute it."""
+    fn = native().LstmOrtWeightOffset
+    fn.restype = ctypes.c_int64
+    fn.argtypes = [ctypes.c_int64] * 6
+    return int(fn(L, D, I, H, layer, direction))
+
+
+def normalize_tuned(text: str) -> str:
+    """A `tuned` attribute value as the C++ parser reads it, written back canonically."""
+    fn = native().LstmOrtNormalizeTuned
+    fn.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int]
+    return call_for_text(fn, text.encode())
+
+
+def _cuda():
+    lib = native()
+    if not hasattr(lib, "LstmOrtCudaDeviceName"):
+        raise RuntimeError("lstm_ort's op library was built without CUDA kernels")
+    return lib
+
+
+def device_name() -> str:
+    """The current CUDA device's name, as the kernel matches tuned entries."""
+    fn = _cuda().LstmOrtCudaDeviceName
+    fn.argtypes = [ctypes.c_char_p, ctypes.c_int]
+    try:
+        return call_for_text(fn, size=256)
+    except RuntimeError as e:
+        raise RuntimeError(f"no CUDA device: {e}") from None
+
+
+def describe(shape: NodeShape, T: int, B: int, strategy: str = "auto") -> str:
+    """What the CUDA kernel does for one call of these sizes under ``strategy``, in words."""
+    fn = _cuda().LstmOrtDescribeStrategy
+    fn.argtypes = [ctypes.c_int64] * 6 + [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int]
+    return call_for_text(fn, shape.layers, shape.directions, T, shape.input_size, shape.hidden_size, B,
+                         shape.dtype.encode(), strategy.encode())

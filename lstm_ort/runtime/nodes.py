@@ -1,0 +1,57 @@
+"""The FusedLSTM nodes of a model: finding them, their sizes, and setting their options."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+
+from lstm_ort.ops.identity import DOMAIN, ELEMENT_TYPES, OP_TYPE
+from lstm_ort.ops.packing import input_size_from_weight_count
+from lstm_ort.runtime.model_io import iter_graphs
+
+
+@dataclass(frozen=True)
+class NodeShape:
+    """What a FusedLSTM node fixes about its calls; T and B come with each call."""
+
+    layers: int
+    directions: int
+    input_size: int
+    hidden_size: int
+    dtype: str  # a name from ELEMENT_TYPES
+
+    @property
+    def key(self) -> str:
+        return f"L{self.layers} D{self.directions} I{self.input_size} H{self.hidden_size} {self.dtype}"
+
+
+def fused_nodes(model: onnx.ModelProto) -> list[onnx.NodeProto]:
+    return [n for g in iter_graphs(model) for n in g.node if n.domain == DOMAIN and n.op_type == OP_TYPE]
+
+
+def node_shapes(model: onnx.ModelProto) -> list[tuple[onnx.NodeProto, NodeShape | None]]:
+    """Every FusedLSTM node with its sizes, read from its attributes and its packed W initializer;
+    None where W is not an initializer (its size is then unknown before a call)."""
+    inits = {i.name: i for g in iter_graphs(model) for i in getattr(g, "initializer", [])}
+    return [(node, _shape_of(node, inits)) for node in fused_nodes(model)]
+
+
+def _shape_of(node: onnx.NodeProto, inits: dict[str, onnx.TensorProto]) -> NodeShape | None:
+    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    H = int(attrs["hidden_size"])
+    L = int(attrs.get("num_layers", 1))
+    D = 2 if attrs.get("direction", b"forward") == b"bidirectional" else 1
+    w = inits.get(node.input[1]) if len(node.input) > 1 else None
+    if w is None or w.data_type not in ELEMENT_TYPES:
+        return None
+    I = input_size_from_weight_count(int(np.prod(w.dims)), L, D, H)
+    return NodeShape(L, D, I, H, ELEMENT_TYPES[w.data_type]) if I is not None else None
+
+
+def set_attribute(node: onnx.NodeProto, name: str, value) -> None:
+    """Sets (or replaces) one attribute of a node."""
+    kept = [a for a in node.attribute if a.name != name]
+    del node.attribute[:]
+    node.attribute.extend([*kept, onnx.helper.make_attribute(name, value)])

@@ -1,0 +1,78 @@
+"""`lstm-ort tune`'s cache of measured winners, and how sessions attach them to FusedLSTM nodes.
+
+The cache is one JSON file, ``strategies.json`` in ``$LSTM_ORT_CACHE_DIR`` (default
+``$XDG_CACHE_HOME/lstm-ort`` or ``~/.cache/lstm-ort``)::
+
+    {"<GPU name>": {"L4 D1 I512 H512 float32": {"T100 B64": {"strategy": "wavefront", "ms": {...}}}}}
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import onnx
+
+from lstm_ort.ops.tuned import TunedEntry, format_tuned
+from lstm_ort.runtime.nodes import NodeShape, node_shapes, set_attribute
+
+CACHE_ENV = "LSTM_ORT_CACHE_DIR"
+
+
+def cache_file() -> Path:
+    root = os.environ.get(CACHE_ENV)
+    if not root:
+        root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "lstm-ort"
+    return Path(root) / "strategies.json"
+
+
+def load_cache() -> dict:
+    """The cache, or {} when there is none; a cache that is not valid JSON is an error."""
+    path = cache_file()
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise ValueError(f"lstm-ort tuning cache {path} is unreadable ({e}); delete it or run lstm-ort tune") from e
+    if not isinstance(data, dict):
+        raise ValueError(f"lstm-ort tuning cache {path} is not a JSON object; delete it or run lstm-ort tune")
+    return data
+
+
+def record(gpu: str, shape: NodeShape, T: int, B: int, strategy: str, timings: dict[str, float]) -> Path:
+    """Store one winner; the file is replaced atomically so readers never see half of it."""
+    data = load_cache()
+    data.setdefault(gpu, {}).setdefault(shape.key, {})[f"T{T} B{B}"] = {"strategy": strategy, "ms": timings}
+    path = cache_file()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    with os.fdopen(fd, "w") as f:
+        json.dump(data, f, indent=1, sort_keys=True)
+    os.replace(tmp, path)
+    return path
+
+
+def tuned_entries(cache: dict, shape: NodeShape) -> list[TunedEntry]:
+    """The cached winners for a node of this shape, on every GPU in the cache."""
+    entries = []
+    for gpu, shapes in sorted(cache.items()):
+        for tb, entry in sorted(shapes.get(shape.key, {}).items()):
+            T, B = (int(part[1:]) for part in tb.split())
+            entries.append(TunedEntry(gpu, T, B, entry["strategy"]))
+    return entries
+
+
+def apply_tuned(model: onnx.ModelProto, cache: dict) -> bool:
+    """Give every FusedLSTM node without a forced strategy its cached winners; True if any changed."""
+    changed = False
+    for node, shape in node_shapes(model):
+        if shape is None or any(a.name == "strategy" for a in node.attribute):
+            continue
+        entries = tuned_entries(cache, shape)
+        if entries:
+            set_attribute(node, "tuned", format_tuned(entries))
+            changed = True
+    return changed

@@ -9,13 +9,14 @@ import onnxruntime as ort
 import pytest
 
 from lstm_ort.builders import LstmSpec, random_layers
+from lstm_ort.ops.identity import TUNABLE_STRATEGIES
 from lstm_ort.testing import (CPU, CUDA, DIRECTIONS, FEATURE_GRID, NON_DEFAULT_ACTS, SHAPE_GRID, make_feeds, max_abs,
                               run_fused, run_stock)
 
 pytestmark = pytest.mark.gpu
 
 TOL = 2e-5
-STRATEGIES = ["tiled", "splitk", "persistent", "wavefront"]
+STRATEGIES = list(TUNABLE_STRATEGIES)
 
 
 def stock_cuda_applies(spec: LstmSpec) -> bool:

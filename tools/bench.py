@@ -19,6 +19,7 @@ import numpy as np
 import onnxruntime as ort
 
 from lstm_ort.builders import LstmSpec, fused_model, random_layers, stock_model
+from lstm_ort.ops.identity import TUNABLE_STRATEGIES
 from lstm_ort.testing import max_abs
 from lstm_ort.tuning.timing import OrtRunner, median_ms
 
@@ -164,7 +165,7 @@ def main(argv=None) -> int:
     p.add_argument("--json", help="write the rows as JSON here")
     p.add_argument("--plot", help="write a bar chart of the ratios here (PNG)")
     p.add_argument("--strategies", default="", help="also time ours with each of these CUDA strategies forced, "
-                   "comma-separated (tiled, splitk, persistent, wavefront)")
+                   f"comma-separated ({', '.join(TUNABLE_STRATEGIES)})")
     args = p.parse_args(argv)
     device = "cpu" if args.cpu else "cuda"
     if device == "cuda" and "CUDAExecutionProvider" not in ort.get_available_providers():

@@ -7,6 +7,7 @@ import onnx_ir as ir
 import onnxscript.optimizer
 
 from lstm_ort.ops.identity import DOMAIN, OPSET_VERSION
+from lstm_ort.rewriter import fold_weights
 from lstm_ort.rewriter.graph_utils import iter_graphs
 from lstm_ort.rewriter.report import Finding, Report
 from lstm_ort.rewriter.rule import Rule
@@ -26,8 +27,7 @@ def optimize(model_or_path, *, fold_constants: bool = True, rules: list[Rule] | 
     input_valid = _passes_checker(proto)
     model = ir.serde.deserialize_model(proto)
     if fold_constants:
-        # Dynamo exports build weights with Slice/Concat at run time: fold them into constants.
-        onnxscript.optimizer.fold_constants(model)
+        fold_weights.fold_constants(model)
     report = report if report is not None else Report()
     by_node: dict[ir.Node, Finding] = {}  # FusedLSTM node -> the finding it carries
     for rule in DEFAULT_RULES if rules is None else rules:

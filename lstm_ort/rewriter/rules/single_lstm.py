@@ -12,6 +12,7 @@ import onnx_ir as ir
 
 from lstm_ort.builders import spec_from_attributes
 from lstm_ort.ops.packing import LayerWeights, pack_layers
+from lstm_ort.rewriter.fold_weights import why_not_constant
 from lstm_ort.rewriter.fused_node import insert_fused_node
 from lstm_ort.rewriter.graph_utils import const_array, is_zeros, replace_outputs
 from lstm_ort.rewriter.rule import OK, CheckResult, Rule
@@ -58,7 +59,8 @@ class SingleLstm(Rule):
                     return CheckResult.fail(f"input {name} is missing")
                 continue
             if const_array(value) is None:
-                return CheckResult.fail(f"weight {name} ({value.name}) is not a constant after folding")
+                return CheckResult.fail(f"weight {name} ({value.name}) is not a constant after folding: "
+                                        f"{why_not_constant(value)}")
         try:
             spec = spec_from_attributes(_attributes(node), 1)
         except (ValueError, KeyError) as e:

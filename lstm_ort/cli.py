@@ -15,7 +15,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-import numpy as np
 import onnx
 
 from lstm_ort.rewriter import Report, optimize

@@ -1,7 +1,6 @@
 """Bad input to FusedLSTM gives an onnxruntime error with a clear message, never a crash."""
 
 import numpy as np
-import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 

@@ -11,6 +11,8 @@ torch = pytest.importorskip("torch", reason="torch (CPU build) drives the export
 
 from lstm_ort.verify import random_feeds  # noqa: E402
 from lstm_ort.rewriter import Report, optimize  # noqa: E402
+from lstm_ort.runtime.model_io import iter_graphs  # noqa: E402
+from lstm_ort.runtime.nodes import fused_nodes  # noqa: E402
 from lstm_ort.testing import max_abs, run  # noqa: E402
 
 _spec = importlib.util.spec_from_file_location("export_fixtures",
@@ -27,9 +29,9 @@ def test_fixture_fully_rewritten_with_parity(name, exporter):
     report = Report()
     out = optimize(model, report=report)
     assert report.lstm_count >= 1 and report.all_rewritten, report.table()
-    fused = [n for g in _graphs(out.graph) for n in g.node if n.domain == "lstm_ort"]
+    fused = fused_nodes(out)
     assert len(fused) == 1, [n.name for n in fused]  # one nn.LSTM -> one node, however many layers
-    assert not [n for g in _graphs(out.graph) for n in g.node if n.op_type == "LSTM"]
+    assert not [n for g in iter_graphs(out) for n in g.node if n.op_type == "LSTM"]
     assert out.ir_version == model.ir_version
     feeds = random_feeds(model, np.random.default_rng(0))
     if "tokens" in feeds:
@@ -37,16 +39,6 @@ def test_fixture_fully_rewritten_with_parity(name, exporter):
     if name == "if_branch":  # take the branch that holds the LSTM
         feeds["X"] = np.abs(feeds["X"])
     assert max_abs(run(out, feeds), run(model, feeds, fused=False)) <= 1e-5
-
-
-def _graphs(graph):
-    yield graph
-    for node in graph.node:
-        for attr in node.attribute:
-            if attr.g.node:
-                yield from _graphs(attr.g)
-            for g in attr.graphs:
-                yield from _graphs(g)
 
 
 @pytest.mark.parametrize("name,exporter", CASES, ids=[f"{n}-{e}" for n, e in CASES])

@@ -1,0 +1,297 @@
+"""The real-model corpus: third-party models from PyPI wheels, production-size torch exports with
+both exporters, and hand-built graphs in the shapes other exporters write. Adding a model is one
+entry in ENTRIES.
+
+Third-party wheels are fetched with `pip download --no-deps` into ``$LSTM_ORT_CORPUS_DIR``
+(default ``~/.cache/lstm-ort/corpus``); where the index cannot be reached, or torch is missing,
+building an entry raises Unavailable and the tests skip it with the reason.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import os
+import subprocess
+import sys
+import warnings
+import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+IR_VERSION = 10  # what onnxruntime 1.21 reads; the third-party models keep their own
+
+
+class Unavailable(Exception):
+    """This entry cannot be built on this machine (no network, no torch)."""
+
+
+@dataclass(frozen=True)
+class Entry:
+    name: str
+    build: Callable[[], onnx.ModelProto]
+    feeds: Callable[[np.random.Generator], dict[str, np.ndarray]]
+    lstms: int  # LSTM nodes the rewriter finds (after folding away constant If branches)
+    fused: int  # FusedLSTM nodes after optimize: the fewest the contract allows
+    tol: float = 1e-5
+    shapes: dict[str, list[int]] = field(default_factory=dict)  # `--shape` for `optimize --check`
+    carry: dict[str, str] = field(default_factory=dict)  # streaming: output -> the input of the next call
+    large: bool = False  # production-size weights: the slow part of the corpus
+
+
+# ---- third-party models, from PyPI wheels ----
+
+def corpus_dir() -> Path:
+    return Path(os.environ.get("LSTM_ORT_CORPUS_DIR") or Path.home() / ".cache" / "lstm-ort" / "corpus")
+
+
+@functools.lru_cache(maxsize=None)
+def _wheel(requirement: str) -> Path:
+    name = requirement.split("==")[0].replace("-", "_")
+    cache = corpus_dir()
+    found = sorted(cache.glob(f"{name}-*.whl")) if cache.is_dir() else []
+    version = requirement.split("==")[1]
+    found = [w for w in found if f"-{version}-" in w.name]
+    if found:
+        return found[0]
+    cache.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-q", "-d", str(cache),
+           "--timeout", "20", "--retries", "1", requirement]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+    except subprocess.TimeoutExpired:
+        raise Unavailable(f"pip download {requirement} timed out") from None
+    found = [w for w in sorted(cache.glob(f"{name}-*.whl")) if f"-{version}-" in w.name]
+    if proc.returncode != 0 or not found:
+        raise Unavailable(f"pip download {requirement} failed (no network?): {proc.stderr.strip()[-300:]}")
+    return found[0]
+
+
+def from_wheel(requirement: str, member: str) -> Callable[[], onnx.ModelProto]:
+    def build() -> onnx.ModelProto:
+        with zipfile.ZipFile(_wheel(requirement)) as z:
+            return onnx.load_from_string(z.read(member))
+    return build
+
+
+SILERO = "silero-vad==6.2.3"
+G2P_ID = "g2p-id-py==0.4.2"
+
+
+def silero_feeds(samples: int, sr: int | None, state: str | None = "state"):
+    def feeds(rng):
+        out = {"input": (0.1 * rng.standard_normal((1, samples))).astype(np.float32)}
+        if sr is not None:
+            out["sr"] = np.array(sr, np.int64)
+        if state == "state":
+            out["state"] = (0.1 * rng.standard_normal((2, 1, 128))).astype(np.float32)
+        return out
+    return feeds
+
+
+def silero_sequence_feeds(rng):
+    return {"input": (0.1 * rng.standard_normal((3, 576))).astype(np.float32),
+            "h": (0.1 * rng.standard_normal((1, 1, 128))).astype(np.float32),
+            "c": (0.1 * rng.standard_normal((1, 1, 128))).astype(np.float32)}
+
+
+def g2p_encoder_feeds(rng):
+    return {"input_1": rng.standard_normal((4, 12, 28)).astype(np.float32)}
+
+
+def g2p_decoder_feeds(rng):
+    return {"input_2": rng.standard_normal((4, 1, 32)).astype(np.float32),
+            "input_3": rng.standard_normal((4, 256)).astype(np.float32),
+            "input_4": rng.standard_normal((4, 256)).astype(np.float32)}
+
+
+# ---- torch exports at production sizes ----
+
+@dataclass(frozen=True)
+class TorchLstm:
+    input_size: int
+    hidden_size: int
+    num_layers: int
+    bidirectional: bool
+    batch_first: bool
+    initial_states: bool
+
+    @property
+    def state_shape(self):
+        return (self.num_layers * (2 if self.bidirectional else 1), 3, self.hidden_size)
+
+    def feeds(self, rng) -> dict[str, np.ndarray]:
+        x = rng.standard_normal((3, 5, self.input_size) if self.batch_first else (5, 3, self.input_size))
+        out = {"X": x.astype(np.float32)}
+        if self.initial_states:
+            out["h0"] = rng.standard_normal(self.state_shape).astype(np.float32)
+            out["c0"] = rng.standard_normal(self.state_shape).astype(np.float32)
+        return out
+
+
+def torch_export(cfg: TorchLstm, exporter: str) -> Callable[[], onnx.ModelProto]:
+    def build() -> onnx.ModelProto:
+        try:
+            import torch
+        except ImportError:
+            raise Unavailable("torch is not installed") from None
+
+        class WithStates(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.lstm = torch.nn.LSTM(cfg.input_size, cfg.hidden_size, cfg.num_layers,
+                                          bidirectional=cfg.bidirectional, batch_first=cfg.batch_first)
+
+            def forward(self, x, *states):
+                return self.lstm(x, tuple(states) if states else None)
+
+        torch.manual_seed(cfg.hidden_size + cfg.num_layers)
+        module = WithStates().eval()
+        feeds = cfg.feeds(np.random.default_rng(0))
+        args = tuple(torch.from_numpy(v) for v in feeds.values())
+        f = io.BytesIO()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(module, args, f, dynamo=exporter == "dynamo", input_names=list(feeds),
+                              output_names=["Y", "Y_h", "Y_c"], opset_version=18 if exporter == "dynamo" else 17,
+                              verbose=False)
+        model = onnx.load_from_string(f.getvalue())
+        model.ir_version = min(model.ir_version, IR_VERSION)
+        return model
+    return build
+
+
+TORCH_CONFIGS = [
+    TorchLstm(131, 256, 1, False, False, False),
+    TorchLstm(256, 256, 4, True, True, True),
+    TorchLstm(259, 512, 2, True, False, True),
+    TorchLstm(512, 512, 4, False, True, False),
+    TorchLstm(517, 1024, 1, True, True, False),
+    TorchLstm(1024, 1024, 2, False, False, True),
+]
+
+
+# ---- hand-built graphs in other exporters' shapes ----
+
+def _model(nodes, inputs, outputs, inits=(), opset=17) -> onnx.ModelProto:
+    graph = helper.make_graph(nodes, "corpus", inputs, outputs, list(inits))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], producer_name="lstm_ort corpus")
+    model.ir_version = IR_VERSION
+    return model
+
+
+def _weights(rng, H, I):
+    s = 1 / np.sqrt(H)
+    u = lambda *shape: rng.uniform(-s, s, shape).astype(np.float32)  # noqa: E731
+    return u(4 * H, I), u(4 * H, H), u(4 * H), u(4 * H)
+
+
+def paddle_chain(H=320, I=48) -> onnx.ModelProto:
+    """Paddle's export: W/R/B built at run time from Constant nodes, its gate order (i, f, c, o)
+    reordered to ONNX's (i, o, f, c) by Slices and a Concat; X's dims written as -1."""
+    rng = np.random.default_rng(7)
+    w, r, bw, br = _weights(rng, H, I)
+    nodes, inits = [], []
+
+    def const(name, array):
+        nodes.append(helper.make_node("Constant", [], [name], value=numpy_helper.from_array(np.asarray(array), name)))
+        return name
+
+    def reorder(src, out):
+        # gate blocks i, f, c, o along axis 1 -> i, o, f, c
+        parts = []
+        for k, g in enumerate((0, 3, 1, 2)):
+            starts, ends = const(f"{out}_s{k}", [g * H]), const(f"{out}_e{k}", [(g + 1) * H])
+            axes = const(f"{out}_a{k}", [1])
+            nodes.append(helper.make_node("Slice", [src, starts, ends, axes], [f"{out}_g{k}"]))
+            parts.append(f"{out}_g{k}")
+        nodes.append(helper.make_node("Concat", parts, [out], axis=1))
+
+    ax0 = const("axes0", [0])
+    for name, array in (("w", w[[*range(0, H), *range(2 * H, 3 * H), *range(3 * H, 4 * H), *range(H, 2 * H)]]),
+                        ("r", r[[*range(0, H), *range(2 * H, 3 * H), *range(3 * H, 4 * H), *range(H, 2 * H)]])):
+        # stored in Paddle's order (i, f, c, o): undo the ONNX order drawn above
+        const(name + "_raw", array)
+        nodes.append(helper.make_node("Unsqueeze", [name + "_raw", ax0], [name + "_3d"]))
+        reorder(name + "_3d", name.upper())
+    perm = [*range(0, H), *range(2 * H, 3 * H), *range(3 * H, 4 * H), *range(H, 2 * H)]
+    const("bw_raw", bw[perm])
+    const("br_raw", br[perm])
+    nodes.append(helper.make_node("Concat", ["bw_raw", "br_raw"], ["b_flat"], axis=0))
+    nodes.append(helper.make_node("Unsqueeze", ["b_flat", ax0], ["b_2d"]))
+    # B is [1, 8H]: reorder each half
+    for half in (0, 1):
+        s, e, a = const(f"bh_s{half}", [half * 4 * H]), const(f"bh_e{half}", [(half + 1) * 4 * H]), const(f"bh_a{half}", [1])
+        nodes.append(helper.make_node("Slice", ["b_2d", s, e, a], [f"b_half{half}"]))
+        reorder(f"b_half{half}", f"B{half}")
+    nodes.append(helper.make_node("Concat", ["B0", "B1"], ["B"], axis=1))
+    nodes.append(helper.make_node("LSTM", ["X", "W", "R", "B"], ["Y", "Y_h", "Y_c"], hidden_size=H, name="paddle_lstm"))
+    x = helper.make_tensor_value_info("X", TensorProto.FLOAT, [-1, -1, I])
+    outs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("Y", "Y_h", "Y_c")]
+    return _model(nodes, [x], outs, inits)
+
+
+def keras_transpose_glue(H=256, I=40) -> onnx.ModelProto:
+    """tf2onnx's Keras LSTM: batch-major input transposed to time-major, Y squeezed and transposed
+    back, states from graph inputs (a decoder)."""
+    rng = np.random.default_rng(11)
+    w, r, bw, br = _weights(rng, H, I)
+    inits = [numpy_helper.from_array(w[None], "W"), numpy_helper.from_array(r[None], "R"),
+             numpy_helper.from_array(np.concatenate([bw, br])[None], "B"),
+             numpy_helper.from_array(np.array([1], np.int64), "axis1"),
+             numpy_helper.from_array(np.array([0], np.int64), "axis0")]
+    nodes = [
+        helper.make_node("Transpose", ["x"], ["x_tbi"], perm=[1, 0, 2]),
+        helper.make_node("Unsqueeze", ["h", "axis0"], ["h0"]),
+        helper.make_node("Unsqueeze", ["c", "axis0"], ["c0"]),
+        helper.make_node("LSTM", ["x_tbi", "W", "R", "B", "", "h0", "c0"], ["y", "yh", "yc"], hidden_size=H,
+                         name="keras_lstm"),
+        helper.make_node("Squeeze", ["y", "axis1"], ["y_tbh"]),
+        helper.make_node("Transpose", ["y_tbh"], ["out"], perm=[1, 0, 2]),
+        helper.make_node("Squeeze", ["yh", "axis0"], ["h_out"]),
+        helper.make_node("Squeeze", ["yc", "axis0"], ["c_out"]),
+    ]
+    ins = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "time", I]),
+           helper.make_tensor_value_info("h", TensorProto.FLOAT, ["batch", H]),
+           helper.make_tensor_value_info("c", TensorProto.FLOAT, ["batch", H])]
+    outs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("out", "h_out", "c_out")]
+    return _model(nodes, ins, outs, inits)
+
+
+def _keras_feeds(rng, H=256, I=40, T=6):
+    return {"x": rng.standard_normal((2, T, I)).astype(np.float32),
+            "h": rng.standard_normal((2, H)).astype(np.float32), "c": rng.standard_normal((2, H)).astype(np.float32)}
+
+
+ENTRIES: list[Entry] = [
+    Entry("silero_vad 16k", from_wheel(SILERO, "silero_vad/data/silero_vad.onnx"), silero_feeds(576, 16000),
+          lstms=2, fused=2, shapes={"input": [1, 576]}, carry={"stateN": "state"}),
+    Entry("silero_vad 8k", from_wheel(SILERO, "silero_vad/data/silero_vad.onnx"), silero_feeds(288, 8000),
+          lstms=2, fused=2, shapes={"input": [1, 288]}, carry={"stateN": "state"}),
+    Entry("silero_vad_16k_op15", from_wheel(SILERO, "silero_vad/data/silero_vad_16k_op15.onnx"),
+          silero_feeds(576, 16000), lstms=1, fused=1, shapes={"input": [1, 576]}, carry={"stateN": "state"}),
+    Entry("silero_vad_16k_sequence", from_wheel(SILERO, "silero_vad/data/silero_vad_16k_sequence.onnx"),
+          silero_sequence_feeds, lstms=1, fused=1, shapes={"input": [3, 576]}, carry={"hn": "h", "cn": "c"}),
+    Entry("silero_vad_half", from_wheel(SILERO, "silero_vad/data/silero_vad_half.onnx"), silero_feeds(576, None),
+          lstms=1, fused=1, shapes={"input": [1, 576]}, carry={"stateN": "state"}),  # fp16 convs, fp32 LSTM
+    Entry("silero_vad_openvino_16k", from_wheel(SILERO, "silero_vad/data/silero_vad_openvino_16k.onnx"),
+          silero_feeds(576, None), lstms=1, fused=1, carry={"stateN": "state"}),
+    Entry("g2p_id encoder (tf2onnx)", from_wheel(G2P_ID, "g2p_id/models/lstm/encoder_model.onnx"), g2p_encoder_feeds,
+          lstms=1, fused=1, shapes={"input_1": [4, 12, 28]}),
+    Entry("g2p_id decoder (tf2onnx)", from_wheel(G2P_ID, "g2p_id/models/lstm/decoder_model.onnx"), g2p_decoder_feeds,
+          lstms=1, fused=1, shapes={"input_2": [4, 1, 32], "input_3": [4, 256], "input_4": [4, 256]},
+          carry={"lstm_1": "input_3", "lstm_1_1": "input_4"}),
+    *[Entry(f"torch {exporter} I{c.input_size} H{c.hidden_size} L{c.num_layers}{' bi' if c.bidirectional else ''}"
+            f"{' batch_first' if c.batch_first else ''}{' states' if c.initial_states else ''}",
+            torch_export(c, exporter), c.feeds, lstms=c.num_layers, fused=1, large=True)
+      for c in TORCH_CONFIGS for exporter in ("torchscript", "dynamo")],
+    Entry("paddle weight chain, -1 dims", paddle_chain, lambda rng: {"X": rng.standard_normal((7, 3, 48)).astype(np.float32)},
+          lstms=1, fused=1, shapes={"X": [7, 3, 48]}),
+    Entry("tf2onnx Keras LSTM with Transpose glue", keras_transpose_glue, _keras_feeds, lstms=1, fused=1,
+          shapes={"x": [2, 6, 40], "h": [2, 256], "c": [2, 256]}, carry={"h_out": "h", "c_out": "c"}),
+]

@@ -237,3 +237,72 @@ def spec_from_attributes(attributes: dict, input_size: int, num_layers: int = 1)
         activation_alpha=list(attributes["activation_alpha"]) if attributes.get("activation_alpha") else None,
         activation_beta=list(attributes["activation_beta"]) if attributes.get("activation_beta") else None,
     )
+
+
+def unrolled_cell_model(I: int, H: int, rng: np.random.Generator, *, gate_order: str = "ifco", form: str = "matmul",
+                        bias: bool = True, state: str = "separate", opset: int = DEFAULT_OPSET) -> onnx.ModelProto:
+    """One LSTM step written out in plain ops, as exporters write cells (no LSTM node).
+
+    gate_order: the gates' order along the gate axis, a permutation of "ifco" (torch "ifco",
+    Keras "ifco", ONNX "iofc"). form: "matmul" (x@Wx + h@Wh + b), "gemm" (Gemm with transB and
+    bias), "concat" (Concat([x, h]) @ W + b), "slices" (as matmul, gates cut by four Slices).
+    state: "separate" (inputs h, c; outputs h_out, c_out) or "shared" (input state [2, B, H] read
+    by Gather; output state_out), as silero-vad carries its state.
+    """
+    s = 1.0 / np.sqrt(H)
+    wx = rng.uniform(-s, s, (I, 4 * H)).astype(np.float32)
+    wh = rng.uniform(-s, s, (H, 4 * H)).astype(np.float32)
+    b = rng.uniform(-s, s, 4 * H).astype(np.float32)
+    inits, nodes = [], []
+
+    def const(name, array):
+        inits.append(numpy_helper.from_array(np.asarray(array), name))
+        return name
+
+    node = lambda *a, **k: nodes.append(helper.make_node(*a, **k))  # noqa: E731
+    if state == "shared":
+        node("Gather", ["state", const("zero", np.array(0, np.int64))], ["h"], axis=0)
+        node("Gather", ["state", const("one", np.array(1, np.int64))], ["c"], axis=0)
+    if form == "concat":
+        node("Concat", ["x", "h"], ["xh"], axis=1)
+        node("MatMul", ["xh", const("W", np.concatenate([wx, wh]))], ["prod"])
+    elif form == "gemm":
+        node("Gemm", ["x", const("Wx_t", wx.T), const("bx", b if bias else np.zeros_like(b))], ["px"], transB=1)
+        node("Gemm", ["h", const("Wh_t", wh.T)], ["ph"], transB=1)
+        node("Add", ["px", "ph"], ["prod"])
+    else:
+        node("MatMul", ["x", const("Wx", wx)], ["px"])
+        node("MatMul", ["h", const("Wh", wh)], ["ph"])
+        node("Add", ["px", "ph"], ["prod"])
+    gates = "prod"
+    if bias and form != "gemm":
+        node("Add", ["prod", const("b", b)], ["gates"])
+        gates = "gates"
+    chunk = {g: f"chunk_{g}" for g in gate_order}
+    if form == "slices":
+        for k, g in enumerate(gate_order):
+            node("Slice", [gates, const(f"s{k}", [k * H]), const(f"e{k}", [(k + 1) * H]), const(f"a{k}", [1])],
+                 [chunk[g]])
+    else:
+        node("Split", [gates], [chunk[g] for g in gate_order], axis=1, **({"num_outputs": 4} if opset >= 18 else {}))
+    node("Sigmoid", [chunk["i"]], ["i"])
+    node("Sigmoid", [chunk["f"]], ["f"])
+    node("Tanh", [chunk["c"]], ["g"])
+    node("Sigmoid", [chunk["o"]], ["o"])
+    node("Mul", ["f", "c"], ["fc"])
+    node("Mul", ["i", "g"], ["ig"])
+    node("Add", ["fc", "ig"], ["c_out"])
+    node("Tanh", ["c_out"], ["tc"])
+    node("Mul", ["o", "tc"], ["h_out"])
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", I])
+    if state == "shared":
+        node("Unsqueeze", ["h_out", const("axis0", [0])], ["h_1"])
+        node("Unsqueeze", ["c_out", "axis0"], ["c_1"])
+        node("Concat", ["h_1", "c_1"], ["state_out"], axis=0)
+        inputs = [x, helper.make_tensor_value_info("state", TensorProto.FLOAT, [2, "B", H])]
+        outputs = [helper.make_tensor_value_info("state_out", TensorProto.FLOAT, [2, "B", H])]
+    else:
+        inputs = [x, helper.make_tensor_value_info("h", TensorProto.FLOAT, ["B", H]),
+                  helper.make_tensor_value_info("c", TensorProto.FLOAT, ["B", H])]
+        outputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["B", H]) for n in ("h_out", "c_out")]
+    return _model(helper.make_graph(nodes, "unrolled_cell", inputs, outputs, inits), opset)

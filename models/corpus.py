@@ -268,6 +268,28 @@ def _keras_feeds(rng, H=256, I=40, T=6):
             "h": rng.standard_normal((2, H)).astype(np.float32), "c": rng.standard_normal((2, H)).astype(np.float32)}
 
 
+_CELL_I, _CELL_H = {"separate": 40, "shared": 128}, 128
+_CELL_SHAPES = {"separate": {"x": [4, 40], "h": [4, 128], "c": [4, 128]}, "shared": {"x": [4, 128], "state": [2, 4, 128]}}
+
+
+def _unrolled(gate_order: str, form: str, state: str) -> Callable[[], onnx.ModelProto]:
+    from lstm_ort.builders import unrolled_cell_model
+
+    return lambda: unrolled_cell_model(_CELL_I[state], _CELL_H, np.random.default_rng(5), gate_order=gate_order,
+                                       form=form, state=state)
+
+
+def _cell_feeds(state: str):
+    def feeds(rng):
+        out = {"x": rng.standard_normal((4, _CELL_I[state])).astype(np.float32)}
+        if state == "shared":
+            out["state"] = rng.standard_normal((2, 4, _CELL_H)).astype(np.float32)
+        else:
+            out["h"], out["c"] = (rng.standard_normal((4, _CELL_H)).astype(np.float32) for _ in range(2))
+        return out
+    return feeds
+
+
 ENTRIES: list[Entry] = [
     Entry("silero_vad 16k", from_wheel(SILERO, "silero_vad/data/silero_vad.onnx"), silero_feeds(576, 16000),
           lstms=2, fused=2, shapes={"input": [1, 576]}, carry={"stateN": "state"}),
@@ -279,6 +301,8 @@ ENTRIES: list[Entry] = [
           silero_sequence_feeds, lstms=1, fused=1, shapes={"input": [3, 576]}, carry={"hn": "h", "cn": "c"}),
     Entry("silero_vad_half", from_wheel(SILERO, "silero_vad/data/silero_vad_half.onnx"), silero_feeds(576, None),
           lstms=1, fused=1, shapes={"input": [1, 576]}, carry={"stateN": "state"}),  # fp16 convs, fp32 LSTM
+    Entry("silero_vad_op18_ifless (unrolled cells)", from_wheel(SILERO, "silero_vad/data/silero_vad_op18_ifless.onnx"),
+          silero_feeds(576, 16000), lstms=2, fused=2, shapes={"input": [1, 576]}, carry={"stateN": "state"}),
     Entry("silero_vad_openvino_16k", from_wheel(SILERO, "silero_vad/data/silero_vad_openvino_16k.onnx"),
           silero_feeds(576, None), lstms=1, fused=1, carry={"stateN": "state"}),
     Entry("g2p_id encoder (tf2onnx)", from_wheel(G2P_ID, "g2p_id/models/lstm/encoder_model.onnx"), g2p_encoder_feeds,
@@ -292,6 +316,13 @@ ENTRIES: list[Entry] = [
       for c in TORCH_CONFIGS for exporter in ("torchscript", "dynamo")],
     Entry("paddle weight chain, -1 dims", paddle_chain, lambda rng: {"X": rng.standard_normal((7, 3, 48)).astype(np.float32)},
           lstms=1, fused=1, shapes={"X": [7, 3, 48]}),
+    *[Entry(f"unrolled cell, {gate_order} gates, {form}", _unrolled(gate_order, form, state), _cell_feeds(state),
+            lstms=1, fused=1, carry={"state_out": "state"} if state == "shared" else {"h_out": "h", "c_out": "c"},
+            shapes=_CELL_SHAPES[state])
+      for gate_order, form, state in (("ifco", "gemm", "separate"),     # torch nn.LSTMCell
+                                      ("ifco", "concat", "separate"),   # Keras cells through tf2onnx
+                                      ("iofc", "matmul", "separate"),   # ONNX's own order
+                                      ("ifco", "slices", "shared"))],   # one state tensor, I == H
     Entry("tf2onnx Keras LSTM with Transpose glue", keras_transpose_glue, _keras_feeds, lstms=1, fused=1,
           shapes={"x": [2, 6, 40], "h": [2, 256], "c": [2, 256]}, carry={"h_out": "h", "c_out": "c"}),
 ]

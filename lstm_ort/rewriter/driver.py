@@ -5,6 +5,7 @@ from __future__ import annotations
 import onnx
 import onnx_ir as ir
 import onnxscript.optimizer
+from onnx_ir.passes.common import NameFixPass
 
 from lstm_ort.ops.identity import DOMAIN, OPSET_VERSION
 from lstm_ort.rewriter import fold_weights
@@ -36,6 +37,9 @@ def optimize(model_or_path, *, fold_constants: bool = True, rules: list[Rule] | 
             # removing it lets the next rule see a layer output feeding only the next layer.
             onnxscript.optimizer.remove_unused_nodes(model)
     if any(f.rewritten for f in report.findings):
+        # Values and nodes the rules made get names unique across the whole model, subgraphs
+        # included (ONNX's single assignment spans scopes; a name clash does not load).
+        NameFixPass()(model)
         model.opset_imports[DOMAIN] = OPSET_VERSION
         for function in model.functions.values():  # functions import their opsets themselves
             if any(n.domain == DOMAIN for n in function):

@@ -3,10 +3,12 @@ beside it (``<rule>_test.py``); add a rule by writing a Rule subclass and listin
 
 from lstm_ort.rewriter.rules.single_lstm import SingleLstm
 from lstm_ort.rewriter.rules.stack_lstm import StackLstm
+from lstm_ort.rewriter.rules.unrolled_cell import UnrolledCell
 
 DEFAULT_RULES = [
-    SingleLstm(),  # one ONNX LSTM node -> a one-layer FusedLSTM
-    StackLstm(),   # FusedLSTM layers joined by export glue -> one multi-layer FusedLSTM
+    SingleLstm(),    # one ONNX LSTM node -> a one-layer FusedLSTM
+    UnrolledCell(),  # an LSTM cell written out in MatMul/Split/Sigmoid/Tanh -> a one-step FusedLSTM
+    StackLstm(),     # FusedLSTM layers joined by export glue -> one multi-layer FusedLSTM
 ]
 
-__all__ = ["DEFAULT_RULES", "SingleLstm", "StackLstm"]
+__all__ = ["DEFAULT_RULES", "SingleLstm", "StackLstm", "UnrolledCell"]

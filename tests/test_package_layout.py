@@ -23,7 +23,9 @@ def imports_of(path: Path, modules: set[str]) -> set[str]:
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names = [f"{node.module}.{a.name}" for a in node.names] + [node.module]
+            # `from pkg import submodule` depends on the submodule; `from mod import name` on mod.
+            names = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module
+                     for a in node.names]
         else:
             continue
         for name in names:

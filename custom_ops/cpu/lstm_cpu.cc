@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -41,7 +40,7 @@ int64_t EnvInt(const char* name, int64_t fallback) {
 
 // Developer knobs, read once per process (LSTM_ORT_CPU_*; see docs/cpu.md).
 struct Knobs {
-  int64_t threads = EnvInt("LSTM_ORT_CPU_THREADS", 0);              // 0: the session's pool
+  int64_t threads = EnvInt("LSTM_ORT_CPU_THREADS", 0);              // threads to plan for; 0: the cores
   int64_t split_min = EnvInt("LSTM_ORT_CPU_SPLIT_MIN", 400000);      // step flops to split units over threads
   int64_t parallel_min = EnvInt("LSTM_ORT_CPU_PARALLEL_MIN", 400000);  // flops worth another thread
   bool verbose = EnvInt("LSTM_ORT_CPU_VERBOSE", 0) != 0;
@@ -100,31 +99,14 @@ void Parallel(OrtKernelContext* ctx, int64_t n, Fn& fn) {
   Ort::ThrowOnError(Ort::GetApi().KernelContext_ParallelFor(ctx, tramp, static_cast<size_t>(n), 0, &fn));
 }
 
-// How many threads of the pool actually run at once: tasks that wait (briefly) for each other.
-// A pool of one thread (intra_op_num_threads=1 has none) runs them one after another.
-int ProbeThreads(OrtKernelContext* ctx) {
-  const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  const int n = std::min(hw, 64);
-  if (n <= 1) return 1;
-  std::atomic<int> started{0};
-  std::mutex m;
-  std::vector<std::thread::id> ids;
-  auto fn = [&](int64_t) {
-    started.fetch_add(1);
-    {
-      std::lock_guard<std::mutex> lock(m);
-      ids.push_back(std::this_thread::get_id());
-    }
-    const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(500);
-    while (started.load() < n && std::chrono::steady_clock::now() < until) {
-#if defined(__x86_64__) || defined(__i386__)
-      _mm_pause();
-#endif
-    }
-  };
-  Parallel(ctx, n, fn);
-  std::sort(ids.begin(), ids.end());
-  return static_cast<int>(std::unique(ids.begin(), ids.end()) - ids.begin());
+// Threads to plan for: the cores. The pool runs as many of the tasks at once as it has threads
+// (with intra_op_num_threads=1 it has none and runs them in turn on the caller); every split below
+// is correct, and nearly as fast, when fewer run at once. (A probe of the pool's size at the first
+// call proved unreliable on a loaded machine: a sleeping worker may take milliseconds to start.)
+int PlanThreads() {
+  const int64_t forced = GetKnobs().threads;
+  if (forced > 0) return static_cast<int>(forced);
+  return static_cast<int>(std::min(64u, std::max(1u, std::thread::hardware_concurrency())));
 }
 
 // ---- packed weights ----
@@ -277,7 +259,6 @@ template <typename T>
 struct CpuLstm<T>::State {
   Attributes attrs;
   Packed prepacked;           // from constant initializers, at kernel creation (I = -1 if none)
-  std::atomic<int> threads{0};  // measured on the first call
   std::mutex scratch_mutex;
   Buffer scratch;
   const cpu::KernelTable* kernels = &cpu::Kernels();
@@ -324,12 +305,7 @@ void CpuLstm<T>::Compute(OrtKernelContext* ctx, const CallIO& io) {
   const int64_t T_ = d.T, B = d.B, H = d.H, D = d.D, L = d.L, LD = L * D;
   const int64_t steps = io.max_len;
 
-  int P = st.threads.load(std::memory_order_relaxed);
-  if (P == 0) {
-    P = kn.threads > 0 ? static_cast<int>(kn.threads) : ProbeThreads(ctx);
-    st.threads.store(P, std::memory_order_relaxed);
-    if (kn.verbose) std::fprintf(stderr, "lstm_ort cpu: %d thread(s), kernels %s\n", P, K.isa);
-  }
+  const int P = PlanThreads();
 
   // Weights: the ones packed at creation when these are those initializers, else packed now.
   const Packed* pk = &st.prepacked;

@@ -129,7 +129,11 @@ def summary(rows: list[GridRow]) -> str:
 
 
 def plot(rows: list[GridRow], path: str) -> None:
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:
+        print(f"--plot {path}: matplotlib is not installed, no chart written")
+        return
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

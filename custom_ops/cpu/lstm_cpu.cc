@@ -103,10 +103,14 @@ void Parallel(OrtKernelContext* ctx, int64_t n, Fn& fn) {
 // (with intra_op_num_threads=1 it has none and runs them in turn on the caller); every split below
 // is correct, and nearly as fast, when fewer run at once. (A probe of the pool's size at the first
 // call proved unreliable on a loaded machine: a sleeping worker may take milliseconds to start.)
+// Once per process: glibc's hardware_concurrency reads /sys on every call.
 int PlanThreads() {
-  const int64_t forced = GetKnobs().threads;
-  if (forced > 0) return static_cast<int>(forced);
-  return static_cast<int>(std::min(64u, std::max(1u, std::thread::hardware_concurrency())));
+  static const int threads = [] {
+    const int64_t forced = GetKnobs().threads;
+    if (forced > 0) return static_cast<int>(forced);
+    return static_cast<int>(std::min(64u, std::max(1u, std::thread::hardware_concurrency())));
+  }();
+  return threads;
 }
 
 // ---- packed weights ----

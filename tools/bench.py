@@ -3,7 +3,9 @@
 same weights and inputs; print ratios and the max-abs error of each against stock.
 
     python tools/bench.py                 # CUDA EP, the reference configs
-    python tools/bench.py --cpu           # the same on the CPU EP
+    python tools/bench.py --cpu           # CPU EP: the reference configs and a shape grid (tools/cpu_grid.py),
+                                          # original stock-LSTM model vs optimized, interleaved and alone
+    python tools/bench.py --cpu --quick --threads 1,2 --json cpu.json --plot cpu.png
     python tools/bench.py --config 2,100,256,8 --config 2,100,512,64,bi --json out.json --plot out.png
 """
 
@@ -166,7 +168,14 @@ def main(argv=None) -> int:
     p.add_argument("--plot", help="write a bar chart of the ratios here (PNG)")
     p.add_argument("--strategies", default="", help="also time ours with each of these CUDA strategies forced, "
                    f"comma-separated ({', '.join(TUNABLE_STRATEGIES)})")
+    p.add_argument("--threads", default="2", help="--cpu: intra_op_num_threads, comma-separated (e.g. 1,2)")
+    p.add_argument("--quick", action="store_true", help="--cpu: a small subset of the grid, for development")
+    p.add_argument("--no-grid", action="store_true", help="--cpu: the reference configs only")
+    p.add_argument("--budget-ms", type=float, default=300.0, help="--cpu: time per row and mode (sets run counts)")
+    p.add_argument("--max-gflop", type=float, default=60.0, help="--cpu: skip grid rows heavier than this")
     args = p.parse_args(argv)
+    if args.cpu:
+        return cpu_main(args)
     device = "cpu" if args.cpu else "cuda"
     if device == "cuda" and "CUDAExecutionProvider" not in ort.get_available_providers():
         p.error("onnxruntime's CUDA execution provider is not available; use --cpu")
@@ -189,6 +198,35 @@ def main(argv=None) -> int:
         Path(args.json).write_text(json.dumps({"device": device, "rows": [asdict(r) for r in rows]}, indent=2))
     if args.plot:
         plot(rows, args.plot)
+    return 0
+
+
+def cpu_main(args) -> int:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import cpu_grid
+
+    threads = [int(t) for t in args.threads.split(",")]
+    configs = [(H, B, T, L, 2 if bi else 1) for (L, T, H, B, bi) in (args.config or REFERENCE)]
+    if not args.config and not args.no_grid:
+        configs += [c for c in (cpu_grid.QUICK if args.quick else cpu_grid.GRID) if c not in configs]
+    gflop = lambda H, B, T, L, D: 2 * T * B * 4 * H * 2 * H * L * D / 1e9  # noqa: E731
+    rows = []
+    for cfg in configs:
+        if gflop(*cfg) > args.max_gflop:
+            print(f"  {cpu_grid.label(*cfg)}: skipped ({gflop(*cfg):.0f} GFLOP > --max-gflop)", flush=True)
+            continue
+        for t in threads:
+            r = cpu_grid.bench_row(*cfg, threads=t, budget_ms=args.budget_ms)
+            rows.append(r)
+            print(f"  {r.config} x{t}: ours {r.ours_ms:.3f} ms, stock {r.stock_ms:.3f} ms, {r.ratio:.2f}x "
+                  f"(alone {r.ratio_alone:.2f}x)", flush=True)
+    print("\nFusedLSTM (optimized model) vs the original stock-LSTM model, CPU EP; ratio = stock / ours.")
+    cpu_grid.print_rows(rows)
+    print(cpu_grid.summary(rows))
+    if args.json:
+        Path(args.json).write_text(json.dumps({"device": "cpu", "rows": cpu_grid.as_dicts(rows)}, indent=2))
+    if args.plot:
+        cpu_grid.plot(rows, args.plot)
     return 0
 
 

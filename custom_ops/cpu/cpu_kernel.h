@@ -12,16 +12,17 @@ struct CpuKernel {
                                                          : ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16;
   static constexpr const char* kProvider = nullptr;  // the CPU execution provider
 
-  explicit CpuKernel(const OrtKernelInfo* info) : attrs_(ParseAttributes(info)) {}
+  explicit CpuKernel(const OrtKernelInfo* info) : attrs_(ParseAttributes(info)), lstm_(info, attrs_) {}
 
   void Compute(OrtKernelContext* context) {
     Ort::KernelContext ctx(context);
     const CallIO io = PrepareCall(ctx, attrs_);
-    RunLstmCpu<T>(attrs_, io);
+    lstm_.Compute(context, io);
   }
 
  private:
   Attributes attrs_;
+  CpuLstm<T> lstm_;
 };
 
 }  // namespace lstm_ort

@@ -1,324 +1,551 @@
+// FusedLSTM on the CPU. Per layer: the input projection of every step and both directions as one
+// blocked product (bias folded in), then the recurrence, each step one pass of the packed
+// recurrent panels with the cell update in registers (cpu/kernels_impl.inc). Threads come from
+// the session's intra-op pool (KernelContext_ParallelFor); how a layer is split over them is
+// chosen from the shape (PlanRecurrence).
 #include "cpu/lstm_cpu.h"
 
-#include <Eigen/Core>
 #include <algorithm>
 #include <atomic>
-#include <exception>
-#include <memory>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <thread>
 #include <vector>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+#include <sched.h>
+
+#include "cpu/kernels.h"
 #include "lstm_ort/cell.h"
 
 namespace lstm_ort {
 namespace {
 
-using RowMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-using ConstMap = Eigen::Map<const RowMat, 0, Eigen::OuterStride<>>;
-using Map = Eigen::Map<RowMat, 0, Eigen::OuterStride<>>;
+using cpu::kPanel;
+using cpu::kUnits;
 
 inline float ToFloat(float v) { return v; }
 inline float ToFloat(Ort::Float16_t v) { return v.ToFloat(); }
 template <typename T>
 inline T FromFloat(float v) { return T(v); }
 
-// Inputs as fp32: the same pointer for float storage, a converted copy for float16.
-template <typename T>
-const float* AsFloat(const void* p, int64_t n, std::vector<float>& scratch) {
-  if (!p) return nullptr;
-  if constexpr (std::is_same_v<T, float>) {
-    return static_cast<const float*>(p);
-  } else {
-    const T* src = static_cast<const T*>(p);
-    scratch.resize(n);
-    for (int64_t i = 0; i < n; ++i) scratch[i] = ToFloat(src[i]);
-    return scratch.data();
-  }
+int64_t EnvInt(const char* name, int64_t fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::strtoll(v, nullptr, 10) : fallback;
 }
 
-// Index of element (t, b) of a [T, B, *] (layout 0) or [B, T, *] (layout 1) tensor, in rows.
-inline int64_t Row(int64_t layout, int64_t T, int64_t B, int64_t t, int64_t b) {
-  return layout == 0 ? t * B + b : b * T + t;
-}
-// Index of state (k = l*D + d, b) in [L*D, B, H] (layout 0) or [B, L*D, H] (layout 1), in rows.
-inline int64_t StateRow(int64_t layout, int64_t LD, int64_t B, int64_t k, int64_t b) {
-  return layout == 0 ? k * B + b : b * LD + k;
-}
-
-bool IsDefaultCell(const CellParams& p, bool peepholes) {
-  return !peepholes && !p.input_forget && p.act[0].kind == ActKind::kSigmoid && p.act[1].kind == ActKind::kTanh &&
-         p.act[2].kind == ActKind::kTanh;
-}
-
-// The common cell (Sigmoid/Tanh/Tanh, no peepholes, no input_forget) over a whole row, with
-// Eigen's vectorised logistic and tanh: the scalar per-unit path spends most of its time in
-// transcendentals.
-struct RowScratch {
-  explicit RowScratch(int64_t H) : pre(4 * H), sig(4 * H), g(H), tc(H) {}
-  Eigen::ArrayXf pre, sig, g, tc;
+// Developer knobs, read once per process (LSTM_ORT_CPU_*; see docs/cpu.md).
+struct Knobs {
+  int64_t threads = EnvInt("LSTM_ORT_CPU_THREADS", 0);              // threads to plan for; 0: the cores
+  int64_t split_min = EnvInt("LSTM_ORT_CPU_SPLIT_MIN", 400000);      // step flops to split units over threads
+  int64_t parallel_min = EnvInt("LSTM_ORT_CPU_PARALLEL_MIN", 400000);  // flops worth another thread
+  bool verbose = EnvInt("LSTM_ORT_CPU_VERBOSE", 0) != 0;
 };
-
-void UpdateRowDefault(const CellParams& p, int64_t H, const float* gates, const float* gx, float* h, float* c,
-                      float* y, RowScratch& s) {
-  using CArr = Eigen::Map<const Eigen::ArrayXf>;
-  s.pre = CArr(gates, 4 * H) + CArr(gx, 4 * H);
-  if (p.has_clip) s.pre = s.pre.max(-p.clip).min(p.clip);
-  s.sig = s.pre.logistic();
-  for (int64_t j = 0; j < H; ++j) s.g[j] = s.pre[kGates * j + kGateC];
-  s.g = s.g.tanh();
-  for (int64_t j = 0; j < H; ++j)
-    c[j] = s.sig[kGates * j + kGateF] * c[j] + s.sig[kGates * j + kGateI] * s.g[j];
-  s.tc = CArr(c, H).tanh();
-  for (int64_t j = 0; j < H; ++j) y[j] = h[j] = s.sig[kGates * j + kGateO] * s.tc[j];
+const Knobs& GetKnobs() {
+  static const Knobs k;
+  return k;
 }
 
-struct DirectionJob {
-  const Dims* d;
-  const Attributes* attrs;
-  int64_t l, dir;
-  const float* x;       // layer input, [T, B, I_l] time-major
-  const float* w;       // packed [K_l, 4H]
-  const float* bias;    // [4H] or null
-  const float* peep;    // [3H] or null
-  const float* h0;      // initial_h as fp32 (whole tensor) or null
-  const float* c0;
-  const std::vector<int32_t>* lens;
-  int32_t max_len;
-  float* layer_out;     // [T, B, D, H], pre-zeroed
-  float* h_final;       // [B, H]
-  float* c_final;
-};
-
-// Threads that split the units of one batch chunk meet once per step.
-class SpinBarrier {
+// 64-byte aligned float buffer that only grows.
+class Buffer {
  public:
-  explicit SpinBarrier(int n) : n_(n) {}
-  void Wait() {
-    const int gen = gen_.load(std::memory_order_acquire);
-    if (count_.fetch_add(1, std::memory_order_acq_rel) + 1 == n_) {
-      count_.store(0, std::memory_order_relaxed);
-      gen_.fetch_add(1, std::memory_order_acq_rel);
-    } else {
-      while (gen_.load(std::memory_order_acquire) == gen) std::this_thread::yield();
+  Buffer() = default;
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  ~Buffer() { std::free(data_); }
+  float* Reserve(size_t n) {
+    if (n > cap_) {
+      std::free(data_);
+      data_ = nullptr;
+      cap_ = 0;
+      const size_t bytes = ((n * sizeof(float) + 63) / 64) * 64;
+      data_ = static_cast<float*>(std::aligned_alloc(64, bytes));
+      if (!data_) throw std::bad_alloc();
+      cap_ = n;
     }
+    return data_;
   }
+  float* data() const { return data_; }
 
  private:
-  const int n_;
-  std::atomic<int> count_{0}, gen_{0};
+  float* data_ = nullptr;
+  size_t cap_ = 0;
 };
 
-// h of one batch chunk, double-buffered: step s reads one buffer whole and writes the other.
-struct SharedH {
-  RowMat buf[2];
-};
-
-// Batch entries [b0, b1) and hidden units [u0, u1) of one direction of one layer. Batch chunks
-// never interact, so they run on separate threads with no synchronisation; threads that share a
-// chunk split its units (columns 4*u0..4*u1 of the interleaved gates) and meet at `barrier`
-// after each step, since every unit's next step reads all of h.
-void RunPart(const DirectionJob& job, int64_t b0, int64_t b1, int64_t u0, int64_t u1, SharedH& hs,
-             SpinBarrier* barrier) {
-  const Dims& d = *job.d;
-  const int64_t B = d.B, nb = b1 - b0, H = d.H, G = kGates * H, I = d.LayerInput(job.l);
-  const int64_t nu = u1 - u0, Gp = kGates * nu;
-  const int64_t k = job.l * d.D + job.dir;
-  const bool reverse = job.attrs->reverse_only || job.dir == 1;
-  const CellParams cell = MakeCellParams(*job.attrs, static_cast<int>(job.dir));
-  const int64_t steps = job.max_len;
-
-  // Input projection of every step of this part at once; reverse steps read rows below max_len too.
-  RowMat gx(steps * nb, Gp);
-  if (steps > 0) {
-    const float* x = job.x;
-    RowMat xc;
-    if (nb != B) {  // gather this chunk's rows of every step
-      xc.resize(steps * nb, I);
-      for (int64_t t = 0; t < steps; ++t)
-        xc.middleRows(t * nb, nb) = ConstMap(job.x + (t * B + b0) * I, nb, I, Eigen::OuterStride<>(I));
-      x = xc.data();
-    }
-    gx.noalias() = ConstMap(x, steps * nb, I, Eigen::OuterStride<>(I)) *
-                   ConstMap(job.w + kGates * u0, I, Gp, Eigen::OuterStride<>(G));
-    if (job.bias) gx.rowwise() += Eigen::Map<const Eigen::RowVectorXf>(job.bias + kGates * u0, Gp);
+void SpinPause(int& n) {
+#if defined(__x86_64__) || defined(__i386__)
+  if (++n < 2000) {
+    _mm_pause();
+    return;
   }
-
-  RowMat c(nb, nu), gates(nb, Gp);
-  for (int64_t b = 0; b < nb; ++b) {
-    const int64_t r = StateRow(job.attrs->layout, d.L * d.D, B, k, b0 + b);
-    for (int64_t j = u0; j < u1; ++j) {
-      hs.buf[0](b, j) = job.h0 ? job.h0[r * H + j] : 0.f;
-      c(b, j - u0) = job.c0 ? job.c0[r * H + j] : 0.f;
-    }
-  }
-  const bool fast = IsDefaultCell(cell, job.peep != nullptr);
-  RowScratch scratch(fast ? nu : 0);  // allocated before the barrier: nothing below allocates
-  if (barrier) barrier->Wait();  // every part's initial h is in place
-  const ConstMap wh(job.w + I * G + kGates * u0, H, Gp, Eigen::OuterStride<>(G));
-  const float* pi = job.peep ? job.peep + u0 : nullptr;
-  const float* po = job.peep ? job.peep + H + u0 : nullptr;
-  const float* pf = job.peep ? job.peep + 2 * H + u0 : nullptr;
-  const int32_t* lens = job.lens->data() + b0;
-
-  int cur = 0;
-  for (int64_t s = 0; s < steps; ++s) {
-    const RowMat& h_in = hs.buf[cur];
-    RowMat& h_out = hs.buf[cur ^ 1];
-    gates.noalias() = h_in * wh;
-    for (int64_t b = 0; b < nb; ++b) {
-      const int32_t len = lens[b];
-      float* hr = h_out.data() + b * H + u0;
-      if (s >= len) {  // finished sequences keep their state
-        std::copy_n(h_in.data() + b * H + u0, nu, hr);
-        continue;
-      }
-      const int64_t t = reverse ? len - 1 - s : s;
-      const float* gxr = gx.data() + (t * nb + b) * Gp;
-      const float* gr = gates.data() + b * Gp;
-      float* cr = c.data() + b * nu;
-      float* yr = job.layer_out + ((t * B + b0 + b) * d.D + job.dir) * H + u0;
-      if (fast) {
-        UpdateRowDefault(cell, nu, gr, gxr, hr, cr, yr, scratch);
-        continue;
-      }
-      for (int64_t j = 0; j < nu; ++j) {
-        const float* g4 = gr + kGates * j;
-        const float* x4 = gxr + kGates * j;
-        hr[j] = CellUpdate(cell, g4[kGateI] + x4[kGateI], g4[kGateO] + x4[kGateO], g4[kGateF] + x4[kGateF],
-                           g4[kGateC] + x4[kGateC], pi ? pi[j] : 0.f, po ? po[j] : 0.f, pf ? pf[j] : 0.f, cr[j]);
-        yr[j] = hr[j];
-      }
-    }
-    cur ^= 1;
-    if (barrier) barrier->Wait();
-  }
-  // A sequence of length 0 ends in zero states, as stock onnxruntime gives.
-  const RowMat& h = hs.buf[cur];
-  for (int64_t b = 0; b < nb; ++b) {
-    const bool empty = lens[b] == 0;
-    for (int64_t j = u0; j < u1; ++j) {
-      job.h_final[(b0 + b) * H + j] = empty ? 0.f : h(b, j);
-      job.c_final[(b0 + b) * H + j] = empty ? 0.f : c(b, j - u0);
-    }
-  }
+#else
+  ++n;
+#endif
+  sched_yield();
 }
 
-// Runs fn(0..n-1), task 0 on the calling thread. An exception in any task (an allocation
-// failure, say) is rethrown here after every thread joined, rather than ending the process.
+// Runs fn(0..n-1) on the session's intra-op pool (inline when n == 1). fn must not throw.
 template <typename Fn>
-void ParallelFor(int n, Fn fn) {
-  std::exception_ptr error;
-  std::mutex error_mutex;
-  auto guarded = [&](int i) {
-    try {
-      fn(i);
-    } catch (...) {
-      std::lock_guard<std::mutex> lock(error_mutex);
-      if (!error) error = std::current_exception();
-    }
-  };
-  std::vector<std::thread> threads;
-  for (int i = 1; i < n; ++i) threads.emplace_back(guarded, i);
-  guarded(0);
-  for (auto& t : threads) t.join();
-  if (error) std::rethrow_exception(error);
-}
-
-// Threads per direction: one per core the directions leave, when the work pays for a thread.
-int ThreadsFor(const Dims& d, int32_t max_len) {
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()) / d.D);
-  const double flops = 8.0 * max_len * d.B * d.H * (d.H + d.LayerInput(0));
-  return cores <= 1 || flops < 2e7 ? 1 : cores;
-}
-
-// Batch chunks first (no synchronisation); the threads left over split each chunk's units.
-void RunDirection(const DirectionJob& job, int threads) {
-  const int64_t B = job.d->B, H = job.d->H;
-  if (B == 0) return;
-  const int chunks = static_cast<int>(std::min<int64_t>(threads, B));
-  const int per_chunk = static_cast<int>(std::min<int64_t>(std::max(1, threads / chunks), H));
-  std::vector<SharedH> hs(chunks);
-  std::vector<std::unique_ptr<SpinBarrier>> barriers(chunks);
-  for (int i = 0; i < chunks; ++i) {
-    const int64_t nb = B * (i + 1) / chunks - B * i / chunks;
-    hs[i].buf[0].resize(nb, H);
-    hs[i].buf[1].resize(nb, H);
-    if (per_chunk > 1) barriers[i] = std::make_unique<SpinBarrier>(per_chunk);
+void Parallel(OrtKernelContext* ctx, int64_t n, Fn& fn) {
+  if (n <= 1) {
+    if (n == 1) fn(0);
+    return;
   }
-  ParallelFor(chunks * per_chunk, [&](int task) {
-    const int i = task / per_chunk, p = task % per_chunk;
-    RunPart(job, B * i / chunks, B * (i + 1) / chunks, H * p / per_chunk, H * (p + 1) / per_chunk, hs[i],
-            barriers[i].get());
-  });
+  void (*tramp)(void*, size_t) = [](void* u, size_t i) { (*static_cast<Fn*>(u))(static_cast<int64_t>(i)); };
+  Ort::ThrowOnError(Ort::GetApi().KernelContext_ParallelFor(ctx, tramp, static_cast<size_t>(n), 0, &fn));
 }
+
+// Threads to plan for: the cores. The pool runs as many of the tasks at once as it has threads
+// (with intra_op_num_threads=1 it has none and runs them in turn on the caller); every split below
+// is correct, and nearly as fast, when fewer run at once. (A probe of the pool's size at the first
+// call proved unreliable on a loaded machine: a sleeping worker may take milliseconds to start.)
+// Once per process: glibc's hardware_concurrency reads /sys on every call.
+int PlanThreads() {
+  static const int threads = [] {
+    const int64_t forced = GetKnobs().threads;
+    if (forced > 0) return static_cast<int>(forced);
+    return static_cast<int>(std::min(64u, std::max(1u, std::thread::hardware_concurrency())));
+  }();
+  return threads;
+}
+
+// ---- packed weights ----
+
+struct Packed {
+  int64_t I = -1;  // X's feature size it was packed for; -1: nothing packed
+  int64_t H = 0, Hp = 0, np = 0, L = 0, D = 0;
+  const void* w_src = nullptr;  // the inputs packed (to check a constant initializer is the one given)
+  const void* b_src = nullptr;
+  const void* p_src = nullptr;
+  Buffer wx, wh, bias, peep;
+  std::vector<int64_t> wx_off, wh_off, bias_off, peep_off;
+  bool has_peep = false;
+
+  int64_t LayerInput(int64_t l) const { return l == 0 ? I : D * H; }
+};
+
+// Packs contract-layout W, B, P (element type S) into panels (see cpu/kernels.h).
+template <typename S>
+void Pack(Packed& pk, const Dims& d, const S* w, const S* b, const S* p) {
+  pk.I = d.I;
+  pk.H = d.H;
+  pk.L = d.L;
+  pk.D = d.D;
+  pk.np = (d.H + kUnits - 1) / kUnits;
+  pk.Hp = pk.np * kUnits;
+  const int64_t H = d.H, np = pk.np, D = d.D, L = d.L;
+  size_t nx = 0, nh = 0;
+  pk.wx_off.assign(L, 0);
+  pk.wh_off.assign(L * D, 0);
+  pk.bias_off.assign(L, 0);
+  pk.peep_off.assign(L * D, 0);
+  for (int64_t l = 0; l < L; ++l) {
+    pk.wx_off[l] = nx;
+    nx += D * np * d.LayerInput(l) * kPanel;
+    pk.bias_off[l] = l * D * np * kPanel;
+    for (int64_t dir = 0; dir < D; ++dir) {
+      pk.wh_off[l * D + dir] = nh;
+      nh += np * H * kPanel;
+      pk.peep_off[l * D + dir] = (l * D + dir) * 3 * pk.Hp;
+    }
+  }
+  float* wx = pk.wx.Reserve(nx);
+  float* wh = pk.wh.Reserve(nh);
+  float* bias = pk.bias.Reserve(L * D * np * kPanel);
+  std::memset(wx, 0, nx * sizeof(float));
+  std::memset(wh, 0, nh * sizeof(float));
+  std::memset(bias, 0, L * D * np * kPanel * sizeof(float));
+  pk.has_peep = p != nullptr;
+  float* peep = pk.has_peep ? pk.peep.Reserve(L * D * 3 * pk.Hp) : nullptr;
+  if (peep) std::memset(peep, 0, L * D * 3 * pk.Hp * sizeof(float));
+  for (int64_t l = 0; l < L; ++l) {
+    const int64_t I = d.LayerInput(l);
+    for (int64_t dir = 0; dir < D; ++dir) {
+      const int64_t k = l * D + dir;
+      const S* src = w + d.WeightOffset(l, dir);  // [I + H][4H], column 4j + g
+      float* px = wx + pk.wx_off[l] + dir * np * I * kPanel;
+      float* ph = wh + pk.wh_off[k];
+      for (int64_t j = 0; j < H; ++j) {
+        const int64_t panel = j / kUnits, u = j % kUnits;
+        for (int g = 0; g < kGates; ++g) {
+          const int64_t col = kGates * j + g, pc = g * kUnits + u;
+          float* dx = px + panel * I * kPanel + pc;
+          for (int64_t r = 0; r < I; ++r) dx[r * kPanel] = ToFloat(src[r * kGates * H + col]);
+          float* dh = ph + panel * H * kPanel + pc;
+          for (int64_t r = 0; r < H; ++r) dh[r * kPanel] = ToFloat(src[(I + r) * kGates * H + col]);
+          if (b) bias[pk.bias_off[l] + (dir * np + panel) * kPanel + pc] = ToFloat(b[k * kGates * H + col]);
+        }
+        if (peep)
+          for (int g = 0; g < 3; ++g) peep[pk.peep_off[k] + g * pk.Hp + j] = ToFloat(p[k * 3 * H + g * H + j]);
+      }
+    }
+  }
+}
+
+// X's feature size from W's element count: W holds D*(I + H)*4H for layer 0 and
+// D*(D*H + H)*4H for each layer above.
+int64_t InputSizeFromW(const Attributes& a, int64_t count) {
+  const int64_t H = a.hidden_size, D = a.num_directions, L = a.num_layers;
+  const int64_t rest = count - (L - 1) * D * (D * H + H) * kGates * H;
+  if (rest <= 0 || rest % (D * kGates * H) != 0) return -1;
+  const int64_t I = rest / (D * kGates * H) - H;
+  return I > 0 ? I : -1;
+}
+
+// A constant initializer's data, or null (absent, or a graph input).
+const void* ConstantInput(const OrtKernelInfo* info, size_t index, size_t* count, bool* fp16) {
+  size_t n_inputs = 0;
+  if (OrtStatus* st = Ort::GetApi().KernelInfo_GetInputCount(info, &n_inputs)) {
+    Ort::GetApi().ReleaseStatus(st);
+    return nullptr;
+  }
+  if (index >= n_inputs) return nullptr;
+  int is_constant = 0;
+  const OrtValue* value = nullptr;
+  if (OrtStatus* st = Ort::GetApi().KernelInfoGetConstantInput_tensor(info, index, &is_constant, &value)) {
+    Ort::GetApi().ReleaseStatus(st);
+    return nullptr;
+  }
+  if (!is_constant || !value) return nullptr;
+  Ort::ConstValue v(value);
+  auto info_shape = v.GetTensorTypeAndShapeInfo();
+  *count = info_shape.GetElementCount();
+  *fp16 = info_shape.GetElementType() == ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16;
+  return v.GetTensorRawData();
+}
+
+// ---- the recurrence plan ----
+
+struct Plan {
+  int64_t batch_chunks = 1;  // groups of batch rows per direction, never synchronised
+  int64_t unit_chunks = 1;   // threads splitting one group's panels, meeting after every step
+};
+
+// Threads for one layer's recurrence (P threads available).
+Plan PlanRecurrence(const Dims& d, int64_t np, int64_t steps, int P) {
+  Plan plan;
+  const Knobs& kn = GetKnobs();
+  const double step_flops = 2.0 * d.B * d.H * kGates * d.H;  // per direction
+  if (P <= 1 || steps == 0) return plan;
+  const int64_t per_dir = std::max<int64_t>(1, P / d.D);
+  if (per_dir <= 1) return plan;  // one thread per direction
+  if (step_flops * steps < kn.parallel_min) return plan;
+  // Batch rows split with no synchronisation while each thread still gets whole row tiles and
+  // the weights stay in cache; else the panels split, which costs a meeting per step.
+  const bool weights_cached = kGates * d.H * d.H * 4 <= (1 << 20);
+  if (d.B >= 3 * per_dir && weights_cached) {
+    plan.batch_chunks = per_dir;
+    return plan;
+  }
+  if (step_flops >= kn.split_min) {
+    plan.unit_chunks = std::min<int64_t>(per_dir, np);
+    return plan;
+  }
+  if (d.B >= 2 * per_dir) plan.batch_chunks = std::min<int64_t>(per_dir, d.B);
+  return plan;
+}
+
+struct alignas(64) GroupSync {
+  std::atomic<int64_t> next{0};
+  char pad[56];
+  std::atomic<int64_t> done{0};
+};
 
 }  // namespace
 
+// ---- the kernel ----
+
 template <typename T>
-void RunLstmCpu(const Attributes& attrs, const CallIO& io) {
+struct CpuLstm<T>::State {
+  Attributes attrs;
+  Packed prepacked;           // from constant initializers, at kernel creation (I = -1 if none)
+  std::mutex scratch_mutex;
+  Buffer scratch;
+  const cpu::KernelTable* kernels = &cpu::Kernels();
+};
+
+template <typename T>
+CpuLstm<T>::CpuLstm(const OrtKernelInfo* info, const Attributes& attrs) : state_(std::make_unique<State>()) {
+  State& st = *state_;
+  st.attrs = attrs;
+  size_t nw = 0, nb = 0, np = 0;
+  bool w16 = false, b16 = false, p16 = false;
+  const void* w = ConstantInput(info, kW, &nw, &w16);
+  const void* b = ConstantInput(info, kB, &nb, &b16);
+  const void* p = ConstantInput(info, kP, &np, &p16);
+  const bool fp16 = !std::is_same_v<T, float>;
+  Dims d;
+  d.H = attrs.hidden_size;
+  d.L = attrs.num_layers;
+  d.D = attrs.num_directions;
+  d.I = w ? InputSizeFromW(attrs, static_cast<int64_t>(nw)) : -1;
+  if (!w || d.I <= 0 || w16 != fp16) return;  // packed on every call
+  if (b && (b16 != fp16 || static_cast<int64_t>(nb) != d.BiasCount())) b = nullptr;
+  if (p && (p16 != fp16 || static_cast<int64_t>(np) != d.PeepholeCount())) p = nullptr;
+  Pack(st.prepacked, d, static_cast<const T*>(w), static_cast<const T*>(b), static_cast<const T*>(p));
+  st.prepacked.w_src = w;
+  st.prepacked.b_src = b;
+  st.prepacked.p_src = p;
+  if (GetKnobs().verbose)
+    std::fprintf(stderr, "lstm_ort cpu: packed constant weights at kernel creation (I=%lld, H=%lld, L=%lld, D=%lld, %s)\n",
+                 static_cast<long long>(d.I), static_cast<long long>(d.H), static_cast<long long>(d.L),
+                 static_cast<long long>(d.D), st.kernels->isa);
+}
+
+template <typename T>
+CpuLstm<T>::~CpuLstm() = default;
+
+template <typename T>
+void CpuLstm<T>::Compute(OrtKernelContext* ctx, const CallIO& io) {
+  State& st = *state_;
+  const Attributes& attrs = st.attrs;
+  const cpu::KernelTable& K = *st.kernels;
+  const Knobs& kn = GetKnobs();
   const Dims& d = io.dims;
   const int64_t T_ = d.T, B = d.B, H = d.H, D = d.D, L = d.L, LD = L * D;
-  std::vector<float> w_s, b_s, p_s, h0_s, c0_s, x_in;
-  const float* w = AsFloat<T>(io.in[kW], d.WeightCount(), w_s);
-  const float* bias = AsFloat<T>(io.in[kB], d.BiasCount(), b_s);
-  const float* peep = AsFloat<T>(io.in[kP], d.PeepholeCount(), p_s);
-  const float* h0 = AsFloat<T>(io.in[kInitialH], LD * B * H, h0_s);
-  const float* c0 = AsFloat<T>(io.in[kInitialC], LD * B * H, c0_s);
+  const int64_t steps = io.max_len;
 
-  std::vector<int32_t> lens(B, static_cast<int32_t>(T_));
-  if (io.seq_lens) lens.assign(io.seq_lens, io.seq_lens + B);
+  const int P = PlanThreads();
 
-  // Time-major fp32 copy of X.
-  const T* x = static_cast<const T*>(io.in[kX]);
-  x_in.resize(T_ * B * d.I);
-  for (int64_t t = 0; t < T_; ++t)
-    for (int64_t b = 0; b < B; ++b) {
-      const T* src = x + Row(attrs.layout, T_, B, t, b) * d.I;
-      float* dst = x_in.data() + (t * B + b) * d.I;
-      for (int64_t i = 0; i < d.I; ++i) dst[i] = ToFloat(src[i]);
+  // Weights: the ones packed at creation when these are those initializers, else packed now.
+  const Packed* pk = &st.prepacked;
+  Packed local;
+  if (!(pk->I == d.I && pk->w_src == io.in[kW] && pk->b_src == io.in[kB] && pk->p_src == io.in[kP])) {
+    Pack(local, d, static_cast<const T*>(io.in[kW]), static_cast<const T*>(io.in[kB]),
+         static_cast<const T*>(io.in[kP]));
+    pk = &local;
+  }
+  const int64_t np = pk->np, Hp = pk->Hp, Gp = np * kPanel;
+
+  // Scratch: the kernel's own buffer, or a private one while another Run holds it.
+  std::unique_lock<std::mutex> lock(st.scratch_mutex, std::try_to_lock);
+  Buffer private_scratch;
+  Buffer& scratch = lock.owns_lock() ? st.scratch : private_scratch;
+
+  const bool fp32 = std::is_same_v<T, float>;
+  const bool x_direct = fp32 && attrs.layout == 0;
+  T* y_out = static_cast<T*>(io.out[kY]);
+  // The last layer writes Y itself where Y is [T, 1, B, H] fp32, i.e. [T*B][H] time-major.
+  const bool y_direct = fp32 && attrs.layout == 0 && D == 1 && y_out;
+  const int64_t rows = T_ * B;
+  size_t n = 0;
+  auto carve = [&n](int64_t count) {
+    const size_t at = n;
+    n += (static_cast<size_t>(count) + 15) & ~size_t(15);
+    return at;
+  };
+  const size_t x_at = x_direct ? 0 : carve(rows * d.I);
+  const size_t gx_at = carve(steps * B * D * Gp);
+  const size_t lay_at[2] = {carve(L > 1 || !y_direct ? rows * D * H : 0), carve(L > 1 ? rows * D * H : 0)};
+  const size_t h_at = carve(D * 2 * B * Hp), c_at = carve(D * B * Hp);
+  const size_t fin_at = carve(2 * LD * B * H);
+  float* base = scratch.Reserve(std::max<size_t>(n, 16));
+  float* gx = base + gx_at;
+  float* hbuf = base + h_at;
+  float* cbuf = base + c_at;
+  float* h_final = base + fin_at;
+  float* c_final = h_final + LD * B * H;
+
+  // Layer 0's input, time-major fp32.
+  const float* x0;
+  if (x_direct) {
+    x0 = static_cast<const float*>(io.in[kX]);
+  } else {
+    float* xc = base + x_at;
+    const T* x = static_cast<const T*>(io.in[kX]);
+    for (int64_t t = 0; t < T_; ++t)
+      for (int64_t b = 0; b < B; ++b) {
+        const T* src = x + (attrs.layout == 0 ? t * B + b : b * T_ + t) * d.I;
+        float* dst = xc + (t * B + b) * d.I;
+        for (int64_t i = 0; i < d.I; ++i) dst[i] = ToFloat(src[i]);
+      }
+    x0 = xc;
+  }
+  const int32_t* lens = io.seq_lens;
+  const T* h0 = static_cast<const T*>(io.in[kInitialH]);
+  const T* c0 = static_cast<const T*>(io.in[kInitialC]);
+  auto state_row = [&](int64_t k, int64_t b) { return attrs.layout == 0 ? k * B + b : b * LD + k; };
+
+  const float* layer_in = x0;
+  float* layer_out = nullptr;
+  for (int64_t l = 0; l < L; ++l) {
+    const int64_t I = d.LayerInput(l);
+    const bool last = l == L - 1;
+    layer_out = last && y_direct ? reinterpret_cast<float*>(y_out) : base + lay_at[l % 2];
+    float* y_write = last && !y_out ? nullptr : layer_out;
+
+    // 1. Input projection of every step and both directions: [steps*B, I] x [I, D*Gp].
+    if (steps > 0) {
+      const cpu::ProjectArgs pa{layer_in, I, pk->wx.data() + pk->wx_off[l], I, pk->bias.data() + pk->bias_off[l],
+                                gx, D * Gp};
+      const int64_t M = steps * B, Q = D * np;
+      const double flops = 2.0 * M * I * Q * kPanel;
+      const int64_t workers = std::min<int64_t>(P, std::max<int64_t>(1, static_cast<int64_t>(flops / kn.parallel_min)));
+      if (workers <= 1) {
+        K.project(pa, 0, M, 0, Q);
+      } else {
+        // Items: blocks of 48 rows x blocks of panels, claimed in order.
+        const int64_t rb = 48, nrb = (M + rb - 1) / rb;
+        const int64_t want = 4 * workers;
+        const int64_t npb = nrb >= want ? 1 : std::min<int64_t>(Q, (want + nrb - 1) / nrb);
+        const int64_t items = nrb * npb;
+        std::atomic<int64_t> next{0};
+        auto fn = [&](int64_t) {
+          for (int64_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < items;) {
+            const int64_t r = i / npb, q = i % npb;
+            K.project(pa, r * rb, std::min(M, (r + 1) * rb), Q * q / npb, Q * (q + 1) / npb);
+          }
+        };
+        Parallel(ctx, workers, fn);
+      }
     }
 
-  std::vector<float> layer_in = std::move(x_in), layer_out;
-  std::vector<float> h_final(LD * B * H), c_final(LD * B * H);
-  for (int64_t l = 0; l < L; ++l) {
-    layer_out.assign(T_ * B * D * H, 0.f);
-    DirectionJob jobs[2];
+    // 2. The recurrence.
     for (int64_t dir = 0; dir < D; ++dir) {
       const int64_t k = l * D + dir;
-      jobs[dir] = DirectionJob{&d, &attrs, l, dir, layer_in.data(), w + d.WeightOffset(l, dir),
-                               bias ? bias + k * kGates * H : nullptr, peep ? peep + k * 3 * H : nullptr,
-                               h0, c0, &lens, io.max_len, layer_out.data(),
-                               h_final.data() + k * B * H, c_final.data() + k * B * H};
+      float* h = hbuf + dir * 2 * B * Hp;
+      float* c = cbuf + dir * B * Hp;
+      std::memset(h, 0, sizeof(float) * 2 * B * Hp);
+      std::memset(c, 0, sizeof(float) * B * Hp);
+      for (int64_t b = 0; b < B; ++b) {
+        const int64_t r = state_row(k, b) * H;
+        for (int64_t j = 0; j < H; ++j) {
+          if (h0) h[b * Hp + j] = ToFloat(h0[r + j]);
+          if (c0) c[b * Hp + j] = ToFloat(c0[r + j]);
+        }
+      }
     }
-    // Directions are independent too: each gets its own threads.
-    const int threads = ThreadsFor(d, io.max_len);
-    ParallelFor(static_cast<int>(D), [&](int dir) { RunDirection(jobs[dir], threads); });
-    std::swap(layer_in, layer_out);
+    const Plan plan = PlanRecurrence(d, np, steps, P);
+    const int64_t groups = D * plan.batch_chunks, chunks = plan.unit_chunks;
+    auto step_args = [&](int64_t g) {
+      const int64_t dir = g / plan.batch_chunks, bc = g % plan.batch_chunks;
+      const int64_t b0 = B * bc / plan.batch_chunks, b1 = B * (bc + 1) / plan.batch_chunks;
+      const int64_t k = l * D + dir;
+      const CellParams cell = MakeCellParams(attrs, static_cast<int>(dir));
+      cpu::StepArgs a{};
+      a.w = pk->wh.data() + pk->wh_off[k];
+      a.H = H;
+      a.Hp = Hp;
+      a.h_in = hbuf + dir * 2 * B * Hp + b0 * Hp;
+      a.h_out = hbuf + dir * 2 * B * Hp + B * Hp + b0 * Hp;
+      a.c = cbuf + dir * B * Hp + b0 * Hp;
+      a.rows = b1 - b0;
+      a.gx = gx + dir * Gp;
+      a.gx_ld = D * Gp;
+      a.y = y_write ? y_write + dir * H : nullptr;
+      a.y_ld = D * H;
+      a.B = B;
+      a.b0 = b0;
+      a.T = T_;
+      a.lens = lens;
+      a.reverse = attrs.reverse_only || dir == 1;
+      a.cell = cell;
+      a.default_acts = cell.act[0].kind == ActKind::kSigmoid && cell.act[1].kind == ActKind::kTanh &&
+                       cell.act[2].kind == ActKind::kTanh;
+      a.peep = pk->has_peep ? pk->peep.data() + pk->peep_off[k] : nullptr;
+      return a;
+    };
+    auto at_step = [&](cpu::StepArgs a, int64_t s) {  // h ping-pongs between the two buffers
+      a.s = s;
+      if (s % 2) {
+        float* in = a.h_out;
+        a.h_out = const_cast<float*>(a.h_in);
+        a.h_in = in;
+      }
+      return a;
+    };
+    auto run_group = [&](int64_t g) {  // one thread, every step
+      const cpu::StepArgs a = step_args(g);
+      for (int64_t s = 0; s < steps; ++s) K.step(at_step(a, s), 0, np);
+    };
+    if (chunks == 1) {
+      const int64_t workers = std::min<int64_t>(groups, P);
+      if (workers <= 1 || 2.0 * B * H * kGates * H * steps < kn.parallel_min) {
+        for (int64_t g = 0; g < groups; ++g) run_group(g);
+      } else {
+        std::atomic<int64_t> next{0};
+        auto fn = [&](int64_t) {
+          for (int64_t g; (g = next.fetch_add(1, std::memory_order_relaxed)) < groups;) run_group(g);
+        };
+        Parallel(ctx, workers, fn);
+      }
+    } else {
+      // Tasks of one group claim (step, chunk) items in order; an item waits until the previous
+      // step is done. Items are claimed in order, so whatever is waited for is already being run by
+      // a live thread: no deadlock however many of the tasks the pool runs at once.
+      const int64_t total = steps * chunks;
+      std::unique_ptr<GroupSync[]> sync(new GroupSync[groups]);
+      auto fn = [&](int64_t task) {
+        const int64_t g = task / chunks;
+        GroupSync& gs = sync[g];
+        const cpu::StepArgs a = step_args(g);
+        for (int64_t i; (i = gs.next.fetch_add(1, std::memory_order_relaxed)) < total;) {
+          const int64_t s = i / chunks, ch = i % chunks;
+          int spins = 0;
+          while (gs.done.load(std::memory_order_acquire) < s * chunks) SpinPause(spins);
+          K.step(at_step(a, s), np * ch / chunks, np * (ch + 1) / chunks);
+          gs.done.fetch_add(1, std::memory_order_acq_rel);
+        }
+      };
+      Parallel(ctx, groups * chunks, fn);
+    }
+
+    // Final states of this layer.
+    for (int64_t dir = 0; dir < D; ++dir) {
+      const int64_t k = l * D + dir;
+      const float* h = hbuf + dir * 2 * B * Hp + (steps % 2) * B * Hp;
+      const float* c = cbuf + dir * B * Hp;
+      for (int64_t b = 0; b < B; ++b) {
+        const bool empty = (lens ? lens[b] : T_) == 0;
+        for (int64_t j = 0; j < H; ++j) {
+          h_final[(k * B + b) * H + j] = empty ? 0.f : h[b * Hp + j];
+          c_final[(k * B + b) * H + j] = empty ? 0.f : c[b * Hp + j];
+        }
+      }
+    }
+    layer_in = layer_out;
   }
 
-  // layer_in now holds the last layer's output, [T, B, D, H].
-  if (T* y = static_cast<T*>(io.out[kY])) {
-    for (int64_t t = 0; t < T_; ++t)
-      for (int64_t dir = 0; dir < D; ++dir)
-        for (int64_t b = 0; b < B; ++b) {
-          const float* src = layer_in.data() + ((t * B + b) * D + dir) * H;
-          const int64_t row = attrs.layout == 0 ? (t * D + dir) * B + b : (b * T_ + t) * D + dir;
-          for (int64_t j = 0; j < H; ++j) y[row * H + j] = FromFloat<T>(src[j]);
-        }
+  // Outputs. Positions past a sequence's end are 0.
+  if (y_out) {
+    auto len_of = [&](int64_t b) -> int64_t { return lens ? lens[b] : T_; };
+    if (y_direct) {
+      for (int64_t t = 0; t < T_; ++t)
+        for (int64_t b = 0; b < B; ++b)
+          if (t >= len_of(b)) std::memset(static_cast<void*>(y_out + (t * B + b) * H), 0, sizeof(float) * H);
+    } else {
+      for (int64_t t = 0; t < T_; ++t)
+        for (int64_t dir = 0; dir < D; ++dir)
+          for (int64_t b = 0; b < B; ++b) {
+            const int64_t row = attrs.layout == 0 ? (t * D + dir) * B + b : (b * T_ + t) * D + dir;
+            T* dst = y_out + row * H;
+            if (t >= len_of(b)) {
+              std::fill_n(dst, H, FromFloat<T>(0.f));
+              continue;
+            }
+            const float* src = layer_out + (t * B + b) * D * H + dir * H;
+            for (int64_t j = 0; j < H; ++j) dst[j] = FromFloat<T>(src[j]);
+          }
+    }
   }
   for (int which : {kYH, kYC}) {
     T* out = static_cast<T*>(io.out[which]);
     if (!out) continue;
-    const std::vector<float>& src = which == kYH ? h_final : c_final;
+    const float* src = which == kYH ? h_final : c_final;
     for (int64_t k = 0; k < LD; ++k)
-      for (int64_t b = 0; b < B; ++b)
-        for (int64_t j = 0; j < H; ++j)
-          out[StateRow(attrs.layout, LD, B, k, b) * H + j] = FromFloat<T>(src[(k * B + b) * H + j]);
+      for (int64_t b = 0; b < B; ++b) {
+        T* dst = out + state_row(k, b) * H;
+        const float* s = src + (k * B + b) * H;
+        for (int64_t j = 0; j < H; ++j) dst[j] = FromFloat<T>(s[j]);
+      }
   }
 }
 
-template void RunLstmCpu<float>(const Attributes&, const CallIO&);
-template void RunLstmCpu<Ort::Float16_t>(const Attributes&, const CallIO&);
+template class CpuLstm<float>;
+template class CpuLstm<Ort::Float16_t>;
 
 }  // namespace lstm_ort

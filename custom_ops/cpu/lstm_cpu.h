@@ -1,12 +1,26 @@
 // FusedLSTM on the CPU: fp32 math for float and float16 storage.
 #pragma once
 
+#include <memory>
+
 #include "op_config.h"
 
 namespace lstm_ort {
 
-// T is float or Ort::Float16_t.
-template <typename T>
-void RunLstmCpu(const Attributes& attrs, const CallIO& io);
+// One per kernel instance (node and session). Weights that are constant initializers are packed
+// when the kernel is created; threads come from the session's intra-op pool. Compute may run
+// concurrently from several threads (concurrent Run calls on one session).
+template <typename T>  // float or Ort::Float16_t
+class CpuLstm {
+ public:
+  CpuLstm(const OrtKernelInfo* info, const Attributes& attrs);
+  ~CpuLstm();
+  void Compute(OrtKernelContext* context, const CallIO& io);
+
+  struct State;
+
+ private:
+  std::unique_ptr<State> state_;
+};
 
 }  // namespace lstm_ort

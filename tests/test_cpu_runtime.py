@@ -1,0 +1,153 @@
+"""The CPU kernel's runtime behaviour: thread counts from the session, weights packed at kernel
+creation or (as graph inputs) per call, streaming T=1 calls, fp16 storage, and no memory growth
+across runs."""
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import helper
+
+from lstm_ort.builders import LstmSpec, fused_model, random_layers
+from lstm_ort.testing import make_feeds, max_abs, run_stock
+
+try:  # the project's modules are being moved; one place to update
+    from lstm_ort.runtime.session import register
+except ImportError:
+    from lstm_ort.session import register
+
+TOL = 1e-5
+
+
+def session(model: onnx.ModelProto, threads: int) -> ort.InferenceSession:
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    register(so)
+    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+
+
+def run(sess, feeds):
+    return sess.run(None, feeds)
+
+
+# Shapes that take each threading path with 2 threads: batch split, unit split (B=1, large step),
+# one direction per thread, small (one thread), layout 1 and lengths.
+THREAD_CASES = [
+    dict(H=128, B=8, T=20, L=1, direction="forward"),
+    dict(H=256, B=1, T=9, L=2, direction="forward"),
+    dict(H=200, B=2, T=7, L=1, direction="reverse"),
+    dict(H=96, B=5, T=11, L=2, direction="bidirectional"),
+    dict(H=17, B=1, T=3, L=1, direction="forward"),
+]
+
+
+@pytest.mark.parametrize("case", THREAD_CASES, ids=lambda c: "-".join(f"{k}{v}" for k, v in c.items()))
+@pytest.mark.parametrize("layout", [0, 1])
+def test_threads_one_and_two_agree(case, layout, rng):
+    spec = LstmSpec(input_size=13, hidden_size=case["H"], num_layers=case["L"], direction=case["direction"],
+                    layout=layout)
+    layers = random_layers(spec, rng)
+    feeds = make_feeds(spec, case["T"], case["B"], rng, seq_lens=True, initial_states=True)
+    model = fused_model(spec, layers, seq_lens=True, initial_states=True)
+    one = run(session(model, 1), feeds)
+    two = run(session(model, 2), feeds)
+    for a, b in zip(one, two):  # the same arithmetic per element, however the work is split
+        np.testing.assert_array_equal(a, b)
+    stock = run_stock(spec, layers, feeds, seq_lens=True, initial_states=True)
+    assert max_abs(two, stock) <= TOL
+
+
+def weights_as_inputs(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The same model with its packed weights as graph inputs (not constant at kernel creation)."""
+    g = model.graph
+    moved = [t for t in g.initializer if t.name.endswith("_packed")]
+    for t in moved:
+        g.input.append(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
+    kept = [t for t in g.initializer if not t.name.endswith("_packed")]
+    del g.initializer[:]
+    g.initializer.extend(kept)
+    return model
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("peepholes", [False, True])
+def test_weights_as_graph_inputs(threads, peepholes, rng):
+    spec = LstmSpec(input_size=7, hidden_size=40, num_layers=2, direction="bidirectional", peepholes=peepholes)
+    layers = random_layers(spec, rng)
+    feeds = make_feeds(spec, 6, 3, rng)
+    fused = fused_model(spec, layers)
+    weights = {t.name: onnx.numpy_helper.to_array(t) for t in fused.graph.initializer}
+    sess = session(weights_as_inputs(fused), threads)
+    got = run(sess, {**feeds, **weights})
+    assert max_abs(got, run_stock(spec, layers, feeds)) <= TOL
+    # New weights through the same session: nothing packed on an earlier call is reused.
+    layers2 = random_layers(spec, rng)
+    weights2 = {t.name: onnx.numpy_helper.to_array(t) for t in fused_model(spec, layers2).graph.initializer}
+    got2 = run(sess, {**feeds, **weights2})
+    assert max_abs(got2, run_stock(spec, layers2, feeds)) <= TOL
+
+
+@pytest.mark.parametrize("H,B", [(32, 1), (128, 1), (64, 4)])
+def test_streaming_t1_matches_one_call(H, B, rng):
+    """Forward T=1 calls that feed Y_h/Y_c back give what one call over the whole sequence gives."""
+    T = 6
+    spec = LstmSpec(input_size=11, hidden_size=H, num_layers=2)
+    layers = random_layers(spec, rng)
+    feeds = make_feeds(spec, T, B, rng, initial_states=True)
+    whole = run(session(fused_model(spec, layers, initial_states=True), 2), feeds)
+    sess = session(fused_model(spec, layers, initial_states=True), 2)
+    h, c, ys = feeds["initial_h"], feeds["initial_c"], []
+    for t in range(T):
+        y, h, c = run(sess, {"X": feeds["X"][t:t + 1], "initial_h": h, "initial_c": c})
+        ys.append(y)
+    assert max_abs([np.concatenate(ys), h, c], whole) <= TOL
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
+@pytest.mark.parametrize("H,B", [(48, 1), (256, 1), (64, 16)])
+def test_t1_against_stock(direction, H, B, threads, rng):
+    spec = LstmSpec(input_size=19, hidden_size=H, num_layers=2, direction=direction)
+    layers = random_layers(spec, rng)
+    feeds = make_feeds(spec, 1, B, rng, initial_states=True)
+    got = run(session(fused_model(spec, layers, initial_states=True), threads), feeds)
+    assert max_abs(got, run_stock(spec, layers, feeds, initial_states=True)) <= TOL
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_float16_storage_large(threads, rng):
+    """fp16 storage through the threaded, prepacked path: close to the fp32 network on fp16-rounded values."""
+    spec = LstmSpec(input_size=24, hidden_size=160, num_layers=2, direction="bidirectional")
+    layers = random_layers(spec, rng)
+    for lw in layers:
+        for name in ("W", "R", "B"):
+            setattr(lw, name, getattr(lw, name).astype(np.float16).astype(np.float32))
+    feeds16 = make_feeds(spec, 12, 6, rng, np.float16)
+    feeds32 = {k: v.astype(np.float32) for k, v in feeds16.items()}
+    got = run(session(fused_model(spec, layers, np.float16), threads), feeds16)
+    assert all(g.dtype == np.float16 for g in got)
+    ref = run_stock(spec, layers, feeds32)
+    assert max_abs([g.astype(np.float32) for g in got], ref) <= 5e-3
+
+
+def rss_kib() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    pytest.skip("no /proc/self/status")
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_repeated_runs_do_not_grow_memory(threads, rng):
+    spec = LstmSpec(input_size=32, hidden_size=128, num_layers=2, direction="bidirectional")
+    layers = random_layers(spec, rng)
+    sess = session(fused_model(spec, layers, seq_lens=True), threads)
+    feeds = make_feeds(spec, 20, 8, rng, seq_lens=True)
+    for _ in range(20):
+        run(sess, feeds)
+    before = rss_kib()
+    for _ in range(300):
+        run(sess, feeds)
+    grown = rss_kib() - before
+    assert grown < 2048, f"resident memory grew by {grown} KiB over 300 runs"

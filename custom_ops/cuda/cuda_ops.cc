@@ -15,6 +15,7 @@
 
 #include "cuda/lstm_cuda.h"
 #include "fused_lstm_op.h"
+#include "strategy_names.h"
 
 namespace lstm_ort {
 namespace {
@@ -25,7 +26,7 @@ Strategy StrategyFor(const Attributes& attrs) {
   if (!v || !*v) return attrs.strategy;
   Strategy s;
   if (!ParseStrategy(v, &s))
-    Fail(std::string("LSTM_ORT_STRATEGY must be auto, tiled, splitk, persistent or wavefront, got '") + v + "'");
+    Fail("LSTM_ORT_STRATEGY must be " + StrategyChoices() + ", got '" + v + "'");
   return s;
 }
 

@@ -1,8 +1,8 @@
 // Times FusedLSTM's CUDA path without onnxruntime: RunLstmCuda on random weights, for fast
 // kernel iteration on a GPU machine (tools/bench.py is the end-to-end comparison).
-//   nvcc -std=c++17 -arch=sm_90 -O3 -Icustom_ops -Icustom_ops/include tools/kernel_bench.cu \
-//     custom_ops/cuda/lstm_cuda.cu custom_ops/cuda/persistent_plan.cc custom_ops/cuda/cublas_handles.cc \
-//     -lcublas -o kernel_bench
+//   nvcc -std=c++17 -arch=sm_90 -O3 -Icustom_ops -Icustom_ops/include tools/kernel_bench.cu custom_ops/strategy_names.cc \
+//     custom_ops/cuda/{stack_run.cu,stack_plan.cc,scratch_layout.cc,heuristics.cc,device_limits.cc,developer_knobs.cc} \
+//     custom_ops/cuda/{v1,persistent,gemm}/*.c[cu] -lcublas -o kernel_bench
 //   ./kernel_bench L T H B D strategy [runs]      strategy: auto tiled splitk persistent wavefront
 #include <cuda_runtime.h>
 

@@ -4,48 +4,27 @@
 
 #include <cuda_runtime_api.h>
 
-#include <algorithm>
-#include <cstdlib>
-#include <cstring>
 #include <map>
-#include <memory>
 #include <mutex>
+#include <stdexcept>
 #include <string>
-#include <vector>
 
+#include "cuda/developer_knobs.h"
+#include "cuda/device_limits.h"
+#include "cuda/heuristics.h"
 #include "cuda/lstm_cuda.h"
 #include "fused_lstm_op.h"
-#include "strategy_names.h"
 
 namespace lstm_ort {
 namespace {
 
 // The node's strategy attribute, unless the developer knob LSTM_ORT_STRATEGY overrides it.
 Strategy StrategyFor(const Attributes& attrs) {
-  const char* v = std::getenv("LSTM_ORT_STRATEGY");
-  if (!v || !*v) return attrs.strategy;
-  Strategy s;
-  if (!ParseStrategy(v, &s))
-    Fail("LSTM_ORT_STRATEGY must be " + StrategyChoices() + ", got '" + v + "'");
-  return s;
-}
-
-std::string DeviceName(int device) {
-  cudaDeviceProp prop{};
-  if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return {};
+  try {
+    return StrategyOverrideFromEnvironment().value_or(attrs.strategy);
+  } catch (const std::invalid_argument& e) {
+    Fail(e.what());
   }
-  return prop.name;
-}
-
-// A tuned winner for this GPU model and (T, B), else the node's strategy.
-Strategy ChooseStrategy(Strategy configured, const std::vector<TunedStrategy>& tuned, const std::string& gpu,
-                        const Dims& d) {
-  if (configured != Strategy::kAuto) return configured;
-  for (const TunedStrategy& t : tuned)
-    if (t.T == d.T && t.B == d.B && t.gpu == gpu) return t.strategy;
-  return configured;
 }
 
 struct ScratchBuffer {
@@ -78,7 +57,7 @@ struct CudaKernel {
     scratch.data = scratch.allocator->Alloc(scratch.allocator, bytes);
     if (!scratch.data) Fail("could not allocate " + std::to_string(bytes) + " bytes of scratch");
     const Strategy strategy =
-        attrs_.tuned.empty() ? strategy_ : ChooseStrategy(strategy_, attrs_.tuned, GpuName(device), io.dims);
+        attrs_.tuned.empty() ? strategy_ : StrategyForCall(strategy_, attrs_.tuned, GpuName(device), io.dims);
     RunLstmCuda(attrs_, io, kFp16, ctx.GetGPUComputeStream(), scratch.data, strategy);
   }
 
@@ -107,60 +86,3 @@ void AddCudaOps(Ort::CustomOpDomain& domain) {
 }
 
 }  // namespace lstm_ort
-
-// For lstm_ort's Python tools (ctypes), outside any onnxruntime session. Return 0 on success;
-// otherwise `out` holds the error message.
-namespace {
-int CopyOut(const std::string& text, char* out, int size) {
-  if (size <= 0) return 1;
-  const size_t n = std::min<size_t>(text.size(), static_cast<size_t>(size) - 1);
-  std::memcpy(out, text.data(), n);
-  out[n] = '\0';
-  return 0;
-}
-}  // namespace
-
-// The name of the current CUDA device, as tuned entries record it.
-extern "C" __attribute__((visibility("default"))) int LstmOrtCudaDeviceName(char* out, int size) {
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) {
-    (void)cudaGetLastError();
-    CopyOut("no CUDA device", out, size);
-    return 1;
-  }
-  const std::string name = lstm_ort::DeviceName(device);
-  if (name.empty()) {
-    CopyOut("could not read the CUDA device's properties", out, size);
-    return 1;
-  }
-  return CopyOut(name, out, size);
-}
-
-// What the CUDA kernel does for one call of these sizes under `strategy`, in words.
-extern "C" __attribute__((visibility("default"))) int LstmOrtDescribeStrategy(int64_t L, int64_t D, int64_t T,
-                                                                               int64_t I, int64_t H, int64_t B,
-                                                                               int fp16, const char* strategy,
-                                                                               char* out, int size) {
-  lstm_ort::Strategy s;
-  if (!strategy || !lstm_ort::ParseStrategy(strategy, &s)) {
-    CopyOut("unknown strategy", out, size);
-    return 1;
-  }
-  if (L < 1 || (D != 1 && D != 2) || T < 0 || I < 1 || H < 1 || B < 0) {
-    CopyOut("invalid sizes", out, size);
-    return 1;
-  }
-  lstm_ort::Dims d;
-  d.L = L;
-  d.D = D;
-  d.T = T;
-  d.I = I;
-  d.H = H;
-  d.B = B;
-  try {
-    return CopyOut(lstm_ort::DescribeStrategy(d, fp16 != 0, s), out, size);
-  } catch (const std::exception& e) {
-    CopyOut(e.what(), out, size);
-    return 1;
-  }
-}

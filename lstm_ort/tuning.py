@@ -159,7 +159,7 @@ def apply_tuned(model: onnx.ModelProto, cache: dict) -> bool:
     return changed
 
 
-# The op library's C entry points for tools (see custom_ops/cuda/cuda_ops.cc).
+# The op library's C entry points for tools (see custom_ops/cuda/entry_points.cc).
 @functools.lru_cache(maxsize=None)
 def _native():
     lib = ctypes.CDLL(get_library_path())
@@ -180,10 +180,10 @@ def describe(shape: NodeShape, T: int, B: int, strategy: str = "auto") -> str:
     """What the CUDA kernel does for one call of these sizes under ``strategy``, in words."""
     lib = _native()
     fn = lib.LstmOrtDescribeStrategy
-    fn.argtypes = [ctypes.c_int64] * 6 + [ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int]
+    fn.argtypes = [ctypes.c_int64] * 6 + [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int]
     buf = ctypes.create_string_buffer(2048)
     rc = fn(shape.layers, shape.directions, T, shape.input_size, shape.hidden_size, B,
-            int(shape.dtype == "float16"), strategy.encode(), buf, len(buf))
+            shape.dtype.encode(), strategy.encode(), buf, len(buf))
     if rc != 0:
         raise RuntimeError(buf.value.decode())
     return buf.value.decode()

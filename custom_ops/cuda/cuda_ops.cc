@@ -2,6 +2,7 @@
 // scratch from ORT's device allocator, no synchronisation inside Compute.
 #include "cuda/cuda_ops.h"
 
+#include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
 #include <map>
@@ -36,10 +37,21 @@ struct ScratchBuffer {
   }
 };
 
-template <bool kFp16>
+// The ONNX element type of each storage type the CUDA path is instantiated for.
+template <typename T>
+struct OnnxElementType;
+template <>
+struct OnnxElementType<float> {
+  static constexpr ONNXTensorElementDataType value = ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
+};
+template <>
+struct OnnxElementType<__half> {
+  static constexpr ONNXTensorElementDataType value = ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16;
+};
+
+template <typename T>
 struct CudaKernel {
-  static constexpr ONNXTensorElementDataType kType =
-      kFp16 ? ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16 : ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
+  static constexpr ONNXTensorElementDataType kType = OnnxElementType<T>::value;
   static constexpr const char* kProvider = "CUDAExecutionProvider";
 
   explicit CudaKernel(const OrtKernelInfo* info) : attrs_(ParseAttributes(info)), strategy_(StrategyFor(attrs_)) {}
@@ -53,12 +65,12 @@ struct CudaKernel {
     ScratchBuffer scratch;
     Ort::MemoryInfo mem("Cuda", OrtArenaAllocator, device, OrtMemTypeDefault);
     Ort::ThrowOnError(Ort::GetApi().KernelContext_GetAllocator(context, mem, &scratch.allocator));
-    const size_t bytes = CudaScratchBytes(io.dims, kFp16);
+    const size_t bytes = CudaScratchBytes<T>(io.dims);
     scratch.data = scratch.allocator->Alloc(scratch.allocator, bytes);
     if (!scratch.data) Fail("could not allocate " + std::to_string(bytes) + " bytes of scratch");
     const Strategy strategy =
         attrs_.tuned.empty() ? strategy_ : StrategyForCall(strategy_, attrs_.tuned, GpuName(device), io.dims);
-    RunLstmCuda(attrs_, io, kFp16, ctx.GetGPUComputeStream(), scratch.data, strategy);
+    RunLstmCuda<T>(attrs_, io, ctx.GetGPUComputeStream(), scratch.data, strategy);
   }
 
  private:
@@ -75,14 +87,19 @@ struct CudaKernel {
   std::map<int, std::string> gpu_names_;
 };
 
-const FusedLstmOp<CudaKernel<false>> g_cuda_f32;
-const FusedLstmOp<CudaKernel<true>> g_cuda_f16;
+// ORT keeps a pointer to the op: it lives as long as the library.
+template <typename T>
+void AddCudaOp(Ort::CustomOpDomain& domain) {
+  static const FusedLstmOp<CudaKernel<T>> op;
+  domain.Add(&op);
+}
 
 }  // namespace
 
+// One line per element type; RunLstmCuda<T> is instantiated for each in stack_run.cu.
 void AddCudaOps(Ort::CustomOpDomain& domain) {
-  domain.Add(&g_cuda_f32);
-  domain.Add(&g_cuda_f16);
+  AddCudaOp<float>(domain);
+  AddCudaOp<__half>(domain);
 }
 
 }  // namespace lstm_ort

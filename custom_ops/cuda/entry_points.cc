@@ -1,4 +1,5 @@
 // C entry points for lstm_ort's Python tools that need the CUDA path (built with it only).
+#include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -7,6 +8,7 @@
 
 #include "c_entry_point.h"
 #include "cuda/device_limits.h"
+#include "cuda/element_type.h"
 #include "cuda/lstm_cuda.h"
 #include "strategy_names.h"
 
@@ -22,9 +24,13 @@ LSTM_ORT_C_ENTRY int LstmOrtCudaDeviceName(char* out, int size) {
   return lstm_ort::CopyOut(name, out, size);
 }
 
-// What the CUDA kernel does for one call of these sizes under `strategy`, in words.
+// What the CUDA kernel does for one call of these sizes, element type ("float32" or "float16")
+// and `strategy`, in words.
 LSTM_ORT_C_ENTRY int LstmOrtDescribeStrategy(int64_t L, int64_t D, int64_t T, int64_t I, int64_t H, int64_t B,
-                                             int fp16, const char* strategy, char* out, int size) {
+                                             const char* element_type, const char* strategy, char* out, int size) {
+  lstm_ort::ElementType type;
+  if (!element_type || !lstm_ort::ParseElementType(element_type, &type))
+    return lstm_ort::Failure("unknown element type", out, size);
   lstm_ort::Strategy s;
   if (!strategy || !lstm_ort::ParseStrategy(strategy, &s)) return lstm_ort::Failure("unknown strategy", out, size);
   if (L < 1 || (D != 1 && D != 2) || T < 0 || I < 1 || H < 1 || B < 0)
@@ -37,7 +43,9 @@ LSTM_ORT_C_ENTRY int LstmOrtDescribeStrategy(int64_t L, int64_t D, int64_t T, in
   d.H = H;
   d.B = B;
   try {
-    return lstm_ort::CopyOut(lstm_ort::DescribeStrategy(d, fp16 != 0, s), out, size);
+    const std::string text = type == lstm_ort::ElementType::kFloat16 ? lstm_ort::DescribeStrategy<__half>(d, s)
+                                                                     : lstm_ort::DescribeStrategy<float>(d, s);
+    return lstm_ort::CopyOut(text, out, size);
   } catch (const std::exception& e) {
     return lstm_ort::Failure(e.what(), out, size);
   }

@@ -252,22 +252,32 @@ class StackRun {
 
 }  // namespace
 
-std::string DescribeStrategy(const Dims& d, bool fp16, Strategy strategy) {
+template <typename T>
+std::string DescribeStrategy(const Dims& d, Strategy strategy) {
   int device = 0;
   Check(cudaGetDevice(&device), "current device");
-  const auto ranges = fp16 ? PlanRangesOn<__half>(device, strategy, d) : PlanRangesOn<float>(device, strategy, d);
-  return DescribeRanges(ranges, ChooseStepKernel(strategy, d));
+  return DescribeRanges(PlanRangesOn<T>(device, strategy, d), ChooseStepKernel(strategy, d));
 }
 
-size_t CudaScratchBytes(const Dims& d, bool fp16) {
-  return ScratchBytes(d, fp16 ? ElementType::kFloat16 : ElementType::kFloat32);
+template <typename T>
+size_t CudaScratchBytes(const Dims& d) {
+  return ScratchBytes(d, kElementTypeOf<T>);
 }
 
-void RunLstmCuda(const Attributes& attrs, const CallIO& io, bool fp16, void* stream, void* scratch, Strategy strategy) {
+template <typename T>
+void RunLstmCuda(const Attributes& attrs, const CallIO& io, void* stream, void* scratch, Strategy strategy) {
   if (io.dims.B == 0) return;
-  auto s = static_cast<cudaStream_t>(stream);
-  if (fp16) StackRun<__half>(attrs, io, s, scratch).Run(strategy);
-  else StackRun<float>(attrs, io, s, scratch).Run(strategy);
+  StackRun<T>(attrs, io, static_cast<cudaStream_t>(stream), scratch).Run(strategy);
 }
+
+// The element types FusedLSTM registers for CUDA (cuda_ops.cc).
+#define LSTM_ORT_INSTANTIATE(T)                                                  \
+  template std::string DescribeStrategy<T>(const Dims& d, Strategy strategy);    \
+  template size_t CudaScratchBytes<T>(const Dims& d);                            \
+  template void RunLstmCuda<T>(const Attributes& attrs, const CallIO& io, void* stream, void* scratch, \
+                               Strategy strategy);
+LSTM_ORT_INSTANTIATE(float)
+LSTM_ORT_INSTANTIATE(__half)
+#undef LSTM_ORT_INSTANTIATE
 
 }  // namespace lstm_ort

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "cuda/cuda_check.h"
+#include "cuda/element_traits.h"
 #include "cuda/gemm/split_tf32.cuh"
 #include "cuda/grid_stride.h"
 #include "cuda/heuristics.h"
@@ -38,9 +39,9 @@ void Gemm(const ProjectionArgs<T>& a, cublasHandle_t cublas, const void* w, cons
 template <typename T>
 void ProjectInput(const ProjectionArgs<T>& a, cublasHandle_t cublas, cudaStream_t stream) {
   if (a.rows == 0) return;
-  if constexpr (sizeof(T) == 2) {
+  if constexpr (kElementTypeOf<T> == ElementType::kFloat16) {
     Gemm(a, cublas, a.w, a.x, 0, a.rows, CUDA_R_16F, CUBLAS_COMPUTE_32F, 0.f);
-  } else if (!ProjectsWithSplitTf32(ElementType::kFloat32, a.rows)) {
+  } else if (!ProjectsWithSplitTf32(kElementTypeOf<T>, a.rows)) {
     Gemm(a, cublas, a.w, a.x, 0, a.rows, CUDA_R_32F, CUBLAS_COMPUTE_32F, 0.f);
   } else {
     const long long nw = a.D * a.w_stride;

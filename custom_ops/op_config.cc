@@ -1,60 +1,50 @@
+// The onnxruntime side of FusedLSTM's configuration: reads an OrtKernelInfo into RawAttributes
+// (the rules live in attribute_parsing.cc) and validates one call's inputs.
 #include "op_config.h"
 
 #include <algorithm>
-#include <cctype>
-#include <cstdlib>
-#include <cstring>
 #include <sstream>
 #include <vector>
+
+#include "attribute_parsing.h"
 
 namespace lstm_ort {
 namespace {
 
-std::string Lower(std::string s) {
-  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return s;
-}
-
-std::string Trim(const std::string& s) {
-  const auto b = s.find_first_not_of(" \t");
-  const auto e = s.find_last_not_of(" \t");
-  return b == std::string::npos ? std::string() : s.substr(b, e - b + 1);
-}
-
-template <typename T>
-std::string Join(const std::vector<T>& v) {
+std::string ShapeStr(const std::vector<int64_t>& s) {
   std::ostringstream os;
   os << "[";
-  for (size_t i = 0; i < v.size(); ++i) os << (i ? ", " : "") << v[i];
+  for (size_t i = 0; i < s.size(); ++i) os << (i ? ", " : "") << s[i];
   os << "]";
   return os.str();
 }
 
-// Absent attributes come back as false; the C API reports them as an error status.
-bool TryInt(const OrtKernelInfo* info, const char* name, int64_t* out) {
-  OrtStatus* st = Ort::GetApi().KernelInfoGetAttribute_int64(info, name, out);
+// Absent attributes come back empty; the C API reports them as an error status.
+std::optional<int64_t> IntAttribute(const OrtKernelInfo* info, const char* name) {
+  int64_t v = 0;
+  OrtStatus* st = Ort::GetApi().KernelInfoGetAttribute_int64(info, name, &v);
   if (st) Ort::GetApi().ReleaseStatus(st);
-  return st == nullptr;
+  return st ? std::nullopt : std::optional<int64_t>(v);
 }
 
-bool TryFloat(const OrtKernelInfo* info, const char* name, float* out) {
-  OrtStatus* st = Ort::GetApi().KernelInfoGetAttribute_float(info, name, out);
+std::optional<float> FloatAttribute(const OrtKernelInfo* info, const char* name) {
+  float v = 0.f;
+  OrtStatus* st = Ort::GetApi().KernelInfoGetAttribute_float(info, name, &v);
   if (st) Ort::GetApi().ReleaseStatus(st);
-  return st == nullptr;
+  return st ? std::nullopt : std::optional<float>(v);
 }
 
-bool TryString(const OrtKernelInfo* info, const char* name, std::string* out) {
+std::optional<std::string> StringAttribute(const OrtKernelInfo* info, const char* name) {
   size_t size = 0;
   OrtStatus* st = Ort::GetApi().KernelInfoGetAttribute_string(info, name, nullptr, &size);
   if (st) {
     Ort::GetApi().ReleaseStatus(st);
-    return false;
+    return std::nullopt;
   }
   std::string s(size, '\0');
   Ort::ThrowOnError(Ort::GetApi().KernelInfoGetAttribute_string(info, name, s.data(), &size));
   s.resize(size > 0 ? size - 1 : 0);  // size counts the terminating NUL
-  *out = s;
-  return true;
+  return s;
 }
 
 std::vector<float> FloatsOrEmpty(const OrtKernelInfo* info, const char* name) {
@@ -69,148 +59,33 @@ std::vector<float> FloatsOrEmpty(const OrtKernelInfo* info, const char* name) {
   return v;
 }
 
-struct ActSpec {
-  const char* name;
-  ActKind kind;
-  bool alpha, beta;
-  float alpha_default, beta_default;
-};
-
-// The activations ONNX LSTM allows; alpha/beta defaults as stock onnxruntime applies them.
-constexpr ActSpec kActs[] = {
-    {"sigmoid", ActKind::kSigmoid, false, false, 0.f, 0.f},
-    {"tanh", ActKind::kTanh, false, false, 0.f, 0.f},
-    {"relu", ActKind::kRelu, false, false, 0.f, 0.f},
-    {"affine", ActKind::kAffine, true, true, 0.f, 0.f},
-    {"leakyrelu", ActKind::kLeakyRelu, true, false, 0.01f, 0.f},
-    {"thresholdedrelu", ActKind::kThresholdedRelu, true, false, 0.f, 0.f},
-    {"scaledtanh", ActKind::kScaledTanh, true, true, 0.f, 0.f},
-    {"hardsigmoid", ActKind::kHardSigmoid, true, true, 0.2f, 0.5f},
-    {"elu", ActKind::kElu, true, false, 1.f, 0.f},
-    {"softsign", ActKind::kSoftsign, false, false, 0.f, 0.f},
-    {"softplus", ActKind::kSoftplus, false, false, 0.f, 0.f},
-};
-
-std::string ShapeStr(const std::vector<int64_t>& s) { return Join(s); }
+RawAttributes ReadAttributes(const OrtKernelInfo* info) {
+  RawAttributes raw;
+  raw.hidden_size = IntAttribute(info, "hidden_size");
+  raw.num_layers = IntAttribute(info, "num_layers");
+  raw.direction = StringAttribute(info, "direction");
+  raw.layout = IntAttribute(info, "layout");
+  raw.clip = FloatAttribute(info, "clip");
+  raw.strategy = StringAttribute(info, "strategy");
+  raw.tuned = StringAttribute(info, "tuned");
+  raw.input_forget = IntAttribute(info, "input_forget");
+  raw.activations = StringAttribute(info, "activations");
+  raw.activation_alpha = FloatsOrEmpty(info, "activation_alpha");
+  raw.activation_beta = FloatsOrEmpty(info, "activation_beta");
+  return raw;
+}
 
 }  // namespace
 
 void Fail(const std::string& message) { throw Ort::Exception(std::string("FusedLSTM: ") + message, ORT_INVALID_ARGUMENT); }
 
-// "gpu|T|B|strategy" entries separated by ';' (written by lstm_ort.tuning).
-static std::vector<TunedStrategy> ParseTuned(const std::string& text) {
-  std::vector<TunedStrategy> out;
-  std::stringstream entries(text);
-  std::string entry;
-  while (std::getline(entries, entry, ';')) {
-    if (Trim(entry).empty()) continue;
-    std::vector<std::string> f;
-    std::stringstream fields(entry);
-    std::string field;
-    while (std::getline(fields, field, '|')) f.push_back(field);
-    TunedStrategy t;
-    char* end = nullptr;
-    bool ok = f.size() == 4 && !f[0].empty();
-    if (ok) {
-      t.gpu = f[0];
-      t.T = std::strtoll(f[1].c_str(), &end, 10);
-      ok = *end == '\0' && !f[1].empty();
-      t.B = std::strtoll(f[2].c_str(), &end, 10);
-      ok = ok && *end == '\0' && !f[2].empty() && ParseStrategy(f[3].c_str(), &t.strategy);
-    }
-    if (!ok) Fail("attribute tuned must hold 'gpu|T|B|strategy' entries separated by ';', got '" + entry + "'");
-    out.push_back(t);
-  }
-  return out;
-}
-
-bool ParseStrategy(const char* name, Strategy* out) {
-  static const struct {
-    const char* name;
-    Strategy value;
-  } kNames[] = {{"auto", Strategy::kAuto},
-                {"tiled", Strategy::kTiled},
-                {"splitk", Strategy::kSplitK},
-                {"persistent", Strategy::kPersistent},
-                {"wavefront", Strategy::kWavefront}};
-  for (const auto& n : kNames) {
-    if (std::strcmp(name, n.name) == 0) {
-      *out = n.value;
-      return true;
-    }
-  }
-  return false;
-}
-
 Attributes ParseAttributes(const OrtKernelInfo* info) {
-  Attributes a;
-  if (!TryInt(info, "hidden_size", &a.hidden_size) || a.hidden_size <= 0)
-    Fail("attribute hidden_size is required and must be > 0");
-  TryInt(info, "num_layers", &a.num_layers);
-  if (a.num_layers <= 0) Fail("attribute num_layers must be > 0, got " + std::to_string(a.num_layers));
-
-  std::string direction = "forward";
-  TryString(info, "direction", &direction);
-  if (direction == "bidirectional") {
-    a.num_directions = 2;
-  } else if (direction == "reverse") {
-    a.reverse_only = true;
-  } else if (direction != "forward") {
-    Fail("attribute direction must be forward, reverse or bidirectional, got '" + direction + "'");
+  const RawAttributes raw = ReadAttributes(info);
+  try {
+    return ResolveAttributes(raw);
+  } catch (const AttributeError& e) {
+    Fail(e.what());
   }
-
-  TryInt(info, "layout", &a.layout);
-  if (a.layout != 0 && a.layout != 1) Fail("attribute layout must be 0 or 1, got " + std::to_string(a.layout));
-
-  a.has_clip = TryFloat(info, "clip", &a.clip);
-  if (a.has_clip && !(a.clip > 0.f)) Fail("attribute clip must be > 0");
-
-  std::string strategy;
-  if (TryString(info, "strategy", &strategy) && !ParseStrategy(strategy.c_str(), &a.strategy))
-    Fail("attribute strategy must be auto, tiled, splitk, persistent or wavefront, got '" + strategy + "'");
-
-  std::string tuned;
-  if (TryString(info, "tuned", &tuned)) a.tuned = ParseTuned(tuned);
-
-  int64_t input_forget = 0;
-  TryInt(info, "input_forget", &input_forget);
-  if (input_forget != 0 && input_forget != 1) Fail("attribute input_forget must be 0 or 1");
-  a.input_forget = input_forget == 1;
-
-  std::vector<std::string> names;
-  std::string joined;
-  if (TryString(info, "activations", &joined)) {
-    std::stringstream ss(joined);
-    std::string item;
-    while (std::getline(ss, item, ',')) names.push_back(Trim(item));
-  } else {
-    for (int d = 0; d < a.num_directions; ++d) names.insert(names.end(), {"Sigmoid", "Tanh", "Tanh"});
-  }
-  if (names.size() != static_cast<size_t>(3 * a.num_directions))
-    Fail("attribute activations must name " + std::to_string(3 * a.num_directions) +
-         " functions (f, g, h per direction, comma-separated), got '" + joined + "'");
-
-  // Alphas and betas are consumed in order by the activations that take them, as stock onnxruntime does.
-  const std::vector<float> alphas = FloatsOrEmpty(info, "activation_alpha");
-  const std::vector<float> betas = FloatsOrEmpty(info, "activation_beta");
-  size_t next_alpha = 0, next_beta = 0;
-  for (size_t k = 0; k < names.size(); ++k) {
-    const std::string lower = Lower(names[k]);
-    const ActSpec* spec = nullptr;
-    for (const auto& s : kActs)
-      if (lower == s.name) spec = &s;
-    if (!spec)
-      Fail("unknown activation '" + names[k] +
-           "'; expected one of Sigmoid, Tanh, Relu, Affine, LeakyRelu, ThresholdedRelu, ScaledTanh, "
-           "HardSigmoid, Elu, Softsign, Softplus");
-    Activation& act = a.act[k / 3][k % 3];
-    act.kind = spec->kind;
-    act.alpha = spec->alpha && next_alpha < alphas.size() ? alphas[next_alpha++] : spec->alpha_default;
-    act.beta = spec->beta && next_beta < betas.size() ? betas[next_beta++] : spec->beta_default;
-  }
-  if (a.num_directions == 1)
-    for (int k = 0; k < 3; ++k) a.act[1][k] = a.act[0][k];
-  return a;
 }
 
 CallIO PrepareCall(Ort::KernelContext& ctx, const Attributes& attrs) {

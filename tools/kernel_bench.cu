@@ -1,21 +1,21 @@
 // Times FusedLSTM's CUDA path without onnxruntime: RunLstmCuda on random weights, for fast
 // kernel iteration on a GPU machine (tools/bench.py is the end-to-end comparison).
-//   nvcc -std=c++17 -arch=sm_90 -O3 -Icustom_ops -Icustom_ops/include tools/kernel_bench.cu \
-//     custom_ops/cuda/lstm_cuda.cu custom_ops/cuda/persistent_plan.cc custom_ops/cuda/cublas_handles.cc \
-//     -lcublas -o kernel_bench
-//   ./kernel_bench L T H B D strategy [runs]      strategy: auto tiled splitk persistent wavefront
+//   nvcc -std=c++17 -arch=sm_90 -O3 -Icustom_ops -Icustom_ops/include tools/kernel_bench.cu custom_ops/strategy_names.cc \
+//     custom_ops/cuda/{stack_run.cu,stack_plan.cc,scratch_layout.cc,heuristics.cc,device_limits.cc,developer_knobs.cc} \
+//     custom_ops/cuda/{v1,persistent,gemm}/*.c[cu] -lcublas -o kernel_bench
+//   ./kernel_bench L T H B D strategy [runs]      strategy: auto tiled splitk persistent wavefront (float32)
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <random>
 #include <vector>
 
 #include "call_io.h"
 #include "cuda/lstm_cuda.h"
+#include "strategy_names.h"
 
 using namespace lstm_ort;
 
@@ -31,10 +31,11 @@ int main(int argc, char** argv) {
   d.B = std::atoi(argv[4]);
   d.D = std::atoi(argv[5]);
   d.I = d.H;
-  const char* names[] = {"auto", "tiled", "splitk", "persistent", "wavefront"};
   Strategy strategy = Strategy::kAuto;
-  for (int i = 0; i < 5; ++i)
-    if (!std::strcmp(argv[6], names[i])) strategy = static_cast<Strategy>(i);
+  if (!ParseStrategy(argv[6], &strategy)) {
+    std::fprintf(stderr, "strategy must be one of %s\n", StrategyNames(", ").c_str());
+    return 2;
+  }
   const int runs = argc > 7 ? std::atoi(argv[7]) : 20;
 
   Attributes attrs;
@@ -70,17 +71,17 @@ int main(int argc, char** argv) {
   io.out[kYH] = yh;
   io.out[kYC] = yc;
   void* scratch = nullptr;
-  cudaMalloc(&scratch, CudaScratchBytes(d, false));
+  cudaMalloc(&scratch, CudaScratchBytes<float>(d));
   cudaStream_t stream;
   cudaStreamCreate(&stream);
   cudaEvent_t start, stop;
   cudaEventCreate(&start);
   cudaEventCreate(&stop);
-  for (int i = 0; i < 3; ++i) RunLstmCuda(attrs, io, false, stream, scratch, strategy);
+  for (int i = 0; i < 3; ++i) RunLstmCuda<float>(attrs, io, stream, scratch, strategy);
   std::vector<float> times;
   for (int i = 0; i < runs; ++i) {
     cudaEventRecord(start, stream);
-    RunLstmCuda(attrs, io, false, stream, scratch, strategy);
+    RunLstmCuda<float>(attrs, io, stream, scratch, strategy);
     cudaEventRecord(stop, stream);
     cudaEventSynchronize(stop);
     float ms = 0;
@@ -92,7 +93,7 @@ int main(int argc, char** argv) {
   const size_t ny = d.T * d.D * d.B * d.H;
   std::vector<float> got(ny), ref(ny);
   cudaMemcpy(got.data(), y, ny * sizeof(float), cudaMemcpyDeviceToHost);
-  RunLstmCuda(attrs, io, false, stream, scratch, Strategy::kTiled);
+  RunLstmCuda<float>(attrs, io, stream, scratch, Strategy::kTiled);
   cudaMemcpy(ref.data(), y, ny * sizeof(float), cudaMemcpyDeviceToHost);
   float err = 0;
   for (size_t i = 0; i < ny; ++i) err = std::max(err, std::fabs(got[i] - ref[i]));

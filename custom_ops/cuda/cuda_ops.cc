@@ -2,17 +2,17 @@
 // scratch from ORT's device allocator, no synchronisation inside Compute.
 #include "cuda/cuda_ops.h"
 
+#include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
-#include <algorithm>
-#include <cstdlib>
-#include <cstring>
 #include <map>
-#include <memory>
 #include <mutex>
+#include <stdexcept>
 #include <string>
-#include <vector>
 
+#include "cuda/developer_knobs.h"
+#include "cuda/device_limits.h"
+#include "cuda/heuristics.h"
 #include "cuda/lstm_cuda.h"
 #include "fused_lstm_op.h"
 
@@ -21,30 +21,11 @@ namespace {
 
 // The node's strategy attribute, unless the developer knob LSTM_ORT_STRATEGY overrides it.
 Strategy StrategyFor(const Attributes& attrs) {
-  const char* v = std::getenv("LSTM_ORT_STRATEGY");
-  if (!v || !*v) return attrs.strategy;
-  Strategy s;
-  if (!ParseStrategy(v, &s))
-    Fail(std::string("LSTM_ORT_STRATEGY must be auto, tiled, splitk, persistent or wavefront, got '") + v + "'");
-  return s;
-}
-
-std::string DeviceName(int device) {
-  cudaDeviceProp prop{};
-  if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return {};
+  try {
+    return StrategyOverrideFromEnvironment().value_or(attrs.strategy);
+  } catch (const std::invalid_argument& e) {
+    Fail(e.what());
   }
-  return prop.name;
-}
-
-// A tuned winner for this GPU model and (T, B), else the node's strategy.
-Strategy ChooseStrategy(Strategy configured, const std::vector<TunedStrategy>& tuned, const std::string& gpu,
-                        const Dims& d) {
-  if (configured != Strategy::kAuto) return configured;
-  for (const TunedStrategy& t : tuned)
-    if (t.T == d.T && t.B == d.B && t.gpu == gpu) return t.strategy;
-  return configured;
 }
 
 struct ScratchBuffer {
@@ -56,10 +37,21 @@ struct ScratchBuffer {
   }
 };
 
-template <bool kFp16>
+// The ONNX element type of each storage type the CUDA path is instantiated for.
+template <typename T>
+struct OnnxElementType;
+template <>
+struct OnnxElementType<float> {
+  static constexpr ONNXTensorElementDataType value = ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
+};
+template <>
+struct OnnxElementType<__half> {
+  static constexpr ONNXTensorElementDataType value = ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16;
+};
+
+template <typename T>
 struct CudaKernel {
-  static constexpr ONNXTensorElementDataType kType =
-      kFp16 ? ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16 : ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
+  static constexpr ONNXTensorElementDataType kType = OnnxElementType<T>::value;
   static constexpr const char* kProvider = "CUDAExecutionProvider";
 
   explicit CudaKernel(const OrtKernelInfo* info) : attrs_(ParseAttributes(info)), strategy_(StrategyFor(attrs_)) {}
@@ -73,12 +65,12 @@ struct CudaKernel {
     ScratchBuffer scratch;
     Ort::MemoryInfo mem("Cuda", OrtArenaAllocator, device, OrtMemTypeDefault);
     Ort::ThrowOnError(Ort::GetApi().KernelContext_GetAllocator(context, mem, &scratch.allocator));
-    const size_t bytes = CudaScratchBytes(io.dims, kFp16);
+    const size_t bytes = CudaScratchBytes<T>(io.dims);
     scratch.data = scratch.allocator->Alloc(scratch.allocator, bytes);
     if (!scratch.data) Fail("could not allocate " + std::to_string(bytes) + " bytes of scratch");
     const Strategy strategy =
-        attrs_.tuned.empty() ? strategy_ : ChooseStrategy(strategy_, attrs_.tuned, GpuName(device), io.dims);
-    RunLstmCuda(attrs_, io, kFp16, ctx.GetGPUComputeStream(), scratch.data, strategy);
+        attrs_.tuned.empty() ? strategy_ : StrategyForCall(strategy_, attrs_.tuned, GpuName(device), io.dims);
+    RunLstmCuda<T>(attrs_, io, ctx.GetGPUComputeStream(), scratch.data, strategy);
   }
 
  private:
@@ -95,71 +87,19 @@ struct CudaKernel {
   std::map<int, std::string> gpu_names_;
 };
 
-const FusedLstmOp<CudaKernel<false>> g_cuda_f32;
-const FusedLstmOp<CudaKernel<true>> g_cuda_f16;
+// ORT keeps a pointer to the op: it lives as long as the library.
+template <typename T>
+void AddCudaOp(Ort::CustomOpDomain& domain) {
+  static const FusedLstmOp<CudaKernel<T>> op;
+  domain.Add(&op);
+}
 
 }  // namespace
 
+// One line per element type; RunLstmCuda<T> is instantiated for each in stack_run.cu.
 void AddCudaOps(Ort::CustomOpDomain& domain) {
-  domain.Add(&g_cuda_f32);
-  domain.Add(&g_cuda_f16);
+  AddCudaOp<float>(domain);
+  AddCudaOp<__half>(domain);
 }
 
 }  // namespace lstm_ort
-
-// For lstm_ort's Python tools (ctypes), outside any onnxruntime session. Return 0 on success;
-// otherwise `out` holds the error message.
-namespace {
-int CopyOut(const std::string& text, char* out, int size) {
-  if (size <= 0) return 1;
-  const size_t n = std::min<size_t>(text.size(), static_cast<size_t>(size) - 1);
-  std::memcpy(out, text.data(), n);
-  out[n] = '\0';
-  return 0;
-}
-}  // namespace
-
-// The name of the current CUDA device, as tuned entries record it.
-extern "C" __attribute__((visibility("default"))) int LstmOrtCudaDeviceName(char* out, int size) {
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) {
-    (void)cudaGetLastError();
-    CopyOut("no CUDA device", out, size);
-    return 1;
-  }
-  const std::string name = lstm_ort::DeviceName(device);
-  if (name.empty()) {
-    CopyOut("could not read the CUDA device's properties", out, size);
-    return 1;
-  }
-  return CopyOut(name, out, size);
-}
-
-// What the CUDA kernel does for one call of these sizes under `strategy`, in words.
-extern "C" __attribute__((visibility("default"))) int LstmOrtDescribeStrategy(int64_t L, int64_t D, int64_t T,
-                                                                               int64_t I, int64_t H, int64_t B,
-                                                                               int fp16, const char* strategy,
-                                                                               char* out, int size) {
-  lstm_ort::Strategy s;
-  if (!strategy || !lstm_ort::ParseStrategy(strategy, &s)) {
-    CopyOut("unknown strategy", out, size);
-    return 1;
-  }
-  if (L < 1 || (D != 1 && D != 2) || T < 0 || I < 1 || H < 1 || B < 0) {
-    CopyOut("invalid sizes", out, size);
-    return 1;
-  }
-  lstm_ort::Dims d;
-  d.L = L;
-  d.D = D;
-  d.T = T;
-  d.I = I;
-  d.H = H;
-  d.B = B;
-  try {
-    return CopyOut(lstm_ort::DescribeStrategy(d, fp16 != 0, s), out, size);
-  } catch (const std::exception& e) {
-    CopyOut(e.what(), out, size);
-    return 1;
-  }
-}

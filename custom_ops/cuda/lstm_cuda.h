@@ -1,4 +1,6 @@
-// FusedLSTM on CUDA: host-side entry points, free of ORT and CUDA-compiler types.
+// FusedLSTM on CUDA, as the op (cuda_ops.cc), the entry points and tools/kernel_bench.cu call it:
+// free of ORT types. T is the storage type, float or __half (instantiated in stack_run.cu); the
+// math is fp32 for both.
 #pragma once
 
 #include <cstddef>
@@ -10,13 +12,16 @@ namespace lstm_ort {
 
 struct CallIO;
 
-size_t CudaScratchBytes(const Dims& d, bool fp16);
+template <typename T>
+size_t CudaScratchBytes(const Dims& d);
 
-// What RunLstmCuda does for these sizes on the current device, in words (for reports).
-std::string DescribeStrategy(const Dims& d, bool fp16, Strategy strategy);
+// What RunLstmCuda<T> does for these sizes on the current device, in words (for reports).
+template <typename T>
+std::string DescribeStrategy(const Dims& d, Strategy strategy);
 
-// Enqueues the whole stack on `stream`; `seq_lens_host` may be null (every length is T).
-// `scratch` holds CudaScratchBytes(...) bytes of device memory.
-void RunLstmCuda(const Attributes& attrs, const CallIO& io, bool fp16, void* stream, void* scratch, Strategy strategy);
+// Enqueues the whole stack on `stream` (a cudaStream_t); `scratch` holds CudaScratchBytes<T>(...)
+// bytes of device memory.
+template <typename T>
+void RunLstmCuda(const Attributes& attrs, const CallIO& io, void* stream, void* scratch, Strategy strategy);
 
 }  // namespace lstm_ort

@@ -37,7 +37,7 @@ struct Activation {
 // How the CUDA kernel runs the recurrence (attribute `strategy`; the CPU kernel ignores it).
 // v1: one launch per step (kTiled, kSplitK). kPersistent: one cooperative launch per layer with
 // the weights on chip. kWavefront: as kPersistent, consecutive layers sharing one launch.
-// kAuto picks by shape.
+// kAuto picks by shape. Names: custom_ops/strategy_names.h.
 enum class Strategy : int32_t { kAuto = 0, kTiled, kSplitK, kPersistent, kWavefront };
 
 // A measured winner from `lstm-ort tune`, for one GPU model and one (T, B) of this node.
@@ -45,7 +45,6 @@ struct TunedStrategy {
   std::string gpu;
   int64_t T = 0, B = 0;
   Strategy strategy = Strategy::kAuto;
-  std::vector<TunedStrategy> tuned;  // attribute `tuned`: "gpu|T|B|strategy;..."; used when strategy is auto
 };
 
 // Attributes, resolved once per kernel instance.
@@ -62,9 +61,6 @@ struct Attributes {
   Strategy strategy = Strategy::kAuto;
   std::vector<TunedStrategy> tuned;  // attribute `tuned`: "gpu|T|B|strategy;..."; used when strategy is auto
 };
-
-// "auto", "tiled", "splitk", "persistent", "wavefront"; false for anything else.
-bool ParseStrategy(const char* name, Strategy* out);
 
 // Sizes of one call, resolved from the inputs and validated.
 struct Dims {

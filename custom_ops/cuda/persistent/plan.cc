@@ -1,11 +1,10 @@
-#include "cuda/persistent_plan.h"
+#include "cuda/persistent/plan.h"
 
 #include <algorithm>
 
 namespace lstm_ort {
 namespace {
 
-constexpr int kThreads = 256;
 // Cycles per interval that no split removes: grid barrier, L2 round trips, the cell update.
 constexpr double kIntervalOverhead = 2500;
 
@@ -27,8 +26,8 @@ std::optional<PersistentPlan> PlanRange(int layers, int D, int H, int B, const D
       p.Bb = Bb;
       p.R = Bb == 4 ? 4 : 8;
       p.P = (Bb / p.R) * U;
-      if (p.P > kThreads || Bb * U > 4 * kThreads) continue;  // a thread finishes at most 4 cells
-      p.S = kThreads / p.P;
+      if (p.P > kPersistentThreads || Bb * U > 4 * kPersistentThreads) continue;  // a thread finishes at most 4 cells
+      p.S = kPersistentThreads / p.P;
       p.n_u = (H + U - 1) / U;
       p.n_b = (B + Bb - 1) / Bb;
       p.Bp = p.n_b * Bb;

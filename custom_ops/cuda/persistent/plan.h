@@ -1,21 +1,18 @@
 // How the persistent kernel splits a range of layers into blocks, and which ranges a stack
-// is cut into. Plain C++: the CUDA side supplies the device limits and an occupancy query.
+// is cut into. Plain C++: the CUDA side supplies the device limits (device_limits.h).
 #pragma once
 
 #include <cstddef>
-#include <functional>
 #include <optional>
 #include <vector>
 
-#if defined(__CUDACC__)
-#define LSTM_ORT_PLAN_HD __host__ __device__
-#else
-#define LSTM_ORT_PLAN_HD
-#endif
+#include "cuda/device_limits.h"
+#include "cuda/host_device.h"
 
 namespace lstm_ort {
 
 constexpr int kMaxRangeLayers = 8;
+constexpr int kPersistentThreads = 256;
 
 // One block's job: U units (4U gate columns) x Bb batch rows of one layer and direction.
 struct PersistentPlan {
@@ -34,16 +31,8 @@ struct PersistentPlan {
 
   // Thread groups whose partial sums meet in shared memory: warps when the K slices of a tile
   // share a warp (P < 32; lanes meet by shuffles first), else the K slices.
-  LSTM_ORT_PLAN_HD int groups() const { return P < 32 ? 8 : S; }
-  LSTM_ORT_PLAN_HD int StagedRows() const { return slots * KC; }
-};
-
-struct DeviceLimits {
-  int sm_count = 0;
-  size_t smem_per_block = 0;                         // opt-in maximum
-  std::function<int(size_t smem, int R)> blocks_per_sm;  // co-resident blocks of the kernel
-  int only_u = 0, only_bb = 0;                       // developer knob: plan with this tile only
-  int resident_chunks = 1;                           // chunks (cp.async groups) of resident h, 1..4
+  LSTM_ORT_HOST_DEVICE int groups() const { return P < 32 ? 8 : S; }
+  LSTM_ORT_HOST_DEVICE int StagedRows() const { return slots * KC; }
 };
 
 // Rows of h (and of weights) a block multiplies per step: H for a range's first layer (its

@@ -1,8 +1,10 @@
-// Arguments of one recurrent step of one layer, both directions at once (blockIdx.z = direction).
+// Arguments of one recurrent step of one layer (v1), both directions at once (blockIdx.z =
+// direction), and what every per-step kernel does around its recurrent product.
 #pragma once
 
 #include <cuda_fp16.h>
 
+#include "cuda/element_access.cuh"
 #include "lstm_ort/cell.h"
 
 namespace lstm_ort {
@@ -24,21 +26,6 @@ struct StepArgs {
   bool reverse[2];
   CellParams cell[2];
 };
-
-__device__ __forceinline__ float ToF(float v) { return v; }
-__device__ __forceinline__ float ToF(__half v) { return __half2float(v); }
-template <typename T> __device__ __forceinline__ T FromF(float v);
-template <> __device__ __forceinline__ float FromF<float>(float v) { return v; }
-template <> __device__ __forceinline__ __half FromF<__half>(float v) { return __float2half_rn(v); }
-
-// The 4 gates of one unit, adjacent in the packed layout.
-__device__ __forceinline__ float4 Load4(const float* p) { return *reinterpret_cast<const float4*>(p); }
-__device__ __forceinline__ float4 Load4(const __half* p) {
-  const uint2 raw = *reinterpret_cast<const uint2*>(p);
-  const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&raw.x));
-  const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&raw.y));
-  return make_float4(a.x, a.y, b.x, b.y);
-}
 
 // What one (direction, row, unit) needs besides its recurrent product. Loaded before the
 // product so these loads overlap it instead of following it.

@@ -2,11 +2,10 @@
 // weights in registers and splits K across its lanes; rows are reduced with shuffles.
 #pragma once
 
-#include "cuda/step_args.cuh"
+#include "cuda/v1/step_args.cuh"
+#include "cuda/v1/step_shapes.h"
 
 namespace lstm_ort {
-
-constexpr int kSplitKWarps = 8;
 
 template <typename T, int KPL>  // K values per lane: H <= 32 * KPL
 __global__ void __launch_bounds__(kSplitKWarps * 32) StepSplitK(StepArgs<T> a, int rows_per_block) {

@@ -7,37 +7,10 @@
 
 #include <cuda_pipeline_primitives.h>
 
-#include "cuda/step_args.cuh"
+#include "cuda/v1/step_args.cuh"
+#include "cuda/v1/step_shapes.h"
 
 namespace lstm_ort {
-
-constexpr int kTiledThreads = 256;
-constexpr int kTiledUnits = 4;  // units per block: 2 unit pairs
-constexpr int kTiledRows = 4;   // rows per thread tile, strided by RG so shared-memory banks differ
-
-template <int RG>
-struct TiledShape {
-  static constexpr int RB = RG * kTiledRows;                 // rows per block
-  static constexpr int KS = kTiledThreads / (RG * 2);        // threads splitting K for one tile
-  static constexpr int kAlign = KS;                          // chunk sizes are multiples of this
-  static_assert(KS >= 2 * kTiledRows, "the first 8 K-split threads each finish one (row, unit) of the tile");
-};
-
-// Row stride of the h tile: kc + 4 keeps rows 16-byte aligned for 16-byte cp.async (H % 4 == 0);
-// otherwise kc + 1, odd, so the rows a warp reads at one k fall in distinct banks.
-__host__ __device__ constexpr int TiledStride(int kc, int H) { return (H & 3) == 0 ? kc + 4 : kc + 1; }
-
-// Dynamic shared memory: h [RB][stride] floats, then w [kc][4 units][4 gates] of T; afterwards
-// the same memory holds the partial sums.
-template <typename T, int RG>
-constexpr size_t TiledSmemBytes(int kc, int H) {
-  using S = TiledShape<RG>;
-  const size_t h = sizeof(float) * S::RB * TiledStride(kc, H);
-  const size_t h_aligned = (h + 15) / 16 * 16;
-  const size_t tiles = h_aligned + sizeof(T) * 4 * kTiledUnits * kc;
-  const size_t partial = sizeof(float) * kTiledThreads * 2 * kTiledRows * 4;
-  return tiles > partial ? tiles : partial;
-}
 
 __device__ __forceinline__ float4 Gates4(const float* w) { return *reinterpret_cast<const float4*>(w); }
 __device__ __forceinline__ float4 Gates4(const __half* w) { return Load4(w); }

@@ -15,59 +15,15 @@
 
 #include <cuda_pipeline_primitives.h>
 
-#include "cuda/grid_barrier.cuh"
-#include "cuda/persistent_plan.h"
-#include "cuda/step_args.cuh"
+#include "cuda/element_access.cuh"
+#include "cuda/persistent/args.h"
+#include "cuda/persistent/grid_barrier.cuh"
+#include "cuda/persistent/phase_clocks.cuh"
+#include "cuda/persistent/plan.h"
+#include "lstm_ort/cell.h"
 
 namespace lstm_ort {
 
-template <typename T>
-struct PersistentArgs {
-  PersistentPlan plan;
-  int B, H, max_len, layers, D;
-  int log2_u, log2_bb4, log2_p;
-  const int* lens;                     // [B]
-  const float* gx[2];                  // the first layer's input projections, rows of 4H
-  long long gx_st, gx_sb;              // row of (t, b) = t*gx_st + b*gx_sb
-  const T* w[kMaxRangeLayers][2];      // first packed-W row this job multiplies, rows of 4H
-  int in_rows[kMaxRangeLayers];        // rows multiplied by the layer below's h (0 for the first layer)
-  const T* bias[kMaxRangeLayers][2];   // [4H] or null
-  const T* peep[kMaxRangeLayers][2];   // [3H] or null
-  float* hbuf;                         // [2][layers][D][n_b][H][Bb], rows >= B zero
-  const float* h0;                     // [layers][D][B][H]
-  const float* c0;
-  float* h_fin;                        // [layers][D][B][H]
-  float* c_fin;
-  T* y;                                // the range's last layer; element (t,d,b,j) as in StepArgs
-  long long y_st, y_sd, y_sb;
-  unsigned* barrier;                   // zero at launch
-  bool reverse[2];
-  CellParams cell[2];
-};
-
-#ifdef LSTM_ORT_PHASE_CLOCKS
-// Developer instrumentation: nanoseconds spent per phase by thread 0 of the first and last block.
-__device__ unsigned long long g_phase_ns[2][6];
-__device__ __forceinline__ unsigned long long NowNs() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
-  return t;
-}
-#define PHASE(k)                                                                              \
-  do {                                                                                        \
-    if (threadIdx.x == 0 && (blockIdx.x == 0 || blockIdx.x == gridDim.x - 1)) {               \
-      const unsigned long long now = NowNs();                                                 \
-      atomicAdd(&g_phase_ns[blockIdx.x == 0 ? 0 : 1][k], now - phase_t);                      \
-      phase_t = now;                                                                          \
-    }                                                                                         \
-  } while (0)
-#else
-#define PHASE(k) \
-  do {           \
-  } while (0)
-#endif
-
-constexpr int kPersistentThreads = 256;
 constexpr int kCellsPerThread = 4;   // Bb * U <= 4 * kPersistentThreads
 
 // cp.async.wait_group takes an immediate.

@@ -1,4 +1,4 @@
-#include "cuda/cublas_handles.h"
+#include "cuda/gemm/cublas_handles.h"
 
 #include <map>
 #include <mutex>

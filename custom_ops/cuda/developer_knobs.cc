@@ -1,0 +1,35 @@
+#include "cuda/developer_knobs.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+
+#include "strategy_names.h"
+
+namespace lstm_ort {
+
+PersistentKnobs ParsePersistentKnobs(const char* tile, const char* chunks) {
+  PersistentKnobs k;
+  if (tile) std::sscanf(tile, "%d,%d", &k.only_u, &k.only_bb);
+  if (chunks) k.resident_chunks = std::atoi(chunks);
+  return k;
+}
+
+PersistentKnobs PersistentKnobsFromEnvironment() {
+  return ParsePersistentKnobs(std::getenv("LSTM_ORT_PERSISTENT_TILE"), std::getenv("LSTM_ORT_PERSISTENT_CHUNKS"));
+}
+
+std::optional<Strategy> ParseStrategyOverride(const char* value) {
+  if (!value || !*value) return std::nullopt;
+  Strategy s;
+  if (!ParseStrategy(value, &s))
+    throw std::invalid_argument("LSTM_ORT_STRATEGY must be " + StrategyChoices() + ", got '" + value + "'");
+  return s;
+}
+
+std::optional<Strategy> StrategyOverrideFromEnvironment() {
+  return ParseStrategyOverride(std::getenv("LSTM_ORT_STRATEGY"));
+}
+
+}  // namespace lstm_ort

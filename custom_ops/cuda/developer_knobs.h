@@ -1,0 +1,27 @@
+// Developer knobs: environment variables that force the CUDA path's choices in experiments
+// (docs/ops.md). Parsing is plain C++ and unit-tested; the planner's knobs are read once per
+// device with its limits (device_limits.cc), LSTM_ORT_STRATEGY once per kernel instance.
+#pragma once
+
+#include <optional>
+
+#include "lstm_ort/contract.h"
+
+namespace lstm_ort {
+
+struct PersistentKnobs {
+  int only_u = 0, only_bb = 0;  // LSTM_ORT_PERSISTENT_TILE=U,Bb: plan with this tile only
+  int resident_chunks = 1;      // LSTM_ORT_PERSISTENT_CHUNKS: cp.async groups of resident h (the planner keeps 1..4)
+};
+
+// From the variables' values, null where unset. Values are read as sscanf("%d,%d") and atoi do:
+// what does not parse stays 0.
+PersistentKnobs ParsePersistentKnobs(const char* tile, const char* chunks);
+PersistentKnobs PersistentKnobsFromEnvironment();
+
+// LSTM_ORT_STRATEGY: nothing when unset or empty; std::invalid_argument naming the strategies
+// for a value that is none of them.
+std::optional<Strategy> ParseStrategyOverride(const char* value);
+std::optional<Strategy> StrategyOverrideFromEnvironment();
+
+}  // namespace lstm_ort

@@ -1,0 +1,27 @@
+// What the persistent planner knows about a device. DeviceLimits is plain C++, so the planner and
+// its unit tests take it as a value (tests fake one); device_limits.cc fills it from the CUDA
+// runtime once per (element type, device), so a call plans on plain arithmetic.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <string>
+
+namespace lstm_ort {
+
+struct DeviceLimits {
+  int sm_count = 0;
+  size_t smem_per_block = 0;                             // opt-in maximum
+  std::function<int(size_t smem, int R)> blocks_per_sm;  // co-resident blocks of the kernel
+  int only_u = 0, only_bb = 0;                           // developer knob: plan with this tile only
+  int resident_chunks = 1;                               // chunks (cp.async groups) of resident h, 1..4
+};
+
+// The persistent kernel's occupancy for element type T on `device`, developer knobs included.
+template <typename T>
+const DeviceLimits& CachedDeviceLimits(int device);
+
+// The device's name, as tuned entries record it; empty when its properties cannot be read.
+std::string DeviceName(int device);
+
+}  // namespace lstm_ort

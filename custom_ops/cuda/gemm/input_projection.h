@@ -1,0 +1,27 @@
+// A layer's input projection for every step and both directions at once, on cuBLAS: the part of
+// the gates that does not depend on h, computed before the recurrence.
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+namespace lstm_ort {
+
+template <typename T>
+struct ProjectionArgs {
+  const T* x;           // the layer input, [rows][I]
+  const T* w;           // direction 0's packed-W block; its first I rows multiply x
+  long long w_stride;   // elements between the directions' blocks
+  int I, D, G;          // input width, directions, 4H
+  long long rows;       // T*B
+  float* gx;            // out: [D][rows][G]
+  // Split copies of w and of a chunk of x rows, for the 3xTF32 path (scratch_layout.h).
+  float *x_hi, *x_lo, *w_hi, *w_lo;
+};
+
+// gx[d] = x @ Wx[d]. float16 runs on tensor cores with fp32 accumulation as it is; float32 as
+// plain SGEMM or, where heuristics.h says so, as three TF32 GEMMs on split halves.
+template <typename T>
+void ProjectInput(const ProjectionArgs<T>& a, cublasHandle_t cublas, cudaStream_t stream);
+
+}  // namespace lstm_ort

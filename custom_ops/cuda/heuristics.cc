@@ -1,0 +1,53 @@
+#include "cuda/heuristics.h"
+
+#include <algorithm>
+
+#include "cuda/v1/step_shapes.h"
+
+namespace lstm_ort {
+
+Strategy StrategyForCall(Strategy configured, const std::vector<TunedStrategy>& tuned, const std::string& gpu,
+                         const Dims& d) {
+  if (configured != Strategy::kAuto) return configured;
+  for (const TunedStrategy& t : tuned)
+    if (t.T == d.T && t.B == d.B && t.gpu == gpu) return t.strategy;
+  return configured;
+}
+
+StepKernel ChooseStepKernel(Strategy strategy, const Dims& d) {
+  if (strategy == Strategy::kSplitK && d.H <= kSplitKMaxHidden) return StepKernel::kSplitK;
+  if (strategy == Strategy::kTiled || strategy == Strategy::kSplitK) return StepKernel::kTiled;
+  return d.B <= kSplitKMaxBatch && d.H <= kSplitKMaxHidden ? StepKernel::kSplitK : StepKernel::kTiled;
+}
+
+bool ProjectsWithSplitTf32(ElementType type, int64_t rows) {
+  return type == ElementType::kFloat32 && rows >= kMinRowsForSplit;
+}
+
+int TiledRowGroups(int B) { return B <= 32 ? 8 : 16; }
+
+int TiledChunkRows(int H, int row_groups, ElementType type) {
+  const int align = TiledKSplit(row_groups);
+  int kc = (H + align - 1) / align * align;
+  while (kc > align && TiledSmemBytes(kc, H, row_groups, ElementBytes(type)) > kTiledSmemBudget) kc -= align;
+  return kc;
+}
+
+int SplitKValuesPerLane(int H) {
+  if (H <= 32) return 1;
+  if (H <= 64) return 2;
+  if (H <= 128) return 4;
+  if (H <= 256) return 8;
+  if (H <= 512) return 16;
+  return 32;
+}
+
+int SplitKUnitBlocks(int H) { return (H + kSplitKWarps - 1) / kSplitKWarps; }
+
+int SplitKRowsPerBlock(int B, int H, int D, int sm_count) {
+  const int blocks_x = SplitKUnitBlocks(H);
+  const int split = std::max(1, std::min(B, (sm_count + blocks_x * D - 1) / (blocks_x * D)));
+  return (B + split - 1) / split;
+}
+
+}  // namespace lstm_ort

@@ -1,0 +1,30 @@
+#include "cuda/stack_plan.h"
+
+namespace lstm_ort {
+
+std::vector<LayerRange> OneLayerPerRange(int L) {
+  std::vector<LayerRange> ranges;
+  for (int l = 0; l < L; ++l) ranges.push_back(LayerRange{l, 1, std::nullopt});
+  return ranges;
+}
+
+std::string DescribeRanges(const std::vector<LayerRange>& ranges, StepKernel v1_step) {
+  const char* step = v1_step == StepKernel::kSplitK ? "splitk" : "tiled";
+  std::string out;
+  for (const LayerRange& r : ranges) {
+    if (!out.empty()) out += "; ";
+    out += r.count == 1 ? "layer " + std::to_string(r.first) :
+                          "layers " + std::to_string(r.first) + "-" + std::to_string(r.first + r.count - 1);
+    if (!r.plan) {
+      out += std::string(": v1 ") + step + " (one launch per step)";
+      continue;
+    }
+    const PersistentPlan& p = *r.plan;
+    out += std::string(": ") + (r.count > 1 ? "wavefront" : "persistent") + " (" + std::to_string(p.blocks) +
+           " blocks of " + std::to_string(p.U) + " units x " + std::to_string(p.Bb) + " rows, " +
+           std::to_string(p.smem / 1024) + " KiB shared memory)";
+  }
+  return out;
+}
+
+}  // namespace lstm_ort

@@ -1,0 +1,283 @@
+// One FusedLSTM call on CUDA: per range of layers (stack_plan.h), the input projection on cuBLAS
+// (gemm/), then the recurrence, either one launch per step (v1/) or one persistent launch per
+// range (persistent/). Everything is enqueued on the caller's stream.
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <string>
+#include <vector>
+
+#include "call_io.h"
+#include "cuda/cuda_check.h"
+#include "cuda/device_limits.h"
+#include "cuda/element_traits.h"
+#include "cuda/gemm/cublas_handles.h"
+#include "cuda/gemm/input_projection.h"
+#include "cuda/grid_stride.h"
+#include "cuda/heuristics.h"
+#include "cuda/lstm_cuda.h"
+#include "cuda/persistent/args.h"
+#include "cuda/persistent/launch.h"
+#include "cuda/scratch_layout.h"
+#include "cuda/stack_plan.h"
+#include "cuda/state_kernels.cuh"
+#include "cuda/v1/launch_step.h"
+#include "cuda/v1/step_args.cuh"
+
+namespace lstm_ort {
+namespace {
+
+int Log2(int n) {
+  int k = 0;
+  while ((1 << k) < n) ++k;
+  return k;
+}
+
+template <typename T>
+std::vector<LayerRange> PlanRangesOn(int device, Strategy strategy, const Dims& d) {
+  return PlanRanges(strategy, d, [device]() -> const DeviceLimits& { return CachedDeviceLimits<T>(device); });
+}
+
+// One call's stack, layer by layer or range by range, on one stream.
+template <typename T>
+class StackRun {
+ public:
+  StackRun(const Attributes& attrs, const CallIO& io, cudaStream_t stream, void* scratch)
+      : attrs_(attrs),
+        io_(io),
+        d_(io.dims),
+        stream_(stream),
+        s_(CarveScratch(io.dims, kElementTypeOf<T>, scratch, nullptr)) {
+    T_ = static_cast<int>(d_.T);
+    B_ = static_cast<int>(d_.B);
+    H_ = static_cast<int>(d_.H);
+    D_ = static_cast<int>(d_.D);
+    L_ = static_cast<int>(d_.L);
+    rows_ = static_cast<long long>(T_) * B_;
+    G_ = static_cast<long long>(kGates) * H_;
+    cudaGetDevice(&device_);
+    cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device_);
+    cublas_ = CublasHandleFor(stream);
+  }
+
+  void Run(Strategy strategy) {
+    std::vector<int> lens(B_, T_);
+    if (io_.seq_lens) lens.assign(io_.seq_lens, io_.seq_lens + B_);
+    Check(cudaMemcpyAsync(s_.lens, lens.data(), sizeof(int) * B_, cudaMemcpyHostToDevice, stream_), "copy lengths");
+    const StepKernel step = ChooseStepKernel(strategy, d_);
+    for (const LayerRange& range : PlanRangesOn<T>(device_, strategy, d_)) {
+      if (range.plan && RunPersistent(range)) continue;
+      for (int l = range.first; l < range.first + range.count; ++l) RunStepwise(l, step);
+    }
+  }
+
+ private:
+  const T* Weights() const { return static_cast<const T*>(io_.in[kW]); }
+
+  // gx[d] = x @ Wx[d] for every row of layer l's input.
+  void Project(int l) {
+    ProjectionArgs<T> p{};
+    p.x = l == 0 ? static_cast<const T*>(io_.in[kX]) : static_cast<const T*>(s_.layer[(l - 1) % 2]);
+    p.w = Weights() + d_.WeightOffset(l, 0);
+    p.w_stride = d_.LayerK(l) * G_;
+    p.I = static_cast<int>(d_.LayerInput(l));
+    p.D = D_;
+    p.G = static_cast<int>(G_);
+    p.rows = rows_;
+    p.gx = s_.gx;
+    p.x_hi = s_.x_hi;
+    p.x_lo = s_.x_lo;
+    p.w_hi = s_.w_hi;
+    p.w_lo = s_.w_lo;
+    ProjectInput(p, cublas_, stream_);
+  }
+
+  // Layer 0 in layout 1 is batch-major: its projection rows come in (b, t) order.
+  long long GxStrideT(int l) const { return l == 0 && attrs_.layout == 1 ? 1 : B_; }
+  long long GxStrideB(int l) const { return l == 0 && attrs_.layout == 1 ? T_ : 1; }
+
+  // Where layer l writes its sequence output: Y for the last layer, else a buffer the next
+  // layer's projection reads as [T][B][D][H]. Positions past a sequence's end stay zero.
+  void Output(int l, T** y, long long* st, long long* sd, long long* sb) {
+    if (l == L_ - 1) {
+      *y = static_cast<T*>(io_.out[kY]);
+      const bool l0 = attrs_.layout == 0;
+      *st = l0 ? static_cast<long long>(D_) * B_ * H_ : static_cast<long long>(D_) * H_;
+      *sd = l0 ? static_cast<long long>(B_) * H_ : H_;
+      *sb = l0 ? H_ : static_cast<long long>(T_) * D_ * H_;
+    } else {
+      *y = static_cast<T*>(s_.layer[l % 2]);
+      *st = static_cast<long long>(B_) * D_ * H_;
+      *sd = H_;
+      *sb = static_cast<long long>(D_) * H_;
+    }
+    if (*y && (io_.seq_lens || io_.max_len < T_))
+      Check(cudaMemsetAsync(*y, 0, sizeof(T) * rows_ * D_ * H_, stream_), "zero Y");
+  }
+
+  void InitLayerStates(int l, float* h, float* c) {
+    const long long n = static_cast<long long>(D_) * B_ * H_;
+    ClearPending();
+    InitStates<T><<<GridStrideBlocks(n), kGridStrideThreads, 0, stream_>>>(
+        static_cast<const T*>(io_.in[kInitialH]), static_cast<const T*>(io_.in[kInitialC]), h, c, l, D_, L_ * D_, B_,
+        H_, static_cast<int>(attrs_.layout));
+    Check(cudaGetLastError(), "init states");
+  }
+
+  void WriteFinalStates(int l, const float* h, const float* c) {
+    const long long n = static_cast<long long>(D_) * B_ * H_;
+    FinalStates<T><<<GridStrideBlocks(n), kGridStrideThreads, 0, stream_>>>(
+        h, c, s_.lens, static_cast<T*>(io_.out[kYH]), static_cast<T*>(io_.out[kYC]), l, D_, L_ * D_, B_, H_,
+        static_cast<int>(attrs_.layout));
+    Check(cudaGetLastError(), "final states");
+  }
+
+  // v1: one launch of a fused step kernel per timestep.
+  void RunStepwise(int l, StepKernel kernel) {
+    Project(l);
+    StepArgs<T> a{};
+    a.B = B_;
+    a.H = H_;
+    a.lens = s_.lens;
+    a.gx_st = GxStrideT(l);
+    a.gx_sb = GxStrideB(l);
+    Output(l, &a.y, &a.y_st, &a.y_sd, &a.y_sb);
+    const int I = static_cast<int>(d_.LayerInput(l));
+    for (int dir = 0; dir < D_; ++dir) {
+      const int k = l * D_ + dir;
+      a.gx[dir] = s_.gx + dir * rows_ * G_;
+      a.wh[dir] = Weights() + d_.WeightOffset(l, dir) + static_cast<long long>(I) * G_;
+      a.bias[dir] = Bias(k);
+      a.peep[dir] = Peep(k);
+      a.c[dir] = s_.c + static_cast<long long>(dir) * B_ * H_;
+      a.reverse[dir] = attrs_.reverse_only || dir == 1;
+      a.cell[dir] = MakeCellParams(attrs_, dir);
+    }
+    InitLayerStates(l, s_.h[0], s_.c);
+    int cur = 0;  // each launch below is checked right after it, so nothing foreign is pending between them
+    for (int step = 0; step < io_.max_len; ++step) {
+      a.step = step;
+      for (int dir = 0; dir < D_; ++dir) {
+        a.h_in[dir] = s_.h[cur] + static_cast<long long>(dir) * B_ * H_;
+        a.h_out[dir] = s_.h[cur ^ 1] + static_cast<long long>(dir) * B_ * H_;
+      }
+      if (kernel == StepKernel::kSplitK) LaunchSplitKStep(a, D_, sm_count_, stream_);
+      else LaunchTiledStep(a, D_, device_, stream_);
+      Check(cudaGetLastError(), "recurrent step");
+      cur ^= 1;
+    }
+    WriteFinalStates(l, s_.h[cur], s_.c);
+  }
+
+  // The persistent kernel over a range; false when the device cannot launch its grid
+  // cooperatively, and the caller falls back to v1.
+  bool RunPersistent(const LayerRange& range) {
+    const PersistentPlan& plan = *range.plan;
+    const int l0 = range.first;
+    if (io_.max_len == 0) {
+      for (int r = 0; r < range.count; ++r) RunStepwise(l0 + r, StepKernel::kTiled);
+      return true;
+    }
+    Project(l0);
+    PersistentArgs<T> a{};
+    a.plan = plan;
+    a.B = B_;
+    a.H = H_;
+    a.max_len = io_.max_len;
+    a.layers = range.count;
+    a.D = D_;
+    a.log2_u = Log2(plan.U);
+    a.log2_bb4 = Log2(plan.Bb / 4);
+    a.log2_p = Log2(plan.P);
+    a.lens = s_.lens;
+    a.gx_st = GxStrideT(l0);
+    a.gx_sb = GxStrideB(l0);
+    const long long state = static_cast<long long>(D_) * B_ * H_;
+    for (int r = 0; r < range.count; ++r) {
+      const int l = l0 + r, I = static_cast<int>(d_.LayerInput(l));
+      a.in_rows[r] = r == 0 ? 0 : I;
+      for (int dir = 0; dir < D_; ++dir) {
+        const int k = l * D_ + dir;
+        // The first layer multiplies only its recurrent rows; the others their input rows too.
+        a.w[r][dir] = Weights() + d_.WeightOffset(l, dir) + (r == 0 ? static_cast<long long>(I) * G_ : 0);
+        a.bias[r][dir] = Bias(k);
+        a.peep[r][dir] = Peep(k);
+      }
+      InitLayerStates(l, s_.h0 + r * state, s_.c0 + r * state);
+    }
+    for (int dir = 0; dir < D_; ++dir) {
+      a.gx[dir] = s_.gx + dir * rows_ * G_;
+      a.reverse[dir] = attrs_.reverse_only || dir == 1;
+      a.cell[dir] = MakeCellParams(attrs_, dir);
+    }
+    a.hbuf = s_.hbuf;
+    a.h0 = s_.h0;
+    a.c0 = s_.c0;
+    a.h_fin = s_.h_fin;
+    a.c_fin = s_.c_fin;
+    a.barrier = s_.barrier;
+    const int last = l0 + range.count - 1;
+    Output(last, &a.y, &a.y_st, &a.y_sd, &a.y_sb);
+    Check(cudaMemsetAsync(s_.hbuf, 0, HBufBytes(d_), stream_), "zero h");
+    Check(cudaMemsetAsync(s_.barrier, 0, sizeof(unsigned), stream_), "zero barrier");
+    const cudaError_t e = LaunchPersistent(a, stream_);
+    if (e == cudaErrorCooperativeLaunchTooLarge || e == cudaErrorNotSupported) {  // e.g. no cooperative launch
+      ClearPending();
+      return false;
+    }
+    Check(e, "persistent kernel");
+    ReportPhaseClocks(stream_, io_.max_len + range.count - 1);
+    for (int r = 0; r < range.count; ++r) WriteFinalStates(l0 + r, s_.h_fin + r * state, s_.c_fin + r * state);
+    return true;
+  }
+
+  const T* Bias(int k) const {
+    const T* b = static_cast<const T*>(io_.in[kB]);
+    return b ? b + k * G_ : nullptr;
+  }
+  const T* Peep(int k) const {
+    const T* p = static_cast<const T*>(io_.in[kP]);
+    return p ? p + k * 3LL * H_ : nullptr;
+  }
+
+  const Attributes& attrs_;
+  const CallIO& io_;
+  const Dims& d_;
+  cudaStream_t stream_;
+  Scratch s_;
+  cublasHandle_t cublas_ = nullptr;
+  int T_ = 0, B_ = 0, H_ = 0, D_ = 1, L_ = 1, device_ = 0, sm_count_ = 132;
+  long long rows_ = 0, G_ = 0;
+};
+
+}  // namespace
+
+template <typename T>
+std::string DescribeStrategy(const Dims& d, Strategy strategy) {
+  int device = 0;
+  Check(cudaGetDevice(&device), "current device");
+  return DescribeRanges(PlanRangesOn<T>(device, strategy, d), ChooseStepKernel(strategy, d));
+}
+
+template <typename T>
+size_t CudaScratchBytes(const Dims& d) {
+  return ScratchBytes(d, kElementTypeOf<T>);
+}
+
+template <typename T>
+void RunLstmCuda(const Attributes& attrs, const CallIO& io, void* stream, void* scratch, Strategy strategy) {
+  if (io.dims.B == 0) return;
+  StackRun<T>(attrs, io, static_cast<cudaStream_t>(stream), scratch).Run(strategy);
+}
+
+// The element types FusedLSTM registers for CUDA (cuda_ops.cc).
+#define LSTM_ORT_INSTANTIATE(T)                                                  \
+  template std::string DescribeStrategy<T>(const Dims& d, Strategy strategy);    \
+  template size_t CudaScratchBytes<T>(const Dims& d);                            \
+  template void RunLstmCuda<T>(const Attributes& attrs, const CallIO& io, void* stream, void* scratch, \
+                               Strategy strategy);
+LSTM_ORT_INSTANTIATE(float)
+LSTM_ORT_INSTANTIATE(__half)
+#undef LSTM_ORT_INSTANTIATE
+
+}  // namespace lstm_ort

@@ -1,0 +1,47 @@
+// C entry points for lstm_ort's Python side, in every build (CPU-only too): Python checks with
+// them that it agrees with the kernels on strategy names, weight packing and the `tuned` format.
+#include <cstdint>
+#include <exception>
+
+#include "attribute_parsing.h"
+#include "c_entry_point.h"
+#include "lstm_ort/contract.h"
+#include "strategy_names.h"
+
+// The strategy names in enum order, comma-separated: "auto,tiled,splitk,persistent,wavefront".
+LSTM_ORT_C_ENTRY int LstmOrtStrategyNames(char* out, int size) {
+  return lstm_ort::CopyOutWhole(lstm_ort::StrategyNames(","), out, size);
+}
+
+// Offset in elements of the packed W block of (layer l, direction d) for these sizes;
+// (l = L, d = 0) gives W's element count. -1 for invalid sizes or indices.
+LSTM_ORT_C_ENTRY int64_t LstmOrtWeightOffset(int64_t L, int64_t D, int64_t I, int64_t H, int64_t l, int64_t d) {
+  if (L < 1 || (D != 1 && D != 2) || I < 1 || H < 1 || l < 0 || l > L || d < 0 || d >= D || (l == L && d != 0))
+    return -1;
+  // The total must fit in int64 for every offset below it to.
+  int64_t total = 0;
+  for (int64_t k = 0; k < L; ++k) {
+    int64_t rows = 0, columns = 0, block = 0;
+    if (__builtin_mul_overflow(D, H, &rows) || __builtin_add_overflow(k == 0 ? I : rows, H, &rows) ||
+        __builtin_mul_overflow(H, lstm_ort::kGates, &columns) || __builtin_mul_overflow(rows, columns, &block) ||
+        __builtin_mul_overflow(block, D, &block) || __builtin_add_overflow(total, block, &total))
+      return -1;
+  }
+  lstm_ort::Dims dims;
+  dims.L = L;
+  dims.D = D;
+  dims.I = I;
+  dims.H = H;
+  return dims.WeightOffset(l, d);
+}
+
+// `text` parsed as the `tuned` attribute and written back canonically: "gpu|T|B|strategy"
+// entries joined by ';'. On bad input, the attribute's error message.
+LSTM_ORT_C_ENTRY int LstmOrtNormalizeTuned(const char* text, char* out, int size) {
+  if (!text) return lstm_ort::Failure("no text", out, size);
+  try {
+    return lstm_ort::CopyOutWhole(lstm_ort::FormatTuned(lstm_ort::ParseTuned(text)), out, size);
+  } catch (const std::exception& e) {
+    return lstm_ort::Failure(e.what(), out, size);
+  }
+}

@@ -1,0 +1,30 @@
+// The developer knobs' parsing (cuda/developer_knobs.cc).
+#include <string>
+
+#include "check.h"
+#include "cuda/developer_knobs.h"
+
+using namespace lstm_ort;
+
+TEST(PersistentKnobsParse) {
+  PersistentKnobs k = ParsePersistentKnobs(nullptr, nullptr);
+  CHECK_EQ(k.only_u, 0);
+  CHECK_EQ(k.only_bb, 0);
+  CHECK_EQ(k.resident_chunks, 1);
+  k = ParsePersistentKnobs("16,8", "3");
+  CHECK_EQ(k.only_u, 16);
+  CHECK_EQ(k.only_bb, 8);
+  CHECK_EQ(k.resident_chunks, 3);
+  k = ParsePersistentKnobs("4", "x");  // what does not parse stays 0
+  CHECK_EQ(k.only_u, 4);
+  CHECK_EQ(k.only_bb, 0);
+  CHECK_EQ(k.resident_chunks, 0);
+}
+
+TEST(StrategyOverrideParse) {
+  CHECK(!ParseStrategyOverride(nullptr).has_value());
+  CHECK(!ParseStrategyOverride("").has_value());
+  CHECK(ParseStrategyOverride("splitk") == Strategy::kSplitK);
+  CHECK_THROWS_MESSAGE(ParseStrategyOverride("fastest"),
+                       "LSTM_ORT_STRATEGY must be auto, tiled, splitk, persistent or wavefront, got 'fastest'");
+}

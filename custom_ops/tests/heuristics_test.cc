@@ -1,0 +1,115 @@
+// The CUDA path's named heuristics (cuda/heuristics.cc) at their boundaries.
+#include "check.h"
+#include "cuda/heuristics.h"
+#include "cuda/v1/step_shapes.h"
+
+using namespace lstm_ort;
+
+namespace {
+
+Dims Sizes(int64_t B, int64_t H) {
+  Dims d;
+  d.T = 10;
+  d.B = B;
+  d.H = H;
+  d.I = 8;
+  return d;
+}
+
+}  // namespace
+
+TEST(StepKernelAutoPicksSplitKForSmallBatchesAndUnits) {
+  for (Strategy s : {Strategy::kAuto, Strategy::kPersistent, Strategy::kWavefront}) {
+    CHECK(ChooseStepKernel(s, Sizes(16, 1024)) == StepKernel::kSplitK);
+    CHECK(ChooseStepKernel(s, Sizes(17, 1024)) == StepKernel::kTiled);
+    CHECK(ChooseStepKernel(s, Sizes(16, 1025)) == StepKernel::kTiled);
+    CHECK(ChooseStepKernel(s, Sizes(1, 1)) == StepKernel::kSplitK);
+  }
+}
+
+TEST(StepKernelForcedByStrategy) {
+  CHECK(ChooseStepKernel(Strategy::kTiled, Sizes(1, 64)) == StepKernel::kTiled);
+  CHECK(ChooseStepKernel(Strategy::kSplitK, Sizes(512, 64)) == StepKernel::kSplitK);
+  CHECK(ChooseStepKernel(Strategy::kSplitK, Sizes(1, 1024)) == StepKernel::kSplitK);
+  CHECK(ChooseStepKernel(Strategy::kSplitK, Sizes(1, 1025)) == StepKernel::kTiled);  // registers run out
+}
+
+TEST(SplitTf32ProjectionOnlyForLargeFloat32Inputs) {
+  CHECK(!ProjectsWithSplitTf32(ElementType::kFloat32, kMinRowsForSplit - 1));
+  CHECK(ProjectsWithSplitTf32(ElementType::kFloat32, kMinRowsForSplit));
+  CHECK(!ProjectsWithSplitTf32(ElementType::kFloat16, 1 << 20));
+  CHECK(kSplitChunkRows >= kMinRowsForSplit);
+}
+
+TEST(TiledRowGroupsByBatch) {
+  CHECK_EQ(TiledRowGroups(1), 8);
+  CHECK_EQ(TiledRowGroups(32), 8);
+  CHECK_EQ(TiledRowGroups(33), 16);
+  CHECK_EQ(TiledRowGroups(4096), 16);
+}
+
+TEST(TiledChunkIsTheLargestThatFits) {
+  for (ElementType type : {ElementType::kFloat32, ElementType::kFloat16})
+    for (int RG : {8, 16})
+      for (int H : {1, 3, 4, 15, 64, 100, 255, 256, 1000, 1024, 2048, 4096, 8192}) {
+        const int align = TiledKSplit(RG);
+        const int kc = TiledChunkRows(H, RG, type);
+        const size_t bytes = ElementBytes(type);
+        CHECK(kc % align == 0 && kc >= align);
+        CHECK(kc < H + align);  // no more than H rounded up
+        CHECK(kc == align || TiledSmemBytes(kc, H, RG, bytes) <= kTiledSmemBudget);
+        // Next size up either passes H rounded up or does not fit.
+        CHECK(kc + align >= H + align || TiledSmemBytes(kc + align, H, RG, bytes) > kTiledSmemBudget);
+      }
+  // Small H: one chunk.
+  CHECK_EQ(TiledChunkRows(256, 8, ElementType::kFloat32), 256);
+  CHECK_EQ(TiledChunkRows(100, 16, ElementType::kFloat32), 104);
+}
+
+TEST(TiledSmemCoversTilesAndPartialSums) {
+  // The partial sums (256 threads x 32 floats) bound it from below.
+  CHECK_EQ(TiledSmemBytes(8, 8, 8, 4), size_t{sizeof(float) * kTiledThreads * 2 * kTiledRows * 4});
+  // h tile rows: stride kc + 4 when H % 4 == 0, kc + 1 otherwise.
+  CHECK_EQ(TiledStride(64, 64), 68);
+  CHECK_EQ(TiledStride(64, 63), 65);
+  CHECK_EQ(TiledSmemBytes(1024, 1024, 16, 4), size_t{(4 * 64 * 1028 + 15) / 16 * 16 + 4 * 16 * 1024});
+}
+
+TEST(SplitKValuesPerLaneCoverH) {
+  const int cases[][2] = {{1, 1},    {32, 1},   {33, 2},   {64, 2},    {65, 4},   {128, 4},  {129, 8},
+                          {256, 8},  {257, 16}, {512, 16}, {513, 32},  {1024, 32}};
+  for (const auto& c : cases) CHECK_EQ(SplitKValuesPerLane(c[0]), c[1]);
+  for (int H = 1; H <= 1024; ++H) CHECK(H <= 32 * SplitKValuesPerLane(H));
+}
+
+TEST(SplitKRowsSpreadOverIdleSMs) {
+  CHECK_EQ(SplitKUnitBlocks(8), 1);
+  CHECK_EQ(SplitKUnitBlocks(9), 2);
+  // 1 unit block x 1 direction on 132 SMs: every row its own block.
+  CHECK_EQ(SplitKRowsPerBlock(16, 8, 1, 132), 1);
+  // Enough unit blocks to fill the GPU: no split.
+  CHECK_EQ(SplitKRowsPerBlock(16, 1024, 2, 132), 16);
+  for (int B : {1, 2, 7, 16, 100})
+    for (int H : {1, 64, 512, 1024})
+      for (int D : {1, 2}) {
+        const int rows = SplitKRowsPerBlock(B, H, D, 132);
+        CHECK(rows >= 1 && rows <= B);
+        const int row_blocks = (B + rows - 1) / rows;
+        CHECK(row_blocks * rows >= B && (row_blocks - 1) * rows < B);
+      }
+}
+
+TEST(TunedWinnerOnlyForAutoAndAnExactMatch) {
+  const std::vector<TunedStrategy> tuned = {{"NVIDIA H100", 100, 16, Strategy::kWavefront},
+                                            {"NVIDIA H100", 100, 1, Strategy::kSplitK}};
+  Dims d = Sizes(16, 256);
+  d.T = 100;
+  CHECK(StrategyForCall(Strategy::kAuto, tuned, "NVIDIA H100", d) == Strategy::kWavefront);
+  CHECK(StrategyForCall(Strategy::kTiled, tuned, "NVIDIA H100", d) == Strategy::kTiled);
+  CHECK(StrategyForCall(Strategy::kAuto, tuned, "NVIDIA A100", d) == Strategy::kAuto);
+  d.T = 99;
+  CHECK(StrategyForCall(Strategy::kAuto, tuned, "NVIDIA H100", d) == Strategy::kAuto);
+  d.T = 100;
+  d.B = 1;
+  CHECK(StrategyForCall(Strategy::kAuto, tuned, "NVIDIA H100", d) == Strategy::kSplitK);
+}

@@ -1,0 +1,121 @@
+// The scratch carve-up (cuda/scratch_layout.cc): aligned, disjoint regions with room for what
+// each holds.
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "check.h"
+#include "cuda/heuristics.h"
+#include "cuda/scratch_layout.h"
+
+using namespace lstm_ort;
+
+namespace {
+
+Dims Sizes(int64_t L, int64_t D, int64_t T, int64_t B, int64_t I, int64_t H) {
+  Dims d;
+  d.L = L;
+  d.D = D;
+  d.T = T;
+  d.B = B;
+  d.I = I;
+  d.H = H;
+  return d;
+}
+
+struct Region {
+  const char* name;
+  const void* start;
+  size_t need;  // bytes the region must hold
+};
+
+void CheckLayout(const Dims& d, ElementType type) {
+  size_t total = 0;
+  CarveScratch(d, type, nullptr, &total);
+  CHECK_EQ(total, ScratchBytes(d, type));
+  // Only addresses are compared: memory that is never touched costs no page faults.
+  const std::unique_ptr<char[]> memory(new char[total + 1]);
+  char* base = memory.get();
+  const Scratch s = CarveScratch(d, type, base, nullptr);
+
+  const size_t f = sizeof(float), state = f * d.D * d.B * d.H, states = state * d.L;
+  const size_t layer = ElementBytes(type) * d.T * d.B * d.D * d.H;
+  std::vector<Region> regions = {
+      {"gx", s.gx, f * d.D * d.T * d.B * 4 * d.H},
+      {"h0", s.h[0], state},
+      {"h1", s.h[1], state},
+      {"c", s.c, state},
+      {"lens", s.lens, sizeof(int) * d.B},
+      {"layer0", s.layer[0], d.L > 1 ? layer : 0},
+      {"layer1", s.layer[1], d.L > 2 ? layer : 0},
+      {"h0 per layer", s.h0, states},
+      {"c0 per layer", s.c0, states},
+      {"h_fin", s.h_fin, states},
+      {"c_fin", s.c_fin, states},
+      {"hbuf", s.hbuf, HBufBytes(d)},
+      {"barrier", s.barrier, sizeof(unsigned)},
+  };
+  const bool split = ProjectsWithSplitTf32(type, d.T * d.B);
+  CHECK_EQ(s.x_hi != nullptr, split);
+  if (split) {
+    const int64_t widest = std::max(d.I, d.D * d.H);
+    const size_t x = f * std::min<int64_t>(d.T * d.B, kSplitChunkRows) * widest;
+    const size_t w = f * d.D * (widest + d.H) * 4 * d.H;  // any layer's D blocks of K x 4H
+    regions.push_back({"x_hi", s.x_hi, x});
+    regions.push_back({"x_lo", s.x_lo, x});
+    regions.push_back({"w_hi", s.w_hi, w});
+    regions.push_back({"w_lo", s.w_lo, w});
+  }
+  // In order, aligned, each ending before the next starts, the last within the total.
+  for (size_t i = 0; i < regions.size(); ++i) {
+    const size_t off = static_cast<size_t>(static_cast<const char*>(regions[i].start) - base);
+    const size_t end = off + regions[i].need;
+    const std::string what = std::string(regions[i].name) + " placed";
+    if (off % kScratchAlign != 0) unit::RecordFailure(__FILE__, __LINE__, what + " unaligned");
+    const size_t next = i + 1 < regions.size()
+                            ? static_cast<size_t>(static_cast<const char*>(regions[i + 1].start) - base)
+                            : total;
+    if (end > next) unit::RecordFailure(__FILE__, __LINE__, what + " overlaps what follows");
+  }
+}
+
+}  // namespace
+
+TEST(ScratchRegionsAreAlignedAndDisjoint) {
+  for (ElementType type : {ElementType::kFloat32, ElementType::kFloat16})
+    for (int64_t L : {1, 2, 3, 5})
+      for (int64_t D : {1, 2})
+        for (int64_t T : {0, 1, 7, 100, 2000})
+          for (int64_t B : {1, 3, 16, 65})
+            for (int64_t H : {1, 5, 64}) CheckLayout(Sizes(L, D, T, B, 7, H), type);
+}
+
+TEST(ScratchWithoutBaseIsAllNull) {
+  const Scratch s = CarveScratch(Sizes(3, 2, 2000, 4, 8, 8), ElementType::kFloat32, nullptr, nullptr);
+  CHECK(!s.gx && !s.h[0] && !s.layer[0] && !s.hbuf && !s.barrier && !s.x_hi && !s.w_lo);
+}
+
+TEST(SplitBuffersFollowTheProjectionHeuristic) {
+  const Dims below = Sizes(1, 1, kMinRowsForSplit - 1, 1, 8, 8);
+  const Dims at = Sizes(1, 1, kMinRowsForSplit, 1, 8, 8);
+  CHECK(ScratchBytes(at, ElementType::kFloat32) > ScratchBytes(below, ElementType::kFloat32) + 4 * 8 * 8 * 4);
+  // float16 projects on tensor cores as it is: no split copies, only the smaller layer buffers.
+  CHECK(ScratchBytes(Sizes(3, 1, 5000, 4, 8, 8), ElementType::kFloat16) <
+        ScratchBytes(Sizes(3, 1, 5000, 4, 8, 8), ElementType::kFloat32));
+}
+
+TEST(SplitInputIsCutInChunks) {
+  // Past kSplitChunkRows rows, the x split stays one chunk: only gx and the layer buffers grow.
+  const Dims a = Sizes(1, 1, kSplitChunkRows, 1, 512, 8), b = Sizes(1, 1, 4 * kSplitChunkRows, 1, 512, 8);
+  const size_t gx_growth = 4 * 3 * kSplitChunkRows * 4 * 8;
+  CHECK(ScratchBytes(b, ElementType::kFloat32) - ScratchBytes(a, ElementType::kFloat32) <= gx_growth + 4 * kScratchAlign);
+}
+
+TEST(HBufHoldsTheBatchRoundedUpTo64) {
+  CHECK_EQ(HBufBytes(Sizes(2, 1, 10, 1, 4, 8)), size_t{4 * 2 * 2 * 1 * 8 * 64});
+  CHECK_EQ(HBufBytes(Sizes(1, 2, 10, 64, 4, 8)), size_t{4 * 2 * 1 * 2 * 8 * 64});
+  CHECK_EQ(HBufBytes(Sizes(1, 1, 10, 65, 4, 8)), size_t{4 * 2 * 1 * 1 * 8 * 128});
+}

@@ -239,15 +239,14 @@ def spec_from_attributes(attributes: dict, input_size: int, num_layers: int = 1)
     )
 
 
-def unrolled_cell_model(I: int, H: int, rng: np.random.Generator, *, gate_order: str = "ifco", form: str = "matmul",
-                        bias: bool = True, state: str = "separate", opset: int = DEFAULT_OPSET) -> onnx.ModelProto:
-    """One LSTM step written out in plain ops, as exporters write cells (no LSTM node).
+def cell_nodes(I: int, H: int, rng: np.random.Generator, *, gate_order: str = "ifco", form: str = "matmul",
+               bias: bool = True, opset: int = DEFAULT_OPSET, x: str = "x", h: str = "h", c: str = "c",
+               h_out: str = "h_out", c_out: str = "c_out") -> tuple[list[onnx.NodeProto], list[onnx.TensorProto]]:
+    """The nodes and constants of one LSTM step written out in plain ops, as exporters write cells.
 
     gate_order: the gates' order along the gate axis, a permutation of "ifco" (torch "ifco",
     Keras "ifco", ONNX "iofc"). form: "matmul" (x@Wx + h@Wh + b), "gemm" (Gemm with transB and
     bias), "concat" (Concat([x, h]) @ W + b), "slices" (as matmul, gates cut by four Slices).
-    state: "separate" (inputs h, c; outputs h_out, c_out) or "shared" (input state [2, B, H] read
-    by Gather; output state_out), as silero-vad carries its state.
     """
     s = 1.0 / np.sqrt(H)
     wx = rng.uniform(-s, s, (I, 4 * H)).astype(np.float32)
@@ -260,19 +259,16 @@ def unrolled_cell_model(I: int, H: int, rng: np.random.Generator, *, gate_order:
         return name
 
     node = lambda *a, **k: nodes.append(helper.make_node(*a, **k))  # noqa: E731
-    if state == "shared":
-        node("Gather", ["state", const("zero", np.array(0, np.int64))], ["h"], axis=0)
-        node("Gather", ["state", const("one", np.array(1, np.int64))], ["c"], axis=0)
     if form == "concat":
-        node("Concat", ["x", "h"], ["xh"], axis=1)
+        node("Concat", [x, h], ["xh"], axis=1)
         node("MatMul", ["xh", const("W", np.concatenate([wx, wh]))], ["prod"])
     elif form == "gemm":
-        node("Gemm", ["x", const("Wx_t", wx.T), const("bx", b if bias else np.zeros_like(b))], ["px"], transB=1)
-        node("Gemm", ["h", const("Wh_t", wh.T)], ["ph"], transB=1)
+        node("Gemm", [x, const("Wx_t", wx.T), const("bx", b if bias else np.zeros_like(b))], ["px"], transB=1)
+        node("Gemm", [h, const("Wh_t", wh.T)], ["ph"], transB=1)
         node("Add", ["px", "ph"], ["prod"])
     else:
-        node("MatMul", ["x", const("Wx", wx)], ["px"])
-        node("MatMul", ["h", const("Wh", wh)], ["ph"])
+        node("MatMul", [x, const("Wx", wx)], ["px"])
+        node("MatMul", [h, const("Wh", wh)], ["ph"])
         node("Add", ["px", "ph"], ["prod"])
     gates = "prod"
     if bias and form != "gemm":
@@ -289,16 +285,29 @@ def unrolled_cell_model(I: int, H: int, rng: np.random.Generator, *, gate_order:
     node("Sigmoid", [chunk["f"]], ["f"])
     node("Tanh", [chunk["c"]], ["g"])
     node("Sigmoid", [chunk["o"]], ["o"])
-    node("Mul", ["f", "c"], ["fc"])
+    node("Mul", ["f", c], ["fc"])
     node("Mul", ["i", "g"], ["ig"])
-    node("Add", ["fc", "ig"], ["c_out"])
-    node("Tanh", ["c_out"], ["tc"])
-    node("Mul", ["o", "tc"], ["h_out"])
+    node("Add", ["fc", "ig"], [c_out])
+    node("Tanh", [c_out], ["tc"])
+    node("Mul", ["o", "tc"], [h_out])
+    return nodes, inits
+
+
+def unrolled_cell_model(I: int, H: int, rng: np.random.Generator, *, state: str = "separate",
+                        opset: int = DEFAULT_OPSET, **cell) -> onnx.ModelProto:
+    """One LSTM step in plain ops (cell_nodes; no LSTM node), its state carried by the caller:
+    state "separate" (inputs h, c; outputs h_out, c_out) or "shared" (input state [2, B, H] read
+    by Gather; output state_out), as silero-vad carries its state."""
+    nodes, inits = cell_nodes(I, H, rng, opset=opset, **cell)
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", I])
     if state == "shared":
-        node("Unsqueeze", ["h_out", const("axis0", [0])], ["h_1"])
-        node("Unsqueeze", ["c_out", "axis0"], ["c_1"])
-        node("Concat", ["h_1", "c_1"], ["state_out"], axis=0)
+        inits += [numpy_helper.from_array(np.array(k, np.int64), f"index{k}") for k in (0, 1)]
+        inits.append(numpy_helper.from_array(np.array([0], np.int64), "axis0"))
+        nodes = [helper.make_node("Gather", ["state", "index0"], ["h"], axis=0),
+                 helper.make_node("Gather", ["state", "index1"], ["c"], axis=0), *nodes,
+                 helper.make_node("Unsqueeze", ["h_out", "axis0"], ["h_1"]),
+                 helper.make_node("Unsqueeze", ["c_out", "axis0"], ["c_1"]),
+                 helper.make_node("Concat", ["h_1", "c_1"], ["state_out"], axis=0)]
         inputs = [x, helper.make_tensor_value_info("state", TensorProto.FLOAT, [2, "B", H])]
         outputs = [helper.make_tensor_value_info("state_out", TensorProto.FLOAT, [2, "B", H])]
     else:
@@ -306,3 +315,45 @@ def unrolled_cell_model(I: int, H: int, rng: np.random.Generator, *, gate_order:
                   helper.make_tensor_value_info("c", TensorProto.FLOAT, ["B", H])]
         outputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["B", H]) for n in ("h_out", "c_out")]
     return _model(helper.make_graph(nodes, "unrolled_cell", inputs, outputs, inits), opset)
+
+
+def looped_cell_model(I: int, H: int, rng: np.random.Generator, *, loop: str = "scan", reverse: bool = False,
+                      layers: int = 1, opset: int = DEFAULT_OPSET, **cell) -> onnx.ModelProto:
+    """A cell (cell_nodes) run over a sequence X [T, B, I] by a Scan or a Loop (x_t = Gather(X, t),
+    trip count Shape(X)[0]), as exporters write a time loop; outputs Y [T, B, H], h_T, c_T.
+    layers > 1 stacks Scans (each reads the one below's Y, with its own initial states h0_k, c0_k)."""
+    f = TensorProto.FLOAT
+    state = lambda name: helper.make_tensor_value_info(name, f, ["B", H])  # noqa: E731
+    outer, inits, states_in, states_out = [], [], [], []
+    x = "X"
+    for layer in range(layers):
+        nodes, body_inits = cell_nodes(I if layer == 0 else H, H, rng, opset=opset, **cell)
+        width = I if layer == 0 else H
+        sfx = "" if layers == 1 else f"_{layer}"
+        h0, c0, hT, cT, y = f"h0{sfx}", f"c0{sfx}", f"h_T{sfx}", f"c_T{sfx}", "Y" if layer == layers - 1 else f"Y{sfx}"
+        states_in += [state(h0), state(c0)]
+        states_out += [state(hT), state(cT)]
+        if loop == "scan":
+            body = helper.make_graph([*nodes, helper.make_node("Identity", ["h_out"], ["y_t"])], "scan_body",
+                                     [state("h"), state("c"), helper.make_tensor_value_info("x", f, ["B", width])],
+                                     [state("h_out"), state("c_out"), state("y_t")], body_inits)
+            direction = [1] if reverse else [0]
+            outer.append(helper.make_node("Scan", [h0, c0, x], [hT, cT, y], body=body, num_scan_inputs=1,
+                                          scan_input_directions=direction, scan_output_directions=direction))
+        else:
+            body = helper.make_graph(
+                [helper.make_node("Gather", [x, "t"], ["x"], axis=0), *nodes,
+                 helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+                 helper.make_node("Identity", ["h_out"], ["y_t"])],
+                "loop_body", [helper.make_tensor_value_info("t", TensorProto.INT64, []),
+                              helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []), state("h"), state("c")],
+                [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []), state("h_out"), state("c_out"),
+                 state("y_t")], body_inits)
+            outer += [helper.make_node("Shape", [x], [f"X_shape{sfx}"]),
+                      helper.make_node("Gather", [f"X_shape{sfx}", "zero"], [f"T{sfx}"], axis=0),
+                      helper.make_node("Loop", [f"T{sfx}", "", h0, c0], [hT, cT, y], body=body)]
+            inits = [numpy_helper.from_array(np.array(0, np.int64), "zero")]
+        x = y
+    graph = helper.make_graph(outer, "looped_cell", [helper.make_tensor_value_info("X", f, ["T", "B", I]), *states_in],
+                              [helper.make_tensor_value_info("Y", f, ["T", "B", H]), *states_out], inits)
+    return _model(graph, opset)

@@ -290,6 +290,27 @@ def _cell_feeds(state: str):
     return feeds
 
 
+def _sfx(layers: int, k: int) -> str:
+    return "" if layers == 1 else f"_{k}"
+
+
+def _looped(loop: str, layers: int, gate_order: str, form: str) -> Callable[[], onnx.ModelProto]:
+    from lstm_ort.builders import looped_cell_model
+
+    return lambda: looped_cell_model(40, _CELL_H, np.random.default_rng(6), loop=loop, layers=layers,
+                                     gate_order=gate_order, form=form)
+
+
+def _looped_feeds(layers: int):
+    def feeds(rng):
+        out = {"X": rng.standard_normal((9, 4, 40)).astype(np.float32)}
+        for k in range(layers):
+            for s in ("h0", "c0"):
+                out[s + _sfx(layers, k)] = rng.standard_normal((4, _CELL_H)).astype(np.float32)
+        return out
+    return feeds
+
+
 ENTRIES: list[Entry] = [
     Entry("silero_vad 16k", from_wheel(SILERO, "silero_vad/data/silero_vad.onnx"), silero_feeds(576, 16000),
           lstms=2, fused=2, shapes={"input": [1, 576]}, carry={"stateN": "state"}),
@@ -323,6 +344,11 @@ ENTRIES: list[Entry] = [
                                       ("ifco", "concat", "separate"),   # Keras cells through tf2onnx
                                       ("iofc", "matmul", "separate"),   # ONNX's own order
                                       ("ifco", "slices", "shared"))],   # one state tensor, I == H
+    *[Entry(f"cell in a {loop}{' x3 stacked' if layers > 1 else ''}, {gate_order} gates, {form}",
+            _looped(loop, layers, gate_order, form), _looped_feeds(layers), lstms=layers, fused=1,
+            shapes={"X": [9, 4, 40], **{f"{s}{_sfx(layers, k)}": [4, _CELL_H] for s in ("h0", "c0") for k in range(layers)}})
+      for loop, layers, gate_order, form in (("scan", 1, "ifco", "gemm"), ("loop", 1, "ifco", "concat"),
+                                             ("scan", 3, "iofc", "matmul"))],
     Entry("tf2onnx Keras LSTM with Transpose glue", keras_transpose_glue, _keras_feeds, lstms=1, fused=1,
           shapes={"x": [2, 6, 40], "h": [2, 256], "c": [2, 256]}, carry={"h_out": "h", "c_out": "c"}),
 ]

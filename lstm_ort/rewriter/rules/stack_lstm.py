@@ -3,7 +3,8 @@
 Pattern: FusedLSTM A whose Y feeds, through nothing else, the glue exporters put between
 stacked layers (Transpose(0,2,1,3) + Reshape(0,0,-1), Squeeze of the direction axis, or Reshape
 alone in layout 1) and then X of FusedLSTM B. Condition: same attributes but num_layers, same
-sequence_lens, initial states both absent or Slices of one tensor. Replacement: one FusedLSTM
+sequence_lens, initial states on every layer or none (joined by one Slice where they are
+consecutive Slices of one tensor, else by a Concat). Replacement: one FusedLSTM
 with the packed weights concatenated layer-major; each layer's Y_h/Y_c uses read a Slice of the
 fused outputs, and a Concat that rebuilds the whole stack's states reads them directly.
 """
@@ -106,21 +107,27 @@ def _slice_of(value: ir.Value | None):
 
 
 def _merged_state(chain: list[ir.Node], index: int, state_axis: int):
-    """The merged initial state: None, or (source, start, end) covering the chain contiguously."""
+    """How the layers' initial states (input `index`) join into the stack's: ("none",) when no
+    layer has one; ("slice", source, start, end) when they are consecutive Slices of one tensor
+    (torch's exports), so one Slice serves; ("concat", values) otherwise; None when only some
+    layers have one (the others' zeros have no tensor to join)."""
     values = [n.inputs[index] if index < len(n.inputs) else None for n in chain]
     if all(v is None for v in values):
-        return None, True
+        return ("none",)
+    if any(v is None for v in values):
+        return None
     slices = [_slice_of(v) for v in values]
-    if any(s is None for s in slices):
-        return None, False
-    src, start = slices[0][0], slices[0][1]
-    pos = start
-    for (s, lo, hi, axis), node in zip(slices, chain):
-        layers = _attr(node, "num_layers", 1) * _num_dirs(node)
-        if s is not src or lo != pos or hi - lo != layers or axis != state_axis:
-            return None, False
-        pos = hi
-    return (src, start, pos), True
+    if all(s is not None for s in slices):
+        src, start = slices[0][0], slices[0][1]
+        pos = start
+        for (s, lo, hi, axis), node in zip(slices, chain):
+            if s is not src or lo != pos or hi - lo != _attr(node, "num_layers", 1) * _num_dirs(node) \
+                    or axis != state_axis:
+                break
+            pos = hi
+        else:
+            return ("slice", src, start, pos)
+    return ("concat", values)
 
 
 def _cat(chain, index, width_per_layer) -> np.ndarray | None:
@@ -177,8 +184,8 @@ class StackLstm(Rule):
     def check(self, chain: Chain) -> CheckResult:
         state_axis = _state_axis(chain.layers[0])
         for index, name in ((4, "initial_h"), (5, "initial_c")):
-            if not _merged_state(chain.layers, index, state_axis)[1]:
-                return CheckResult.fail(f"the layers' {name} are not consecutive Slices of one tensor")
+            if _merged_state(chain.layers, index, state_axis) is None:
+                return CheckResult.fail(f"some layers have an {name} and others none")
         return OK
 
     def rewrite(self, graph, chain: Chain) -> ir.Node:
@@ -191,11 +198,15 @@ class StackLstm(Rule):
         base = (first.name or "lstm") + "_stack"
 
         def state_input(index: int):
-            state, _ = _merged_state(nodes, index, state_axis)
-            if state is None:
+            kind, *how = _merged_state(nodes, index, state_axis)
+            if kind == "none":
                 return None
-            src, start, end = state
-            return _insert_slice(graph, first, src, start, end, state_axis, f"{base}_state_slice")
+            if kind == "slice":
+                return _insert_slice(graph, first, *how, state_axis, f"{base}_state_slice")
+            concat = ir.Node("", "Concat", how[0], [ir.AttrInt64("axis", state_axis)],
+                             name=unique_name(graph, f"{base}_state_concat"))
+            graph.insert_before(first, concat)  # the graph is sorted below: later layers' states may come later
+            return concat.outputs[0]
 
         attrs = dict(first.attributes)
         attrs["num_layers"] = ir.AttrInt64("num_layers", sum(counts))
@@ -222,6 +233,7 @@ class StackLstm(Rule):
                     _move(value, sliced)
                 offset += count * D
         graph.remove([*chain.glue, *nodes], safe=True)
+        graph.sort()
         return fused
 
 

@@ -211,16 +211,21 @@ def _same_source(a: ir.Value, b: ir.Value) -> bool:
     return root(a) is root(b)
 
 
-def _split_x_h(cell: Cell) -> str | None:
-    """Fills cell.x / h_prev / w_x / w_h; returns a reason when they cannot be told apart."""
+def _split_x_h(cell: Cell, states: frozenset = frozenset()) -> str | None:
+    """Fills cell.x / h_prev / w_x / w_h; returns a reason when they cannot be told apart.
+    `states`: values known to be carried state (a loop body's state inputs): h is among them."""
     H = cell.hidden
     if len(cell.terms) == 1:  # one MatMul of Concat([x, h]) (or [h, x])
         term = cell.terms[0]
         concat = _op(term.source, "Concat")
         if concat is None or len(concat.inputs) != 2:
             return "the gate product is neither two products nor one of a Concat of x and h"
-        widths = [_width(v) for v in concat.inputs]
-        if None in widths or sum(widths) != term.weight.shape[0]:
+        rows = term.weight.shape[0]
+        widths = [_width(v) if v not in states else H for v in concat.inputs]
+        if widths.count(None) == 1:  # the weight's rows are I + H
+            known = next(w for w in widths if w is not None)
+            widths = [w if w is not None else rows - known for w in widths]
+        if None in widths or sum(widths) != rows:
             return "the widths of the concatenated x and h are unknown"
         parts = [(concat.inputs[0], term.weight[:widths[0]]), (concat.inputs[1], term.weight[widths[0]:])]
     elif len(cell.terms) == 2:
@@ -229,7 +234,7 @@ def _split_x_h(cell: Cell) -> str | None:
         return f"the gates sum {len(cell.terms)} products, not an input and a recurrent one"
     recurrent = [k for k, (_, w) in enumerate(parts) if w.shape[0] == H]
     if len(recurrent) == 2:
-        recurrent = [k for k in recurrent if _same_source(parts[k][0], cell.c_prev)]
+        recurrent = [k for k in recurrent if parts[k][0] in states or _same_source(parts[k][0], cell.c_prev)]
     if len(recurrent) != 1:
         return "cannot tell the input x from the recurrent h (both are H wide and neither shares c's source)"
     k = recurrent[0]
@@ -276,38 +281,48 @@ class UnrolledCell(Rule):
     def rewrite(self, graph, cell: Cell) -> ir.Node:
         # Inserted before the cell's last node, which comes after all of x, h and c; the graph is
         # sorted again at the end, since later uses of h' and c' may precede that node.
-        H, anchor = cell.hidden, cell.h_new.producer()
-        # ONNX W/R/B: row block g of W is the chunk of gate g, transposed to [4H, K].
-        order = [cell.roles[g] for g in _GATE_ROWS]
-
-        def onnx_rows(w):  # [K, 4H] in the model's chunk order -> [4H, K] in ONNX's gate order
-            return np.concatenate([w[:, k * H:(k + 1) * H] for k in order], axis=1).T
-
-        dtype = np.float16 if cell.x.dtype == ir.DataType.FLOAT16 else np.float32
-        layer = LayerWeights(W=onnx_rows(cell.w_x)[None].astype(np.float32),
-                             R=onnx_rows(cell.w_h)[None].astype(np.float32),
-                             B=np.concatenate([onnx_rows(cell.bias[None])[:, 0], np.zeros(4 * H)])[None].astype(np.float32))
-        packed = pack_layers([layer], dtype)
+        anchor = cell.h_new.producer()
         axis0 = add_constant(graph, anchor, "cell_axis0", np.array([0], np.int64))
-
-        def unsqueeze(value):
-            node = ir.Node("", "Unsqueeze", [value, axis0])
-            graph.insert_before(anchor, node)
-            return node.outputs[0]
-
-        h0 = None if is_zeros(cell.h_prev) else unsqueeze(cell.h_prev)
-        c0 = None if is_zeros(cell.c_prev) else unsqueeze(cell.c_prev)
-        name = (cell.h_new.producer().name or "cell") + "_fused"
-        fused = insert_fused_node(graph, anchor, name=name, attributes={"hidden_size": H, "num_layers": 1},
-                                  x=unsqueeze(cell.x), w=packed.W, b=packed.B, initial_h=h0, initial_c=c0)
+        x = insert_op(graph, anchor, "Unsqueeze", cell.x, axis0)
+        fused = insert_cell_node(graph, anchor, cell, x, cell.h_prev, cell.c_prev, axis0,
+                                 (cell.h_new.producer().name or "cell") + "_fused")
         for value, out in ((cell.h_new, fused.outputs[1]), (cell.c_new, fused.outputs[2])):
-            squeeze = ir.Node("", "Squeeze", [out, axis0])
-            graph.insert_after(fused, squeeze)
-            new = squeeze.outputs[0]
-            new.type, new.shape = value.type, value.shape
-            ir.convenience.replace_all_uses_with(value, new, replace_graph_outputs=True)
-            if value.is_graph_output() or value.name:
-                name, value.name = value.name, None
-                new.name = name
+            move_value(value, insert_op(graph, anchor, "Squeeze", out, axis0))
         graph.sort()
         return fused
+
+
+def insert_op(graph, anchor: ir.Node, op_type: str, *inputs: ir.Value) -> ir.Value:
+    node = ir.Node("", op_type, inputs)
+    graph.insert_before(anchor, node)
+    return node.outputs[0]
+
+
+def move_value(old: ir.Value, new: ir.Value) -> None:
+    """Every use, graph-output place and name of `old` to `new`, the same tensor."""
+    new.type, new.shape = old.type, old.shape
+    ir.convenience.replace_all_uses_with(old, new, replace_graph_outputs=True)
+    if old.is_graph_output() or old.name:
+        name, old.name = old.name, None
+        new.name = name
+
+
+def insert_cell_node(graph, anchor: ir.Node, cell: Cell, x: ir.Value, h_prev: ir.Value, c_prev: ir.Value,
+                     axis0: ir.Value, name: str, direction: str = "forward") -> ir.Node:
+    """A one-layer FusedLSTM with the cell's weights over x ([T, B, I]), starting from h_prev and
+    c_prev ([B, H]; Unsqueezed here, dropped when known zeros)."""
+    H = cell.hidden
+    order = [cell.roles[g] for g in _GATE_ROWS]
+
+    def onnx_rows(w):  # [K, 4H] in the model's chunk order -> [4H, K] in ONNX's gate order (i, o, f, c)
+        return np.concatenate([w[:, k * H:(k + 1) * H] for k in order], axis=1).T
+
+    layer = LayerWeights(W=onnx_rows(cell.w_x)[None].astype(np.float32),
+                         R=onnx_rows(cell.w_h)[None].astype(np.float32),
+                         B=np.concatenate([onnx_rows(cell.bias[None])[:, 0], np.zeros(4 * H)])[None].astype(np.float32))
+    packed = pack_layers([layer], np.float16 if cell.x.dtype == ir.DataType.FLOAT16 else np.float32)
+    h0 = None if is_zeros(h_prev) else insert_op(graph, anchor, "Unsqueeze", h_prev, axis0)
+    c0 = None if is_zeros(c_prev) else insert_op(graph, anchor, "Unsqueeze", c_prev, axis0)
+    return insert_fused_node(graph, anchor, name=name,
+                             attributes={"hidden_size": H, "num_layers": 1, "direction": direction},
+                             x=x, w=packed.W, b=packed.B, initial_h=h0, initial_c=c0)

@@ -1,0 +1,72 @@
+"""cell_loop: a Scan or Loop over time whose body is one cell becomes one FusedLSTM over the whole
+sequence (the loop is gone), with the same outputs; loops it cannot prove equal are refused."""
+
+import itertools
+
+import numpy as np
+import onnx
+import pytest
+
+from lstm_ort.builders import looped_cell_model
+from lstm_ort.rewriter import Report, optimize
+from lstm_ort.testing import max_abs, run
+
+
+def feeds(rng, T=7, B=3, I=5, H=6):
+    return {"X": rng.standard_normal((T, B, I)).astype(np.float32),
+            "h0": rng.standard_normal((B, H)).astype(np.float32), "c0": rng.standard_normal((B, H)).astype(np.float32)}
+
+
+CASES = [("scan", False, "ifco", "matmul"), ("scan", True, "iofc", "gemm"), ("loop", False, "ifco", "concat"),
+         ("loop", False, "ocfi", "slices")]
+
+
+@pytest.mark.parametrize("loop,reverse,gate_order,form", CASES)
+def test_loop_becomes_one_fused_node(loop, reverse, gate_order, form):
+    rng = np.random.default_rng(len(gate_order + form) + reverse)
+    model = looped_cell_model(5, 6, rng, loop=loop, reverse=reverse, gate_order=gate_order, form=form)
+    report = Report()
+    out = optimize(model, report=report)
+    assert report.all_rewritten and report.rules["cell_loop"].hits == 1, report.table()
+    assert [n.op_type for n in out.graph.node if n.op_type in ("Scan", "Loop", "FusedLSTM")] == ["FusedLSTM"]
+    for T in (1, 7):
+        f = feeds(rng, T=T)
+        assert max_abs(run(out, f), run(model, f, fused=False)) <= 1e-5
+
+
+def test_loop_with_a_fixed_trip_count_other_than_the_length_is_refused():
+    rng = np.random.default_rng(0)
+    model = looped_cell_model(5, 6, rng, loop="loop")
+    trip = next(n for n in model.graph.node if n.op_type == "Gather")
+    model.graph.node.remove(trip)
+    model.graph.initializer.append(onnx.numpy_helper.from_array(np.array(4, np.int64), "T"))
+    model.graph.node.remove(next(n for n in model.graph.node if n.op_type == "Shape"))
+    report = Report()
+    out = optimize(model, report=report)
+    assert any("trip count is not the sequence's length" in f.reason for f in report.findings), report.table()
+    assert [n.op_type for n in out.graph.node if n.op_type in ("Loop", "FusedLSTM")] == ["Loop"]
+    f = feeds(rng)
+    assert max_abs(run(out, f), run(model, f, fused=False)) == 0.0  # the loop itself stays as it was
+
+
+def test_scan_that_scans_out_c_is_refused():
+    rng = np.random.default_rng(1)
+    model = looped_cell_model(5, 6, rng, loop="scan")
+    body = model.graph.node[0].attribute[0].g
+    next(n for n in body.node if n.output[0] == "y_t").input[0] = "c_out"
+    report = Report()
+    optimize(model, report=report)
+    assert any("scans out values other than h" in f.reason for f in report.findings), report.table()
+
+
+def test_stacked_scans_become_one_multi_layer_node():
+    rng = np.random.default_rng(2)
+    model = looped_cell_model(5, 6, rng, loop="scan", layers=3, gate_order="iofc")
+    report = Report()
+    out = optimize(model, report=report)
+    assert report.all_rewritten and report.rules["cell_loop"].hits == 3 and report.rules["stack_lstm"].hits == 1
+    [fused] = [n for n in out.graph.node if n.op_type == "FusedLSTM"]
+    assert onnx.helper.get_attribute_value(next(a for a in fused.attribute if a.name == "num_layers")) == 3
+    f = {"X": rng.standard_normal((6, 2, 5)).astype(np.float32),
+         **{f"{s}_{k}": rng.standard_normal((2, 6)).astype(np.float32) for s in ("h0", "c0") for k in range(3)}}
+    assert max_abs(run(out, f), run(model, f, fused=False)) <= 1e-5

@@ -1,7 +1,6 @@
 """cell_loop: a Scan or Loop over time whose body is one cell becomes one FusedLSTM over the whole
 sequence (the loop is gone), with the same outputs; loops it cannot prove equal are refused."""
 
-import itertools
 
 import numpy as np
 import onnx

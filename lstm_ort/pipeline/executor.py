@@ -1,0 +1,420 @@
+"""Running a plan's items through the stages: buffers, events, copies, host threads.
+
+Per boundary (stage k -> k+1) there are ``slots`` (2) buffers for Y on each side; item i uses
+slot i % slots. Stage k waits on ``free`` (stage k+1 is done reading item i - slots) before it
+writes a slot, and records ``ready`` once item i's Y is on stage k+1's device; stage k+1 waits on
+``ready`` before its Run and records ``free`` after it. Waits are cudaStreamWaitEvent: no host
+synchronisation inside the loop. The host only orders the *enqueueing*: a ``Signal`` lets the
+thread that waits on an event block until the thread that records it has recorded it for that
+item (a wait on an event not yet recorded would wait on nothing). A copy between devices runs on
+a copy stream of the receiving device (a peer copy where the devices can access each other,
+else through pinned host memory with one stream on each side), so it overlaps both stages' work.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from lstm_ort.pipeline.backend import DeviceBuffer, DeviceView, Event, Stream
+from lstm_ort.pipeline.partition import C0, H0, STAGE_IN, STAGE_Y, YC, YH, PipelineModel, StageModel, slice_states
+from lstm_ort.pipeline.schedule import Item, Plan, host_order
+
+
+class Aborted(RuntimeError):
+    pass
+
+
+class Signal:
+    """An event plus the generation (item) it was last recorded for, so a waiting thread can
+    block until the recording thread has enqueued that record."""
+
+    def __init__(self, event: Event, cond: threading.Condition, flag: dict):
+        self.event, self.cond, self.flag, self.gen = event, cond, flag, -1
+
+    def record(self, backend, stream: Stream, gen: int) -> None:
+        backend.record(self.event, stream)
+        with self.cond:
+            self.gen = gen
+            self.cond.notify_all()
+
+    def wait(self, backend, stream: Stream, gen: int) -> None:
+        with self.cond:
+            while self.gen < gen and not self.flag["abort"]:
+                self.cond.wait(timeout=1.0)
+            if self.flag["abort"]:
+                raise Aborted("another stage failed")
+            if self.gen != gen:
+                raise RuntimeError(f"pipeline ordering broken: waited for item {gen}, event holds item {self.gen}")
+        backend.wait(stream, self.event)
+
+
+@dataclass
+class StageRuntime:
+    model: StageModel
+    device: int
+    stream: Stream
+    runner: object
+    h: list = field(default_factory=list)  # 2 state buffers each (chunk c writes slot c % 2)
+    c: list = field(default_factory=list)
+    state_bytes: int = 0
+
+
+@dataclass
+class Boundary:
+    src: int
+    dst: int
+    mode: str  # "same" (one device), "peer", "staged" (through pinned host memory)
+    send: list = field(default_factory=list)
+    recv: list = field(default_factory=list)
+    pinned: list = field(default_factory=list)
+    ready: list = field(default_factory=list)
+    free: list = field(default_factory=list)
+    prod: list = field(default_factory=list)
+    mid: list = field(default_factory=list)
+    copy_stream: Stream | None = None  # on dst (peer, staged H2D)
+    send_stream: Stream | None = None  # on src (staged D2H)
+    slot_bytes: int = 0
+
+
+@dataclass
+class RunProfile:
+    wall_ms: float
+    stage_busy_ms: list
+    copy_ms: list  # per boundary: total copy time
+    copies: list  # per boundary: number of copies
+    copy_bytes: list  # per boundary: bytes moved
+    items: int
+    stages: int
+
+    @property
+    def gpipe_bubble(self) -> float:
+        return (self.stages - 1) / (self.items + self.stages - 1)
+
+    @property
+    def measured_bubble(self) -> float:
+        """1 - each stage's busy time / wall time, averaged over stages."""
+        return 1.0 - float(np.mean(self.stage_busy_ms)) / self.wall_ms if self.wall_ms > 0 else 0.0
+
+    def as_dict(self) -> dict:
+        per_copy = [t / n if n else 0.0 for t, n in zip(self.copy_ms, self.copies)]
+        gbps = [b / (t * 1e6) if t else None for b, t in zip(self.copy_bytes, self.copy_ms)]
+        return dict(wall_ms=self.wall_ms, stage_busy_ms=self.stage_busy_ms, measured_bubble=self.measured_bubble,
+                    gpipe_bubble=self.gpipe_bubble, copy_ms_total=self.copy_ms, copy_ms_per_item=per_copy,
+                    copy_bytes=self.copy_bytes, copy_gb_per_s=gbps, items=self.items, stages=self.stages)
+
+
+class Executor:
+    def __init__(self, backend, pm: PipelineModel, stages: list[StageRuntime], slots: int = 2, threads: bool = True):
+        if slots < 2:
+            raise ValueError("slots must be >= 2 (the host order needs a slot freed before it is rewritten)")
+        self.backend, self.pm, self.stages, self.slots, self.threads = backend, pm, stages, slots, threads
+        self.cond = threading.Condition()
+        self.flag = {"abort": False}
+        self.itemsize = np.dtype(pm.np_dtype).itemsize
+        self.boundaries: list[Boundary] = []
+        for k in range(len(stages) - 1):
+            src, dst = stages[k].device, stages[k + 1].device
+            if src == dst:
+                mode = "same"
+            elif backend.can_access_peer(dst, src) and backend.can_access_peer(src, dst):
+                backend.enable_peer(dst, src)
+                backend.enable_peer(src, dst)
+                mode = "peer"
+            else:
+                mode = "staged"
+            bd = Boundary(src, dst, mode)
+            bd.ready = [Signal(backend.create_event(dst if mode != "same" else src), self.cond, self.flag)
+                        for _ in range(slots)]
+            bd.free = [Signal(backend.create_event(dst), self.cond, self.flag) for _ in range(slots)]
+            if mode != "same":
+                bd.prod = [backend.create_event(src) for _ in range(slots)]
+                bd.copy_stream = backend.create_stream(dst, f"copy{k}->{k + 1}")
+            if mode == "staged":
+                bd.mid = [backend.create_event(src) for _ in range(slots)]
+                bd.send_stream = backend.create_stream(src, f"d2h{k}")
+            self.boundaries.append(bd)
+        self.host_cache: dict = {}
+        self.last_profile: RunProfile | None = None
+
+    # -- buffers -----------------------------------------------------------------------------
+    def _y_shape(self, rows: int, steps: int) -> tuple:
+        pm = self.pm
+        return (steps, pm.directions, rows, pm.hidden) if pm.layout == 0 else (rows, steps, pm.directions, pm.hidden)
+
+    def _state_shape(self, k: int, rows: int) -> tuple:
+        a, b = self.stages[k].model.layers
+        n = (b - a) * self.pm.directions
+        return (n, rows, self.pm.hidden) if self.pm.layout == 0 else (rows, n, self.pm.hidden)
+
+    def _ensure_buffers(self, plan: Plan) -> None:
+        be = self.backend
+        y_bytes = int(np.prod(self._y_shape(plan.micro_batch, plan.time_chunk))) * self.itemsize
+        for k, bd in enumerate(self.boundaries):
+            if bd.slot_bytes >= y_bytes:
+                continue
+            for buf in bd.send + [r for r in bd.recv if r not in bd.send]:
+                be.free(buf)
+            for arr in bd.pinned:
+                be.free_host(arr)
+            bd.send = [be.alloc(bd.src, y_bytes, f"y{k}.send{s}") for s in range(self.slots)]
+            bd.recv = bd.send if bd.mode == "same" else [be.alloc(bd.dst, y_bytes, f"y{k}.recv{s}")
+                                                          for s in range(self.slots)]
+            bd.pinned = [be.alloc_host((y_bytes,), np.uint8) for _ in range(self.slots)] if bd.mode == "staged" else []
+            bd.slot_bytes = y_bytes
+        for k, st in enumerate(self.stages):
+            nbytes = int(np.prod(self._state_shape(k, plan.micro_batch))) * self.itemsize
+            if st.state_bytes >= nbytes:
+                continue
+            for buf in st.h + st.c:
+                be.free(buf)
+            st.h = [be.alloc(st.device, nbytes, f"h{k}.{s}") for s in range(2)]
+            st.c = [be.alloc(st.device, nbytes, f"c{k}.{s}") for s in range(2)]
+            st.state_bytes = nbytes
+
+    def _host(self, key, shape, dtype) -> np.ndarray:
+        """Pinned host arrays for results, kept from call to call."""
+        arr = self.host_cache.get(key)
+        if arr is None or arr.shape != tuple(shape) or arr.dtype != np.dtype(dtype):
+            if arr is not None:
+                self.backend.free_host(arr)
+            arr = self.backend.alloc_host(tuple(shape), dtype)
+            self.host_cache[key] = arr
+        return arr
+
+    def close(self) -> None:
+        be = self.backend
+        for bd in self.boundaries:
+            for buf in bd.send + [r for r in bd.recv if r not in bd.send]:
+                be.free(buf)
+            for arr in bd.pinned:
+                be.free_host(arr)
+            bd.send, bd.recv, bd.pinned, bd.slot_bytes = [], [], [], 0
+        for st in self.stages:
+            for buf in st.h + st.c:
+                be.free(buf)
+            st.h, st.c, st.state_bytes = [], [], 0
+        for arr in self.host_cache.values():
+            be.free_host(arr)
+        self.host_cache.clear()
+
+    # -- one call ----------------------------------------------------------------------------
+    def run(self, plan: Plan, feeds: dict, want: list[str], profile: bool = False) -> dict[str, np.ndarray]:
+        pm, be = self.pm, self.backend
+        K = len(self.stages)
+        items = plan.items()
+        self._ensure_buffers(plan)
+        self.flag["abort"] = False
+        for bd in self.boundaries:
+            for sig in bd.ready + bd.free:
+                sig.gen = -1
+        want_post = [o for o in pm.outputs if o.kind == "post" and o.name in want]
+        want_states = {o.kind for o in pm.outputs if o.kind != "post" and o.name in want}
+        # Host slices of every item's inputs, made before the stages start.
+        x_parts, lens_parts, init_parts = {}, {}, {}
+        for it in items:
+            part = {}
+            for name, ax in pm.inputs.items():
+                v = feeds[name]
+                index = [slice(None)] * v.ndim
+                index[ax.batch] = slice(*it.rows)
+                if ax.time is not None:
+                    index[ax.time] = slice(*it.steps)
+                part[name] = np.ascontiguousarray(v[tuple(index)])
+            x_parts[it.index] = part
+        for j in range(plan.num_micro_batches):
+            b0, b1 = j * plan.micro_batch, min(plan.batch, (j + 1) * plan.micro_batch)
+            if pm.sequence_lens:
+                lens_parts[j] = np.ascontiguousarray(feeds[pm.sequence_lens][b0:b1])
+            for k, st in enumerate(self.stages):
+                a, b = st.model.layers
+                for key, src in ((H0, pm.initial_h), (C0, pm.initial_c)):
+                    if src:
+                        v = slice_states(pm, feeds[src], a, b)
+                        v = np.ascontiguousarray(np.take(v, np.arange(b0, b1), axis=1 if pm.layout == 0 else 0))
+                    else:
+                        v = np.zeros(self._state_shape(k, b1 - b0), pm.np_dtype)
+                    init_parts[(k, j, key)] = v
+        timing = {}
+        if profile:
+            for k, st in enumerate(self.stages):
+                for it in items:
+                    timing[("run", k, it.index)] = (be.create_event(st.device, True), be.create_event(st.device, True))
+            for k, bd in enumerate(self.boundaries):
+                if bd.mode != "same":
+                    for it in items:
+                        timing[("copy", k, it.index)] = (be.create_event(bd.dst, True), be.create_event(bd.dst, True))
+        results: dict = {}
+        keep: list = []
+        lock = threading.Lock()
+
+        def task(k: int, it: Item) -> None:
+            st = self.stages[k]
+            s = it.index % self.slots
+            rows, steps = it.rows[1] - it.rows[0], it.steps[1] - it.steps[0]
+            inputs, outputs = {}, {}
+            if k == 0:
+                inputs.update(x_parts[it.index])
+            else:
+                bd = self.boundaries[k - 1]
+                bd.ready[s].wait(be, st.stream, it.index)
+                inputs[STAGE_IN] = DeviceView(bd.recv[s], self._y_shape(rows, steps), pm.np_dtype)
+            sshape = self._state_shape(k, rows)
+            if it.first_chunk:
+                inputs[H0] = init_parts[(k, it.micro_batch, H0)]
+                inputs[C0] = init_parts[(k, it.micro_batch, C0)]
+            else:
+                prev = (it.chunk - 1) % 2
+                inputs[H0] = DeviceView(st.h[prev], sshape, pm.np_dtype)
+                inputs[C0] = DeviceView(st.c[prev], sshape, pm.np_dtype)
+            if pm.sequence_lens:
+                inputs[pm.sequence_lens] = lens_parts[it.micro_batch]
+            if k < K - 1:
+                bd = self.boundaries[k]
+                if it.index >= self.slots:
+                    bd.free[s].wait(be, st.stream, it.index - self.slots)
+                outputs[STAGE_Y] = DeviceView(bd.send[s], self._y_shape(rows, steps), pm.np_dtype)
+            else:
+                for o in pm.outputs:
+                    if o.kind == "post":
+                        outputs[o.name] = None
+            cur = it.chunk % 2
+            outputs[YH] = DeviceView(st.h[cur], sshape, pm.np_dtype)
+            outputs[YC] = DeviceView(st.c[cur], sshape, pm.np_dtype)
+            st.runner.current = {"stage": k, "item": it.index, "micro_batch": it.micro_batch, "chunk": it.chunk,
+                                 "rows": rows, "steps": steps, "slot": s}
+            if profile:
+                be.record(timing[("run", k, it.index)][0], st.stream)
+            allocated = st.runner.run(inputs, outputs)
+            if profile:
+                be.record(timing[("run", k, it.index)][1], st.stream)
+            if k > 0:
+                self.boundaries[k - 1].free[s].record(be, st.stream, it.index)
+            if k < K - 1:
+                self._send(k, s, it, outputs[STAGE_Y], timing.get(("copy", k, it.index)))
+            last_chunk = it.chunk == plan.num_chunks - 1
+            if last_chunk:
+                for kind, bufs in (("Y_h", st.h), ("Y_c", st.c)):
+                    if kind in want_states:
+                        host = self._host((kind, k, it.micro_batch), sshape, pm.np_dtype)
+                        be.copy_d2h(host, DeviceView(bufs[cur], sshape, pm.np_dtype), st.stream)
+                        with lock:
+                            results[(kind, k, it.micro_batch)] = host
+            if k == K - 1:
+                for o in want_post:
+                    view = allocated[o.name]
+                    host = self._host(("post", o.name, it.index), view.shape, view.dtype)
+                    be.copy_d2h(host, view, st.stream)
+                    with lock:
+                        results[("post", o.name, it.index)] = host
+                        keep.append(view)
+
+        start = time.perf_counter()
+        errors: list = []
+        if self.threads and K > 1:
+            def loop(k):
+                try:
+                    be.set_device(self.stages[k].device)
+                    for it in items:
+                        task(k, it)
+                except BaseException as e:  # noqa: BLE001 - handed to the caller
+                    with self.cond:
+                        errors.append(e)
+                        self.flag["abort"] = True
+                        self.cond.notify_all()
+
+            workers = [threading.Thread(target=loop, args=(k,), name=f"lstm-ort-stage{k}", daemon=True)
+                       for k in range(K)]
+            for w in workers:
+                w.start()
+            for w in workers:
+                w.join()
+        else:
+            try:
+                for k, i in host_order(len(items), K):
+                    task(k, items[i])
+            except BaseException as e:  # noqa: BLE001
+                errors.append(e)
+        for st in self.stages:
+            be.synchronize(st.stream)
+        for bd in self.boundaries:
+            for s in (bd.copy_stream, bd.send_stream):
+                if s is not None:
+                    be.synchronize(s)
+        wall_ms = (time.perf_counter() - start) * 1e3
+        if errors:
+            real = [e for e in errors if not isinstance(e, Aborted)]
+            raise (real or errors)[0]
+        if profile:
+            busy = [sum(be.elapsed_ms(*timing[("run", k, it.index)]) for it in items) for k in range(K)]
+            copy_ms, copies, nbytes = [], [], []
+            for k, bd in enumerate(self.boundaries):
+                if bd.mode == "same":
+                    copy_ms.append(0.0), copies.append(0), nbytes.append(0)
+                    continue
+                copy_ms.append(sum(be.elapsed_ms(*timing[("copy", k, it.index)]) for it in items))
+                copies.append(len(items))
+                nbytes.append(sum(int(np.prod(self._y_shape(it.rows[1] - it.rows[0], it.steps[1] - it.steps[0])))
+                                  * self.itemsize for it in items))
+            self.last_profile = RunProfile(wall_ms, busy, copy_ms, copies, nbytes, len(items), K)
+        return self._assemble(plan, items, results, want)
+
+    def _send(self, k: int, s: int, it: Item, y: DeviceView, timing) -> None:
+        """Item ``it``'s Y from stage k's slot s to stage k+1's, then ``ready``."""
+        be, bd = self.backend, self.boundaries[k]
+        src_stream = self.stages[k].stream
+        if bd.mode == "same":
+            bd.ready[s].record(be, src_stream, it.index)
+            return
+        be.record(bd.prod[s], src_stream)
+        dst = DeviceView(bd.recv[s], y.shape, y.dtype)
+        if bd.mode == "peer":
+            be.wait(bd.copy_stream, bd.prod[s])
+            if timing:
+                be.record(timing[0], bd.copy_stream)
+            be.copy_peer(dst, y, bd.copy_stream)
+        else:
+            be.wait(bd.send_stream, bd.prod[s])
+            be.copy_d2h(bd.pinned[s], y, bd.send_stream)
+            be.record(bd.mid[s], bd.send_stream)
+            be.wait(bd.copy_stream, bd.mid[s])
+            if timing:
+                be.record(timing[0], bd.copy_stream)
+            be.copy_h2d(dst, bd.pinned[s], bd.copy_stream)
+        if timing:
+            be.record(timing[1], bd.copy_stream)
+        bd.ready[s].record(be, bd.copy_stream, it.index)
+
+    def _assemble(self, plan: Plan, items: list[Item], results: dict, want: list[str]) -> dict[str, np.ndarray]:
+        pm = self.pm
+        out = {}
+        M, C, K = plan.num_micro_batches, plan.num_chunks, len(self.stages)
+        for o in pm.outputs:
+            if o.name not in want:
+                continue
+            if o.kind == "post":
+                per_mb = []
+                for j in range(M):
+                    parts = [results[("post", o.name, j * C + c)] for c in range(C)]
+                    if C > 1 and o.axes.time is None:
+                        raise RuntimeError(f"output {o.name!r} has no time axis to join chunks along")
+                    per_mb.append(np.concatenate(parts, axis=o.axes.time) if C > 1 else parts[0].copy())
+                out[o.name] = np.concatenate(per_mb, axis=o.axes.batch) if M > 1 else per_mb[0]
+            else:
+                per_mb = [np.concatenate([results[(o.kind, k, j)] for k in range(K)], axis=pm.state_axis)
+                          for j in range(M)]
+                out[o.name] = np.concatenate(per_mb, axis=o.axes.batch) if M > 1 else per_mb[0]
+        return out
+
+
+def stage_buffers_in_use(executor: Executor) -> list[DeviceBuffer]:
+    """Every device buffer the executor holds (tests count them)."""
+    bufs = []
+    for bd in executor.boundaries:
+        bufs += bd.send + [r for r in bd.recv if r not in bd.send]
+    for st in executor.stages:
+        bufs += st.h + st.c
+    return bufs

@@ -1,0 +1,249 @@
+"""PipelineSession: one model's FusedLSTM stack split by layers over several GPUs, pipelined."""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+from lstm_ort.pipeline.axes import Unsupported
+from lstm_ort.pipeline.executor import Executor, StageRuntime
+from lstm_ort.pipeline.partition import (
+    PipelineModel,
+    analyze,
+    balanced_ranges,
+    layer_costs,
+    ranges_from_counts,
+    stage_models,
+)
+from lstm_ort.pipeline.schedule import CostModel, Plan, choose
+
+
+@dataclass(frozen=True)
+class NodeArgInfo:
+    """What onnxruntime's NodeArg gives: name, type string, shape."""
+
+    name: str
+    type: str
+    shape: list
+
+
+_TYPE_NAMES = {1: "tensor(float)", 10: "tensor(float16)", 11: "tensor(double)", 6: "tensor(int32)",
+               7: "tensor(int64)", 9: "tensor(bool)", 2: "tensor(uint8)", 3: "tensor(int8)"}
+
+
+def _arg_info(vi: onnx.ValueInfoProto) -> NodeArgInfo:
+    tt = vi.type.tensor_type
+    shape = [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tt.shape.dim]
+    return NodeArgInfo(vi.name, _TYPE_NAMES.get(tt.elem_type, f"tensor({tt.elem_type})"), shape)
+
+
+class PipelineSession:
+    """``run(output_names, feeds)`` as onnxruntime.InferenceSession's, on K = len(devices) stages.
+
+    model: a path, bytes or onnx.ModelProto with one FusedLSTM stack (run ``lstm-ort optimize``
+    first) and optional per-time-step ops before and after it. devices: one CUDA device per stage
+    (repeats allowed: ``(0, 0)`` puts two stages on one GPU). stages: "auto" (layer ranges
+    balanced by modelled FLOPs, docs/pipeline.md) or a list of layers per stage. micro_batch /
+    time_chunk: rows per micro-batch and steps per chunk; None lets each call's plan pick (by B
+    and T; time chunks only where they are exact: forward stacks without sequence_lens).
+    providers_options: extra CUDA EP options for every stage. backend: the device layer
+    (default: CudaBackend; tests pass lstm_ort.pipeline.fake.FakeBackend). threads: one host
+    thread per stage (True) or one thread enqueueing every stage (False). profile: time every
+    stage call and copy with events (``last_profile``).
+    """
+
+    def __init__(self, model, devices=(0, 1), stages="auto", micro_batch: int | None = None,
+                 time_chunk: int | None = None, providers_options: dict | None = None, *, backend=None,
+                 sess_options: ort.SessionOptions | None = None, threads: bool = True, profile: bool = False,
+                 cost_model: CostModel | None = None, slots: int = 2):
+        if isinstance(model, os.PathLike):
+            model = os.fspath(model)
+        self.pm: PipelineModel = analyze(model)
+        self.devices = tuple(int(d) for d in devices)
+        if not self.devices:
+            raise ValueError("devices: at least one")
+        if backend is None:
+            from lstm_ort.pipeline.backend import CudaBackend
+
+            backend = CudaBackend()
+        self.backend = backend
+        count = backend.device_count()
+        bad = [d for d in self.devices if not 0 <= d < count]
+        if bad:
+            raise ValueError(f"devices {bad} do not exist: {count} visible")
+        pm = self.pm
+        self.layer_flops = layer_costs(pm.layers, pm.directions, pm.input_size, pm.hidden)
+        extra = (pm.extra_costs["pre"], pm.extra_costs["post"])
+        if stages == "auto":
+            self.ranges = balanced_ranges(self.layer_flops, len(self.devices), *extra)
+            self.stage_reason = "balanced by modelled FLOPs per layer, D*2*(I_l+H)*4H (+ MatMuls before/after)"
+        else:
+            counts = list(stages)
+            if len(counts) != len(self.devices):
+                raise ValueError(f"stages={counts} has {len(counts)} entries for {len(self.devices)} devices")
+            self.ranges = ranges_from_counts(counts, pm.layers)
+            self.stage_reason = "as asked"
+        if micro_batch is not None and micro_batch < 1:
+            raise ValueError(f"micro_batch must be >= 1, got {micro_batch}")
+        if time_chunk is not None and time_chunk < 1:
+            raise ValueError(f"time_chunk must be >= 1, got {time_chunk}")
+        if time_chunk is not None and pm.chunk_refusal:
+            raise Unsupported(f"time_chunk={time_chunk}: {pm.chunk_refusal}")
+        self.micro_batch, self.time_chunk = micro_batch, time_chunk
+        self.cost_model = cost_model or CostModel()
+        self.profile = profile
+        self.stage_models = stage_models(pm, self.ranges)
+        runtimes = []
+        for k, (sm, dev) in enumerate(zip(self.stage_models, self.devices)):
+            stream = backend.create_stream(dev, f"stage{k}")
+            runner = backend.create_runner(sm.model.SerializeToString(), dev, stream, providers_options, sess_options)
+            runner.stage = sm
+            runtimes.append(StageRuntime(sm, dev, stream, runner))
+        self.executor = Executor(backend, pm, runtimes, slots=slots, threads=threads)
+        self._lock = threading.Lock()  # one call at a time: the buffers are shared
+        self.last_plan: Plan | None = None
+        self._inputs = [_arg_info(vi) for vi in pm.model.graph.input if vi.name not in pm.consts]
+        self._outputs = [_arg_info(vi) for vi in pm.model.graph.output]
+
+    # -- onnxruntime.InferenceSession's interface ----------------------------------------------
+    def get_inputs(self) -> list[NodeArgInfo]:
+        return list(self._inputs)
+
+    def get_outputs(self) -> list[NodeArgInfo]:
+        return list(self._outputs)
+
+    def get_providers(self) -> list[str]:
+        return ["CUDAExecutionProvider", "CPUExecutionProvider"]
+
+    def get_provider_options(self) -> dict:
+        return {"CUDAExecutionProvider": {"device_id": str(self.devices[0])}}
+
+    def get_modelmeta(self):
+        return None
+
+    def io_binding(self) -> PipelineIOBinding:
+        """A host-side stand-in for onnxruntime's IOBinding (for callers written against one):
+        inputs are read back to the host and fed to ``run``; outputs come back on the host."""
+        return PipelineIOBinding()
+
+    def run_with_iobinding(self, binding: PipelineIOBinding, run_options=None) -> None:
+        binding.results = self.run(binding.output_names or None, binding.inputs)
+
+    @property
+    def _model_bytes(self) -> bytes:  # what lstm_ort.serving reads a session's model from
+        return self.pm.model.SerializeToString()
+
+    # -- planning ------------------------------------------------------------------------------
+    def plan(self, batch: int, steps: int) -> Plan:
+        """The plan a call with this batch size and length runs."""
+        pm = self.pm
+        boundary_bytes = pm.directions * pm.hidden * np.dtype(pm.np_dtype).itemsize
+        extra = (pm.extra_costs["pre"], pm.extra_costs["post"])
+        return choose(self.layer_flops, self.ranges, batch, steps, chunkable=pm.chunk_refusal is None,
+                      micro_batch=self.micro_batch, time_chunk=self.time_chunk, cost=self.cost_model,
+                      boundary_bytes_per_row_step=boundary_bytes, extra=extra, chunk_refusal=pm.chunk_refusal)
+
+    def _sizes(self, feeds: dict) -> tuple[int, int]:
+        pm = self.pm
+        B = T = None
+        for name, ax in pm.inputs.items():
+            v = feeds[name]
+            if v.ndim != ax.rank:
+                raise ValueError(f"input {name!r} has rank {v.ndim}, the model expects {ax.rank}")
+            b = v.shape[ax.batch]
+            if B is not None and b != B:
+                raise ValueError(f"input {name!r}: batch size {b}, other inputs have {B}")
+            B = b
+            if ax.time is not None:
+                t = v.shape[ax.time]
+                if T is not None and t != T:
+                    raise ValueError(f"input {name!r}: length {t}, other inputs have {T}")
+                T = t
+        if T is None:
+            raise Unsupported("no input has a time axis")
+        if pm.sequence_lens is not None:
+            lens = feeds[pm.sequence_lens]
+            if lens.shape != (B,):
+                raise ValueError(f"{pm.sequence_lens} has shape {lens.shape}, expected ({B},)")
+        for name in (pm.initial_h, pm.initial_c):
+            if name is not None:
+                v = feeds[name]
+                expected = (pm.layers * pm.directions, B, pm.hidden) if pm.layout == 0 else (B, pm.layers * pm.directions, pm.hidden)
+                if v.shape != expected:
+                    raise ValueError(f"{name} has shape {v.shape}, expected {expected}")
+        return B, T
+
+    def run(self, output_names, input_feed: dict, run_options=None) -> list[np.ndarray]:
+        names = [o.name for o in self._outputs] if not output_names else list(output_names)
+        known = {o.name for o in self._outputs}
+        unknown = [n for n in names if n not in known]
+        if unknown:
+            raise ValueError(f"unknown outputs {unknown}; the model's are {sorted(known)}")
+        needed = [i.name for i in self._inputs]
+        missing = [n for n in needed if n not in input_feed]
+        if missing:
+            raise ValueError(f"missing inputs {missing}")
+        feeds = {n: np.asarray(input_feed[n]) for n in needed}
+        for name in self.pm.inputs:
+            want = self.pm.np_dtype if feeds[name].dtype.kind == "f" else feeds[name].dtype
+            feeds[name] = feeds[name].astype(want, copy=False)
+        B, T = self._sizes(feeds)
+        with self._lock:
+            plan = self.plan(B, T)
+            self.last_plan = plan
+            out = self.executor.run(plan, feeds, names, profile=self.profile)
+        return [out[n] for n in names]
+
+    @property
+    def last_profile(self):
+        return self.executor.last_profile
+
+    def describe(self) -> str:
+        lines = [f"{len(self.devices)} stages on devices {list(self.devices)} ({self.stage_reason}):"]
+        for sm, dev in zip(self.stage_models, self.devices):
+            a, b = sm.layers
+            extra = (" + ops before" if sm.index == 0 and self.pm.pre_nodes else "") + \
+                    (" + ops after" if sm.index == len(self.devices) - 1 and self.pm.post_nodes else "")
+            lines.append(f"  stage {sm.index}: device {dev}, layers {a}..{b - 1}{extra}")
+        modes = [bd.mode for bd in self.executor.boundaries]
+        if modes:
+            lines.append(f"  boundaries: {', '.join(modes)}")
+        if self.pm.chunk_refusal:
+            lines.append(f"  time chunks: off ({self.pm.chunk_refusal})")
+        return "\n".join(lines)
+
+    def close(self) -> None:
+        self.executor.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
+
+
+class PipelineIOBinding:
+    def __init__(self):
+        self.inputs: dict = {}
+        self.output_names: list = []
+        self.results: list = []
+
+    def bind_cpu_input(self, name: str, value) -> None:
+        self.inputs[name] = np.asarray(value)
+
+    def bind_ortvalue_input(self, name: str, value) -> None:
+        self.inputs[name] = value.numpy()
+
+    def bind_output(self, name: str, *args, **kwargs) -> None:
+        self.output_names.append(name)
+
+    def copy_outputs_to_cpu(self) -> list:
+        return list(self.results)
+
+    def get_outputs(self) -> list:
+        return [ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(r)) for r in self.results]

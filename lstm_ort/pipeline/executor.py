@@ -108,7 +108,10 @@ class RunProfile:
 
 
 class Executor:
-    def __init__(self, backend, pm: PipelineModel, stages: list[StageRuntime], slots: int = 2, threads: bool = True):
+    def __init__(self, backend, pm: PipelineModel, stages: list[StageRuntime], slots: int = 2, threads: bool = True,
+                 transfer: str = "auto"):
+        if transfer not in ("auto", "peer", "staged"):
+            raise ValueError(f"transfer must be auto, peer or staged, got {transfer!r}")
         if slots < 2:
             raise ValueError("slots must be >= 2 (the host order needs a slot freed before it is rewritten)")
         self.backend, self.pm, self.stages, self.slots, self.threads = backend, pm, stages, slots, threads
@@ -120,10 +123,12 @@ class Executor:
             src, dst = stages[k].device, stages[k + 1].device
             if src == dst:
                 mode = "same"
-            elif backend.can_access_peer(dst, src) and backend.can_access_peer(src, dst):
+            elif transfer != "staged" and backend.can_access_peer(dst, src) and backend.can_access_peer(src, dst):
                 backend.enable_peer(dst, src)
                 backend.enable_peer(src, dst)
                 mode = "peer"
+            elif transfer == "peer":
+                raise RuntimeError(f"devices {src} and {dst} cannot access each other's memory (transfer='peer')")
             else:
                 mode = "staged"
             bd = Boundary(src, dst, mode)

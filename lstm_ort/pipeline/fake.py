@@ -48,6 +48,9 @@ class FakeBackend:
         self._reads: dict[int, list[tuple[int, int]]] = {}
         self._streams: dict[int, Stream] = {}
         self.allocations = 0
+        # What the host has seen complete (cudaStreamSynchronize): work it enqueues later is ordered after it.
+        self._host_vc: dict[int, int] = {}
+        self._host_time = 0.0
 
     # -- devices -----------------------------------------------------------------------------
     def set_device(self, device: int) -> None:
@@ -83,6 +86,7 @@ class FakeBackend:
     def record(self, event: Event, stream: Stream) -> None:
         with self.lock:
             assert event.device == stream.device, "an event is recorded on a stream of its own device"
+            self._after_host(stream.handle)
             event.handle["vc"] = dict(self._vc[stream.handle])
             event.handle["time"] = self._time[stream.handle]
             self.log.append(Op("record", stream.name, self._time[stream.handle], self._time[stream.handle],
@@ -92,6 +96,7 @@ class FakeBackend:
         with self.lock:
             if event.handle["vc"] is None:
                 raise Hazard(f"{stream.name} waits on event {event.handle['id']}, never recorded")
+            self._after_host(stream.handle)
             vc = self._vc[stream.handle]
             for k, v in event.handle["vc"].items():
                 vc[k] = max(vc.get(k, 0), v)
@@ -101,15 +106,25 @@ class FakeBackend:
 
     def synchronize(self, stream: Stream) -> None:
         with self.lock:
+            for k, v in self._vc[stream.handle].items():
+                self._host_vc[k] = max(self._host_vc.get(k, 0), v)
+            self._host_time = max(self._host_time, self._time[stream.handle])
             self.log.append(Op("sync", stream.name))
+
+    def _after_host(self, sid: int) -> None:
+        vc = self._vc[sid]
+        for k, v in self._host_vc.items():
+            vc[k] = max(vc.get(k, 0), v)
+        self._time[sid] = max(self._time[sid], self._host_time)
 
     def elapsed_ms(self, start: Event, end: Event) -> float:
         return end.handle["time"] - start.handle["time"]
 
     # -- memory ----------------------------------------------------------------------------
-    def alloc(self, device: int, nbytes: int, name: str = "") -> DeviceBuffer:
+    def alloc(self, device: int, nbytes: int, name: str = "", counted: bool = True) -> DeviceBuffer:
+        """``allocations`` counts the executor's buffers, not the outputs ORT allocates per call."""
         with self.lock:
-            self.allocations += 1
+            self.allocations += int(counted)
             data = np.zeros(max(int(nbytes), 1), np.uint8)
             buf = DeviceBuffer(next(self._ids), device, int(nbytes), data, name)
             self.log.append(Op("alloc", None, meta={"buffer": buf.ptr, "name": name, "device": device, "bytes": nbytes}))
@@ -132,6 +147,7 @@ class FakeBackend:
     # -- the checker -----------------------------------------------------------------------
     def _access(self, stream: Stream, kind: str, reads, writes, duration: float, meta: dict) -> None:
         sid = stream.handle
+        self._after_host(sid)
         vc = self._vc[sid]
         vc[sid] += 1
         now = vc[sid]
@@ -211,7 +227,7 @@ class FakeRunner:
             for name, value in zip(names, results):
                 view = outputs[name]
                 if view is None:
-                    view = DeviceView(b.alloc(self.device, value.nbytes, f"ort:{name}"), value.shape, value.dtype)
+                    view = DeviceView(b.alloc(self.device, value.nbytes, f"ort:{name}", counted=False), value.shape, value.dtype)
                     allocated[name] = view
                 assert tuple(view.shape) == value.shape, (name, view.shape, value.shape)
                 writes.append((view, value))

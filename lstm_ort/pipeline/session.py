@@ -54,13 +54,14 @@ class PipelineSession:
     providers_options: extra CUDA EP options for every stage. backend: the device layer
     (default: CudaBackend; tests pass lstm_ort.pipeline.fake.FakeBackend). threads: one host
     thread per stage (True) or one thread enqueueing every stage (False). profile: time every
-    stage call and copy with events (``last_profile``).
+    stage call and copy with events (``last_profile``). transfer: "auto" (peer copies where the
+    devices can access each other, else through pinned host memory), "peer" or "staged".
     """
 
     def __init__(self, model, devices=(0, 1), stages="auto", micro_batch: int | None = None,
                  time_chunk: int | None = None, providers_options: dict | None = None, *, backend=None,
                  sess_options: ort.SessionOptions | None = None, threads: bool = True, profile: bool = False,
-                 cost_model: CostModel | None = None, slots: int = 2):
+                 cost_model: CostModel | None = None, slots: int = 2, transfer: str = "auto"):
         if isinstance(model, os.PathLike):
             model = os.fspath(model)
         self.pm: PipelineModel = analyze(model)
@@ -104,7 +105,7 @@ class PipelineSession:
             runner = backend.create_runner(sm.model.SerializeToString(), dev, stream, providers_options, sess_options)
             runner.stage = sm
             runtimes.append(StageRuntime(sm, dev, stream, runner))
-        self.executor = Executor(backend, pm, runtimes, slots=slots, threads=threads)
+        self.executor = Executor(backend, pm, runtimes, slots=slots, threads=threads, transfer=transfer)
         self._lock = threading.Lock()  # one call at a time: the buffers are shared
         self.last_plan: Plan | None = None
         self._inputs = [_arg_info(vi) for vi in pm.model.graph.input if vi.name not in pm.consts]

@@ -1,0 +1,392 @@
+"""lstm_ort.pipeline on the CPU: the partitioner, the planner, and both schedules on the fake
+device layer (which checks stream ordering the way a GPU applies it)."""
+
+import itertools
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper, numpy_helper
+
+from lstm_ort.builders import LstmSpec, fused_model, random_layers
+from lstm_ort.ops.packing import PackedWeights, pack_layers, unpack_layers, weight_count
+from lstm_ort.pipeline import PipelineSession, Unsupported
+from lstm_ort.pipeline.executor import Signal, stage_buffers_in_use
+from lstm_ort.pipeline.fake import FakeBackend, Hazard
+from lstm_ort.pipeline.partition import (
+    C0,
+    H0,
+    STAGE_IN,
+    STAGE_Y,
+    YC,
+    YH,
+    analyze,
+    balanced_ranges,
+    layer_costs,
+    ranges_from_counts,
+    slice_states,
+    slice_weights,
+    stage_models,
+)
+from lstm_ort.pipeline.schedule import CostModel, Plan, choose, host_order
+from lstm_ort.pipeline.testing import embedded_classifier, token_feeds
+from lstm_ort.testing import make_feeds, run
+
+CPU = ["CPUExecutionProvider"]
+
+
+def compositions(L, K):
+    return [c for c in itertools.product(range(1, L + 1), repeat=K) if sum(c) == L]
+
+
+def model_and_feeds(rng, direction="forward", layout=0, L=4, I=5, H=4, T=9, B=7, seq_lens=False,
+                    initial_states=False, peepholes=False):
+    spec = LstmSpec(input_size=I, hidden_size=H, num_layers=L, direction=direction, layout=layout, peepholes=peepholes)
+    model = fused_model(spec, random_layers(spec, rng), seq_lens=seq_lens, initial_states=initial_states)
+    return spec, model, make_feeds(spec, T, B, rng, seq_lens=seq_lens, initial_states=initial_states)
+
+
+def max_diff(a, b):
+    return max(float(np.abs(x.astype(np.float64) - y).max()) for x, y in zip(a, b))
+
+
+# -- the partitioner ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("direction", ["forward", "bidirectional"])
+@pytest.mark.parametrize("layout", [0, 1])
+def test_every_split_run_range_by_range_equals_the_stack(rng, direction, layout):
+    """Each stage model on the CPU EP, one after another: the unsplit node's Y, Y_h, Y_c."""
+    spec, model, feeds = model_and_feeds(rng, direction, layout, seq_lens=True, initial_states=True, peepholes=True)
+    ref = run(model, feeds)
+    pm = analyze(model)
+    for K in (1, 2, 3, 4):
+        for counts in compositions(4, K):
+            stages = stage_models(pm, ranges_from_counts(counts, 4))
+            x, hs, cs = None, [], []
+            for st in stages:
+                a, b = st.layers
+                f = {H0: slice_states(pm, feeds["initial_h"], a, b), C0: slice_states(pm, feeds["initial_c"], a, b),
+                     "sequence_lens": feeds["sequence_lens"]}
+                f.update({"X": feeds["X"]} if st.index == 0 else {STAGE_IN: x})
+                names = (["Y"] if st.index == K - 1 else [STAGE_Y]) + [YH, YC]
+                x, h, c = _run_names(st.model, f, names)
+                hs.append(h)
+                cs.append(c)
+            got = [x, np.concatenate(hs, axis=pm.state_axis), np.concatenate(cs, axis=pm.state_axis)]
+            assert max_diff(ref, got) <= 1e-6, counts
+
+
+def _run_names(model, feeds, names):
+    from lstm_ort.runtime.session import InferenceSession
+
+    return InferenceSession(model.SerializeToString(), providers=CPU).run(names, feeds)
+
+
+@pytest.mark.parametrize("D", [1, 2])
+def test_weight_slices_are_the_layers_packed_alone(rng, D):
+    spec = LstmSpec(input_size=6, hidden_size=3, num_layers=4, direction="bidirectional" if D == 2 else "forward",
+                    peepholes=True)
+    layers = random_layers(spec, rng)
+    model = fused_model(spec, layers)
+    pm = analyze(model)
+    for a, b in [(0, 1), (1, 3), (2, 4), (0, 4), (3, 4)]:
+        w = slice_weights(pm, a, b)
+        I = spec.input_size if a == 0 else D * spec.hidden_size
+        assert w["W"].size == weight_count(b - a, D, I, spec.hidden_size)
+        alone = pack_layers(layers[a:b])
+        np.testing.assert_array_equal(w["W"], alone.W)
+        np.testing.assert_array_equal(w["B"], alone.B)
+        np.testing.assert_array_equal(w["P"], alone.P)
+        back = unpack_layers(PackedWeights(w["W"], w["B"], w["P"]), b - a, D, I, spec.hidden_size)
+        np.testing.assert_allclose(back[0].W, layers[a].W)
+
+
+def test_balanced_ranges():
+    assert balanced_ranges([1.0] * 8, 2) == [(0, 4), (4, 8)]
+    assert balanced_ranges([1.0] * 8, 4) == [(0, 2), (2, 4), (4, 6), (6, 8)]
+    assert balanced_ranges([1.0] * 7, 2) in ([(0, 3), (3, 7)], [(0, 4), (4, 7)])
+    assert balanced_ranges([5.0, 1, 1, 1, 1, 1], 2) == [(0, 1), (1, 6)]
+    assert balanced_ranges([1.0] * 4, 2, first_extra=2.0) == [(0, 1), (1, 4)]
+    assert balanced_ranges([1.0] * 4, 2, last_extra=2.0) == [(0, 3), (3, 4)]
+    assert balanced_ranges([1.0] * 3, 3) == [(0, 1), (1, 2), (2, 3)]
+    with pytest.raises(Unsupported):
+        balanced_ranges([1.0] * 2, 3)
+    # Modelled per-layer FLOPs: layer 0 reads I, the others D*H.
+    costs = layer_costs(8, 1, 1024, 1024)
+    assert len(set(costs)) == 1 and costs[0] == 2 * 2048 * 4096
+    wide = layer_costs(4, 1, 4096, 512)
+    assert wide[0] > wide[1] and balanced_ranges(wide, 2) == [(0, 1), (1, 4)]
+    with pytest.raises(ValueError):
+        ranges_from_counts([2, 1], 4)
+
+
+def test_surrounding_ops_go_to_the_first_and_last_stage(rng):
+    spec = LstmSpec(input_size=5, hidden_size=4, num_layers=4)
+    pm = analyze(embedded_classifier(spec, rng))
+    assert [n.op_type for n in pm.pre_nodes] == ["Gather"]
+    assert [n.op_type for n in pm.post_nodes] == ["Transpose", "Reshape", "MatMul", "Add", "LogSoftmax"]
+    assert pm.inputs["tokens"].time == 0 and pm.inputs["tokens"].batch == 1
+    stages = stage_models(pm, [(0, 2), (2, 4)])
+    assert "Gather" in [n.op_type for n in stages[0].model.graph.node]
+    assert "MatMul" in [n.op_type for n in stages[1].model.graph.node]
+    assert "Gather" not in [n.op_type for n in stages[1].model.graph.node]
+    assert pm.chunk_refusal is None
+
+
+def _two_stacks(rng):
+    spec = LstmSpec(input_size=4, hidden_size=4, num_layers=1)
+    m = fused_model(spec, random_layers(spec, rng))
+    g = m.graph
+    second = onnx.NodeProto()
+    second.CopyFrom(g.node[0])
+    del second.input[:]
+    second.input.extend(["Y_flat", g.node[0].input[1]])
+    del second.output[:]
+    second.output.extend(["Y2"])
+    g.node.extend([helper.make_node("Squeeze", ["Y", "ax"], ["Y_flat"]), second])
+    g.initializer.append(numpy_helper.from_array(np.array([1], np.int64), "ax"))
+    return m
+
+
+def test_refusals_say_why(rng):
+    with pytest.raises(Unsupported, match="exactly one FusedLSTM"):
+        analyze(_two_stacks(rng))
+    spec = LstmSpec(input_size=4, hidden_size=4, num_layers=2)
+    m = fused_model(spec, random_layers(spec, rng))
+    m.graph.node.append(helper.make_node("ReduceMean", ["Y"], ["mean"], axes=[0]))
+    m.graph.output.append(helper.make_tensor_value_info("mean", onnx.TensorProto.FLOAT, None))
+    with pytest.raises(Unsupported, match="ReduceMean"):
+        analyze(m)
+    m = fused_model(spec, random_layers(spec, rng))
+    m.graph.node.append(helper.make_node("Relu", ["Y_h"], ["r"]))
+    m.graph.output.append(helper.make_tensor_value_info("r", onnx.TensorProto.FLOAT, None))
+    with pytest.raises(Unsupported, match="final states"):
+        analyze(m)
+    m = fused_model(spec, random_layers(spec, rng))
+    m.graph.node.append(helper.make_node("MatMul", ["Y", "Y"], ["yy"]))
+    m.graph.output.append(helper.make_tensor_value_info("yy", onnx.TensorProto.FLOAT, None))
+    with pytest.raises(Unsupported, match="MatMul"):
+        analyze(m)
+    spec_bi = LstmSpec(input_size=4, hidden_size=4, num_layers=2, direction="bidirectional")
+    with pytest.raises(Unsupported, match="forward"):
+        PipelineSession(fused_model(spec_bi, random_layers(spec_bi, rng)), time_chunk=2, backend=FakeBackend())
+    spec_seq = LstmSpec(input_size=4, hidden_size=4, num_layers=2)
+    with pytest.raises(Unsupported, match="sequence_lens"):
+        PipelineSession(fused_model(spec_seq, random_layers(spec_seq, rng), seq_lens=True), time_chunk=2,
+                        backend=FakeBackend())
+    with pytest.raises(ValueError, match="entries"):
+        PipelineSession(fused_model(spec, random_layers(spec, rng)), stages=[2], backend=FakeBackend())
+    with pytest.raises(Unsupported, match="stages"):
+        PipelineSession(fused_model(spec, random_layers(spec, rng)), devices=(0, 1, 2), backend=FakeBackend(3))
+
+
+# -- the planner -------------------------------------------------------------------------------
+
+def test_auto_plan_picks_by_batch_and_length():
+    flops = layer_costs(8, 1, 1024, 1024)
+    ranges = [(0, 4), (4, 8)]
+    one = choose(flops, ranges, 1, 2000, chunkable=True)
+    assert one.num_micro_batches == 1 and one.num_chunks >= 8 and one.modelled_ms < 0.6 * one.modelled_single_ms
+    big = choose(flops, ranges, 256, 100, chunkable=True)
+    assert big.num_items >= 4 and big.modelled_ms < big.modelled_single_ms
+    no_chunks = choose(flops, ranges, 64, 100, chunkable=False, chunk_refusal="bidirectional")
+    assert no_chunks.num_chunks == 1 and "bidirectional" in no_chunks.reason
+    fixed = choose(flops, ranges, 64, 100, chunkable=True, micro_batch=16, time_chunk=25)
+    assert (fixed.num_micro_batches, fixed.num_chunks, fixed.reason) == (4, 4, "as asked")
+    with pytest.raises(ValueError):
+        choose(flops, ranges, 64, 100, chunkable=False, time_chunk=10)
+    # A slower per-call overhead means fewer, longer chunks.
+    slow = choose(flops, ranges, 1, 2000, chunkable=True, cost=CostModel(layer_call_s=2e-3))
+    assert slow.num_chunks < one.num_chunks
+
+
+def test_plan_items_and_host_order():
+    plan = Plan(((0, 2), (2, 4)), batch=7, steps=9, micro_batch=3, time_chunk=4)
+    items = plan.items()
+    assert [(i.micro_batch, i.chunk) for i in items] == [(j, c) for j in range(3) for c in range(3)]
+    assert items[-1].rows == (6, 7) and items[-1].steps == (8, 9)
+    assert plan.gpipe_bubble == pytest.approx(1 / 10)
+    order = host_order(4, 3)
+    assert sorted(order) == sorted((k, i) for k in range(3) for i in range(4))
+    for k, i in order:  # a stage's item comes after the previous stage's
+        if k:
+            assert order.index((k - 1, i)) < order.index((k, i))
+
+
+# -- both schedules on the fake device layer ---------------------------------------------------
+
+CASES = [  # direction, layout, seq_lens, initial states, micro_batch, time_chunk
+    ("forward", 0, False, False, 3, 4),
+    ("forward", 1, False, True, 2, 3),
+    ("forward", 0, False, True, None, None),
+    ("reverse", 0, True, True, 3, None),
+    ("bidirectional", 1, True, False, 2, None),
+    ("bidirectional", 0, False, True, 7, None),
+]
+
+
+@pytest.mark.parametrize("threads", [True, False])
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(map(str, c)))
+def test_pipeline_equals_the_stack(rng, case, threads):
+    direction, layout, seq, init, mb, tc = case
+    spec, model, feeds = model_and_feeds(rng, direction, layout, seq_lens=seq, initial_states=init)
+    ref = run(model, feeds)
+    be = FakeBackend(3)
+    sess = PipelineSession(model, devices=(0, 1, 2), stages=[1, 2, 1], micro_batch=mb, time_chunk=tc, backend=be,
+                           threads=threads)
+    got = sess.run(None, feeds)
+    assert max_diff(ref, got) <= 1e-6, sess.last_plan.describe()
+    assert sess.run(["Y_h"], feeds)[0].shape == ref[1].shape
+
+
+@pytest.mark.parametrize("layout", [0, 1])
+@pytest.mark.parametrize("direction", ["forward", "bidirectional"])
+def test_ops_before_and_after(rng, layout, direction):
+    spec = LstmSpec(input_size=5, hidden_size=4, num_layers=3, layout=layout, direction=direction)
+    model = embedded_classifier(spec, rng)
+    feeds = token_feeds(spec, 10, 6, rng)
+    ref = run(model, feeds)
+    for mb, tc in [(2, 3), (4, None), (6, 10)]:
+        if tc and direction != "forward":
+            tc = None
+        sess = PipelineSession(model, devices=(0, 1), micro_batch=mb, time_chunk=tc, backend=FakeBackend())
+        assert max_diff(ref, sess.run(None, feeds)) <= 1e-6
+
+
+def _run_with_costs(model, feeds, devices, **kw):
+    be = FakeBackend(len(set(devices)) if len(set(devices)) > 1 else 1, cost=lambda st, rows, steps: 1.0,
+                     copy_cost=0.0)
+    sess = PipelineSession(model, devices=devices, backend=be, **kw)
+    sess.run(None, feeds)
+    return be, sess
+
+
+def test_gpipe_order(rng):
+    """Micro-batches: stage k runs micro-batch j while stage k+1 runs j-1, no stage waits for
+    more than its predecessor's item, and the run takes M + K - 1 slots."""
+    spec, model, feeds = model_and_feeds(rng, "bidirectional", 0, B=8)
+    be, sess = _run_with_costs(model, feeds, (0, 1, 2), stages=[1, 2, 1], micro_batch=2)
+    runs = be.runs()
+    starts = {(op.meta["stage"], op.meta["micro_batch"]): op.start for op in runs}
+    assert sess.last_plan.num_micro_batches == 4 and sess.last_plan.num_chunks == 1
+    for (k, j), t in starts.items():
+        assert t == k + j, (k, j, t)
+    for j in range(1, 4):
+        assert starts[(0, j)] == starts[(1, j - 1)] == starts[(2, j - 2)] if j >= 2 else True
+    assert max(op.end for op in runs) == 4 + 3 - 1
+    by_stage = [[op.meta["micro_batch"] for op in runs if op.stream == f"stage{k}"] for k in range(3)]
+    assert by_stage == [[0, 1, 2, 3]] * 3
+
+
+def test_time_chunk_wavefront_order(rng):
+    """One sequence in chunks: stage k runs chunk c while stage k+1 runs chunk c-1."""
+    spec, model, feeds = model_and_feeds(rng, "forward", 0, B=1, T=10)
+    be, sess = _run_with_costs(model, feeds, (0, 1, 2), stages=[2, 1, 1], time_chunk=2)
+    plan = sess.last_plan
+    assert (plan.num_micro_batches, plan.num_chunks) == (1, 5)
+    starts = {(op.meta["stage"], op.meta["chunk"]): op.start for op in be.runs()}
+    assert starts == {(k, c): float(k + c) for k in range(3) for c in range(5)}
+    # Each stage's state travels from chunk to chunk in its own two buffers.
+    steps = [op.meta["steps"] for op in be.runs()]
+    assert set(steps) == {2}
+
+
+def test_no_stage_reads_before_its_producer(rng, monkeypatch):
+    """The checker catches a missing event wait (read too early) and a missing free wait
+    (slot overwritten before it was read): the executor's waits are what keeps it quiet."""
+    spec, model, feeds = model_and_feeds(rng, "forward", 0, B=8)
+    original = Signal.wait
+
+    def skip_ready(self, backend, stream, gen):
+        if stream.name.startswith("stage1"):
+            return None  # the consumer forgets to wait for the copy
+        return original(self, backend, stream, gen)
+
+    monkeypatch.setattr(Signal, "wait", skip_ready)
+    with pytest.raises(Hazard, match="before its producer's event"):
+        PipelineSession(model, devices=(0, 1), micro_batch=2, backend=FakeBackend(), threads=False).run(None, feeds)
+
+    def skip_free(self, backend, stream, gen):
+        if stream.name == "stage0":
+            return None  # the producer rewrites a slot without waiting for the consumer
+        return original(self, backend, stream, gen)
+
+    monkeypatch.setattr(Signal, "wait", skip_free)
+    with pytest.raises(Hazard):
+        PipelineSession(model, devices=(0, 1), micro_batch=1, backend=FakeBackend(), threads=False).run(None, feeds)
+    monkeypatch.setattr(Signal, "wait", original)
+    PipelineSession(model, devices=(0, 1), micro_batch=1, backend=FakeBackend(), threads=False).run(None, feeds)
+
+
+def test_buffers_are_reused(rng):
+    spec, model, feeds = model_and_feeds(rng, "forward", 0, B=8, T=12)
+    be = FakeBackend()
+    sess = PipelineSession(model, devices=(0, 1), micro_batch=1, time_chunk=3, backend=be)
+    sess.run(None, feeds)
+    assert sess.last_plan.num_items == 32
+    bufs = stage_buffers_in_use(sess.executor)
+    # 2 slots on each side of the boundary, 2 h and 2 c buffers per stage: whatever the item count.
+    assert len(bufs) == 2 * 2 + 2 * 2 * 2
+    runs = be.runs()
+    slots_of = {op.meta["slot"] for op in runs}
+    assert slots_of == {0, 1}
+    allocated = be.allocations
+    sess.run(None, feeds)
+    sess.run(None, {"X": feeds["X"][:, :4]})
+    assert be.allocations == allocated
+
+
+def test_staged_and_same_device_boundaries(rng):
+    spec, model, feeds = model_and_feeds(rng, "forward", 1, initial_states=True)
+    ref = run(model, feeds)
+    for devices, kw, be, mode in [((0, 1), {}, FakeBackend(peer=False), "staged"),
+                                  ((0, 1), {"transfer": "staged"}, FakeBackend(), "staged"),
+                                  ((0, 0), {}, FakeBackend(), "same"),
+                                  ((0, 1), {}, FakeBackend(), "peer")]:
+        sess = PipelineSession(model, devices=devices, micro_batch=3, time_chunk=4, backend=be, **kw)
+        assert [bd.mode for bd in sess.executor.boundaries] == [mode]
+        assert max_diff(ref, sess.run(None, feeds)) <= 1e-6
+        kinds = {op.kind for op in be.log}
+        assert ("copy_peer" in kinds) == (mode == "peer") and ("copy_h2d" in kinds) == (mode == "staged")
+
+
+def test_session_interface(rng):
+    spec = LstmSpec(input_size=5, hidden_size=4, num_layers=2)
+    model = embedded_classifier(spec, rng)
+    sess = PipelineSession(model, backend=FakeBackend())
+    assert [i.name for i in sess.get_inputs()] == ["tokens"]
+    assert [o.name for o in sess.get_outputs()] == ["logits", "Y_h"]
+    feeds = token_feeds(spec, 6, 3, rng)
+    ref = run(model, feeds)
+    logits, = sess.run(["logits"], feeds)
+    np.testing.assert_allclose(logits, ref[0], atol=1e-6)
+    binding = sess.io_binding()
+    binding.bind_cpu_input("tokens", feeds["tokens"])
+    binding.bind_output("Y_h", "cuda", 0)
+    sess.run_with_iobinding(binding)
+    np.testing.assert_allclose(binding.copy_outputs_to_cpu()[0], ref[1], atol=1e-6)
+    assert "stage 0" in sess.describe() and "ops before" in sess.describe()
+    with pytest.raises(ValueError, match="missing"):
+        sess.run(None, {})
+    with pytest.raises(ValueError, match="unknown"):
+        sess.run(["nope"], feeds)
+
+
+def test_profile_on_the_fake(rng):
+    spec, model, feeds = model_and_feeds(rng, "forward", 0, B=4)
+    be = FakeBackend(cost=lambda st, rows, steps: 1.0)
+    sess = PipelineSession(model, devices=(0, 1), micro_batch=1, backend=be, profile=True)
+    sess.run(None, feeds)
+    prof = sess.last_profile.as_dict()
+    assert prof["items"] == 4 and prof["stage_busy_ms"] == pytest.approx([4.0, 4.0])
+    assert prof["gpipe_bubble"] == pytest.approx(1 / 5)
+    assert prof["copy_bytes"][0] == 9 * 4 * 4 * 4
+
+
+def test_package_imports_without_cuda_python():
+    code = ("import sys; sys.modules['cuda'] = None; import lstm_ort.pipeline as p; "
+            "print(sorted(m for m in sys.modules if m.startswith(('lstm_ort.rewriter', 'onnxscript', 'cuda.'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

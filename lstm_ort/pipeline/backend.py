@@ -215,9 +215,9 @@ class OrtCudaRunner:
         got = self.session.get_provider_options().get("CUDAExecutionProvider")
         if got is None:
             raise RuntimeError("onnxruntime did not create the CUDA execution provider for a pipeline stage")
-        if got.get("user_compute_stream") not in (str(stream_handle), hex(stream_handle)) or \
-                got.get("has_user_compute_stream", "1") not in ("1", "true", "True"):
-            raise RuntimeError(f"onnxruntime ignored user_compute_stream for a pipeline stage (got {got})")
+        if not _uses_stream(got, stream_handle):
+            raise RuntimeError(f"onnxruntime did not take user_compute_stream={stream_handle} for a pipeline stage "
+                               f"(its CUDA options: {got})")
         self.run_options = ort.RunOptions()
         self.run_options.add_run_config_entry(RUN_NO_SYNC, "1")
         self._ort = ort
@@ -246,6 +246,19 @@ class OrtCudaRunner:
                 allocated[name] = DeviceView(DeviceBuffer(value.data_ptr(), self.device, nbytes, owner=value),
                                              shape, dtype)
         return allocated
+
+
+def _uses_stream(options: dict, handle: int) -> bool:
+    """Whether the CUDA EP's options (as get_provider_options reports them) name our stream."""
+    if str(options.get("has_user_compute_stream", "1")).lower() in ("0", "false"):
+        return False
+    value = options.get("user_compute_stream")
+    if value is None:
+        return True  # not reported by this onnxruntime: nothing to contradict
+    try:
+        return int(str(value), 0) == handle
+    except ValueError:
+        return True
 
 
 _NP_OF_ORT = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(double)": np.float64,

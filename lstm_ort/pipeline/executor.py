@@ -58,6 +58,8 @@ class StageRuntime:
     device: int
     stream: Stream
     runner: object
+    out_stream: Stream | None = None  # the last stage's outputs go to the host on this stream
+    out_event: Event | None = None
     h: list = field(default_factory=list)  # 2 state buffers each (chunk c writes slot c % 2)
     c: list = field(default_factory=list)
     state_bytes: int = 0
@@ -142,6 +144,18 @@ class Executor:
                 bd.mid = [backend.create_event(src) for _ in range(slots)]
                 bd.send_stream = backend.create_stream(src, f"d2h{k}")
             self.boundaries.append(bd)
+        # The call's inputs reach stage 0's device on their own stream, from pinned memory, beside
+        # stage 0's work; ``in_free[s]`` (recorded after the Run that read slot s) guards slot reuse.
+        first = stages[0]
+        self.in_stream = backend.create_stream(first.device, "inputs")
+        self.in_ready = backend.create_event(first.device)
+        self.in_free = [backend.create_event(first.device) for _ in range(slots)]
+        self.in_bufs: dict[str, list] = {}
+        self.in_bytes: dict[str, int] = {}
+        last = stages[-1]
+        last.out_stream = backend.create_stream(last.device, "outputs")
+        last.out_event = backend.create_event(last.device)
+        self.workers: _Workers | None = None
         self.host_cache: dict = {}
         self.last_profile: RunProfile | None = None
 
@@ -155,8 +169,25 @@ class Executor:
         n = (b - a) * self.pm.directions
         return (n, rows, self.pm.hidden) if self.pm.layout == 0 else (rows, n, self.pm.hidden)
 
-    def _ensure_buffers(self, plan: Plan) -> None:
+    def _item_shape(self, name: str, shape: tuple, rows: int, steps: int) -> tuple:
+        ax = self.pm.inputs[name]
+        shape = list(shape)
+        shape[ax.batch] = rows
+        if ax.time is not None:
+            shape[ax.time] = steps
+        return tuple(shape)
+
+    def _ensure_buffers(self, plan: Plan, feeds: dict) -> None:
         be = self.backend
+        for name in self.pm.inputs:
+            v = feeds[name]
+            nbytes = int(np.prod(self._item_shape(name, v.shape, plan.micro_batch, plan.time_chunk))) * v.itemsize
+            if self.in_bytes.get(name, 0) < nbytes:
+                for buf in self.in_bufs.get(name, []):
+                    be.free(buf)
+                self.in_bufs[name] = [be.alloc(self.stages[0].device, nbytes, f"in:{name}.{s}")
+                                      for s in range(self.slots)]
+                self.in_bytes[name] = nbytes
         y_bytes = int(np.prod(self._y_shape(plan.micro_batch, plan.time_chunk))) * self.itemsize
         for k, bd in enumerate(self.boundaries):
             if bd.slot_bytes >= y_bytes:
@@ -190,8 +221,22 @@ class Executor:
             self.host_cache[key] = arr
         return arr
 
+    def _workers(self) -> _Workers:
+        # One thread per stage for the session's life: the op library keeps a cuBLAS handle per
+        # (device, thread) and ORT a context per thread, so threads are not made per call.
+        if self.workers is None:
+            self.workers = _Workers([st.device for st in self.stages], self.backend)
+        return self.workers
+
     def close(self) -> None:
         be = self.backend
+        if self.workers is not None:
+            self.workers.stop()
+            self.workers = None
+        for bufs in self.in_bufs.values():
+            for buf in bufs:
+                be.free(buf)
+        self.in_bufs, self.in_bytes = {}, {}
         for bd in self.boundaries:
             for buf in bd.send + [r for r in bd.recv if r not in bd.send]:
                 be.free(buf)
@@ -211,25 +256,25 @@ class Executor:
         pm, be = self.pm, self.backend
         K = len(self.stages)
         items = plan.items()
-        self._ensure_buffers(plan)
+        self._ensure_buffers(plan, feeds)
         self.flag["abort"] = False
         for bd in self.boundaries:
             for sig in bd.ready + bd.free:
                 sig.gen = -1
         want_post = [o for o in pm.outputs if o.kind == "post" and o.name in want]
         want_states = {o.kind for o in pm.outputs if o.kind != "post" and o.name in want}
-        # Host slices of every item's inputs, made before the stages start.
-        x_parts, lens_parts, init_parts = {}, {}, {}
-        for it in items:
-            part = {}
-            for name, ax in pm.inputs.items():
-                v = feeds[name]
-                index = [slice(None)] * v.ndim
-                index[ax.batch] = slice(*it.rows)
-                if ax.time is not None:
-                    index[ax.time] = slice(*it.steps)
-                part[name] = np.ascontiguousarray(v[tuple(index)])
-            x_parts[it.index] = part
+        # Pinned staging for the whole call's inputs, one region per item, filled by stage 0's
+        # thread just before it sends the item (so the host copy overlaps the GPUs' work).
+        staging, offsets = {}, {}
+        for name in pm.inputs:
+            v = feeds[name]
+            staging[name] = self._host(("in", name), (v.nbytes,), np.uint8)
+            off = 0
+            for it in items:
+                offsets[(name, it.index)] = off
+                off += int(np.prod(self._item_shape(name, v.shape, it.rows[1] - it.rows[0],
+                                                    it.steps[1] - it.steps[0]))) * v.itemsize
+        lens_parts, init_parts = {}, {}
         for j in range(plan.num_micro_batches):
             b0, b1 = j * plan.micro_batch, min(plan.batch, (j + 1) * plan.micro_batch)
             if pm.sequence_lens:
@@ -262,7 +307,23 @@ class Executor:
             rows, steps = it.rows[1] - it.rows[0], it.steps[1] - it.steps[0]
             inputs, outputs = {}, {}
             if k == 0:
-                inputs.update(x_parts[it.index])
+                for name, ax in pm.inputs.items():
+                    v = feeds[name]
+                    index = [slice(None)] * v.ndim
+                    index[ax.batch] = slice(*it.rows)
+                    if ax.time is not None:
+                        index[ax.time] = slice(*it.steps)
+                    part = v[tuple(index)]
+                    off = offsets[(name, it.index)]
+                    region = staging[name][off:off + part.nbytes].view(part.dtype).reshape(part.shape)
+                    np.copyto(region, part)
+                    if it.index >= self.slots:
+                        be.wait(self.in_stream, self.in_free[s])
+                    dev = DeviceView(self.in_bufs[name][s], part.shape, part.dtype)
+                    be.copy_h2d(dev, region, self.in_stream)
+                    inputs[name] = dev
+                be.record(self.in_ready, self.in_stream)
+                be.wait(st.stream, self.in_ready)
             else:
                 bd = self.boundaries[k - 1]
                 bd.ready[s].wait(be, st.stream, it.index)
@@ -296,7 +357,9 @@ class Executor:
             allocated = st.runner.run(inputs, outputs)
             if profile:
                 be.record(timing[("run", k, it.index)][1], st.stream)
-            if k > 0:
+            if k == 0:
+                be.record(self.in_free[s], st.stream)
+            else:
                 self.boundaries[k - 1].free[s].record(be, st.stream, it.index)
             if k < K - 1:
                 self._send(k, s, it, outputs[STAGE_Y], timing.get(("copy", k, it.index)))
@@ -308,11 +371,15 @@ class Executor:
                         be.copy_d2h(host, DeviceView(bufs[cur], sshape, pm.np_dtype), st.stream)
                         with lock:
                             results[(kind, k, it.micro_batch)] = host
-            if k == K - 1:
+            if k == K - 1 and want_post:
+                # ORT allocated these for this call only (kept referenced until the end of the
+                # call), so their copy to the host can run beside the next item's work.
+                be.record(st.out_event, st.stream)
+                be.wait(st.out_stream, st.out_event)
                 for o in want_post:
                     view = allocated[o.name]
                     host = self._host(("post", o.name, it.index), view.shape, view.dtype)
-                    be.copy_d2h(host, view, st.stream)
+                    be.copy_d2h(host, view, st.out_stream)
                     with lock:
                         results[("post", o.name, it.index)] = host
                         keep.append(view)
@@ -322,7 +389,6 @@ class Executor:
         if self.threads and K > 1:
             def loop(k):
                 try:
-                    be.set_device(self.stages[k].device)
                     for it in items:
                         task(k, it)
                 except BaseException as e:  # noqa: BLE001 - handed to the caller
@@ -331,20 +397,18 @@ class Executor:
                         self.flag["abort"] = True
                         self.cond.notify_all()
 
-            workers = [threading.Thread(target=loop, args=(k,), name=f"lstm-ort-stage{k}", daemon=True)
-                       for k in range(K)]
-            for w in workers:
-                w.start()
-            for w in workers:
-                w.join()
+            self._workers().run_all([lambda k=k: loop(k) for k in range(K)])
         else:
             try:
                 for k, i in host_order(len(items), K):
                     task(k, items[i])
             except BaseException as e:  # noqa: BLE001
                 errors.append(e)
+        be.synchronize(self.in_stream)
         for st in self.stages:
             be.synchronize(st.stream)
+            if st.out_stream is not None:
+                be.synchronize(st.out_stream)
         for bd in self.boundaries:
             for s in (bd.copy_stream, bd.send_stream):
                 if s is not None:
@@ -415,6 +479,50 @@ class Executor:
         return out
 
 
+class _Workers:
+    """One long-lived thread per stage, its device current; ``run_all`` runs one job on each."""
+
+    def __init__(self, devices: list[int], backend):
+        import queue
+
+        self.queues = [queue.Queue() for _ in devices]
+        self.threads = []
+        for k, dev in enumerate(devices):
+            t = threading.Thread(target=self._loop, args=(self.queues[k], dev, backend), daemon=True,
+                                 name=f"lstm-ort-stage{k}")
+            t.start()
+            self.threads.append(t)
+
+    @staticmethod
+    def _loop(q, device: int, backend) -> None:
+        try:
+            backend.set_device(device)
+        except Exception:  # noqa: BLE001 - reported by the first job instead
+            pass
+        while True:
+            job = q.get()
+            if job is None:
+                return
+            fn, done = job
+            try:
+                fn()
+            finally:
+                done.set()
+
+    def run_all(self, jobs: list) -> None:
+        dones = []
+        for q, fn in zip(self.queues, jobs):
+            done = threading.Event()
+            q.put((fn, done))
+            dones.append(done)
+        for done in dones:
+            done.wait()
+
+    def stop(self) -> None:
+        for q in self.queues:
+            q.put(None)
+
+
 def stage_buffers_in_use(executor: Executor) -> list[DeviceBuffer]:
     """Every device buffer the executor holds (tests count them)."""
     bufs = []
@@ -422,4 +530,6 @@ def stage_buffers_in_use(executor: Executor) -> list[DeviceBuffer]:
         bufs += bd.send + [r for r in bd.recv if r not in bd.send]
     for st in executor.stages:
         bufs += st.h + st.c
+    for slots in executor.in_bufs.values():
+        bufs += slots
     return bufs

@@ -89,13 +89,7 @@ class PipelineSession:
                 raise ValueError(f"stages={counts} has {len(counts)} entries for {len(self.devices)} devices")
             self.ranges = ranges_from_counts(counts, pm.layers)
             self.stage_reason = "as asked"
-        if micro_batch is not None and micro_batch < 1:
-            raise ValueError(f"micro_batch must be >= 1, got {micro_batch}")
-        if time_chunk is not None and time_chunk < 1:
-            raise ValueError(f"time_chunk must be >= 1, got {time_chunk}")
-        if time_chunk is not None and pm.chunk_refusal:
-            raise Unsupported(f"time_chunk={time_chunk}: {pm.chunk_refusal}")
-        self.micro_batch, self.time_chunk = micro_batch, time_chunk
+        self.set_schedule(micro_batch, time_chunk)
         self.cost_model = cost_model or CostModel()
         self.profile = profile
         self.stage_models = stage_models(pm, self.ranges)
@@ -138,6 +132,16 @@ class PipelineSession:
     @property
     def _model_bytes(self) -> bytes:  # what lstm_ort.serving reads a session's model from
         return self.pm.model.SerializeToString()
+
+    def set_schedule(self, micro_batch: int | None = None, time_chunk: int | None = None) -> None:
+        """Fix (or, with None, leave to each call's plan) the micro-batch rows and chunk steps."""
+        if micro_batch is not None and micro_batch < 1:
+            raise ValueError(f"micro_batch must be >= 1, got {micro_batch}")
+        if time_chunk is not None and time_chunk < 1:
+            raise ValueError(f"time_chunk must be >= 1, got {time_chunk}")
+        if time_chunk is not None and self.pm.chunk_refusal:
+            raise Unsupported(f"time_chunk={time_chunk}: {self.pm.chunk_refusal}")
+        self.micro_batch, self.time_chunk = micro_batch, time_chunk
 
     # -- planning ------------------------------------------------------------------------------
     def plan(self, batch: int, steps: int) -> Plan:

@@ -1,0 +1,155 @@
+"""lstm_ort.pipeline on real GPUs: parity with the single-GPU session (<= 2e-5, fp32) for every
+split of a 4-layer stack, both schedules, uni/bidirectional, sequence_lens, ops before/after,
+peer and staged transfers, two stages on one GPU.
+
+    PYTHONPATH=. LSTM_ORT_LIBRARY=build/.../liblstm_ort_ops.so python3 -m pytest -q -m gpu tests/test_pipeline_gpu.py
+"""
+
+import numpy as np
+import pytest
+
+from lstm_ort.builders import LstmSpec, fused_model, random_layers
+from lstm_ort.testing import make_feeds
+
+pytestmark = pytest.mark.gpu
+TOL = 2e-5
+
+
+def gpu_count() -> int:
+    try:
+        from cuda.bindings import runtime
+    except ImportError:
+        return -1
+    err, n = runtime.cudaGetDeviceCount()
+    return int(n) if err == runtime.cudaError_t.cudaSuccess else 0
+
+
+def need(n: int):
+    count = gpu_count()
+    if count < 0:
+        pytest.skip("cuda-python is not installed (pip install 'lstm-ort[pipeline]')")
+    if count < n:
+        pytest.skip(f"needs {n} GPUs, {count} visible")
+
+
+@pytest.fixture
+def two_gpus():
+    need(2)
+
+
+@pytest.fixture
+def one_gpu():
+    need(1)
+
+
+def single_gpu(model, feeds, names=None):
+    from lstm_ort.runtime.session import InferenceSession
+
+    sess = InferenceSession(model.SerializeToString(), providers=[("CUDAExecutionProvider", {"device_id": "0"})])
+    wanted = {i.name for i in sess.get_inputs()}
+    return sess.run(names, {k: v for k, v in feeds.items() if k in wanted})
+
+
+def max_diff(a, b):
+    assert len(a) == len(b)
+    worst = 0.0
+    for x, y in zip(a, b):
+        assert x.shape == y.shape, (x.shape, y.shape)
+        worst = max(worst, float(np.abs(x.astype(np.float64) - y).max(initial=0.0)))
+    return worst
+
+
+def pipeline(model, **kw):
+    from lstm_ort.pipeline import PipelineSession
+
+    return PipelineSession(model, **kw)
+
+
+def case(rng, direction="forward", layout=0, L=4, I=48, H=64, T=40, B=16, seq_lens=False, initial_states=True):
+    spec = LstmSpec(input_size=I, hidden_size=H, num_layers=L, direction=direction, layout=layout)
+    model = fused_model(spec, random_layers(spec, rng), seq_lens=seq_lens, initial_states=initial_states)
+    return model, make_feeds(spec, T, B, rng, seq_lens=seq_lens, initial_states=initial_states)
+
+
+@pytest.mark.parametrize("direction", ["forward", "bidirectional"])
+@pytest.mark.parametrize("counts", [[1, 3], [2, 2], [3, 1]])
+def test_every_split_both_schedules(two_gpus, rng, direction, counts):
+    model, feeds = case(rng, direction)
+    ref = single_gpu(model, feeds)
+    schedules = [dict(micro_batch=4), dict(micro_batch=16)]
+    if direction == "forward":
+        schedules += [dict(micro_batch=16, time_chunk=10), dict(micro_batch=8, time_chunk=7)]
+    for sched in schedules:
+        sess = pipeline(model, devices=(0, 1), stages=counts, **sched)
+        got = sess.run(None, feeds)
+        assert max_diff(ref, got) <= TOL, (sched, sess.last_plan.describe())
+        sess.close()
+
+
+@pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
+def test_sequence_lens_micro_batches(two_gpus, rng, direction):
+    model, feeds = case(rng, direction, layout=1, seq_lens=True)
+    ref = single_gpu(model, feeds)
+    sess = pipeline(model, devices=(0, 1), micro_batch=5)
+    assert sess.last_plan is None
+    got = sess.run(None, feeds)
+    assert sess.last_plan.num_chunks == 1 and sess.last_plan.num_micro_batches == 4
+    assert max_diff(ref, got) <= TOL
+
+
+def test_auto_plans(two_gpus, rng):
+    """stages='auto', micro_batch/time_chunk chosen per call: one long sequence goes in chunks."""
+    model, feeds = case(rng, "forward", T=300, B=1, H=128, I=128)
+    ref = single_gpu(model, feeds)
+    sess = pipeline(model, devices=(0, 1))
+    got = sess.run(None, feeds)
+    assert sess.last_plan.num_chunks > 1, sess.last_plan.describe()
+    assert max_diff(ref, got) <= TOL
+    model, feeds = case(rng, "bidirectional", B=32)
+    ref = single_gpu(model, feeds)
+    sess = pipeline(model, devices=(0, 1))
+    assert max_diff(ref, sess.run(None, feeds)) <= TOL
+    assert sess.last_plan.num_chunks == 1
+
+
+def test_ops_before_and_after(two_gpus, rng):
+    from lstm_ort.pipeline.testing import embedded_classifier, token_feeds
+
+    for direction in ("forward", "bidirectional"):
+        spec = LstmSpec(input_size=32, hidden_size=64, num_layers=4, direction=direction)
+        model = embedded_classifier(spec, rng, vocab=50, classes=7)
+        feeds = token_feeds(spec, 30, 12, rng, vocab=50)
+        ref = single_gpu(model, feeds)
+        sess = pipeline(model, devices=(0, 1), micro_batch=4, time_chunk=10 if direction == "forward" else None)
+        assert max_diff(ref, sess.run(None, feeds)) <= TOL
+
+
+@pytest.mark.parametrize("threads", [True, False])
+@pytest.mark.parametrize("transfer", ["auto", "staged"])
+def test_transfers_and_host_threads(two_gpus, rng, transfer, threads):
+    model, feeds = case(rng, "forward", layout=1)
+    ref = single_gpu(model, feeds)
+    sess = pipeline(model, devices=(0, 1), micro_batch=4, time_chunk=8, transfer=transfer, threads=threads)
+    for _ in range(3):  # buffers and events reused from call to call
+        assert max_diff(ref, sess.run(None, feeds)) <= TOL
+    modes = [bd.mode for bd in sess.executor.boundaries]
+    assert modes == ["staged"] if transfer == "staged" else modes[0] in ("peer", "staged")
+
+
+def test_two_stages_on_one_gpu(one_gpu, rng):
+    for direction, sched in (("forward", dict(micro_batch=8, time_chunk=10)), ("bidirectional", dict(micro_batch=4))):
+        model, feeds = case(rng, direction)
+        ref = single_gpu(model, feeds)
+        sess = pipeline(model, devices=(0, 0), **sched)
+        assert [bd.mode for bd in sess.executor.boundaries] == ["same"]
+        assert max_diff(ref, sess.run(None, feeds)) <= TOL
+
+
+def test_profile(two_gpus, rng):
+    model, feeds = case(rng, "forward", T=64, B=32, H=128, I=128)
+    sess = pipeline(model, devices=(0, 1), micro_batch=8, time_chunk=16, profile=True)
+    sess.run(None, feeds)
+    prof = sess.last_profile.as_dict()
+    assert prof["items"] == 16 and all(b > 0 for b in prof["stage_busy_ms"])
+    assert prof["copy_ms_total"][0] > 0 and prof["copy_bytes"][0] == 64 * 32 * 128 * 4
+    assert 0 <= prof["measured_bubble"] < 1

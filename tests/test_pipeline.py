@@ -58,7 +58,7 @@ def max_diff(a, b):
 @pytest.mark.parametrize("layout", [0, 1])
 def test_every_split_run_range_by_range_equals_the_stack(rng, direction, layout):
     """Each stage model on the CPU EP, one after another: the unsplit node's Y, Y_h, Y_c."""
-    spec, model, feeds = model_and_feeds(rng, direction, layout, seq_lens=True, initial_states=True, peepholes=True)
+    _, model, feeds = model_and_feeds(rng, direction, layout, seq_lens=True, initial_states=True, peepholes=True)
     ref = run(model, feeds)
     pm = analyze(model)
     for K in (1, 2, 3, 4):
@@ -231,7 +231,7 @@ CASES = [  # direction, layout, seq_lens, initial states, micro_batch, time_chun
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(map(str, c)))
 def test_pipeline_equals_the_stack(rng, case, threads):
     direction, layout, seq, init, mb, tc = case
-    spec, model, feeds = model_and_feeds(rng, direction, layout, seq_lens=seq, initial_states=init)
+    _, model, feeds = model_and_feeds(rng, direction, layout, seq_lens=seq, initial_states=init)
     ref = run(model, feeds)
     be = FakeBackend(3)
     sess = PipelineSession(model, devices=(0, 1, 2), stages=[1, 2, 1], micro_batch=mb, time_chunk=tc, backend=be,
@@ -256,7 +256,7 @@ def test_ops_before_and_after(rng, layout, direction):
 
 
 def _run_with_costs(model, feeds, devices, **kw):
-    be = FakeBackend(len(set(devices)) if len(set(devices)) > 1 else 1, cost=lambda st, rows, steps: 1.0,
+    be = FakeBackend(max(1, len(set(devices))), cost=lambda st, rows, steps: 1.0,
                      copy_cost=0.0)
     sess = PipelineSession(model, devices=devices, backend=be, **kw)
     sess.run(None, feeds)
@@ -266,7 +266,7 @@ def _run_with_costs(model, feeds, devices, **kw):
 def test_gpipe_order(rng):
     """Micro-batches: stage k runs micro-batch j while stage k+1 runs j-1, no stage waits for
     more than its predecessor's item, and the run takes M + K - 1 slots."""
-    spec, model, feeds = model_and_feeds(rng, "bidirectional", 0, B=8)
+    _, model, feeds = model_and_feeds(rng, "bidirectional", 0, B=8)
     be, sess = _run_with_costs(model, feeds, (0, 1, 2), stages=[1, 2, 1], micro_batch=2)
     runs = be.runs()
     starts = {(op.meta["stage"], op.meta["micro_batch"]): op.start for op in runs}
@@ -282,7 +282,7 @@ def test_gpipe_order(rng):
 
 def test_time_chunk_wavefront_order(rng):
     """One sequence in chunks: stage k runs chunk c while stage k+1 runs chunk c-1."""
-    spec, model, feeds = model_and_feeds(rng, "forward", 0, B=1, T=10)
+    _, model, feeds = model_and_feeds(rng, "forward", 0, B=1, T=10)
     be, sess = _run_with_costs(model, feeds, (0, 1, 2), stages=[2, 1, 1], time_chunk=2)
     plan = sess.last_plan
     assert (plan.num_micro_batches, plan.num_chunks) == (1, 5)
@@ -296,7 +296,7 @@ def test_time_chunk_wavefront_order(rng):
 def test_no_stage_reads_before_its_producer(rng, monkeypatch):
     """The checker catches a missing event wait (read too early) and a missing free wait
     (slot overwritten before it was read): the executor's waits are what keeps it quiet."""
-    spec, model, feeds = model_and_feeds(rng, "forward", 0, B=8)
+    _, model, feeds = model_and_feeds(rng, "forward", 0, B=8)
     original = Signal.wait
 
     def skip_ready(self, backend, stream, gen):
@@ -321,7 +321,7 @@ def test_no_stage_reads_before_its_producer(rng, monkeypatch):
 
 
 def test_buffers_are_reused(rng):
-    spec, model, feeds = model_and_feeds(rng, "forward", 0, B=8, T=12)
+    _, model, feeds = model_and_feeds(rng, "forward", 0, B=8, T=12)
     be = FakeBackend()
     sess = PipelineSession(model, devices=(0, 1), micro_batch=1, time_chunk=3, backend=be)
     sess.run(None, feeds)
@@ -342,7 +342,7 @@ def test_buffers_are_reused(rng):
 
 
 def test_staged_and_same_device_boundaries(rng):
-    spec, model, feeds = model_and_feeds(rng, "forward", 1, initial_states=True)
+    _, model, feeds = model_and_feeds(rng, "forward", 1, initial_states=True)
     ref = run(model, feeds)
     for devices, kw, be, mode in [((0, 1), {}, FakeBackend(peer=False), "staged"),
                                   ((0, 1), {"transfer": "staged"}, FakeBackend(), "staged"),
@@ -379,7 +379,7 @@ def test_session_interface(rng):
 
 
 def test_profile_on_the_fake(rng):
-    spec, model, feeds = model_and_feeds(rng, "forward", 0, B=4)
+    _, model, feeds = model_and_feeds(rng, "forward", 0, B=4)
     be = FakeBackend(cost=lambda st, rows, steps: 1.0)
     sess = PipelineSession(model, devices=(0, 1), micro_batch=1, backend=be, profile=True)
     sess.run(None, feeds)

@@ -76,9 +76,9 @@ def case(rng, direction="forward", layout=0, L=4, I=48, H=64, T=40, B=16, seq_le
 def test_every_split_both_schedules(two_gpus, rng, direction, counts):
     model, feeds = case(rng, direction)
     ref = single_gpu(model, feeds)
-    schedules = [dict(micro_batch=4), dict(micro_batch=16)]
+    schedules = [{"micro_batch": 4}, {"micro_batch": 16}]
     if direction == "forward":
-        schedules += [dict(micro_batch=16, time_chunk=10), dict(micro_batch=8, time_chunk=7)]
+        schedules += [{"micro_batch": 16, "time_chunk": 10}, {"micro_batch": 8, "time_chunk": 7}]
     for sched in schedules:
         sess = pipeline(model, devices=(0, 1), stages=counts, **sched)
         got = sess.run(None, feeds)
@@ -137,7 +137,7 @@ def test_transfers_and_host_threads(two_gpus, rng, transfer, threads):
 
 
 def test_two_stages_on_one_gpu(one_gpu, rng):
-    for direction, sched in (("forward", dict(micro_batch=8, time_chunk=10)), ("bidirectional", dict(micro_batch=4))):
+    for direction, sched in (("forward", {"micro_batch": 8, "time_chunk": 10}), ("bidirectional", {"micro_batch": 4})):
         model, feeds = case(rng, direction)
         ref = single_gpu(model, feeds)
         sess = pipeline(model, devices=(0, 0), **sched)

@@ -28,11 +28,11 @@ import onnxruntime as ort
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from lstm_ort.builders import LstmSpec, fused_model, random_layers  # noqa: E402
-from lstm_ort.pipeline import PipelineSession  # noqa: E402
-from lstm_ort.pipeline.backend import CudaBackend, DeviceView  # noqa: E402
-from lstm_ort.pipeline.partition import C0, H0, STAGE_Y, YC, YH  # noqa: E402
-from lstm_ort.runtime.session import InferenceSession  # noqa: E402
+from lstm_ort.builders import LstmSpec, fused_model, random_layers
+from lstm_ort.pipeline import PipelineSession
+from lstm_ort.pipeline.backend import CudaBackend, DeviceView
+from lstm_ort.pipeline.partition import C0, H0, STAGE_Y, YC, YH
+from lstm_ort.runtime.session import InferenceSession
 
 TARGETS = {"throughput_speedup_min": 1.8, "latency_ratio_max": 0.6}
 
@@ -124,7 +124,7 @@ def bench_case(name, model, feeds, devices, args, kind: str, backend) -> dict:
     ref = single.run(feeds)
     single_run_ms, _ = median_ms(lambda: single.run(feeds), args.runs, args.warmup)
     single_dev_ms, _ = median_ms(single.bound(feeds), args.runs, args.warmup)
-    del single
+    single = None  # free its GPU memory before the pipeline loads
 
     sess = PipelineSession(model, devices=devices, backend=backend)
     out = {"case": name, "kind": kind, "B": B, "T": T, "single_gpu_run_ms": single_run_ms,

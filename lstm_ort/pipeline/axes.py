@@ -144,7 +144,7 @@ def forward(node: onnx.NodeProto, inputs: dict[str, Axes], consts: dict, opset: 
             axes = sorted(a + first.rank if a < 0 else a for a in axes)
             if any(first.touches(a) for a in axes):
                 raise Unsupported(f"Squeeze node {node.name!r} removes the time or batch axis")
-            shift = lambda a: None if a is None else a - sum(1 for s in axes if s < a)  # noqa: E731
+            shift = lambda a: None if a is None else a - sum(1 for s in axes if s < a)
             return Axes(first.rank - len(axes), shift(first.time), shift(first.batch))
         rank = first.rank + len(axes)
         axes = sorted(a + rank if a < 0 else a for a in axes)
@@ -186,7 +186,7 @@ def backward(node: onnx.NodeProto, out: Axes, consts: dict, opset: int) -> dict[
             axes = sorted(a + out.rank if a < 0 else a for a in axes)
             if any(out.touches(a) for a in axes):
                 raise Unsupported(f"Unsqueeze node {node.name!r} creates the time or batch axis")
-            shift = lambda a: None if a is None else a - sum(1 for s in axes if s < a)  # noqa: E731
+            shift = lambda a: None if a is None else a - sum(1 for s in axes if s < a)
             guess = Axes(out.rank - len(axes), shift(out.time), shift(out.batch))
         else:
             rank = out.rank + len(axes)

@@ -132,6 +132,10 @@ class CudaBackend:
         flags = self.rt.cudaEventDefault if timing else self.rt.cudaEventDisableTiming
         return Event(self._check(self.rt.cudaEventCreateWithFlags(flags)), device, timing)
 
+    def destroy_event(self, event: Event) -> None:
+        self.set_device(event.device)
+        self._check(self.rt.cudaEventDestroy(event.handle))
+
     def record(self, event: Event, stream: Stream) -> None:
         self.set_device(stream.device)
         self._check(self.rt.cudaEventRecord(event.handle, stream.handle))

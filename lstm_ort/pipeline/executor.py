@@ -20,7 +20,17 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from lstm_ort.pipeline.backend import DeviceBuffer, DeviceView, Event, Stream
-from lstm_ort.pipeline.partition import C0, H0, STAGE_IN, STAGE_Y, YC, YH, PipelineModel, StageModel, slice_states
+from lstm_ort.pipeline.partition import (
+    C0,
+    H0,
+    STAGE_IN,
+    STAGE_Y,
+    YC,
+    YH,
+    PipelineModel,
+    StageModel,
+    slice_states,
+)
 from lstm_ort.pipeline.schedule import Item, Plan, host_order
 
 
@@ -104,9 +114,9 @@ class RunProfile:
     def as_dict(self) -> dict:
         per_copy = [t / n if n else 0.0 for t, n in zip(self.copy_ms, self.copies)]
         gbps = [b / (t * 1e6) if t else None for b, t in zip(self.copy_bytes, self.copy_ms)]
-        return dict(wall_ms=self.wall_ms, stage_busy_ms=self.stage_busy_ms, measured_bubble=self.measured_bubble,
-                    gpipe_bubble=self.gpipe_bubble, copy_ms_total=self.copy_ms, copy_ms_per_item=per_copy,
-                    copy_bytes=self.copy_bytes, copy_gb_per_s=gbps, items=self.items, stages=self.stages)
+        return {"wall_ms": self.wall_ms, "stage_busy_ms": self.stage_busy_ms, "measured_bubble": self.measured_bubble,
+                    "gpipe_bubble": self.gpipe_bubble, "copy_ms_total": self.copy_ms, "copy_ms_per_item": per_copy,
+                    "copy_bytes": self.copy_bytes, "copy_gb_per_s": gbps, "items": self.items, "stages": self.stages}
 
 
 class Executor:
@@ -211,9 +221,11 @@ class Executor:
             st.c = [be.alloc(st.device, nbytes, f"c{k}.{s}") for s in range(2)]
             st.state_bytes = nbytes
 
-    def _host(self, key, shape, dtype) -> np.ndarray:
-        """Pinned host arrays for results, kept from call to call."""
+    def _host(self, key, shape, dtype, grow: bool = False) -> np.ndarray:
+        """Pinned host arrays, kept from call to call (``grow``: 1-D, reused while large enough)."""
         arr = self.host_cache.get(key)
+        if grow and arr is not None and arr.dtype == np.dtype(dtype) and arr.shape[0] >= shape[0]:
+            return arr
         if arr is None or arr.shape != tuple(shape) or arr.dtype != np.dtype(dtype):
             if arr is not None:
                 self.backend.free_host(arr)
@@ -268,7 +280,7 @@ class Executor:
         staging, offsets = {}, {}
         for name in pm.inputs:
             v = feeds[name]
-            staging[name] = self._host(("in", name), (v.nbytes,), np.uint8)
+            staging[name] = self._host(("in", name), (v.nbytes,), np.uint8, grow=True)
             off = 0
             for it in items:
                 offsets[(name, it.index)] = off
@@ -429,6 +441,9 @@ class Executor:
                 nbytes.append(sum(int(np.prod(self._y_shape(it.rows[1] - it.rows[0], it.steps[1] - it.steps[0])))
                                   * self.itemsize for it in items))
             self.last_profile = RunProfile(wall_ms, busy, copy_ms, copies, nbytes, len(items), K)
+        for pair in timing.values():
+            for ev in pair:
+                be.destroy_event(ev)
         return self._assemble(plan, items, results, want)
 
     def _send(self, k: int, s: int, it: Item, y: DeviceView, timing) -> None:

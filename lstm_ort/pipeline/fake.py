@@ -83,6 +83,9 @@ class FakeBackend:
         e = Event({"vc": None, "time": 0.0, "id": next(self._ids)}, device, timing)
         return e
 
+    def destroy_event(self, event: Event) -> None:
+        pass
+
     def record(self, event: Event, stream: Stream) -> None:
         with self.lock:
             assert event.device == stream.device, "an event is recorded on a stream of its own device"

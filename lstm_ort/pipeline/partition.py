@@ -13,6 +13,7 @@ states (``pipe_yh``/``pipe_yc``): a pipeline concatenates those, and time chunks
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -112,7 +113,7 @@ def analyze(model_or_path) -> PipelineModel:
         raise Unsupported(f"a pipeline takes a model with exactly one FusedLSTM node, this one has {len(fused)}"
                           + (" (run `lstm-ort optimize` first)" if not fused else ""))
     node = fused[0]
-    shapes = dict((id(n), s) for n, s in node_shapes(model))
+    shapes = {id(n): s for n, s in node_shapes(model)}
     shape = shapes.get(id(node))
     if shape is None:
         raise Unsupported("the FusedLSTM node's W is not an initializer: its layers cannot be split")
@@ -234,9 +235,8 @@ def balanced_ranges(costs: list[float], stages: int, first_extra: float = 0.0, l
         c = prefix[b] - prefix[a]
         return c + (first_extra if k == 0 else 0.0) + (last_extra if k == stages - 1 else 0.0)
 
-    from functools import lru_cache
 
-    @lru_cache(maxsize=None)
+    @functools.cache
     def best(k, a):  # stages k.. over layers a..L: (max cost, sum of squares, cuts)
         if k == stages - 1:
             c = cost(k, a, L)

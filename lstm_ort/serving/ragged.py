@@ -242,9 +242,11 @@ class _Walk:
                     self.flag(node, "squeezes unnamed axes (the batch or time axis could be 1)")
                     return [UNKNOWN]
                 axes = [_norm(a, r) for a in axes]
-                if set(axes) & tb:
-                    self.flag(node, "squeezes the time or batch axis")
+                if b in axes:
+                    self.flag(node, "squeezes the batch axis")
                     return [UNKNOWN]
+                if t in axes:  # one time step left (a Slice, flagged there); the axis goes
+                    self.flag(node, "squeezes the time axis")
                 return [self._drop(first, axes)]
             out_rank = r + len(axes)
             added = sorted(_norm(a, out_rank) for a in axes)

@@ -32,12 +32,12 @@ def lengths_for(n: int, rng) -> np.ndarray:
 
 
 def run_unbucketed(batcher: BucketingBatcher, seqs, batch: int) -> BatchStats:
-    """Arrival order, each batch padded to its own longest: the batcher with one bucket per batch."""
+    """Arrival order, each batch padded to its own longest: one bucket (the chunk's longest) per chunk."""
     stats = BatchStats()
     start = time.perf_counter()
     for lo in range(0, len(seqs), batch):
         chunk = seqs[lo: lo + batch]
-        batcher.run(chunk)  # one bucket (the chunk's longest), one batch
+        batcher.run(chunk)
         s = batcher.stats
         stats.sequences += s.sequences
         stats.batches += s.batches
@@ -82,7 +82,8 @@ def main(argv=None) -> int:
     rows = []
     for name, buckets in configs:
         if buckets is None:
-            stats = run_unbucketed(session_batcher, seqs, args.batch)
+            one = BucketingBatcher(session_batcher.session, buckets=1, max_batch_size=args.batch)
+            stats = run_unbucketed(one, seqs, args.batch)
             bounds = []
         else:
             b = BucketingBatcher(session_batcher.session, buckets=buckets, max_batch_size=args.batch)

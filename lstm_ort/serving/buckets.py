@@ -7,7 +7,7 @@ tuned entry). Two ways to choose boundaries from the data:
 - ``greedy_boundaries``: walk the distinct lengths upwards; close a bucket when taking the next
   length would let its padding exceed ``tolerance`` of its real tokens, but only once the bucket
   holds ``min_count`` sequences (a full batch), so the sparse long tail is not cut into batches
-  of one. The number of buckets follows from the data.
+  of one, unless the padding would pass ``hard_limit``. The number of buckets follows from the data.
 - ``optimal_boundaries``: the k boundaries that minimise the padded tokens, by dynamic
   programming over the distinct lengths (O(k U^2) for U distinct lengths, vectorised per k).
 """
@@ -17,13 +17,14 @@ from __future__ import annotations
 import numpy as np
 
 
-def greedy_boundaries(lengths, tolerance: float = 0.05, min_count: int = 1) -> list[int]:
+def greedy_boundaries(lengths, tolerance: float = 0.05, min_count: int = 1, hard_limit: float = 0.10) -> list[int]:
     values, counts = np.unique(np.asarray(lengths, np.int64), return_counts=True)
     if values.size == 0:
         return []
     bounds, n, real = [], 0, 0
     for length, count in zip(values.tolist(), counts.tolist()):
-        if n and (n + count) * length > (1 + tolerance) * (real + count * length) and n >= min_count:
+        waste = (n + count) * length / (real + count * length) - 1 if n else 0.0
+        if n and ((waste > tolerance and n >= min_count) or waste > hard_limit):
             bounds.append(prev)  # noqa: F821 - set on the previous iteration
             n, real = 0, 0
         n, real, prev = n + count, real + count * length, length

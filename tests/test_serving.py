@@ -239,5 +239,8 @@ def test_greedy_boundaries_bound_the_padding(rng):
         members = lengths[which == k]
         assert members.size and members.size * b <= 1.05 * members.sum() + 1e-9 or members.min() == b
     assert bk.greedy_boundaries([], 0.05) == [] and bk.optimal_boundaries([], 3) == []
-    full = bk.greedy_boundaries(lengths, tolerance=0.05, min_count=64)
+    full = bk.greedy_boundaries(lengths, tolerance=0.05, min_count=64, hard_limit=np.inf)
     assert all((bk.assign(lengths, full) == k).sum() >= 64 for k in range(len(full) - 1))
+    capped = bk.greedy_boundaries(lengths, tolerance=0.05, min_count=64)  # never past 10% per bucket
+    which = bk.assign(lengths, capped)
+    assert all((which == k).sum() * b <= 1.10 * lengths[which == k].sum() for k, b in enumerate(capped))

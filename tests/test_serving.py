@@ -31,7 +31,7 @@ def alone(session, layout, x, time_axis, batch_axis, lens=True):
     return {n: np.take(o, 0, axis=layout.outputs[n].batch) for n, o in zip(names, outs)}
 
 
-def assert_matches_alone(model, seqs, results, atol):
+def assert_matches_alone(model, seqs, results, atol, rtol=0.0):
     session = InferenceSession(model)
     layout = analyze(model)
     assert len(results) == len(seqs)
@@ -40,7 +40,8 @@ def assert_matches_alone(model, seqs, results, atol):
         assert set(got) == set(want)
         for name in want:
             assert got[name].shape == want[name].shape, (k, name)
-            err = float(np.abs(got[name].astype(np.float32) - want[name].astype(np.float32)).max(initial=0))
+            g, w = got[name].astype(np.float32), want[name].astype(np.float32)
+            err = float((np.abs(g - w) - rtol * np.abs(w)).max(initial=0))
             assert err <= atol, (k, name, err)
 
 
@@ -56,7 +57,9 @@ def test_exact_per_sequence(direction, layout, dtype, rng):
     seqs = [rng.standard_normal((n, 4)).astype(dtype) for n in LENGTHS]
     batcher = BucketingBatcher(model, buckets=3, max_batch_size=4)
     results = batcher.run(seqs)
-    assert_matches_alone(model, seqs, results, 1e-5)
+    # float16 is storage only (math in fp32), but the CPU kernel's fp32 sums may round a last fp16
+    # bit differently with another batch size: 1e-5 plus one fp16 ulp (2^-10 relative)
+    assert_matches_alone(model, seqs, results, 1e-5, 0.0 if dtype == np.float32 else 2.0**-10)
     assert [r["Y"].shape[0] for r in results] == LENGTHS
     s = batcher.stats
     assert s.sequences == len(LENGTHS) and s.real_tokens == sum(LENGTHS)

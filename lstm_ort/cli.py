@@ -21,6 +21,8 @@ from lstm_ort.rewriter import Report, optimize
 from lstm_ort.runtime.model_io import ModelError, load_model
 from lstm_ort.runtime import native
 from lstm_ort.runtime.nodes import fused_nodes, node_shapes
+from lstm_ort.serving.cli import add_batch_parser, cmd_batch
+from lstm_ort.serving.parity import ragged_parity
 from lstm_ort.runtime.tuned_cache import load_cache, record, tuned_entries
 from lstm_ort.verify import parity
 
@@ -54,13 +56,14 @@ def cmd_optimize(args) -> int:
     try:
         original = load_model(src)
         report = Report()
-        optimized = optimize(original, fold_constants=not args.no_fold, report=report)
+        optimized = optimize(original, fold_constants=not args.no_fold, report=report,
+                             sequence_lens_input=args.sequence_lens_input)
     except ModelError as e:
         print(f"lstm-ort: {src}: {e}", file=sys.stderr)
         return EXIT_INPUT
     result = {"report": report}
     if args.check and any(f.rewritten for f in report.findings):
-        err = parity(original, optimized)
+        err = (ragged_parity if args.sequence_lens_input else parity)(original, optimized)
         result["max_abs"] = err
         if not err <= args.atol:
             _print(report, args, f"--check: max-abs {err:.3g} > {args.atol:g}; nothing written")
@@ -179,6 +182,7 @@ def main(argv=None) -> int:
     o.add_argument("-o", "--output", required=True)
     o.add_argument("--check", action="store_true", help="refuse to write unless outputs match stock onnxruntime")
     o.add_argument("--atol", type=float, default=1e-4, help="--check tolerance (max-abs, default 1e-4)")
+    o.add_argument("--sequence-lens-input", action="store_true", help="add a sequence_lens input for ragged batches")
     c = sub.add_parser("check", help="report what would be rewritten, write nothing")
     c.add_argument("model")
     for q in (o, c):
@@ -193,7 +197,10 @@ def main(argv=None) -> int:
     t.add_argument("--batch", type=int, nargs="+", required=True, help="batch sizes B to tune for")
     t.add_argument("--runs", type=int, default=20, help="timed runs per strategy (median)")
     t.add_argument("--json", action="store_true", help="also print the measurements as JSON")
+    add_batch_parser(sub)
     args = p.parse_args(argv)
+    if args.command == "batch":
+        return cmd_batch(args)
     if args.command == "tune":
         if min(args.seq_len) < 1 or min(args.batch) < 1 or args.runs < 1:
             p.error("--seq-len, --batch and --runs must be >= 1")

@@ -8,7 +8,7 @@ import onnxscript.optimizer
 from onnx_ir.passes.common import NameFixPass
 
 from lstm_ort.ops.identity import DOMAIN, OPSET_VERSION
-from lstm_ort.rewriter import fold_weights
+from lstm_ort.rewriter import fold_weights, sequence_lens
 from lstm_ort.rewriter.graph_utils import iter_graphs
 from lstm_ort.rewriter.report import Finding, Report
 from lstm_ort.rewriter.rule import Rule
@@ -18,10 +18,11 @@ from lstm_ort.runtime.model_io import load_model
 
 
 def optimize(model_or_path, *, fold_constants: bool = True, rules: list[Rule] | None = None,
-             report: Report | None = None) -> onnx.ModelProto:
+             report: Report | None = None, sequence_lens_input: bool = False) -> onnx.ModelProto:
     """The model with every LSTM the rules can take replaced by FusedLSTM nodes.
 
     ``report`` (if given) is filled with one finding per LSTM or fused stack and each rule's counts.
+    ``sequence_lens_input``: add a ``sequence_lens`` input wired into the FusedLSTMs (rewriter/sequence_lens.py).
     """
     proto = load_model(model_or_path)
     ir_version = proto.ir_version
@@ -47,6 +48,8 @@ def optimize(model_or_path, *, fold_constants: bool = True, rules: list[Rule] | 
     _drop_unused_initializers(model)
     out = ir.serde.serialize_model(model)
     out.ir_version = ir_version
+    if sequence_lens_input:
+        sequence_lens.add_sequence_lens_input(out, report)
     for graph in iter_proto_graphs(out):
         if isinstance(graph, onnx.GraphProto):  # intermediate value infos are stale; inference writes them anew
             del graph.value_info[:]

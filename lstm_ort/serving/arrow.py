@@ -1,0 +1,68 @@
+"""Arrow list columns <-> per-sequence arrays (pyarrow imported by the caller's data, not by us).
+
+A sequence of T steps is a list of T entries: scalars (token ids, [T]) or fixed-size lists / lists
+of F values ([T, F]). Outputs go back the same way: a per-sequence array [T, ...] becomes a list
+of T entries, each its trailing dimensions flattened into a fixed-size list (scalars stay
+scalars); arrays without a time axis become one fixed-size list.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def sequences_from_arrow(column) -> list[np.ndarray]:
+    import pyarrow as pa
+
+    if isinstance(column, pa.ChunkedArray):
+        return [s for chunk in column.chunks for s in sequences_from_arrow(chunk)]
+    if not (pa.types.is_list(column.type) or pa.types.is_large_list(column.type)
+            or pa.types.is_fixed_size_list(column.type)):
+        raise TypeError(f"an Arrow list column holds the sequences, not {column.type}")
+    if column.null_count:
+        raise ValueError("the sequence column holds nulls")
+    if pa.types.is_fixed_size_list(column.type):
+        offsets = np.arange(len(column) + 1) * column.type.list_size
+    else:
+        offsets = np.asarray(column.offsets)
+        offsets = offsets - offsets[0]  # flatten() starts at this slice's first value
+    steps = _steps(column.flatten())
+    return [steps[offsets[k]: offsets[k + 1]] for k in range(len(column))]
+
+
+def _steps(values) -> np.ndarray:
+    """[N] or [N, F] from the flattened step entries."""
+    import pyarrow as pa
+
+    t = values.type
+    if pa.types.is_fixed_size_list(t):
+        inner = values.flatten()
+        return np.asarray(inner.to_numpy(zero_copy_only=False)).reshape(len(values), t.list_size)
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        widths = np.diff(np.asarray(values.offsets))
+        if widths.size and (widths != widths[0]).any():
+            raise ValueError("the steps of the sequences differ in width")
+        flat = np.asarray(values.flatten().to_numpy(zero_copy_only=False))
+        return flat.reshape(len(values), int(widths[0]) if widths.size else 0)
+    return np.asarray(values.to_numpy(zero_copy_only=False))
+
+
+def arrow_from_arrays(arrays: list[np.ndarray], has_time: bool = True):
+    """One list column from per-sequence arrays (see the module's docstring)."""
+    import pyarrow as pa
+
+    if not has_time:
+        flat = [np.asarray(a).reshape(-1) for a in arrays]
+        width = flat[0].size if flat else 0
+        values = pa.array(np.concatenate(flat) if flat else np.zeros(0, np.float32))
+        return pa.FixedSizeListArray.from_arrays(values, width) if width else pa.array([[] for _ in flat])
+    lengths = np.array([a.shape[0] for a in arrays], np.int64)
+    offsets = pa.array(np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32))
+    trailing = arrays[0].shape[1:] if arrays else ()
+    width = int(np.prod(trailing)) if trailing else 0
+    flat = np.concatenate([np.asarray(a).reshape(-1) for a in arrays]) if arrays else np.zeros(0, np.float32)
+    if trailing:
+        steps = pa.FixedSizeListArray.from_arrays(pa.array(flat), width)
+    else:
+        steps = pa.array(flat)
+    return pa.ListArray.from_arrays(offsets, steps)

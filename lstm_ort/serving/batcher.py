@@ -1,0 +1,360 @@
+"""BucketingBatcher: ragged sequences through a model in length buckets, results per sequence.
+
+Sequences are grouped by length into buckets (buckets.py), each bucket cut into batches, each
+batch padded to its bucket's boundary and run with the model's ``sequence_lens`` input (so padded
+steps are skipped: every output equals running that sequence alone), and every output split back
+per sequence, sliced to its length on the time axis, in the caller's order.
+
+The next batch is padded (and on the CUDA EP copied to the device, its outputs bound to device
+buffers) by a worker thread while the current one runs: onnxruntime releases the GIL in ``run``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from typing import Callable, Sequence
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+from lstm_ort.runtime.model_io import load_model
+from lstm_ort.runtime.session import InferenceSession
+from lstm_ort.serving import buckets as bk
+from lstm_ort.serving.ragged import RaggedLayout, analyze
+
+_PROVIDERS = {"cuda": "CUDAExecutionProvider", "cpu": "CPUExecutionProvider"}
+_NP_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(double)": np.float64,
+             "tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(int8)": np.int8,
+             "tensor(uint8)": np.uint8, "tensor(bool)": np.bool_}
+AUTO_TOLERANCE = 0.05  # greedy buckets: at most this padding per bucket, once a bucket fills a batch
+
+
+class NotRaggedExact(ValueError):
+    """The model's results would change with padding, and allow_padding was not given."""
+
+
+@dataclass
+class BucketStats:
+    boundary: int
+    sequences: int = 0
+    batches: int = 0
+    real_tokens: int = 0
+    padded_tokens: int = 0
+
+
+@dataclass
+class BatchStats:
+    """One ``run``. Tokens are time steps; ``padded_tokens`` counts what the batches computed
+    (batch rows x padded length), padding included."""
+
+    sequences: int = 0
+    batches: int = 0
+    real_tokens: int = 0
+    padded_tokens: int = 0
+    seconds: float = 0.0
+    buckets: list[BucketStats] = field(default_factory=list)
+
+    @property
+    def padding_fraction(self) -> float:
+        return 1.0 - self.real_tokens / self.padded_tokens if self.padded_tokens else 0.0
+
+    @property
+    def computed_per_real(self) -> float:
+        return self.padded_tokens / self.real_tokens if self.real_tokens else 0.0
+
+    @property
+    def sequences_per_s(self) -> float:
+        return self.sequences / self.seconds if self.seconds else 0.0
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.real_tokens / self.seconds if self.seconds else 0.0
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d.update(padding_fraction=self.padding_fraction, computed_per_real=self.computed_per_real,
+                 sequences_per_s=self.sequences_per_s, tokens_per_s=self.tokens_per_s)
+        return d
+
+    def table(self) -> str:
+        lines = [f"sequences {self.sequences}, batches {self.batches}, real tokens {self.real_tokens}, "
+                 f"padded tokens {self.padded_tokens} (padding {100 * self.padding_fraction:.1f}%, "
+                 f"{self.computed_per_real:.3f}x real)",
+                 f"{self.seconds:.3f} s: {self.sequences_per_s:.1f} sequences/s, {self.tokens_per_s:.0f} tokens/s",
+                 f"{'bucket <=':>10} {'sequences':>10} {'batches':>8} {'padding':>8}"]
+        for b in self.buckets:
+            pad = 1 - b.real_tokens / b.padded_tokens if b.padded_tokens else 0.0
+            lines.append(f"{b.boundary:>10} {b.sequences:>10} {b.batches:>8} {100 * pad:>7.1f}%")
+        return "\n".join(lines)
+
+
+def normalize_providers(providers) -> list | None:
+    if providers is None:
+        return None
+    if isinstance(providers, str):
+        providers = [p for p in providers.split(",") if p]
+    return [_PROVIDERS.get(p.lower(), p) if isinstance(p, str) else p for p in providers]
+
+
+class BucketingBatcher:
+    """Runs ragged sequences through a FusedLSTM model in length buckets (docs/serving.md).
+
+    model: a path, an onnx.ModelProto or an lstm_ort.InferenceSession. buckets: "auto" (greedy,
+    from the data), an int (that many buckets, optimal by dynamic programming), or a list of
+    boundaries (longer sequences get one more bucket, up to the longest). Batches hold at most
+    ``max_batch_size`` sequences and ``max_batch_tokens`` padded time steps (64 sequences if
+    neither is given). ``allow_padding``: run a model that is not ragged-exact anyway (its
+    results then depend on the padding). ``input_name``: the sequence input, where the model has
+    more than one candidate.
+    """
+
+    def __init__(self, model, *, providers=None, buckets="auto", max_batch_tokens: int | None = None,
+                 max_batch_size: int | None = None, session_options: ort.SessionOptions | None = None,
+                 allow_padding: bool = False, input_name: str | None = None):
+        if isinstance(model, ort.InferenceSession):
+            self.session = model
+            proto = _session_model(model)
+        else:
+            proto = load_model(os.fspath(model) if isinstance(model, os.PathLike) else model)
+            self.session = InferenceSession(proto, session_options, providers=normalize_providers(providers))
+        if max_batch_tokens is not None and max_batch_tokens < 1:
+            raise ValueError(f"max_batch_tokens must be >= 1, got {max_batch_tokens}")
+        if max_batch_size is not None and max_batch_size < 1:
+            raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
+        _check_buckets(buckets)
+        self.buckets, self.max_batch_tokens, self.max_batch_size = buckets, max_batch_tokens, max_batch_size
+        self.allow_padding = allow_padding
+        self._proto = proto
+        self._layouts: dict[str | None, RaggedLayout] = {}
+        self._default_input = input_name
+        self.stats = BatchStats()
+        self.on_cuda = "CUDAExecutionProvider" in self.session.get_providers()
+
+    # -- the model -----------------------------------------------------------------------------
+    def layout(self, input_name: str | None = None) -> RaggedLayout:
+        """The model's sequence input, its axes, its outputs' axes and whether it is ragged-exact."""
+        key = input_name or self._default_input
+        if key not in self._layouts:
+            self._layouts[key] = analyze(self._proto, key)
+        return self._layouts[key]
+
+    # -- running -------------------------------------------------------------------------------
+    def run(self, sequences, *, input_name: str | None = None, extra_inputs: dict | None = None,
+            output_names: Sequence[str] | None = None,
+            progress: Callable[[int, int], None] | None = None) -> list[dict[str, np.ndarray]]:
+        """Per-sequence outputs, in the order given: {output name: array}, outputs with a time axis
+        sliced to the sequence's length. ``sequences``: a list of [T_i, ...] arrays, or an Arrow /
+        Parquet list column (pyarrow Array, ChunkedArray). ``extra_inputs``: values fed to every
+        batch as they are (inputs without a batch axis). ``progress(done, total)`` after each batch."""
+        layout = self.layout(input_name)
+        if not layout.exact and not self.allow_padding:
+            raise NotRaggedExact(f"model is not ragged-exact, padding would change its results: "
+                                 f"{'; '.join(layout.reasons)}. Pass allow_padding=True to run it padded anyway")
+        seqs = _as_sequences(sequences)
+        start = time.perf_counter()
+        meta = {i.name: i for i in self.session.get_inputs()}
+        x_meta = meta[layout.input]
+        dtype = _NP_TYPES.get(x_meta.type)
+        if dtype is None:
+            raise ValueError(f"input {layout.input!r} has type {x_meta.type}, which the batcher does not feed")
+        seqs = [np.asarray(s, dtype=dtype) for s in seqs]
+        lengths = self._check(seqs, x_meta, layout)
+        extra = dict(extra_inputs or {})
+        missing = [n for n in meta if n not in extra and n not in (layout.input, layout.sequence_lens)]
+        if missing:
+            raise ValueError(f"model inputs {missing} need values: pass them in extra_inputs")
+        unknown = [n for n in extra if n not in meta]
+        if unknown:
+            raise ValueError(f"extra_inputs names {unknown} are not model inputs ({', '.join(meta)})")
+        outputs = self._outputs(layout, output_names)
+        plan, stats = self._plan(lengths, x_meta, layout)
+        results: list[dict[str, np.ndarray] | None] = [None] * len(seqs)
+        if plan:
+            self._execute(plan, seqs, lengths, layout, outputs, extra, dtype, results, progress)
+        stats.seconds = time.perf_counter() - start
+        self.stats = stats
+        return results  # type: ignore[return-value]
+
+    def _check(self, seqs, x_meta, layout: RaggedLayout) -> np.ndarray:
+        dims = list(x_meta.shape)
+        feature = [d for k, d in enumerate(dims) if k not in (layout.time_axis, layout.batch_axis)]
+        for k, s in enumerate(seqs):
+            if s.ndim != len(dims) - 1:
+                raise ValueError(f"sequence {k}: {s.ndim} dimensions, input {layout.input!r} takes "
+                                 f"[time{''.join(', ' + str(d) for d in feature)}] per sequence")
+            for got, want in zip(s.shape[1:], feature):
+                if isinstance(want, int) and got != want:
+                    raise ValueError(f"sequence {k}: shape {s.shape}, input {layout.input!r} takes "
+                                     f"[time, {', '.join(map(str, feature))}] per sequence")
+        lengths = np.array([s.shape[0] for s in seqs], np.int64)
+        if seqs and len({s.shape[1:] for s in seqs}) > 1:
+            raise ValueError("sequences differ in their feature shapes: "
+                             f"{sorted({s.shape[1:] for s in seqs})[:3]}")
+        t_dim = dims[layout.time_axis] if layout.time_axis < len(dims) else None
+        if isinstance(t_dim, int) and lengths.size and lengths.max() > t_dim:
+            k = int(np.argmax(lengths))
+            raise ValueError(f"sequence {k} has length {int(lengths[k])}, above the model's time length {t_dim} "
+                             f"(input {layout.input!r}, axis {layout.time_axis})")
+        if lengths.size and lengths.max() > np.iinfo(np.int32).max:
+            raise ValueError("sequence lengths must fit in int32")
+        return lengths
+
+    def _outputs(self, layout: RaggedLayout, names) -> list[str]:
+        available = [o.name for o in self.session.get_outputs()]
+        names = list(names) if names is not None else available
+        bad = [n for n in names if n not in available]
+        if bad:
+            raise ValueError(f"no model outputs {bad} (outputs: {', '.join(available)})")
+        for n in names:
+            axes = layout.outputs.get(n)
+            if axes is not None and axes.batch is None:
+                raise ValueError(f"output {n!r}: its batch axis is unknown, so it cannot be split per sequence")
+        return names
+
+    def boundaries(self, lengths) -> list[int]:
+        """The bucket boundaries this batcher uses for these lengths."""
+        lengths = np.asarray(lengths, np.int64)
+        if lengths.size == 0:
+            return []
+        longest = int(lengths.max())
+        if self.buckets == "auto":
+            typical = int(np.median(lengths))
+            return bk.greedy_boundaries(lengths, AUTO_TOLERANCE,
+                                        bk.batch_size_for(typical, self.max_batch_tokens, self.max_batch_size))
+        if isinstance(self.buckets, (int, np.integer)):
+            return bk.optimal_boundaries(lengths, int(self.buckets))
+        bounds = sorted({int(b) for b in self.buckets})
+        return bounds if bounds[-1] >= longest else bounds + [longest]
+
+    def _plan(self, lengths: np.ndarray, x_meta, layout: RaggedLayout):
+        """Batches as (time length, sequence indices); stats with their counts."""
+        stats = BatchStats(sequences=int(lengths.size), real_tokens=int(lengths.sum()))
+        dims = list(x_meta.shape)
+        t_fixed = dims[layout.time_axis] if isinstance(dims[layout.time_axis], int) else None
+        b_fixed = dims[layout.batch_axis] if isinstance(dims[layout.batch_axis], int) else None
+        bounds = [t_fixed] if t_fixed is not None and lengths.size else self.boundaries(lengths)
+        which = bk.assign(lengths, bounds)
+        plan = []
+        for k, bound in enumerate(bounds):
+            members = np.flatnonzero(which == k)
+            b_stats = BucketStats(boundary=int(bound))
+            stats.buckets.append(b_stats)
+            if members.size == 0:
+                continue
+            steps = max(1, int(bound))  # a bucket of empty sequences still runs one (skipped) step
+            size = b_fixed or bk.batch_size_for(steps, self.max_batch_tokens, self.max_batch_size)
+            for lo in range(0, members.size, size):
+                idx = members[lo: lo + size]
+                plan.append((steps, idx, b_fixed or idx.size))
+                b_stats.batches += 1
+                b_stats.padded_tokens += steps * (b_fixed or idx.size)
+            b_stats.sequences = int(members.size)
+            b_stats.real_tokens = int(lengths[members].sum())
+        stats.buckets = [b for b in stats.buckets if b.sequences]
+        stats.batches = len(plan)
+        stats.padded_tokens = sum(b.padded_tokens for b in stats.buckets)
+        return plan, stats
+
+    def _execute(self, plan, seqs, lengths, layout, outputs, extra, dtype, results, progress):
+        feature = seqs[0].shape[1:]
+        device = 0
+        if self.on_cuda:
+            opts = self.session.get_provider_options().get("CUDAExecutionProvider", {})
+            device = int(opts.get("device_id", 0))
+
+        def prepare(item):
+            steps, idx, rows = item
+            shape = [0, 0, *feature]
+            shape[layout.time_axis], shape[layout.batch_axis] = steps, rows
+            x = np.zeros(shape, dtype)
+            lens = np.zeros(rows, np.int32)
+            for row, k in enumerate(idx):
+                n = int(lengths[k])
+                lens[row] = n
+                where = [slice(None)] * x.ndim
+                where[layout.batch_axis], where[layout.time_axis] = row, slice(0, n)
+                x[tuple(where)] = seqs[k]
+            feed = {layout.input: x, **extra}
+            if layout.sequence_lens:
+                feed[layout.sequence_lens] = lens
+            if self.on_cuda:  # the host->device copy happens here, beside the previous batch's compute
+                binding = self.session.io_binding()
+                for name, value in feed.items():
+                    on_host = name == layout.sequence_lens  # FusedLSTM reads sequence_lens on the host
+                    binding.bind_ortvalue_input(name, ort.OrtValue.ortvalue_from_numpy(
+                        np.ascontiguousarray(value), "cpu" if on_host else "cuda", 0 if on_host else device))
+                for name in outputs:
+                    binding.bind_output(name, "cuda", device)
+                return idx, binding
+            return idx, feed
+
+        done = 0
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="lstm-ort-batch") as pool:
+            pending = pool.submit(prepare, plan[0])
+            for k in range(len(plan)):
+                idx, job = pending.result()
+                if k + 1 < len(plan):
+                    pending = pool.submit(prepare, plan[k + 1])
+                if self.on_cuda:
+                    self.session.run_with_iobinding(job)
+                    outs = job.copy_outputs_to_cpu()
+                else:
+                    outs = self.session.run(outputs, job)
+                self._scatter(idx, outs, outputs, lengths, layout, results)
+                done += idx.size
+                if progress is not None:
+                    progress(done, len(seqs))
+
+    @staticmethod
+    def _scatter(idx, outs, outputs, lengths, layout: RaggedLayout, results) -> None:
+        for name, value in zip(outputs, outs):
+            axes = layout.outputs.get(name)
+            for row, k in enumerate(idx):
+                if results[k] is None:
+                    results[k] = {}
+                if axes is None:  # does not depend on the sequences: the same for each
+                    results[k][name] = value
+                    continue
+                one = np.take(value, row, axis=axes.batch)
+                if axes.time is not None:
+                    t = axes.time - (1 if axes.batch < axes.time else 0)
+                    one = np.take(one, np.arange(int(lengths[k])), axis=t)
+                results[k][name] = np.ascontiguousarray(one)
+
+
+def _check_buckets(buckets) -> None:
+    if buckets == "auto":
+        return
+    if isinstance(buckets, (int, np.integer)) and not isinstance(buckets, bool):
+        if buckets < 1:
+            raise ValueError(f"buckets must be >= 1, got {buckets}")
+        return
+    if isinstance(buckets, (list, tuple)) and buckets and all(
+            isinstance(b, (int, np.integer)) and not isinstance(b, bool) and b >= 1 for b in buckets):
+        return
+    raise ValueError(f"buckets must be 'auto', a number of buckets, or a list of lengths >= 1; got {buckets!r}")
+
+
+def _session_model(session: ort.InferenceSession) -> onnx.ModelProto:
+    source = getattr(session, "_model_bytes", None) or getattr(session, "_model_path", None)
+    if source is None:
+        raise ValueError("cannot read the model back from this session: pass the model path or ModelProto")
+    return load_model(source)
+
+
+def _as_sequences(sequences) -> list:
+    if isinstance(sequences, (list, tuple)):
+        return list(sequences)
+    module = type(sequences).__module__
+    if module.startswith("pyarrow"):
+        from lstm_ort.serving.arrow import sequences_from_arrow
+
+        return sequences_from_arrow(sequences)
+    if isinstance(sequences, np.ndarray) and sequences.dtype == object:
+        return list(sequences)
+    raise TypeError(f"sequences: a list of arrays or an Arrow list column, not {type(sequences).__name__}")
+

@@ -29,8 +29,6 @@ PART_MIB=${PART_MIB:-50}
 pack() {
   local wheel=${1:-$(ls -t "$root"/dist/lstm_ort-*manylinux*.whl 2>/dev/null | head -1)}
   [ -f "$wheel" ] || { echo "no lstm-ort wheel: run tools/build_wheel.sh first" >&2; exit 2; }
-  grep -qx "/.gpu-proof/" "$(git -C "$root" rev-parse --git-path info/exclude)" 2>/dev/null ||
-    echo "/.gpu-proof/" >> "$(git -C "$root" rev-parse --git-path info/exclude)"
   rm -rf "$proof"; mkdir -p "$proof/dl"
   python3 -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: \
     --python-version "$PYVER" --implementation cp --platform manylinux_2_28_x86_64 \

@@ -76,7 +76,7 @@ def _asks_for_cuda(providers: Any) -> bool:
 
 
 def warn_without_cuda_kernels() -> None:
-    """Says (a warning, once per reason) why FusedLSTM will not run on the GPU although a session
+    """Says, with a RuntimeWarning, why FusedLSTM will not run on the GPU although a session
     asked for the CUDA execution provider: onnxruntime has none here, or lstm_ort's CUDA kernels
     could not be loaded. The session still runs: FusedLSTM on the CPU kernel."""
     if "CUDAExecutionProvider" not in ort.get_available_providers():

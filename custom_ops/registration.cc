@@ -3,14 +3,12 @@
 #include <dlfcn.h>
 
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "cpu/cpu_kernel.h"
+#include "cuda_plugin.h"
 #include "fused_lstm_op.h"
-
-#ifdef LSTM_ORT_WITH_CUDA
-#include "cuda/cuda_ops.h"
-#endif
 
 namespace {
 
@@ -43,9 +41,14 @@ RegisterCustomOps(OrtSessionOptions* options, const OrtApiBase* api_base) {
     Ort::CustomOpDomain domain(lstm_ort::kDomain);
     domain.Add(&g_cpu_f32);
     domain.Add(&g_cpu_f16);
-#ifdef LSTM_ORT_WITH_CUDA
-    lstm_ort::AddCudaOps(domain);
-#endif
+    // The CUDA kernels when their plugin loads (custom_ops/cuda_plugin.h); without it the CPU
+    // kernel serves every node, and Python says why the CUDA kernels are missing.
+    const lstm_ort::CudaPluginState cuda = lstm_ort::LoadCudaPlugin();
+    if (cuda.add_ops) {
+      char error[1024] = {};
+      if (cuda.add_ops(api, domain, error, sizeof error) != 0)
+        return api->CreateStatus(ORT_FAIL, (std::string("lstm_ort: registering the CUDA kernels failed: ") + error).c_str());
+    }
     Ort::UnownedSessionOptions(options).Add(domain);
     g_domains.push_back(std::move(domain));
   } catch (const std::exception& e) {

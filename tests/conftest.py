@@ -7,6 +7,17 @@ def cuda_available() -> bool:
     return "CUDAExecutionProvider" in ort.get_available_providers()
 
 
+def pytest_report_header(config):
+    """Which lstm_ort and which op library the tests run against (a source tree or an install)."""
+    import lstm_ort
+
+    try:
+        library = lstm_ort.get_library_path()
+    except FileNotFoundError as e:
+        library = f"none ({e})"
+    return [f"lstm_ort: {lstm_ort.__file__}", f"op library: {library}"]
+
+
 def pytest_collection_modifyitems(config, items):
     if cuda_available():
         return

@@ -89,15 +89,15 @@ struct CudaKernel {
 
 // ORT keeps a pointer to the op: it lives as long as the library.
 template <typename T>
-void AddCudaOp(Ort::CustomOpDomain& domain) {
+void AddCudaOp(OrtCustomOpDomain* domain) {
   static const FusedLstmOp<CudaKernel<T>> op;
-  domain.Add(&op);
+  Ort::ThrowOnError(Ort::GetApi().CustomOpDomain_Add(domain, &op));
 }
 
 }  // namespace
 
 // One line per element type; RunLstmCuda<T> is instantiated for each in stack_run.cu.
-void AddCudaOps(Ort::CustomOpDomain& domain) {
+void AddCudaOps(OrtCustomOpDomain* domain) {
   AddCudaOp<float>(domain);
   AddCudaOp<__half>(domain);
 }

@@ -5,6 +5,7 @@
 
 namespace lstm_ort {
 
-void AddCudaOps(Ort::CustomOpDomain& domain);
+// Adds them to `domain` (throws Ort::Exception on failure).
+void AddCudaOps(OrtCustomOpDomain* domain);
 
 }  // namespace lstm_ort

@@ -1,10 +1,12 @@
-# FusedLSTM's CUDA kernels, compiled into the same library as the CPU kernel (included from the
-# top-level CMakeLists.txt once CUDA is enabled). docs/architecture_cxx.md describes the tree.
+# FusedLSTM's CUDA kernels: the plugin library liblstm_ort_cuda.so, loaded by the core library
+# (lstm_ort_ops) when it can be (custom_ops/cuda_plugin.h). Included from the top-level
+# CMakeLists.txt once CUDA is enabled. docs/architecture.md describes the tree.
 set(CMAKE_CUDA_STANDARD 17)
 set(CMAKE_CUDA_STANDARD_REQUIRED ON)
 set(_cuda_dir ${CMAKE_CURRENT_SOURCE_DIR}/custom_ops/cuda)
-target_sources(lstm_ort_ops PRIVATE
-  # the op and the Python tools' entry points
+add_library(lstm_ort_cuda SHARED
+  # the plugin's registration function, the op and the Python tools' entry points
+  ${_cuda_dir}/plugin_entry.cc
   ${_cuda_dir}/cuda_ops.cc
   ${_cuda_dir}/entry_points.cc
   # one call: orchestration, plans, scratch, heuristics, device limits
@@ -20,9 +22,22 @@ target_sources(lstm_ort_ops PRIVATE
   ${_cuda_dir}/persistent/plan.cc
   ${_cuda_dir}/persistent/launch.cu
   ${_cuda_dir}/gemm/input_projection.cu
-  ${_cuda_dir}/gemm/cublas_handles.cc)
-set_target_properties(lstm_ort_ops PROPERTIES CUDA_ARCHITECTURES "${CMAKE_CUDA_ARCHITECTURES}")
-target_compile_definitions(lstm_ort_ops PRIVATE LSTM_ORT_WITH_CUDA)
-target_compile_options(lstm_ort_ops PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-lineinfo -Xptxas=-v>)
-target_link_libraries(lstm_ort_ops PRIVATE CUDA::cudart CUDA::cublas)
-message(STATUS "lstm_ort: building CUDA kernels for sm_${CMAKE_CUDA_ARCHITECTURES}")
+  ${_cuda_dir}/gemm/cublas_handles.cc
+  $<TARGET_OBJECTS:lstm_ort_common>)
+target_include_directories(lstm_ort_cuda PRIVATE custom_ops/include custom_ops)
+target_include_directories(lstm_ort_cuda SYSTEM PRIVATE "${ORT_INCLUDE_DIR}")
+target_compile_definitions(lstm_ort_cuda PRIVATE ORT_API_MANUAL_INIT LSTM_ORT_API_VERSION=21 LSTM_ORT_WITH_CUDA)
+set_target_properties(lstm_ort_cuda PROPERTIES
+  CUDA_ARCHITECTURES "${CMAKE_CUDA_ARCHITECTURES}"
+  CXX_VISIBILITY_PRESET hidden CUDA_VISIBILITY_PRESET hidden VISIBILITY_INLINES_HIDDEN ON
+  # Installed (the wheel), it finds the CUDA runtime and cuBLAS of the pip packages that
+  # onnxruntime-gpu's extras install into the same site-packages (site-packages/nvidia/cu13/lib),
+  # as torch does; Python preloads them too (onnxruntime.preload_dlls). A system toolkit on the
+  # loader's path serves as well.
+  INSTALL_RPATH "${LSTM_ORT_CUDA_RPATH}")
+target_compile_options(lstm_ort_cuda PRIVATE
+  $<$<COMPILE_LANGUAGE:CXX>:-O3 -Wall -Wextra -Wno-unused-parameter -Wno-maybe-uninitialized>
+  $<$<COMPILE_LANGUAGE:CUDA>:-lineinfo -Xptxas=-v>)
+target_link_options(lstm_ort_cuda PRIVATE -Wl,--no-undefined)
+target_link_libraries(lstm_ort_cuda PRIVATE CUDA::cudart CUDA::cublas)
+message(STATUS "lstm_ort: building the CUDA plugin for ${CMAKE_CUDA_ARCHITECTURES}")

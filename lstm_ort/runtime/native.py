@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ctypes
 
-from lstm_ort.runtime.library import call_for_text, native
+from lstm_ort.runtime.library import call_for_text, cuda_native, native
 from lstm_ort.runtime.nodes import NodeShape
 
 
@@ -30,10 +30,7 @@ def normalize_tuned(text: str) -> str:
 
 
 def _cuda():
-    lib = native()
-    if not hasattr(lib, "LstmOrtCudaDeviceName"):
-        raise RuntimeError("lstm_ort's op library was built without CUDA kernels")
-    return lib
+    return cuda_native()
 
 
 def device_name() -> str:

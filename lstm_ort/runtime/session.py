@@ -10,7 +10,7 @@ import onnx
 import onnxruntime as ort
 
 from lstm_ort.ops.identity import STRATEGIES
-from lstm_ort.runtime.library import get_library_path
+from lstm_ort.runtime.library import cuda_status, get_library_path, preload_cuda_libraries
 from lstm_ort.runtime.model_io import load_model
 from lstm_ort.runtime.nodes import fused_nodes, set_attribute
 from lstm_ort.runtime.tuned_cache import apply_tuned, load_cache
@@ -54,7 +54,12 @@ class InferenceSession(ort.InferenceSession):
             path_or_bytes = path_or_bytes.SerializeToString()
         elif isinstance(path_or_bytes, os.PathLike):
             path_or_bytes = os.fspath(path_or_bytes)
+        wants_cuda = _asks_for_cuda(providers)
+        if wants_cuda:
+            preload_cuda_libraries()  # before registering: the CUDA plugin needs them to load
         sess_options = register(sess_options if sess_options is not None else ort.SessionOptions())
+        if wants_cuda:
+            warn_without_cuda_kernels()
         strategy = _config_entry(sess_options, STRATEGY_KEY)
         if strategy is not None:
             path_or_bytes = with_strategy(path_or_bytes, strategy)
@@ -63,6 +68,36 @@ class InferenceSession(ort.InferenceSession):
             if cache:
                 path_or_bytes = with_tuned(path_or_bytes, cache)
         super().__init__(path_or_bytes, sess_options, providers, provider_options, **kwargs)
+
+
+def _asks_for_cuda(providers: Any) -> bool:
+    names = [p[0] if isinstance(p, (tuple, list)) else p for p in (providers or [])]
+    return "CUDAExecutionProvider" in names
+
+
+def warn_without_cuda_kernels() -> None:
+    """Says, with a RuntimeWarning, why FusedLSTM will not run on the GPU although a session
+    asked for the CUDA execution provider: onnxruntime has none here, or lstm_ort's CUDA kernels
+    could not be loaded. The session still runs: FusedLSTM on the CPU kernel."""
+    if "CUDAExecutionProvider" not in ort.get_available_providers():
+        from lstm_ort.runtime.onnxruntime_check import INSTALL_HINT, installed_onnxruntimes
+
+        warnings.warn(
+            "lstm_ort: CUDAExecutionProvider was asked for, but this onnxruntime has none "
+            f"(installed: {', '.join(installed_onnxruntimes()) or 'no onnxruntime distribution'}); "
+            f"everything runs on the CPU. For the GPU: {INSTALL_HINT}",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        return
+    loaded, why = cuda_status()
+    if not loaded:
+        warnings.warn(
+            f"lstm_ort: CUDAExecutionProvider was asked for, but lstm_ort's CUDA kernels are not loaded, "
+            f"so FusedLSTM nodes run on the CPU kernel: {why}",
+            RuntimeWarning,
+            stacklevel=3,
+        )
 
 
 def with_strategy(path_or_bytes: str | bytes, strategy: str) -> str | bytes:

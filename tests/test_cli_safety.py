@@ -202,10 +202,11 @@ def test_float16_check_passes_at_the_default_tolerance(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["check"]["rtol"] > 0
 
 
-@pytest.mark.parametrize("atol", ["nan", "-1", "inf", "abc"])
-def test_bad_atol_is_a_usage_error(model_path, tmp_path, atol, capsys):
-    assert main(["optimize", str(model_path), "-o", str(tmp_path / "o.onnx"), "--check", "--atol", atol]) == EXIT_USAGE
-    assert "--atol" in capsys.readouterr().err and not (tmp_path / "o.onnx").exists()
+@pytest.mark.parametrize("flag", ["--atol", "--rtol"])
+@pytest.mark.parametrize("value", ["nan", "-1", "inf", "abc"])
+def test_bad_tolerance_is_a_usage_error(model_path, tmp_path, flag, value, capsys):
+    assert main(["optimize", str(model_path), "-o", str(tmp_path / "o.onnx"), "--check", flag, value]) == EXIT_USAGE
+    assert flag in capsys.readouterr().err and not (tmp_path / "o.onnx").exists()
 
 
 def test_check_difference_writes_nothing(model_path, tmp_path, monkeypatch, capsys):
@@ -354,3 +355,15 @@ def test_missing_external_data_is_an_input_error(tmp_path, capsys):
     (tmp_path / "w.bin").unlink()
     assert main(["check", str(src)]) == EXIT_INPUT
     assert "cannot read its external data" in capsys.readouterr().err
+
+
+def test_check_layout1_with_a_layer_left(tmp_path, capsys):
+    """A layout-1 stack whose middle layer is left (its W is a graph input): stock refuses the
+    left node as it refused the input; both sides run it as its layout-0 twin."""
+    spec = LstmSpec(input_size=3, hidden_size=4, num_layers=3, layout=1)
+    model = stock_model(spec, random_layers(spec, np.random.default_rng(0)))
+    model.graph.input.append(helper.make_tensor_value_info("l1_W", TensorProto.FLOAT, [1, 16, 4]))
+    src = save(model, tmp_path / "l1.onnx")
+    assert main(["optimize", str(src), "-o", str(tmp_path / "o.onnx"), "--check", "--json"]) == EXIT_OK
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["check"]["passed"] and [f["rewritten"] for f in doc["findings"]] == [True, False, True]

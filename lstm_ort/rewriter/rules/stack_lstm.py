@@ -16,7 +16,7 @@ import numpy as np
 import onnx_ir as ir
 
 from lstm_ort.rewriter.fused_node import insert_fused_node, is_fused
-from lstm_ort.rewriter.graph_utils import add_constant, const_array, const_tensor, unique_name
+from lstm_ort.rewriter.graph_utils import add_constant, const_array, const_tensor, default_opset, unique_name
 from lstm_ort.rewriter.lazy_weights import merged
 from lstm_ort.rewriter.rule import OK, CheckResult, Rule
 
@@ -234,9 +234,13 @@ def _insert_slice(graph, anchor: ir.Node, source: ir.Value, start: int, end: int
                   after: ir.Node | None = None) -> ir.Value:
     """source[start:end] along axis, by a Slice inserted before `anchor` (or after `after`)."""
     name = unique_name(graph, name)
-    consts = [add_constant(graph, anchor, f"{name}_{n}", np.array([v], np.int64))
-              for n, v in (("starts", start), ("ends", end), ("axes", axis))]
-    node = ir.Node("", "Slice", [source, *consts], name=name)
+    bounds = (("starts", start), ("ends", end), ("axes", axis))
+    if (default_opset(graph) or 10) < 10:  # Slice-1 takes its bounds as attributes
+        node = ir.Node("", "Slice", [source], ir.convenience.convert_attributes({n: [v] for n, v in bounds}),
+                       name=name)
+    else:
+        consts = [add_constant(graph, anchor, f"{name}_{n}", np.array([v], np.int64)) for n, v in bounds]
+        node = ir.Node("", "Slice", [source, *consts], name=name)
     node.outputs[0].name = unique_name(graph, name + "_out")
     if after is not None:
         graph.insert_after(after, node)

@@ -41,7 +41,7 @@ SEED = int(os.environ.get("LSTM_ORT_FUZZ_SEED", "0"))
 FLOAT32_TOL = 1e-5
 
 # Softplus is left out: the CPU kernel's overflows past 88 (NaN where stock gives a number), a kernel
-# bug test_softplus_overflow (strict xfail) holds until it is fixed.
+# bug: test_softplus_overflow_matches_stock xfails until it is fixed, then holds the fix.
 VALID_ACTS = ["Sigmoid", "Tanh", "Relu", "HardSigmoid", "LeakyRelu", "Softsign", "ScaledTanh", "Elu", "Affine",
               "ThresholdedRelu"]
 

@@ -34,14 +34,8 @@ class LayerWeights:
         return self.W.shape[-1]
 
 
-def _interleave_gates(block_major: np.ndarray, hidden: int) -> np.ndarray:
-    """[..., 4H] with gate blocks -> [..., 4H] with the 4 gates of each unit adjacent."""
-    lead = block_major.shape[:-1]
-    return block_major.reshape(*lead, 4, hidden).swapaxes(-1, -2).reshape(*lead, 4 * hidden)
-
-
 def _block_gates(interleaved: np.ndarray, hidden: int) -> np.ndarray:
-    """The inverse of _interleave_gates."""
+    """[..., 4H] with the 4 gates of each unit adjacent -> [..., 4H] with gate blocks."""
     lead = interleaved.shape[:-1]
     return interleaved.reshape(*lead, hidden, 4).swapaxes(-1, -2).reshape(*lead, 4 * hidden)
 

@@ -56,7 +56,7 @@ def rewrite(model_or_path, *, fold_constants: bool = True, rules: list[Rule] | N
     """The rewrite itself, in onnx-ir: what `lstm-ort check` needs, without packing any weight."""
     proto = load_model(model_or_path)
     ir_version = proto.ir_version
-    with progress.step("reading the model"):
+    with progress.step("building the graph"):
         model = ir.serde.deserialize_model(proto)
     input_valid = _passes_checker(model)
     if fold_constants:

@@ -232,7 +232,8 @@ def spec_from_attributes(attributes: dict, input_size: int, num_layers: int = 1)
         direction=_text(attributes.get("direction", "forward")),
         layout=int(attributes.get("layout", 0)),
         clip=float(attributes["clip"]) if "clip" in attributes else None,
-        input_forget=int(attributes.get("input_forget", 0)),
+        # Stock onnxruntime reads any non-zero input_forget as true; FusedLSTM takes 0 or 1.
+        input_forget=1 if int(attributes.get("input_forget", 0)) else 0,
         activations=[_text(a) for a in acts] if acts else None,
         activation_alpha=list(attributes["activation_alpha"]) if attributes.get("activation_alpha") else None,
         activation_beta=list(attributes["activation_beta"]) if attributes.get("activation_beta") else None,

@@ -1,96 +1,240 @@
 """lstm-ort: rewrite the LSTMs of an ONNX model into lstm_ort.FusedLSTM, and tune how the CUDA
 kernel runs them.
 
-Exit codes: 0 done; 1 the input could not be read or the output not written; 2 usage (or, for
-tune, no CUDA device); 3 --check found the optimized model differs from the original (nothing
-written).
+Exit codes:
+  0  done (optimize: the model was written; LSTMs left as they were are listed with the reason)
+  1  input or output: the input could not be read (not ONNX, truncated, an IR version the
+     installed onnxruntime does not read, missing external data), the output could not be
+     written, or --check had nothing to compare against (stock onnxruntime cannot run the input)
+  2  usage: bad arguments; -o empty, "-", the input model or one of its external data files, or
+     an existing path that is not a regular file (a directory, a device); tune without a CUDA GPU
+  3  --check: the optimized model does not run, or its outputs differ from stock onnxruntime's on
+     the original beyond the tolerance; nothing written
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
+import stat
 import sys
-import tempfile
 from pathlib import Path
 
 import onnx
 
-from lstm_ort.rewriter import Report, optimize
-from lstm_ort.runtime.model_io import ModelError, load_model
+from lstm_ort import __version__, progress
+from lstm_ort.rewriter import Report
+from lstm_ort.rewriter.driver import rewrite, skeleton, write, written_size
 from lstm_ort.runtime import native
+from lstm_ort.runtime.model_io import EXTERNAL_DATA_THRESHOLD, ModelError, StagedModel, load_model, read_model
 from lstm_ort.runtime.nodes import fused_nodes, node_shapes
 from lstm_ort.serving.cli import add_batch_parser, cmd_batch
 from lstm_ort.serving.parity import ragged_parity
 from lstm_ort.runtime.tuned_cache import load_cache, record, tuned_entries
-from lstm_ort.verify import parity
 
 EXIT_OK, EXIT_INPUT, EXIT_USAGE, EXIT_PARITY = 0, 1, 2, 3
-EXTERNAL_DATA_THRESHOLD = 1 << 30  # larger models keep their weights in a side file
 
 
-def write_atomically(model: onnx.ModelProto, out: Path) -> None:
-    """Write to a temporary file beside `out`, then rename: a failed write leaves no partial file."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    external = model.ByteSize() > EXTERNAL_DATA_THRESHOLD
-    fd, tmp = tempfile.mkstemp(prefix=out.name + ".", suffix=".tmp", dir=out.parent)
-    os.close(fd)
-    data_name = out.name + ".data"
-    try:
-        if external:
-            onnx.save(model, tmp, save_as_external_data=True, all_tensors_to_one_file=True, location=data_name)
+class UsageError(Exception):
+    pass
+
+
+class Outcome:
+    """What one optimize/check run prints: the text report, or one JSON document with everything."""
+
+    def __init__(self, args, command: str) -> None:
+        self.args, self.doc = args, {"command": command, "input": getattr(args, "input", None)
+                                     or getattr(args, "model", None)}
+        self.report: Report | None = None
+        self.lines: list[str] = []
+
+    def fail(self, code: int, message: str) -> int:
+        print(f"lstm-ort: {message}", file=sys.stderr)
+        self.doc["error"] = message
+        return self.finish(code)
+
+    def finish(self, code: int) -> int:
+        if self.args.json:
+            doc = dict(self.doc)
+            if self.report is not None:
+                doc.update(json.loads(self.report.to_json()))
+            doc["exit_code"] = code
+            print(json.dumps(doc, indent=2))
         else:
-            onnx.save(model, tmp)
-        os.replace(tmp, out)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+            if self.report is not None:
+                print(self.report.table())
+            for line in self.lines:
+                print(line)
+        return code
 
 
 def cmd_optimize(args) -> int:
-    src, dst = Path(args.input), Path(args.output)
-    if dst.exists() and src.exists() and dst.resolve() == src.resolve():
-        print("lstm-ort: refusing to overwrite the input model; choose another -o", file=sys.stderr)
-        return EXIT_USAGE
+    out = Outcome(args, "optimize")
+    out.doc.update(output=None, written=False, check=None, strategies=[])
+    src = Path(args.input)
     try:
-        original = load_model(src)
-        report = Report()
-        optimized = optimize(original, fold_constants=not args.no_fold, report=report,
-                             sequence_lens_input=args.sequence_lens_input)
+        dst = output_target(args.output, [src])
+        with progress.step(f"reading {src}"):
+            proto, files = read_model(src)
+        dst = output_target(args.output, files)
+    except UsageError as e:
+        return out.fail(EXIT_USAGE, str(e))
     except ModelError as e:
-        print(f"lstm-ort: {src}: {e}", file=sys.stderr)
-        return EXIT_INPUT
-    result = {"report": report}
-    if args.check and any(f.rewritten for f in report.findings):
-        err = (ragged_parity if args.sequence_lens_input else parity)(original, optimized)
-        result["max_abs"] = err
-        if not err <= args.atol:
-            _print(report, args, f"--check: max-abs {err:.3g} > {args.atol:g}; nothing written")
-            return EXIT_PARITY
+        return out.fail(EXIT_INPUT, f"{src}: {e}")
+    from lstm_ort.verify import FLOAT16_TOLERANCE, CheckFailed, CheckUnavailable, Tolerance, default_tolerance, \
+        has_layout1_lstm, parity, random_feeds
+
+    tolerance = default_tolerance(proto)
+    tolerance = Tolerance(tolerance.atol if args.atol is None else args.atol,
+                          tolerance.rtol if args.rtol is None else args.rtol)
+    if args.check:
+        import numpy as np
+
+        feeds = random_feeds(proto, np.random.default_rng(0))
+        layout1 = has_layout1_lstm(proto)
+    out.report = report = Report()
     try:
-        write_atomically(optimized, dst)
+        rewritten = rewrite(proto, fold_constants=not args.no_fold, report=report, freeze_inputs=args.freeze_inputs)
+    except ModelError as e:
+        return out.fail(EXIT_INPUT, f"{src}: {e}")
+    except Exception as e:  # a bug of ours: say so plainly, and write nothing
+        return out.fail(EXIT_INPUT, f"{src}: internal error while rewriting ({type(e).__name__}: {e}); nothing written")
+    out.doc["strategies"] = strategy_entries(skeleton(rewritten), args.seq_len, args.batch)
+    if args.sequence_lens_input:
+        return _optimize_ragged(out, args, proto, rewritten, dst, tolerance)
+    if args.check and (layout1 or (len(files) > 1 and proto.ByteSize() < (1 << 31) - 1)):
+        # Layout-1 LSTMs become their layout-0 twins for stock; and onnxruntime reading external
+        # data itself cannot fold shape tensors kept there.
+        original = proto
+    else:
+        original = src  # onnxruntime reads the file itself: no serialized copy here
+    del proto
+    try:
+        staged = StagedModel(dst, lambda path, data_name: write(rewritten, path, data_name=data_name),
+                             external=written_size(rewritten) > EXTERNAL_DATA_THRESHOLD)
     except OSError as e:
-        print(f"lstm-ort: cannot write {dst}: {e}", file=sys.stderr)
-        return EXIT_INPUT
-    extra = f"--check: max-abs {result['max_abs']:.3g} <= {args.atol:g}" if "max_abs" in result else ""
-    extra += "\n" + strategy_report(optimized, args.seq_len, args.batch)
-    _print(report, args, extra + (f"\nwrote {dst}" if not args.json else ""))
-    return EXIT_OK
+        return out.fail(EXIT_INPUT, f"cannot write {dst}: {e.strerror or e}")
+    except Exception as e:
+        return out.fail(EXIT_INPUT, f"{src}: internal error while writing ({type(e).__name__}: {e}); nothing written")
+    del rewritten  # and with it the input's tensors, before two sessions load the models
+    if args.check and any(f.rewritten for f in report.findings):
+        try:
+            with progress.step("checking against stock onnxruntime"):
+                result = parity(original, staged.path, feeds, tolerance, consume=True,
+                                twin_optimized=layout1 and not report.all_rewritten)
+        except CheckUnavailable as e:
+            staged.discard()
+            return out.fail(EXIT_INPUT, f"--check: {e}; nothing written")
+        except CheckFailed as e:
+            staged.discard()
+            out.doc["check"] = {"passed": False, "error": str(e), "tolerance": str(tolerance)}
+            return out.fail(EXIT_PARITY, f"--check: {e}; nothing written")
+        passed = result.passes(tolerance)
+        out.doc["check"] = {"passed": passed, "max_abs": _number(result.max_abs), "tolerance": str(tolerance),
+                            "atol": tolerance.atol, "rtol": tolerance.rtol, "compared_with": result.compared_with}
+        if not passed:
+            staged.discard()
+            hint = ("; in float16, unbounded or discontinuous activations magnify each rounding, and stock and "
+                    "FusedLSTM round at different points: --atol/--rtol set the tolerance"
+                    if tolerance.rtol >= FLOAT16_TOLERANCE.rtol else "")
+            return out.fail(EXIT_PARITY, f"--check: max-abs {result.max_abs:.3g} against {result.compared_with}, "
+                                         f"beyond the tolerance {tolerance}; nothing written{hint}")
+        out.lines.append(f"--check: max-abs {result.max_abs:.3g} against {result.compared_with} "
+                         f"(tolerance {tolerance})")
+    try:
+        staged.commit()
+    except OSError as e:
+        return out.fail(EXIT_INPUT, f"cannot write {dst}: {e.strerror or e}")
+    out.doc.update(output=str(dst), written=True)
+    out.lines += [*format_strategies(out.doc["strategies"]), f"wrote {dst}"]
+    return out.finish(EXIT_OK)
+
+
+def _optimize_ragged(out: Outcome, args, original: onnx.ModelProto, rewritten, dst: Path, tolerance) -> int:
+    """--sequence-lens-input: the rewritten model gains a sequence_lens input. It is built in
+    memory (not streamed), and --check compares each batch entry with the original run alone."""
+    from lstm_ort.rewriter import sequence_lens
+    from lstm_ort.rewriter.driver import serialize
+
+    report = out.report
+    optimized = serialize(rewritten)
+    sequence_lens.add_sequence_lens_input(optimized, report)
+    if args.check and any(f.rewritten for f in report.findings):
+        with progress.step("checking each batch entry against stock onnxruntime run alone"):
+            err = ragged_parity(original, optimized)
+        passed = bool(err <= tolerance.atol)
+        out.doc["check"] = {"passed": passed, "max_abs": _number(err), "tolerance": str(tolerance),
+                            "compared_with": "stock onnxruntime, each entry run alone"}
+        if not passed:
+            return out.fail(EXIT_PARITY, f"--check: max-abs {err:.3g} beyond {tolerance.atol:g}; nothing written")
+        out.lines.append(f"--check: max-abs {err:.3g} against stock onnxruntime, each entry run alone")
+    try:
+        StagedModel.of_proto(optimized, dst).commit()
+    except OSError as e:
+        return out.fail(EXIT_INPUT, f"cannot write {dst}: {e.strerror or e}")
+    out.doc.update(output=str(dst), written=True)
+    out.lines += [*format_strategies(out.doc["strategies"]), f"wrote {dst}"]
+    return out.finish(EXIT_OK)
+
+
+def output_target(output: str, inputs: list[Path]) -> Path:
+    """The file -o names (symbolic links followed), or UsageError: empty, "-", an existing path
+    that is not a regular file, or a file the input is read from (the model or its external
+    data); the same for the external data file written beside a large output."""
+    if output in ("", "-"):
+        raise UsageError("-o needs the path of a file to write (standard output is not supported)")
+    target = Path(os.path.realpath(output))
+    for path, what in ((target, "-o"), (target.parent / (target.name + ".data"), "the output's data file")):
+        if os.path.lexists(path):
+            try:
+                mode = os.stat(path).st_mode
+            except OSError:
+                mode = None
+            if mode is not None and not stat.S_ISREG(mode):
+                kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
+                raise UsageError(f"{what} {path} is {kind}; refusing to replace it")
+        for k, source in enumerate(inputs):
+            if _same_file(path, source):
+                named = "the input model" if k == 0 else f"the input's external data file {source.name}"
+                raise UsageError(f"{what} {output if what == '-o' else path} is {named}; choose another path")
+    return target
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    if os.path.realpath(a) == os.path.realpath(b):
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def _number(x: float):
+    return x if math.isfinite(x) else str(x)
 
 
 def cmd_check(args) -> int:
+    out = Outcome(args, "check")
+    out.report = report = Report()
     try:
-        report = Report()
-        optimized = optimize(args.model, fold_constants=not args.no_fold, report=report)
+        with progress.step(f"reading {args.model}"):
+            proto = load_model(args.model)
+        rewritten = rewrite(proto, fold_constants=not args.no_fold, report=report, freeze_inputs=args.freeze_inputs)
+        del proto
     except ModelError as e:
-        print(f"lstm-ort: {args.model}: {e}", file=sys.stderr)
-        return EXIT_INPUT
-    _print(report, args, strategy_report(optimized, args.seq_len, args.batch))
-    return EXIT_OK
+        out.report = None
+        return out.fail(EXIT_INPUT, f"{args.model}: {e}")
+    except Exception as e:
+        out.report = None
+        return out.fail(EXIT_INPUT, f"{args.model}: internal error while rewriting ({type(e).__name__}: {e})")
+    out.doc["strategies"] = strategy_entries(skeleton(rewritten), args.seq_len, args.batch)
+    out.lines += format_strategies(out.doc["strategies"])
+    return out.finish(EXIT_OK)
 
 
-def strategy_report(model: onnx.ModelProto, T: int | None, B: int | None) -> str:
+def strategy_entries(model: onnx.ModelProto, T: int | None, B: int | None) -> list[dict]:
     """Which CUDA strategy each FusedLSTM node will use: forced, tuned, or chosen per call; with
     T and B on a CUDA machine, the plan itself."""
     try:
@@ -98,29 +242,44 @@ def strategy_report(model: onnx.ModelProto, T: int | None, B: int | None) -> str
     except ValueError as e:
         cache = {}
         print(f"lstm-ort: {e}", file=sys.stderr)
-    lines, gpu = [], None
+    entries, gpu = [], None
     for node, shape in node_shapes(model):
         attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
         forced = attrs.get("strategy", b"auto").decode()
-        if forced != "auto":
-            what = f"{forced} (forced by the node's strategy attribute)"
-        else:
-            tuned = tuned_entries(cache, shape) if shape else []
-            what = "auto: chosen per call from T and B"
-            if tuned:
-                what += "; tuned: " + ", ".join(f"T={e.T} B={e.B} -> {e.strategy} on {e.gpu}" for e in tuned)
-        line = f"{node.name or '<unnamed>'} [{shape.key if shape else 'sizes unknown'}]: {what}"
+        entry = {"node": node.name or "<unnamed>", "shape": shape.key if shape else None, "strategy": forced,
+                 "forced": forced != "auto",
+                 "tuned": [e._asdict() for e in tuned_entries(cache, shape)] if shape and forced == "auto" else []}
         if shape and T and B:
             try:
                 gpu = gpu or native.device_name()
-                line += f"\n    at T={T} B={B} on {gpu}: {native.describe(shape, T, B, forced)}"
+                entry["plan"] = {"T": T, "B": B, "gpu": gpu, "plan": native.describe(shape, T, B, forced)}
             except (OSError, RuntimeError) as e:
-                line += f"\n    (no plan at T={T} B={B}: {e})"
+                entry["plan"] = {"T": T, "B": B, "error": str(e)}
+        entries.append(entry)
+    return entries
+
+
+def format_strategies(entries: list[dict]) -> list[str]:
+    lines = []
+    for e in entries:
+        if e["forced"]:
+            what = f"{e['strategy']} (forced by the node's strategy attribute)"
+        else:
+            what = "auto: chosen per call from T and B"
+            if e["tuned"]:
+                what += "; tuned: " + ", ".join(f"T={t['T']} B={t['B']} -> {t['strategy']} on {t['gpu']}"
+                                                for t in e["tuned"])
+        line = f"  {e['node']} [{e['shape'] or 'sizes unknown'}]: {what}"
+        plan = e.get("plan")
+        if plan:
+            line += (f"\n      at T={plan['T']} B={plan['B']} on {plan['gpu']}: {plan['plan']}" if "plan" in plan
+                     else f"\n      (no plan at T={plan['T']} B={plan['B']}: {plan['error']})")
         lines.append(line)
-    return ("FusedLSTM strategies (CUDA):\n  " + "\n  ".join(lines)) if lines else ""
+    return ["FusedLSTM strategies (CUDA):", *lines] if lines else []
 
 
 def cmd_tune(args) -> int:
+    from lstm_ort.rewriter import optimize
     from lstm_ort.tuning.measure import tune_shape
 
     try:
@@ -164,30 +323,47 @@ def cmd_tune(args) -> int:
     return EXIT_OK
 
 
-def _print(report: Report, args, extra: str) -> None:
-    if args.json:
-        print(report.to_json())
-    else:
-        print(report.table())
-    if extra:
-        print(extra.strip(), file=sys.stderr if args.json else sys.stdout)
+def _tolerance(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, not {text}")
+    return value
 
 
-def main(argv=None) -> int:
+def _versions() -> str:
+    import onnxruntime as ort
+
+    return f"lstm-ort {__version__} (onnxruntime {ort.__version__}, onnx {onnx.__version__})"
+
+
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="lstm-ort", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--version", action="version", version=_versions())
     sub = p.add_subparsers(dest="command", required=True)
     o = sub.add_parser("optimize", help="rewrite LSTMs into FusedLSTM and write the result")
     o.add_argument("input")
     o.add_argument("-o", "--output", required=True)
     o.add_argument("--check", action="store_true", help="refuse to write unless outputs match stock onnxruntime")
-    o.add_argument("--atol", type=float, default=1e-4, help="--check tolerance (max-abs, default 1e-4)")
-    o.add_argument("--sequence-lens-input", action="store_true", help="add a sequence_lens input for ragged batches")
+    o.add_argument("--atol", type=_tolerance, default=None,
+                   help="--check: outputs match where |ours - stock| <= atol + rtol x |stock|; default by "
+                        "element type: float32 1e-4, float16 3.9e-3 (4 float16 steps)")
+    o.add_argument("--rtol", type=_tolerance, default=None,
+                   help="--check: the relative part (default float32 1e-5, float16 3.9e-3)")
+    o.add_argument("--sequence-lens-input", action="store_true",
+                   help="add a sequence_lens input for exact ragged batches (lstm-ort batch; docs/serving.md)")
     c = sub.add_parser("check", help="report what would be rewritten, write nothing")
     c.add_argument("model")
     for q in (o, c):
-        q.add_argument("--json", action="store_true", help="machine-readable report")
+        q.add_argument("--json", action="store_true", help="one JSON document with everything (report, --check "
+                                                           "result, output, strategies, error)")
         q.add_argument("--no-fold", action="store_true", help="skip constant folding before matching")
+        q.add_argument("--freeze-inputs", action="store_true",
+                       help="pack LSTM weights that are initializers and graph inputs too (by default such LSTMs "
+                            "are left, as a caller may feed other weights); they stop being inputs")
         q.add_argument("--seq-len", type=int, help="with --batch: report the CUDA plan for calls of this T")
         q.add_argument("--batch", type=int, help="with --seq-len: report the CUDA plan for calls of this B")
     t = sub.add_parser("tune", help="measure the CUDA strategies for a model's FusedLSTM nodes on this GPU and "
@@ -198,14 +374,26 @@ def main(argv=None) -> int:
     t.add_argument("--runs", type=int, default=20, help="timed runs per strategy (median)")
     t.add_argument("--json", action="store_true", help="also print the measurements as JSON")
     add_batch_parser(sub)
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv=None) -> int:
+    p = parser()
+    try:
+        args = p.parse_args(argv)
+        if args.command == "tune" and (min(args.seq_len) < 1 or min(args.batch) < 1 or args.runs < 1):
+            p.error("--seq-len, --batch and --runs must be >= 1")
+    except SystemExit as e:  # --help, --version, usage errors: argparse has printed why
+        return e.code if isinstance(e.code, int) else EXIT_USAGE
+    if args.command == "tune":
+        return cmd_tune(args)
     if args.command == "batch":
         return cmd_batch(args)
-    if args.command == "tune":
-        if min(args.seq_len) < 1 or min(args.batch) < 1 or args.runs < 1:
-            p.error("--seq-len, --batch and --runs must be >= 1")
-        return cmd_tune(args)
-    return cmd_optimize(args) if args.command == "optimize" else cmd_check(args)
+    progress.enable()
+    try:
+        return cmd_optimize(args) if args.command == "optimize" else cmd_check(args)
+    finally:
+        progress.disable()
 
 
 if __name__ == "__main__":

@@ -1,40 +1,363 @@
-"""Checking an optimized model against its original: inputs for any model, and the parity run
-that `lstm-ort optimize --check` and the tests share."""
+"""Checking an optimized model against its original: inputs for any model, the stock-runnable
+form of the original, tolerances, and the parity run that `lstm-ort optimize --check` and the
+tests share."""
 
 from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
 
 import numpy as np
 import onnx
 import onnxruntime as ort
 
+from lstm_ort.runtime.model_io import iter_graphs
 from lstm_ort.runtime.session import InferenceSession
 
 CPU = ["CPUExecutionProvider"]
 
+# Ops that hand an integer input on unchanged in value (so its role is where it ends up).
+_PASS_THROUGH = {"Cast", "CastLike", "Identity", "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Expand"}
+_RECURRENT = {"LSTM", "GRU", "RNN"}
+_LARGE_BYTES = 1 << 16
+
+
+# ---------------------------------------------------------------------------------------------
+# Feeds
 
 def random_feeds(model: onnx.ModelProto, rng: np.random.Generator, dim: int = 3) -> dict[str, np.ndarray]:
-    """Inputs for every graph input: unknown dimensions become `dim`; integers are 1 (valid lengths and ids)."""
+    """Inputs for every graph input: unknown dimensions become `dim` (one value per symbolic name),
+    floats are standard normal, and integers get values valid for their role: sequence lengths
+    (an LSTM/GRU/RNN's sequence_lens, FusedLSTM's) spread over [1, T], token ids (a Gather's
+    indices) below the size of the gathered axis, anything else 1."""
     inits = {i.name for i in model.graph.initializer}
-    feeds = {}
+    symbols: dict[str, int] = {}
+    shapes, types = {}, {}
     for vi in model.graph.input:
-        if vi.name in inits:
+        if vi.name in inits or not vi.type.HasField("tensor_type"):
             continue
         tt = vi.type.tensor_type
-        shape = [d.dim_value if d.HasField("dim_value") else dim for d in tt.shape.dim]
-        dtype = onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)
-        if np.issubdtype(dtype, np.integer):
-            feeds[vi.name] = np.ones(shape, dtype)
+        shapes[vi.name] = [d.dim_value if d.HasField("dim_value") else
+                           symbols.setdefault(d.dim_param, dim) if d.dim_param else dim for d in tt.shape.dim]
+        types[vi.name] = onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)
+    ints = [name for name, t in types.items() if np.issubdtype(t, np.integer)]
+    uses = _uses(model) if ints else {}
+    roles = {name: _role(uses, name) for name in ints}
+    known = _static_shapes(model, shapes) if any(r is not None for r in roles.values()) else {}
+    feeds = {}
+    for name, shape in shapes.items():
+        dtype = types[name]
+        if name not in roles:
+            feeds[name] = rng.standard_normal(shape).astype(dtype) if dtype != np.bool_ else \
+                rng.integers(0, 2, shape).astype(bool)
+            continue
+        role = roles[name]
+        count = int(np.prod(shape))
+        if role is not None and role[0] == "lengths":
+            T = _dim_of(role[1], role[2], shapes, known)
+            if T is None or T < 1:
+                values = np.ones(count, np.int64)
+            else:  # distinct lengths from T down to 1, in random order
+                values = rng.permutation(np.linspace(T, 1, num=max(count, 1)).round().astype(np.int64))[:count]
+        elif role is not None and role[0] == "ids":
+            bound = _dim_of(role[1], role[2], shapes, known)
+            values = rng.integers(0, bound, count) if bound else np.zeros(count, np.int64)
         else:
-            feeds[vi.name] = rng.standard_normal(shape).astype(dtype)
+            values = np.ones(count, np.int64)
+        feeds[name] = values.reshape(shape).astype(dtype)
     return feeds
 
 
-def parity(original: onnx.ModelProto, optimized: onnx.ModelProto) -> float:
-    """Max-abs difference of stock onnxruntime on the original and ours on the optimized model."""
-    feeds = random_feeds(original, np.random.default_rng(0))
-    ref = ort.InferenceSession(original.SerializeToString(), providers=CPU).run(None, feeds)
-    got = InferenceSession(optimized.SerializeToString(), providers=CPU).run(None, feeds)
-    return max_abs(ref, got)
+def _uses(model: onnx.ModelProto) -> dict[str, list[onnx.NodeProto]]:
+    """Value name -> the nodes reading it, in the main graph and its subgraphs (functions have
+    their own names and are not followed)."""
+    uses: dict[str, list] = {}
+
+    def walk(graph):
+        for node in graph.node:
+            for name in node.input:
+                if name:
+                    uses.setdefault(name, []).append(node)
+            for attr in node.attribute:
+                if attr.type == onnx.AttributeProto.GRAPH:
+                    walk(attr.g)
+                for g in attr.graphs:
+                    walk(g)
+
+    walk(model.graph)
+    return uses
+
+
+def _role(uses: dict[str, list[onnx.NodeProto]], name: str):
+    """("lengths", X name, time axis), ("ids", data name, axis), or None."""
+    seen, pending = set(), [name]
+    while pending:
+        value = pending.pop()
+        if value in seen:
+            continue
+        seen.add(value)
+        for node in uses.get(value, []):
+            attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+            index = [k for k, n in enumerate(node.input) if n == value]
+            if node.op_type in _RECURRENT and node.domain in ("", "ai.onnx") and 4 in index:
+                return "lengths", node.input[0], 1 if attrs.get("layout", 0) == 1 else 0
+            if node.op_type == "FusedLSTM" and node.domain == "lstm_ort" and 3 in index:
+                return "lengths", node.input[0], 1 if attrs.get("layout", 0) == 1 else 0
+            if node.op_type == "Gather" and node.domain in ("", "ai.onnx") and 1 in index:
+                return "ids", node.input[0], int(attrs.get("axis", 0))
+            if node.op_type in _PASS_THROUGH and 0 in index and node.output:
+                pending.append(node.output[0])
+    return None
+
+
+def _dim_of(value: str, axis: int, shapes: dict, known: dict) -> int | None:
+    shape = shapes.get(value) or known.get(value)
+    if shape is None or not -len(shape) <= axis < len(shape):
+        return None
+    dim = shape[axis]
+    return dim if isinstance(dim, int) and dim >= 0 else None
+
+
+def _static_shapes(model: onnx.ModelProto, shapes: dict[str, list[int]]) -> dict[str, list]:
+    """Shapes of the main graph's values when the inputs have `shapes`: onnx shape inference on a
+    copy of the model without its large initializers' data."""
+    graph = model.graph
+    light = onnx.ModelProto(ir_version=model.ir_version, opset_import=model.opset_import, functions=model.functions)
+    g = light.graph
+    g.node.extend(graph.node)
+    g.output.extend(graph.output)
+    for vi in graph.input:
+        if vi.name in shapes:
+            fixed = onnx.helper.make_tensor_value_info(vi.name, vi.type.tensor_type.elem_type, shapes[vi.name])
+            g.input.append(fixed)
+        elif not any(t.name == vi.name for t in graph.initializer):
+            g.input.append(vi)
+    for t in graph.initializer:
+        if _nbytes(t) > _LARGE_BYTES:
+            g.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
+        else:
+            g.initializer.append(t)
+    out = {name: list(shape) for name, shape in shapes.items()}
+    try:
+        inferred = onnx.shape_inference.infer_shapes(light, strict_mode=False, data_prop=True)
+    except Exception:
+        return out
+    for t in graph.initializer:
+        out.setdefault(t.name, list(t.dims))
+    for vi in [*inferred.graph.value_info, *inferred.graph.output]:
+        if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape"):
+            out.setdefault(vi.name, [d.dim_value if d.HasField("dim_value") else None
+                                     for d in vi.type.tensor_type.shape.dim])
+    return out
+
+
+def _nbytes(t: onnx.TensorProto) -> int:
+    count = int(np.prod(t.dims)) if len(t.dims) else 1
+    return count * onnx.helper.tensor_dtype_to_np_dtype(t.data_type).itemsize if t.data_type else 0
+
+
+# ---------------------------------------------------------------------------------------------
+# What stock onnxruntime can run
+
+def has_layout1_lstm(model: onnx.ModelProto) -> bool:
+    return any(_is_layout1_lstm(n) for g in iter_graphs(model) for n in g.node)
+
+
+def _is_layout1_lstm(node: onnx.NodeProto) -> bool:
+    return node.op_type == "LSTM" and node.domain in ("", "ai.onnx") and any(
+        a.name == "layout" and a.i == 1 for a in node.attribute)
+
+
+def stock_equivalent(model: onnx.ModelProto, *, in_place: bool = False) -> onnx.ModelProto:
+    """The model with every layout-1 LSTM (which stock's CPU provider refuses) replaced by its
+    layout-0 twin between Transposes: the same network, for stock onnxruntime to run."""
+    if not in_place:
+        copy = onnx.ModelProto()
+        copy.CopyFrom(model)
+        model = copy
+    taken = {n for g in iter_graphs(model) for node in g.node for n in [*node.input, *node.output, node.name]}
+    taken |= {v.name for g in iter_graphs(model) for v in [*getattr(g, "input", []), *getattr(g, "initializer", [])]}
+
+    def fresh(base):
+        name, k = base, 1
+        while name in taken:
+            name, k = f"{base}_{k}", k + 1
+        taken.add(name)
+        return name
+
+    for graph in iter_graphs(model):
+        nodes = []
+        for node in graph.node:
+            if not _is_layout1_lstm(node):
+                nodes.append(node)
+                continue
+            base = node.name or "lstm"
+            for k, perm in ((0, [1, 0, 2]), (5, [1, 0, 2]), (6, [1, 0, 2])):
+                if k < len(node.input) and node.input[k]:
+                    moved = fresh(f"{base}_layout0_in{k}")
+                    nodes.append(onnx.helper.make_node("Transpose", [node.input[k]], [moved], perm=perm,
+                                                       name=fresh(f"{base}_layout0_in{k}")))
+                    node.input[k] = moved
+            for a in node.attribute:
+                if a.name == "layout":
+                    a.i = 0
+            after = []
+            for k, perm in ((0, [2, 0, 1, 3]), (1, [1, 0, 2]), (2, [1, 0, 2])):
+                if k < len(node.output) and node.output[k]:
+                    original = node.output[k]
+                    node.output[k] = fresh(f"{base}_layout0_out{k}")
+                    after.append(onnx.helper.make_node("Transpose", [node.output[k]], [original], perm=perm,
+                                                       name=fresh(f"{base}_layout0_out{k}")))
+            nodes.append(node)
+            nodes.extend(after)
+        if len(nodes) != len(graph.node):
+            kept = [onnx.NodeProto() for _ in nodes]
+            for dst, src in zip(kept, nodes):
+                dst.CopyFrom(src)
+            del graph.node[:]
+            graph.node.extend(kept)
+    return model
+
+
+# ---------------------------------------------------------------------------------------------
+# Tolerances and the comparison
+
+@dataclass(frozen=True)
+class Tolerance:
+    """Outputs match where |ours - stock| <= atol + rtol * |stock|, everywhere."""
+
+    atol: float
+    rtol: float = 0.0
+
+    def __str__(self) -> str:
+        return f"{self.atol:g}" if not self.rtol else f"{self.atol:g} + {self.rtol:g} x |stock|"
+
+
+# float32: 1e-4, and 1e-5 of the outputs' magnitude where they are large (an LSTM with unbounded
+# activations can reach thousands, where one float32 step is ~1e-4 and summation order shows).
+FLOAT32_TOLERANCE = Tolerance(1e-4, 1e-5)
+# float16 holds 11 significant bits: allow 4 of its steps (2^-10 each, relative) at the outputs'
+# magnitude; ours computes in float32 and rounds once, stock rounds between layers.
+FLOAT16_TOLERANCE = Tolerance(4 * 2.0 ** -10, 4 * 2.0 ** -10)
+
+
+def default_tolerance(model: onnx.ModelProto) -> Tolerance:
+    """By element type: float16 if any graph input or output is float16."""
+    values = [*model.graph.input, *model.graph.output]
+    if any(v.type.tensor_type.elem_type == onnx.TensorProto.FLOAT16 for v in values):
+        return FLOAT16_TOLERANCE
+    return FLOAT32_TOLERANCE
+
+
+class CheckUnavailable(Exception):
+    """There is nothing to compare against: stock onnxruntime cannot run the original."""
+
+
+class CheckFailed(Exception):
+    """The optimized model does not run, or its outputs are not those of the original."""
+
+
+@dataclass
+class ParityResult:
+    max_abs: float  # largest |ours - stock| (NaN where only one side is NaN)
+    excess: float  # largest |ours - stock| - rtol * |stock|: the check passes when <= atol
+    compared_with: str  # "stock onnxruntime", or "stock onnxruntime (layout-1 LSTMs as layout 0)"
+
+    def passes(self, tolerance: Tolerance) -> bool:
+        return bool(self.excess <= tolerance.atol)
+
+
+Model = onnx.ModelProto | str | os.PathLike
+
+
+def parity(original: Model, optimized: Model, feeds: dict[str, np.ndarray] | None = None,
+           tolerance: Tolerance | None = None, *, consume: bool = False,
+           twin_optimized: bool = False) -> ParityResult:
+    """Stock onnxruntime on the original against ours on the optimized model, CPU, one run on
+    `feeds` (random_feeds of the original if not given). Models may be protos or paths (a path
+    lets onnxruntime read the file itself, so no serialized copy is held here); `consume`: the
+    protos may be changed. Layout-1 LSTMs (stock's CPU provider refuses them) run as their
+    layout-0 twins: the original's always, a path's with `twin_optimized`. Raises
+    CheckUnavailable or CheckFailed."""
+    rtol = (tolerance or FLOAT32_TOLERANCE).rtol
+    compared_with = "stock onnxruntime"
+    if isinstance(original, onnx.ModelProto):
+        if feeds is None:
+            feeds = random_feeds(original, np.random.default_rng(0))
+        if has_layout1_lstm(original):
+            original = stock_equivalent(original, in_place=consume)
+            compared_with += " (layout-1 LSTMs as layout 0)"
+    elif feeds is None:
+        proto = onnx.load(os.fspath(original))
+        feeds = random_feeds(proto, np.random.default_rng(0))
+        del proto
+    # LSTMs the rewrite left keep layout 1: run them as twins too (the input failed the same way).
+    if isinstance(optimized, onnx.ModelProto):
+        if has_layout1_lstm(optimized):
+            optimized = stock_equivalent(optimized, in_place=consume)
+    elif twin_optimized:
+        optimized = stock_equivalent(onnx.load(os.fspath(optimized)), in_place=True)
+    options = ort.SessionOptions()
+    options.log_severity_level = 4
+    try:
+        sess = ort.InferenceSession(_source(original), options, providers=CPU)
+        ref = sess.run(None, _feeds_for(sess, feeds))
+        names = [o.name for o in sess.get_outputs()]
+        del sess
+    except Exception as e:
+        raise CheckUnavailable(f"stock onnxruntime cannot run the original model: {clean_message(e)}") from e
+    options = ort.SessionOptions()
+    options.log_severity_level = 4
+    try:
+        sess = InferenceSession(_source(optimized), options, providers=CPU)
+        got = sess.run(None, _feeds_for(sess, feeds))
+        del sess
+    except Exception as e:
+        raise CheckFailed(f"the optimized model does not run: {clean_message(e)}") from e
+    if len(ref) != len(got):
+        raise CheckFailed(f"the optimized model has {len(got)} outputs, the original {len(ref)}")
+    worst, excess = 0.0, 0.0
+    for name, a, b in zip(names, ref, got):
+        if np.shape(a) != np.shape(b):
+            raise CheckFailed(f"output {name} has shape {list(np.shape(b))}, the original's {list(np.shape(a))}")
+        d = _abs_diff(a, b)
+        if d.size:
+            worst = max(worst, float(d.max()))
+            excess = max(excess, float((d - rtol * np.abs(a.astype(np.float64))).max()))
+        if np.isnan(d).any():
+            worst = excess = float("nan")
+            break
+    return ParityResult(worst, excess, compared_with)
+
+
+def _source(model: Model):
+    return model.SerializeToString() if isinstance(model, onnx.ModelProto) else os.fspath(model)
+
+
+def _feeds_for(sess, feeds: dict) -> dict:
+    names = {i.name for i in sess.get_inputs()}
+    return {k: v for k, v in feeds.items() if k in names}
+
+
+def _abs_diff(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """|a - b| in float64, 0 where both are the same infinity or both NaN, NaN where only one is."""
+    a, b = np.asarray(a), np.asarray(b)
+    if not np.issubdtype(a.dtype, np.number) or not np.issubdtype(b.dtype, np.number):
+        return np.where(a == b, 0.0, np.nan).astype(np.float64)
+    x, y = a.astype(np.float64), b.astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        d = np.abs(x - y)
+    same = (x == y) | (np.isnan(x) & np.isnan(y))
+    return np.where(same, 0.0, d)
+
+
+def clean_message(error: BaseException) -> str:
+    """onnxruntime's message without its error-code prefix and source locations, on one line."""
+    message = re.sub(r"^\[ONNXRuntimeError\] : \d+ : \w+ : ", "", str(error).strip())
+    message = re.sub(r"\S+\.(cc|h|cpp):\d+ ", "", message)
+    message = re.sub(r"(onnxruntime|onnx)::[\w:<>~]+\([^()]*\)\s*", "", message)
+    return " ".join(message.split())[:500]
 
 
 def max_abs(a: list[np.ndarray], b: list[np.ndarray]) -> float:

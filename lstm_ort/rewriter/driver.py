@@ -1,42 +1,84 @@
-"""Runs the rewrite rules over every graph of a model and keeps the report."""
+"""Runs the rewrite rules over every graph of a model and keeps the report.
+
+Memory stays bounded for large models: the model's tensors are read where they lie in the input
+proto, the packed weights are lazy (packed when the model is serialized, one tensor at a time),
+and the onnx checker and shape inference see the model without its large initializers.
+"""
 
 from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from pathlib import Path
 
 import onnx
 import onnx_ir as ir
 import onnxscript.optimizer
 from onnx_ir.passes.common import NameFixPass
 
+from lstm_ort import progress
 from lstm_ort.ops.identity import DOMAIN, OPSET_VERSION
 from lstm_ort.rewriter import fold_weights, sequence_lens
-from lstm_ort.rewriter.graph_utils import iter_graphs
+from lstm_ort.rewriter.graph_utils import RewriteContext, iter_graphs, model_names, rewrite_context
+from lstm_ort.rewriter.lazy_weights import is_lazy, tensor_chunks
 from lstm_ort.rewriter.report import Finding, Report
 from lstm_ort.rewriter.rule import Rule
 from lstm_ort.rewriter.rules import DEFAULT_RULES
-from lstm_ort.runtime.model_io import iter_graphs as iter_proto_graphs
 from lstm_ort.runtime.model_io import load_model
+
+# Initializers larger than this leave the model the checker and shape inference see.
+_LARGE_BYTES = 1 << 16
+_ALIGN = 4096
+
+
+@dataclass
+class Rewritten:
+    """The rewritten model before it is serialized (its packed weights not yet computed)."""
+
+    model: ir.Model
+    ir_version: int
+    input_valid: bool  # the input passed the onnx checker
 
 
 def optimize(model_or_path, *, fold_constants: bool = True, rules: list[Rule] | None = None,
-             report: Report | None = None, sequence_lens_input: bool = False) -> onnx.ModelProto:
+             report: Report | None = None, freeze_inputs: bool = False,
+             sequence_lens_input: bool = False) -> onnx.ModelProto:
     """The model with every LSTM the rules can take replaced by FusedLSTM nodes.
 
     ``report`` (if given) is filled with one finding per LSTM or fused stack and each rule's counts.
+    ``freeze_inputs``: pack weights that are initializers and graph inputs too (by default such
+    LSTMs are left, since a caller may feed other weights); the frozen inputs leave the graph's
+    inputs, so feeding them is an error rather than silently ignored.
     ``sequence_lens_input``: add a ``sequence_lens`` input wired into the FusedLSTMs (rewriter/sequence_lens.py).
     """
+    out = serialize(rewrite(model_or_path, fold_constants=fold_constants, rules=rules, report=report,
+                            freeze_inputs=freeze_inputs))
+    if sequence_lens_input:
+        sequence_lens.add_sequence_lens_input(out, report)
+    return out
+
+
+def rewrite(model_or_path, *, fold_constants: bool = True, rules: list[Rule] | None = None,
+            report: Report | None = None, freeze_inputs: bool = False) -> Rewritten:
+    """The rewrite itself, in onnx-ir: what `lstm-ort check` needs, without packing any weight."""
     proto = load_model(model_or_path)
     ir_version = proto.ir_version
-    input_valid = _passes_checker(proto)
-    model = ir.serde.deserialize_model(proto)
+    with progress.step("building the graph"):
+        model = ir.serde.deserialize_model(proto)
+    input_valid = _passes_checker(model)
     if fold_constants:
-        fold_weights.fold_constants(model)
+        with progress.step("folding constants"):
+            fold_weights.fold_constants(model)
+    _infer_shapes(model, clear=False)  # the rules read the shapes of zero initial states
     report = report if report is not None else Report()
+    ctx = RewriteContext(freeze_inputs=freeze_inputs, names=model_names(model), opsets=_opsets(model))
     by_node: dict[ir.Node, Finding] = {}  # FusedLSTM node -> the finding it carries
-    for rule in DEFAULT_RULES if rules is None else rules:
-        if _apply(rule, model, report, by_node):
-            # What the rewrite bypassed (export glue, dropped zero states' shape code) is dead now;
-            # removing it lets the next rule see a layer output feeding only the next layer.
-            onnxscript.optimizer.remove_unused_nodes(model)
+    with rewrite_context(ctx), progress.step("rewriting"):
+        for rule in DEFAULT_RULES if rules is None else rules:
+            if _apply(rule, model, report, by_node):
+                # What the rewrite bypassed (export glue, dropped zero states' shape code) is dead now;
+                # removing it lets the next rule see a layer output feeding only the next layer.
+                onnxscript.optimizer.remove_unused_nodes(model)
     if any(f.rewritten for f in report.findings):
         # Values and nodes the rules made get names unique across the whole model, subgraphs
         # included (ONNX's single assignment spans scopes; a name clash does not load).
@@ -45,17 +87,127 @@ def optimize(model_or_path, *, fold_constants: bool = True, rules: list[Rule] | 
         for function in model.functions.values():  # functions import their opsets themselves
             if any(n.domain == DOMAIN for n in function):
                 function.opset_imports[DOMAIN] = OPSET_VERSION
-    _drop_unused_initializers(model)
-    out = ir.serde.serialize_model(model)
-    out.ir_version = ir_version
-    if sequence_lens_input:
-        sequence_lens.add_sequence_lens_input(out, report)
-    for graph in iter_proto_graphs(out):
-        if isinstance(graph, onnx.GraphProto):  # intermediate value infos are stale; inference writes them anew
-            del graph.value_info[:]
-    if input_valid:  # a model the checker already refused is not made worse, but cannot be held to it
-        onnx.checker.check_model(out)
-    return onnx.shape_inference.infer_shapes(out)
+    _drop_unused_initializers(model, freeze_inputs)
+    return Rewritten(model, ir_version, input_valid)
+
+
+def serialize(rewritten: Rewritten) -> onnx.ModelProto:
+    """The rewritten model as a checked ModelProto with fresh value infos; packs the weights."""
+    _finish(rewritten)
+    with progress.step("packing weights and serializing"):
+        out = ir.serde.serialize_model(rewritten.model)
+    out.ir_version = rewritten.ir_version
+    return out
+
+
+def written_size(rewritten: Rewritten) -> int:
+    """About how many bytes the model takes written: its tensors' data (the rest is small)."""
+    return sum(v.const_value.nbytes for v in rewritten.model.graph.initializers.values() if v.const_value is not None)
+
+
+def write(rewritten: Rewritten, path, *, data_name: str | None = None) -> None:
+    """Writes the checked model to `path` without building it in memory: the main graph's large
+    initializers are streamed into the file, lazily packed ones a layer at a time, so at most one
+    layer's packed weights are held besides the input. With `data_name`, they go to that file
+    beside `path` as external data instead."""
+    _finish(rewritten)
+    model, graph = rewritten.model, rewritten.model.graph
+    large = [v for v in graph.initializers.values() if _streamable(v.const_value)]
+    for value in large:
+        del graph.initializers[value.name]
+    try:
+        proto = ir.serde.serialize_model(model)
+    finally:
+        for value in large:
+            graph.initializers[value.name] = value
+    proto.ir_version = rewritten.ir_version
+    graph_bytes = proto.graph.SerializeToString()
+    proto.ClearField("graph")
+    head = proto.SerializeToString()
+    path = Path(path)
+    data_file = open(path.parent / data_name, "wb") if data_name else None  # noqa: SIM115
+    try:
+        stubs, offsets, offset = [], [], 0
+        for value in large:
+            tensor = value.const_value
+            stub = onnx.TensorProto(name=value.name, dims=list(tensor.shape.numpy()), data_type=int(tensor.dtype))
+            if tensor.doc_string:
+                stub.doc_string = tensor.doc_string
+            if data_file is not None:
+                offset = -(-offset // _ALIGN) * _ALIGN  # page-aligned, as onnx writes them
+                offsets.append(offset)
+                stub.data_location = onnx.TensorProto.EXTERNAL
+                for key, text in (("location", data_name), ("offset", str(offset)), ("length", str(tensor.nbytes))):
+                    entry = stub.external_data.add()
+                    entry.key, entry.value = key, text
+                offset += tensor.nbytes
+            stubs.append(stub.SerializeToString())
+        raw = [_RAW_DATA_KEY + _varint(v.const_value.nbytes) if data_file is None else b"" for v in large]
+        sizes = [len(stub) + len(r) + (v.const_value.nbytes if data_file is None else 0)
+                 for stub, r, v in zip(stubs, raw, large)]
+        graph_size = len(graph_bytes) + sum(len(_INITIALIZER_KEY) + len(_varint(n)) + n for n in sizes)
+        with open(path, "wb") as f, progress.step("packing weights and writing"):
+            f.write(head + _GRAPH_KEY + _varint(graph_size) + graph_bytes)
+            for k, (value, stub, r, size) in enumerate(zip(large, stubs, raw, sizes)):
+                f.write(_INITIALIZER_KEY + _varint(size) + stub + r)
+                if data_file is not None:
+                    data_file.write(b"\0" * (offsets[k] - data_file.tell()))
+                _write_tensor(value.const_value, data_file or f)
+    finally:
+        if data_file is not None:
+            data_file.close()
+
+
+def _streamable(tensor) -> bool:
+    return (tensor is not None and (tensor.nbytes > _LARGE_BYTES or is_lazy(tensor))
+            and tensor.dtype != ir.DataType.STRING and tensor.dtype.bitwidth % 8 == 0)
+
+
+def _write_tensor(tensor, f) -> None:
+    written = 0
+    for chunk in tensor_chunks(tensor):
+        f.write(chunk)
+        written += len(chunk) if isinstance(chunk, bytes) else chunk.nbytes
+        del chunk  # before the next one is made
+    if written != tensor.nbytes:
+        raise RuntimeError(f"tensor {tensor.name}: wrote {written} bytes, not {tensor.nbytes}")
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        low, n = n & 0x7F, n >> 7
+        out.append(low | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def _key(message, field: str) -> bytes:
+    """The tag of a length-delimited field (wire type 2)."""
+    return _varint(message.DESCRIPTOR.fields_by_name[field].number << 3 | 2)
+
+
+_GRAPH_KEY = _key(onnx.ModelProto, "graph")
+_INITIALIZER_KEY = _key(onnx.GraphProto, "initializer")
+_RAW_DATA_KEY = _key(onnx.TensorProto, "raw_data")
+
+
+def _finish(rewritten: Rewritten) -> None:
+    """Fresh value infos, and the onnx checker when the input passed it."""
+    model = rewritten.model
+    _infer_shapes(model, clear=True)  # intermediate value infos may be stale; inference writes them anew
+    if rewritten.input_valid:  # a model the checker already refused is not made worse, but cannot be held to it
+        with _without_large_initializers(model, as_inputs=True):
+            onnx.checker.check_model(ir.serde.serialize_model(model))
+
+
+def skeleton(rewritten: Rewritten) -> onnx.ModelProto:
+    """The rewritten model with its large initializers as external-data stubs (shapes and types
+    only, nothing packed): for reading the nodes and their sizes, not for running."""
+    with _without_large_initializers(rewritten.model, as_inputs=False):
+        out = ir.serde.serialize_model(rewritten.model)
+    out.ir_version = rewritten.ir_version
+    return out
 
 
 def _apply(rule: Rule, model: ir.Model, report: Report, by_node: dict[ir.Node, Finding]) -> bool:
@@ -93,17 +245,109 @@ def _names(nodes: list[ir.Node]) -> list[str]:
     return [n.name or "<unnamed>" for n in nodes]
 
 
-def _drop_unused_initializers(model: ir.Model) -> None:
+def _opsets(model: ir.Model) -> dict[int, int]:
+    """The default-domain opset of every graph (by id): subgraphs run under their model's or
+    function's."""
+    opsets: dict[int, int] = {}
+
+    def walk(graph, version):
+        opsets[id(graph)] = version
+        for node in graph:
+            for attr in node.attributes.values():
+                if attr.type == ir.AttributeType.GRAPH:
+                    walk(attr.value, version)
+                elif attr.type == ir.AttributeType.GRAPHS:
+                    for g in attr.value:
+                        walk(g, version)
+
+    main = model.opset_imports.get("", model.opset_imports.get("ai.onnx"))
+    walk(model.graph, main)
+    for function in model.functions.values():
+        version = function.opset_imports.get("", function.opset_imports.get("ai.onnx", main))
+        opsets[id(function)] = version
+        walk(function.graph, version)
+    return opsets
+
+
+def _drop_unused_initializers(model: ir.Model, freeze_inputs: bool) -> None:
     for _, graph in iter_graphs(model):
         if not isinstance(graph, ir.Graph):
             continue
         for name, value in list(graph.initializers.items()):
-            if not value.uses() and not value.is_graph_output() and not value.is_graph_input():
-                del graph.initializers[name]
+            if value.uses() or value.is_graph_output():
+                continue
+            if value.is_graph_input():
+                if not freeze_inputs:
+                    continue
+                graph.inputs.remove(value)  # frozen: feeding it would now be silently ignored
+            del graph.initializers[name]
 
 
-def _passes_checker(proto: onnx.ModelProto) -> bool:
+@contextlib.contextmanager
+def _without_large_initializers(model: ir.Model, *, as_inputs: bool):
+    """The main graph's large (or lazily packed) initializers set aside for a serialization: as graph inputs of their
+    type and shape (for the checker), or as external-data stubs that are never read (for
+    reading the graph). The model is as before afterwards."""
+    graph = model.graph
+    inputs = list(graph.inputs)
+    large = [v for v in graph.initializers.values()
+             if v.const_value is not None and (v.const_value.nbytes > _LARGE_BYTES or is_lazy(v.const_value))]
+    saved = {v: v.const_value for v in large}
     try:
+        for value in large:
+            tensor = value.const_value
+            if as_inputs:
+                value.shape, value.type = ir.Shape(tensor.shape), ir.TensorType(tensor.dtype)
+                del graph.initializers[value.name]
+                if value not in inputs:
+                    graph.inputs.append(value)
+            else:
+                value.const_value = ir.ExternalTensor("(not written)", 0, tensor.nbytes, tensor.dtype,
+                                                      shape=tensor.shape, name=value.name, base_dir="")
+        yield
+    finally:
+        for value, tensor in saved.items():
+            value.const_value = tensor
+            if value.name not in graph.initializers:
+                graph.initializers[value.name] = value
+        graph.inputs[:] = inputs
+
+
+def _infer_shapes(model: ir.Model, *, clear: bool) -> None:
+    """onnx shape inference (with data propagation) on the model without its large
+    initializers; the types and shapes found are set on the model's values. `clear`: forget the
+    intermediate values' types and shapes first."""
+    if clear:
+        for graph in model.graphs():
+            io = {*graph.inputs, *graph.outputs, *graph.initializers.values()}
+            for node in graph:
+                for value in node.outputs:
+                    if value not in io and node.domain in ("", "ai.onnx"):
+                        value.shape, value.type = None, None
+    with progress.step("inferring shapes"):
+        try:
+            with _without_large_initializers(model, as_inputs=True):
+                proto = ir.serde.serialize_model(model)
+            inferred = onnx.shape_inference.infer_shapes(proto, strict_mode=False, data_prop=True)
+            found = ir.serde.deserialize_model(inferred)
+        except Exception:  # inference is a help, never a requirement
+            return
+    for graph, inferred_graph in zip(model.graphs(), found.graphs()):
+        values = ir.convenience.create_value_mapping(graph)
+        for name, value in ir.convenience.create_value_mapping(inferred_graph).items():
+            target = values.get(name)
+            if target is None or target.const_value is not None:
+                continue
+            if value.type is not None and target.type is None:
+                target.type = value.type
+            if value.shape is not None and (target.shape is None or not target.shape.is_static()):
+                target.shape = value.shape
+
+
+def _passes_checker(model: ir.Model) -> bool:
+    try:
+        with _without_large_initializers(model, as_inputs=True):
+            proto = ir.serde.serialize_model(model)
         onnx.checker.check_model(proto)
         return True
     except onnx.checker.ValidationError:

@@ -8,13 +8,16 @@ import onnx_ir as ir
 from lstm_ort.ops.identity import DOMAIN, OP_TYPE
 from lstm_ort.rewriter.graph_utils import add_constant, unique_name
 
+Weights = np.ndarray | ir.TensorProtocol
+
 
 def insert_fused_node(graph: ir.Graph | ir.Function, anchor: ir.Node, *, name: str, attributes: dict,
-                      x: ir.Value, w: np.ndarray, b: np.ndarray | None = None, seq_lens: ir.Value | None = None,
+                      x: ir.Value, w: Weights, b: Weights | None = None, seq_lens: ir.Value | None = None,
                       initial_h: ir.Value | None = None, initial_c: ir.Value | None = None,
-                      p: np.ndarray | None = None) -> ir.Node:
-    """A FusedLSTM node inserted before `anchor`, its packed weights (docs/ops.md) as constants;
-    `attributes` maps names to Python values or ir.Attr. The name is made unique in the graph."""
+                      p: Weights | None = None) -> ir.Node:
+    """A FusedLSTM node inserted before `anchor`, its packed weights (docs/ops.md) as constants
+    (arrays, or lazy tensors packed when the model is written); `attributes` maps names to Python
+    values or ir.Attr. The node's and the constants' names are made unique in the model."""
     base = unique_name(graph, name)
     w_value = add_constant(graph, anchor, base + "_W", w)
     b_value = add_constant(graph, anchor, base + "_B", b) if b is not None else None
@@ -23,6 +26,9 @@ def insert_fused_node(graph: ir.Graph | ir.Function, anchor: ir.Node, *, name: s
     while inputs[-1] is None:  # optional inputs are trailing-trimmed, as ONNX writes them
         inputs.pop()
     node = ir.Node(DOMAIN, OP_TYPE, inputs, ir.convenience.convert_attributes(attributes), num_outputs=3, name=base)
+    for value, suffix in zip(node.outputs, ("_Y", "_Y_h", "_Y_c")):
+        # Named here: onnx-ir would name it val_<k> when writing, blind to initializers and outer scopes.
+        value.name = unique_name(graph, base + suffix)
     graph.insert_before(anchor, node)
     return node
 

@@ -1,14 +1,83 @@
-"""Small onnx-ir helpers the rules share."""
+"""Small onnx-ir helpers the rules share, and what the driver tells them about the model being
+rewritten (RewriteContext)."""
 
 from __future__ import annotations
+
+import contextlib
+import contextvars
+from dataclasses import dataclass, field
 
 import numpy as np
 import onnx_ir as ir
 
 
+@dataclass
+class RewriteContext:
+    """Set by the driver while its rules run over one model."""
+
+    # Initializers that are also graph inputs (keep_initializers_as_inputs): a caller may feed
+    # them, so they are not constants unless freezing them was asked for.
+    freeze_inputs: bool = False
+    # Every name used in the model, values and nodes of every graph: new names avoid them all
+    # (a value name reused in a subgraph breaks SSA; two nodes of one name fail to load).
+    names: set[str] = field(default_factory=set)
+    # The default-domain opset each graph runs under (subgraphs take their model's).
+    opsets: dict[int, int] = field(default_factory=dict)
+
+
+_CONTEXT: contextvars.ContextVar[RewriteContext | None] = contextvars.ContextVar("lstm_ort_rewrite", default=None)
+
+
+def context() -> RewriteContext:
+    return _CONTEXT.get() or RewriteContext()
+
+
+@contextlib.contextmanager
+def rewrite_context(ctx: RewriteContext):
+    token = _CONTEXT.set(ctx)
+    try:
+        yield ctx
+    finally:
+        _CONTEXT.reset(token)
+
+
+def default_opset(graph: ir.Graph | ir.Function) -> int | None:
+    version = context().opsets.get(id(graph))
+    if version is None:
+        version = graph.opset_imports.get("", graph.opset_imports.get("ai.onnx"))
+    return version
+
+
+def is_overridable(value: ir.Value | None) -> bool:
+    """An initializer that is also a graph input: a caller may feed another value."""
+    return (value is not None and value.is_graph_input() and value.is_initializer()
+            and not context().freeze_inputs)
+
+
+def const_tensor(value: ir.Value | None) -> ir.TensorProtocol | None:
+    """The value's constant tensor (initializer or Constant node), without reading its data; None
+    for a value that is not constant, or an initializer a caller may override."""
+    if value is None or is_overridable(value):
+        return None
+    if value.const_value is not None:
+        return value.const_value
+    producer = value.producer()
+    if producer is not None and producer.op_type == "Constant" and producer.domain in ("", "ai.onnx"):
+        attr = producer.attributes.get("value")
+        if attr is not None and attr.type == ir.AttributeType.TENSOR:
+            return attr.value
+    return None
+
+
+def const_shape(value: ir.Value | None) -> tuple[int, ...] | None:
+    tensor = const_tensor(value)
+    return None if tensor is None else tuple(int(d) for d in tensor.shape)
+
+
 def const_array(value: ir.Value | None) -> np.ndarray | None:
-    """The value's constant contents (initializer or Constant node), or None."""
-    if value is None:
+    """The value's constant contents (initializer or Constant node), or None (also for an
+    initializer a caller may override by feeding it)."""
+    if value is None or is_overridable(value):
         return None
     if value.const_value is not None:
         return value.const_value.numpy()
@@ -34,35 +103,64 @@ def is_zeros(value: ir.Value | None) -> bool:
     if node.op_type == "ConstantOfShape":
         attr = node.attributes.get("value")
         return attr is None or not attr.value.numpy().any()
-    if node.op_type in ("Expand", "Identity", "Cast"):
+    if node.op_type in ("Expand", "Identity", "Cast") and node.inputs:
         return is_zeros(node.inputs[0])
     return False
 
 
-def add_constant(graph: ir.Graph | ir.Function, anchor: ir.Node, name: str, array: np.ndarray) -> ir.Value:
+def add_constant(graph: ir.Graph | ir.Function, anchor: ir.Node, name: str,
+                 array: np.ndarray | ir.TensorProtocol) -> ir.Value:
     """A constant for use by a node next to `anchor`: an initializer in a graph, a Constant node in a function.
-    `name` is made unique in the graph."""
+    `name` is made unique in the model; `array` may be a lazy tensor (evaluated when written)."""
     name = unique_name(graph, name)
-    tensor = ir.tensor(array, name=name)
+    if isinstance(array, np.ndarray):
+        tensor = ir.tensor(array, name=name)
+    else:
+        tensor = array
+        tensor.name = name
     if isinstance(graph, ir.Graph):
-        value = ir.Value(name=name, const_value=tensor, shape=ir.Shape(array.shape), type=ir.TensorType(tensor.dtype))
+        value = ir.Value(name=name, const_value=tensor, shape=ir.Shape(tensor.shape), type=ir.TensorType(tensor.dtype))
         graph.register_initializer(value)
         return value
-    node = ir.Node("", "Constant", [], ir.convenience.convert_attributes({"value": tensor}), name=name + "_const")
+    node = ir.Node("", "Constant", [], ir.convenience.convert_attributes({"value": tensor}),
+                   name=unique_name(graph, name + "_const"))
     node.outputs[0].name = name
+    node.outputs[0].shape, node.outputs[0].type = ir.Shape(tensor.shape), ir.TensorType(tensor.dtype)
     graph.insert_before(anchor, node)
     return node.outputs[0]
 
 
+def model_names(model: ir.Model) -> set[str]:
+    """Every value and node name of every graph and function of the model."""
+    names: set[str] = set()
+    for _, graph in iter_graphs(model):
+        names.update(v.name for v in graph.inputs if v.name)
+        names.update(v.name for v in graph.outputs if v.name)
+        if isinstance(graph, ir.Graph):
+            names.update(graph.initializers)
+        for node in graph:
+            if node.name:
+                names.add(node.name)
+            names.update(v.name for v in node.outputs if v.name)
+    return names
+
+
 def unique_name(graph: ir.Graph | ir.Function, base: str) -> str:
-    """`base`, or `base_k`, unused by any value or node of the graph (a model with two nodes of
-    one name does not load)."""
-    taken = {v.name for n in graph for v in n.outputs} | {v.name for v in graph.inputs} | {n.name for n in graph}
-    if isinstance(graph, ir.Graph):
-        taken |= set(graph.initializers)
+    """`base`, or `base_k`, unused by any value or node: of the whole model while the driver runs
+    the rules (a name reused in a subgraph breaks SSA; two nodes of one name fail to load), else
+    of the graph. The name returned is taken from then on."""
+    ctx = _CONTEXT.get()
+    if ctx is not None:
+        taken = ctx.names
+    else:
+        taken = {v.name for n in graph for v in n.outputs} | {v.name for v in graph.inputs} | {n.name for n in graph}
+        if isinstance(graph, ir.Graph):
+            taken |= set(graph.initializers)
     name, k = base, 1
     while name in taken:
         name, k = f"{base}_{k}", k + 1
+    if ctx is not None:
+        ctx.names.add(name)
     return name
 
 

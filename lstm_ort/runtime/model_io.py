@@ -2,40 +2,113 @@
 
 from __future__ import annotations
 
+import functools
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
 import onnx
+from onnx.external_data_helper import load_external_data_for_model, uses_external_data
 
-# onnxruntime 1.21 (our oldest) reads IR versions up to 10; newer ORTs up to 13 or more.
-MAX_IR_VERSION = 13
+MIN_IR_VERSION = 3
 
 
 class ModelError(ValueError):
-    """The input is not a model lstm_ort can read."""
+    """The input is not a model lstm_ort can read. The message does not name the file: callers
+    that know it say it once."""
+
+
+@functools.lru_cache(maxsize=None)
+def max_ir_version() -> int:
+    """The newest IR version the installed onnxruntime reads: asked of onnxruntime itself (it
+    names its limit when refusing a newer model), not a table that ages with each release."""
+    import onnxruntime as ort
+
+    graph = onnx.helper.make_graph([], "probe", [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1])],
+                                   [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1])])
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 13)])
+    options = ort.SessionOptions()
+    options.log_severity_level = 4
+    model.ir_version = 1 << 20
+    try:
+        ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    except Exception as e:  # "Unsupported model IR version: N, max supported IR version: M"
+        found = re.search(r"max supported IR version: (\d+)", str(e))
+        if found:
+            return int(found.group(1))
+    for version in range(onnx.IR_VERSION + 4, MIN_IR_VERSION - 1, -1):  # a message of another wording
+        model.ir_version = version
+        try:
+            ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+            return version
+        except Exception:
+            continue
+    return onnx.IR_VERSION
+
+
+def read_model(path: str | os.PathLike) -> tuple[onnx.ModelProto, list[Path]]:
+    """The model at `path` with its external data loaded, and the files it was read from (the
+    model and each external data file), resolved: what a writer must never overwrite."""
+    path = Path(path)
+    if path.is_dir():
+        raise ModelError("is a directory, not a model file")
+    if not path.exists():
+        raise ModelError("no such file")
+    try:
+        proto = onnx.load(str(path), load_external_data=False)
+    except OSError as e:
+        raise ModelError(f"cannot read: {e.strerror or e}") from e
+    except Exception as e:  # protobuf's DecodeError and friends
+        raise ModelError(f"not an ONNX model, or a truncated one: {e}") from e
+    files = [path.resolve()]
+    base = path.parent
+    locations = sorted({entry.value for t in _tensors(proto) if uses_external_data(t)
+                        for entry in t.external_data if entry.key == "location"})
+    files += [(base / location).resolve() for location in locations]
+    _validate(proto)
+    if locations:
+        try:
+            load_external_data_for_model(proto, str(base))
+        except OSError as e:
+            raise ModelError(f"cannot read its external data: {e.strerror or e}"
+                             + (f" ({e.filename})" if getattr(e, "filename", None) else "")) from e
+        except Exception as e:
+            raise ModelError(f"cannot read its external data: {e}") from e
+    return proto, files
 
 
 def load_model(model_or_path: str | os.PathLike | bytes | onnx.ModelProto) -> onnx.ModelProto:
     if isinstance(model_or_path, onnx.ModelProto):
         return model_or_path
-    try:
-        if isinstance(model_or_path, bytes):
+    if isinstance(model_or_path, bytes):
+        try:
             proto = onnx.load_from_string(model_or_path)
-        else:
-            path = Path(model_or_path)
-            if not path.is_file():
-                raise ModelError(f"{path}: no such file")
-            proto = onnx.load(str(path), load_external_data=True)
-    except ModelError:
-        raise
-    except Exception as e:  # protobuf's DecodeError and friends
-        raise ModelError(f"not an ONNX model, or a truncated one: {e}") from e
+        except Exception as e:
+            raise ModelError(f"not an ONNX model, or a truncated one: {e}") from e
+        _validate(proto)
+        return proto
+    return read_model(model_or_path)[0]
+
+
+def _validate(proto: onnx.ModelProto) -> None:
     if not proto.graph.node and not proto.graph.input:
         raise ModelError("not an ONNX model: the file parsed, but holds no graph")
-    if proto.ir_version > MAX_IR_VERSION or proto.ir_version < 3:
-        raise ModelError(f"unsupported IR version {proto.ir_version} (supported: 3..{MAX_IR_VERSION})")
-    return proto
+    newest = max_ir_version()
+    if not MIN_IR_VERSION <= proto.ir_version <= newest:
+        raise ModelError(f"unsupported IR version {proto.ir_version} (the installed onnxruntime reads "
+                         f"{MIN_IR_VERSION}..{newest})")
+
+
+def _tensors(model: onnx.ModelProto) -> Iterator[onnx.TensorProto]:
+    """Every tensor a model stores: initializers and tensor attributes, at any depth."""
+    for graph in iter_graphs(model):
+        yield from getattr(graph, "initializer", [])
+        for node in graph.node:
+            for attr in node.attribute:
+                if attr.HasField("t"):
+                    yield attr.t
+                yield from attr.tensors
 
 
 def iter_graphs(model: onnx.ModelProto) -> Iterator[onnx.GraphProto | onnx.FunctionProto]:
@@ -50,3 +123,62 @@ def iter_graphs(model: onnx.ModelProto) -> Iterator[onnx.GraphProto | onnx.Funct
                     pending.append(attr.g)
                 elif attr.type == onnx.AttributeProto.GRAPHS:
                     pending.extend(attr.graphs)
+
+
+# Larger models keep their weights in a side file (protobuf cannot serialize 2 GB).
+EXTERNAL_DATA_THRESHOLD = 1 << 30
+
+
+class StagedModel:
+    """A model written beside its destination, in a temporary folder, so a failed or refused
+    write leaves nothing behind: ``commit()`` moves it into place (data file first), ``discard()``
+    removes it. Files are created as any tool's are (mode from the umask); a destination that
+    exists keeps its mode.
+
+    ``write(path, data_name)`` writes the model to `path`, its tensors' data to the file
+    `data_name` beside it when that is not None."""
+
+    def __init__(self, dst: Path, write, *, external: bool) -> None:
+        import tempfile
+
+        self.dst = Path(dst)
+        self.dst.parent.mkdir(parents=True, exist_ok=True)
+        self.dir = Path(tempfile.mkdtemp(prefix=f".{self.dst.name}.", suffix=".tmp", dir=self.dst.parent))
+        self.path = self.dir / self.dst.name
+        self.data_name = self.dst.name + ".data" if external else None
+        try:
+            write(self.path, self.data_name)
+        except BaseException:
+            self.discard()
+            raise
+
+    @classmethod
+    def of_proto(cls, model: onnx.ModelProto, dst: Path) -> StagedModel:
+        """Writing may turn the proto's tensors into external references."""
+
+        def write(path, data_name):
+            if data_name:
+                onnx.save(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
+                          location=data_name)
+            else:
+                onnx.save(model, str(path))
+
+        return cls(dst, write, external=model.ByteSize() > EXTERNAL_DATA_THRESHOLD)
+
+    def commit(self) -> None:
+        import shutil
+        import stat
+
+        try:
+            if self.dst.exists():
+                os.chmod(self.path, stat.S_IMODE(self.dst.stat().st_mode))
+            if self.data_name:
+                os.replace(self.dir / self.data_name, self.dst.parent / self.data_name)
+            os.replace(self.path, self.dst)
+        finally:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    def discard(self) -> None:
+        import shutil
+
+        shutil.rmtree(self.dir, ignore_errors=True)

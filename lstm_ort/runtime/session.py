@@ -57,16 +57,29 @@ class InferenceSession(ort.InferenceSession):
         wants_cuda = _asks_for_cuda(providers)
         if wants_cuda:
             preload_cuda_libraries()  # before registering: the CUDA plugin needs them to load
-        sess_options = register(sess_options if sess_options is not None else ort.SessionOptions())
-        if wants_cuda:
-            warn_without_cuda_kernels()
-        strategy = _config_entry(sess_options, STRATEGY_KEY)
+        strategy = _config_entry(sess_options, STRATEGY_KEY) if sess_options is not None else None
         if strategy is not None:
             path_or_bytes = with_strategy(path_or_bytes, strategy)
         else:
             cache = load_cache()
             if cache:
                 path_or_bytes = with_tuned(path_or_bytes, cache)
+        if sess_options is not None and _config_entry(sess_options, _REGISTERED_KEY) != "1":
+            # The caller's options may hold the library already (registered by hand with
+            # register_custom_ops_library): a second registration makes onnxruntime refuse the
+            # session ("Domain already set in registry"), and options cannot say what they hold.
+            # So try them as given first, and register only if that fails.
+            try:
+                super().__init__(path_or_bytes, sess_options, providers, provider_options, **kwargs)
+            except Exception:
+                pass
+            else:
+                if wants_cuda:
+                    warn_without_cuda_kernels()
+                return
+        sess_options = register(sess_options if sess_options is not None else ort.SessionOptions())
+        if wants_cuda:
+            warn_without_cuda_kernels()
         super().__init__(path_or_bytes, sess_options, providers, provider_options, **kwargs)
 
 

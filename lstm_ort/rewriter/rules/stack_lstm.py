@@ -17,9 +17,11 @@ import numpy as np
 import onnx_ir as ir
 
 from lstm_ort.rewriter.fused_node import insert_fused_node, is_fused
-from lstm_ort.rewriter.graph_utils import add_constant, const_array, unique_name
+from lstm_ort.rewriter.graph_utils import add_constant, const_array, const_tensor, default_opset, unique_name
+from lstm_ort.rewriter.lazy_weights import merged
 from lstm_ort.rewriter.rule import OK, CheckResult, Rule
 
+_NP = {ir.DataType.FLOAT: "float32", ir.DataType.FLOAT16: "float16"}
 _SAME = ("hidden_size", "direction", "layout", "clip", "input_forget", "activations", "activation_alpha",
          "activation_beta")
 
@@ -130,19 +132,14 @@ def _merged_state(chain: list[ir.Node], index: int, state_axis: int):
     return ("concat", values)
 
 
-def _cat(chain, index, width_per_layer) -> np.ndarray | None:
-    """Packed input `index` (B or P) of the whole chain: layers without it contribute zeros."""
-    parts = []
+def _cat(chain, index, width_per_layer, dtype) -> ir.TensorProtocol | None:
+    """Packed input `index` (W, B or P) of the whole chain, lazily: layers without it contribute zeros."""
     present = [index < len(n.inputs) and n.inputs[index] is not None for n in chain]
     if not any(present):
         return None
-    for node, has in zip(chain, present):
-        if has:
-            parts.append(const_array(node.inputs[index]))
-        else:
-            parts.append(np.zeros(_attr(node, "num_layers", 1) * _num_dirs(node) * width_per_layer(node),
-                                  const_array(chain[0].inputs[1]).dtype))
-    return np.concatenate(parts)
+    parts = [const_tensor(node.inputs[index]) if has else _attr(node, "num_layers", 1) * _num_dirs(node) * width_per_layer
+             for node, has in zip(chain, present)]
+    return merged(parts, dtype)
 
 
 @dataclass
@@ -183,6 +180,14 @@ class StackLstm(Rule):
 
     def check(self, chain: Chain) -> CheckResult:
         state_axis = _state_axis(chain.layers[0])
+        for node in chain.layers:
+            for index, name in ((1, "W"), (2, "B"), (6, "P")):
+                value = node.inputs[index] if index < len(node.inputs) else None
+                if value is not None and const_tensor(value) is None:
+                    return CheckResult.fail(f"{node.name or 'a layer'}: {name} is not a constant")
+        dtypes = {const_tensor(node.inputs[1]).dtype for node in chain.layers}
+        if len(dtypes) != 1 or next(iter(dtypes)) not in _NP:
+            return CheckResult.fail("the layers' weights differ in element type")
         for index, name in ((4, "initial_h"), (5, "initial_c")):
             if _merged_state(chain.layers, index, state_axis) is None:
                 return CheckResult.fail(f"some layers have an {name} and others none")
@@ -210,10 +215,10 @@ class StackLstm(Rule):
 
         attrs = dict(first.attributes)
         attrs["num_layers"] = ir.AttrInt64("num_layers", sum(counts))
+        dtype = _NP[const_tensor(first.inputs[1]).dtype]
         fused = insert_fused_node(
             graph, first, name=base, attributes=attrs, x=first.inputs[0],
-            w=np.concatenate([const_array(n.inputs[1]) for n in nodes]),
-            b=_cat(nodes, 2, lambda n: 4 * H), p=_cat(nodes, 6, lambda n: 3 * H),
+            w=_cat(nodes, 1, 0, dtype), b=_cat(nodes, 2, 4 * H, dtype), p=_cat(nodes, 6, 3 * H, dtype),
             seq_lens=first.inputs[3] if len(first.inputs) > 3 else None,
             initial_h=state_input(4), initial_c=state_input(5))
 
@@ -241,9 +246,14 @@ def _insert_slice(graph, anchor: ir.Node, source: ir.Value, start: int, end: int
                   after: ir.Node | None = None) -> ir.Value:
     """source[start:end] along axis, by a Slice inserted before `anchor` (or after `after`)."""
     name = unique_name(graph, name)
-    consts = [add_constant(graph, anchor, f"{name}_{n}", np.array([v], np.int64))
-              for n, v in (("starts", start), ("ends", end), ("axes", axis))]
-    node = ir.Node("", "Slice", [source, *consts], name=name)
+    bounds = (("starts", start), ("ends", end), ("axes", axis))
+    if (default_opset(graph) or 10) < 10:  # Slice-1 takes its bounds as attributes
+        node = ir.Node("", "Slice", [source], ir.convenience.convert_attributes({n: [v] for n, v in bounds}),
+                       name=name)
+    else:
+        consts = [add_constant(graph, anchor, f"{name}_{n}", np.array([v], np.int64)) for n, v in bounds]
+        node = ir.Node("", "Slice", [source, *consts], name=name)
+    node.outputs[0].name = unique_name(graph, name + "_out")
     if after is not None:
         graph.insert_after(after, node)
     else:

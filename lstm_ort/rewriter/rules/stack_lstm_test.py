@@ -55,3 +55,20 @@ def test_different_attributes_are_not_fused():
             node.attribute.append(helper.make_attribute("clip", 5.0))
     out = optimize(model)
     assert len([n for n in out.graph.node if n.domain == "lstm_ort"]) == 2
+
+
+def test_slices_before_opset_10_take_attributes():
+    """Slice-1 (opsets < 10) has no starts/ends/axes inputs: the per-layer state slices use attributes."""
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(3)
+    spec = LstmSpec(input_size=3, hidden_size=4, num_layers=2)
+    model = stock_model(spec, random_layers(spec, rng), outputs=("Y",), opset=8)
+    model.graph.output.append(helper.make_tensor_value_info("l0_Y_h", TensorProto.FLOAT, None))
+    report = Report()
+    out = optimize(model, report=report)
+    assert report.all_rewritten and len([n for n in out.graph.node if n.domain == "lstm_ort"]) == 1
+    (slice_node,) = [n for n in out.graph.node if n.op_type == "Slice"]
+    assert len(slice_node.input) == 1 and {a.name for a in slice_node.attribute} == {"starts", "ends", "axes"}
+    feeds = make_feeds(spec, 5, 2, rng)
+    assert max_abs(run(out, feeds), run(model, feeds, fused=False)) <= 1e-5

@@ -112,7 +112,7 @@ def cmd_optimize(args) -> int:
         original = src  # onnxruntime reads the file itself: no serialized copy here
     del proto
     try:
-        staged = StagedModel(dst, lambda path, data_name: write(rewritten, path, data_name=data_name),
+        staged = StagedModel(dst, lambda path, data_name: write(rewritten, path, data_name=data_name),  # noqa: F821
                              external=written_size(rewritten) > EXTERNAL_DATA_THRESHOLD)
     except OSError as e:
         return out.fail(EXIT_INPUT, f"cannot write {dst}: {e.strerror or e}")

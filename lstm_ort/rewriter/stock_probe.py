@@ -6,7 +6,6 @@ by the rules (stock checks them per call)."""
 from __future__ import annotations
 
 import functools
-import re
 
 import onnx
 import onnx_ir as ir

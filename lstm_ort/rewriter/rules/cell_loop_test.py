@@ -45,7 +45,8 @@ def test_loop_with_a_fixed_trip_count_other_than_the_length_is_refused():
     assert any("trip count is not the sequence's length" in f.reason for f in report.findings), report.table()
     assert [n.op_type for n in out.graph.node if n.op_type in ("Loop", "FusedLSTM")] == ["Loop"]
     f = feeds(rng)
-    assert max_abs(run(out, f), run(model, f, fused=False)) == 0.0  # the loop itself stays as it was
+    # The loop stays; the cell in its body may still become a one-step FusedLSTM (unrolled_cell).
+    assert max_abs(run(out, f), run(model, f, fused=False)) <= 1e-5
 
 
 def test_scan_that_scans_out_c_is_refused():

@@ -83,8 +83,8 @@ def cmd_optimize(args) -> int:
         return out.fail(EXIT_USAGE, str(e))
     except ModelError as e:
         return out.fail(EXIT_INPUT, f"{src}: {e}")
-    from lstm_ort.verify import FLOAT16_TOLERANCE, CheckFailed, CheckUnavailable, Tolerance, default_tolerance, \
-        has_layout1_lstm, parity, random_feeds
+    from lstm_ort.verify import FLOAT16_TOLERANCE, CheckFailed, CheckUnavailable, Tolerance, chained_parity, \
+        default_tolerance, has_layout1_lstm, parity, random_feeds
 
     tolerance = default_tolerance(proto)
     tolerance = Tolerance(tolerance.atol if args.atol is None else args.atol,
@@ -92,7 +92,14 @@ def cmd_optimize(args) -> int:
     if args.check:
         import numpy as np
 
-        feeds = random_feeds(proto, np.random.default_rng(0))
+        feeds = random_feeds(proto, np.random.default_rng(0), shapes=args.shape)
+        if args.inputs:
+            try:
+                with np.load(args.inputs) as given:
+                    feeds.update({name: given[name] for name in given.files})
+            except (OSError, ValueError) as e:
+                return out.fail(EXIT_USAGE, f"--inputs {args.inputs}: {e}")
+        out.doc["check_feeds"] = {name: list(v.shape) for name, v in feeds.items()}
         layout1 = has_layout1_lstm(proto)
     out.report = report = Report()
     try:
@@ -122,8 +129,11 @@ def cmd_optimize(args) -> int:
     if args.check and any(f.rewritten for f in report.findings):
         try:
             with progress.step("checking against stock onnxruntime"):
-                result = parity(original, staged.path, feeds, tolerance, consume=True,
-                                twin_optimized=layout1 and not report.all_rewritten)
+                if args.carry:
+                    result = chained_parity(original, staged.path, feeds, args.carry, args.calls, tolerance)
+                else:
+                    result = parity(original, staged.path, feeds, tolerance, consume=True,
+                                    twin_optimized=layout1 and not report.all_rewritten)
         except CheckUnavailable as e:
             staged.discard()
             return out.fail(EXIT_INPUT, f"--check: {e}; nothing written")
@@ -339,6 +349,24 @@ def _versions() -> str:
     return f"lstm-ort {__version__} (onnxruntime {ort.__version__}, onnx {onnx.__version__})"
 
 
+def _shape(text: str) -> tuple[str, list[int]]:
+    name, _, dims = text.partition("=")
+    try:
+        shape = [int(d) for d in dims.split(",")] if dims else []
+    except ValueError:
+        shape = None
+    if not name or shape is None or any(d < 0 for d in shape):
+        raise argparse.ArgumentTypeError(f"--shape takes NAME=D0,D1,... with dims >= 0, got {text!r}")
+    return name, shape
+
+
+def _pair(text: str) -> tuple[str, str]:
+    out, _, inp = text.partition("=")
+    if not out or not inp:
+        raise argparse.ArgumentTypeError(f"--carry takes OUTPUT=INPUT, got {text!r}")
+    return out, inp
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="lstm-ort", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -353,6 +381,15 @@ def parser() -> argparse.ArgumentParser:
                         "element type: float32 1e-4, float16 3.9e-3 (4 float16 steps)")
     o.add_argument("--rtol", type=_tolerance, default=None,
                    help="--check: the relative part (default float32 1e-5, float16 3.9e-3)")
+    o.add_argument("--shape", action="append", type=_shape, default=[], metavar="NAME=D0,D1,...",
+                   help="--check: the shape to feed input NAME (repeatable); unknown dims default to 3 "
+                        "(the shapes used are in --json's check_feeds)")
+    o.add_argument("--inputs", metavar="FILE.npz",
+                   help="--check: arrays to feed, by input name (the others are drawn at random)")
+    o.add_argument("--carry", action="append", type=_pair, default=[], metavar="OUTPUT=INPUT",
+                   help="--check a streaming model over chained calls: OUTPUT of one call feeds INPUT of the "
+                        "next (repeatable; e.g. stateN=state)")
+    o.add_argument("--calls", type=int, default=50, help="--check: chained calls with --carry (default 50)")
     o.add_argument("--sequence-lens-input", action="store_true",
                    help="add a sequence_lens input for exact ragged batches (lstm-ort batch; docs/serving.md)")
     c = sub.add_parser("check", help="report what would be rewritten, write nothing")
@@ -383,6 +420,10 @@ def main(argv=None) -> int:
         args = p.parse_args(argv)
         if args.command == "tune" and (min(args.seq_len) < 1 or min(args.batch) < 1 or args.runs < 1):
             p.error("--seq-len, --batch and --runs must be >= 1")
+        if args.command == "optimize":
+            if args.calls < 1:
+                p.error("--calls must be >= 1")
+            args.shape, args.carry = dict(args.shape), dict(args.carry)
     except SystemExit as e:  # --help, --version, usage errors: argparse has printed why
         return e.code if isinstance(e.code, int) else EXIT_USAGE
     if args.command == "tune":

@@ -26,20 +26,24 @@ _LARGE_BYTES = 1 << 16
 # ---------------------------------------------------------------------------------------------
 # Feeds
 
-def random_feeds(model: onnx.ModelProto, rng: np.random.Generator, dim: int = 3) -> dict[str, np.ndarray]:
-    """Inputs for every graph input: unknown dimensions become `dim` (one value per symbolic name),
+def random_feeds(model: onnx.ModelProto, rng: np.random.Generator, dim: int = 3,
+                 shapes: dict[str, list[int]] | None = None) -> dict[str, np.ndarray]:
+    """Inputs for every graph input: `shapes` where given (`--shape`), else unknown dimensions
+    (symbolic, absent, or -1 as Paddle writes them) become `dim` (one value per symbolic name);
     floats are standard normal, and integers get values valid for their role: sequence lengths
     (an LSTM/GRU/RNN's sequence_lens, FusedLSTM's) spread over [1, T], token ids (a Gather's
     indices) below the size of the gathered axis, anything else 1."""
     inits = {i.name for i in model.graph.initializer}
     symbols: dict[str, int] = {}
+    given = shapes or {}
     shapes, types = {}, {}
     for vi in model.graph.input:
         if vi.name in inits or not vi.type.HasField("tensor_type"):
             continue
         tt = vi.type.tensor_type
-        shapes[vi.name] = [d.dim_value if d.HasField("dim_value") else
-                           symbols.setdefault(d.dim_param, dim) if d.dim_param else dim for d in tt.shape.dim]
+        shapes[vi.name] = list(given[vi.name]) if vi.name in given else [
+            d.dim_value if d.HasField("dim_value") and d.dim_value >= 0 else
+            symbols.setdefault(d.dim_param, dim) if d.dim_param else dim for d in tt.shape.dim]
         types[vi.name] = onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)
     ints = [name for name, t in types.items() if np.issubdtype(t, np.integer)]
     uses = _uses(model) if ints else {}
@@ -329,6 +333,51 @@ def parity(original: Model, optimized: Model, feeds: dict[str, np.ndarray] | Non
             worst = excess = float("nan")
             break
     return ParityResult(worst, excess, compared_with)
+
+
+def chained_parity(original: Model, optimized: Model, feeds: dict[str, np.ndarray], carry: dict[str, str],
+                   calls: int, tolerance: Tolerance | None = None) -> ParityResult:
+    """parity() over `calls` chained calls of a streaming model: after each call, output `out`
+    feeds input `carry[out]` of the next one, each side its own outputs, so states drift apart
+    only as far as the two computations really do."""
+    rtol = (tolerance or FLOAT32_TOLERANCE).rtol
+    options = ort.SessionOptions()
+    options.log_severity_level = 4
+    try:
+        stock = ort.InferenceSession(_source(original), options, providers=CPU)
+    except Exception as e:
+        raise CheckUnavailable(f"stock onnxruntime cannot run the original model: {clean_message(e)}") from e
+    try:
+        ours = InferenceSession(_source(optimized), options, providers=CPU)
+    except Exception as e:
+        raise CheckFailed(f"the optimized model does not run: {clean_message(e)}") from e
+    names = [o.name for o in stock.get_outputs()]
+    unknown = [f"{o}={i}" for o, i in carry.items() if o not in names or i not in {x.name for x in stock.get_inputs()}]
+    if unknown:
+        raise CheckUnavailable(f"--carry names no output/input pair of the model: {', '.join(unknown)}")
+    a, b, worst, excess = dict(feeds), dict(feeds), 0.0, 0.0
+    for _ in range(calls):
+        try:
+            ref = dict(zip(names, stock.run(None, _feeds_for(stock, a))))
+        except Exception as e:
+            raise CheckUnavailable(f"stock onnxruntime cannot run the original model: {clean_message(e)}") from e
+        try:
+            got = dict(zip(names, ours.run(None, _feeds_for(ours, b))))
+        except Exception as e:
+            raise CheckFailed(f"the optimized model does not run: {clean_message(e)}") from e
+        for name in names:
+            if np.shape(ref[name]) != np.shape(got[name]):
+                raise CheckFailed(f"output {name} has shape {list(np.shape(got[name]))}, "
+                                  f"the original's {list(np.shape(ref[name]))}")
+            d = _abs_diff(ref[name], got[name])
+            if d.size:
+                worst = max(worst, float(d.max()))
+                excess = max(excess, float((d - rtol * np.abs(ref[name].astype(np.float64))).max()))
+            if np.isnan(d).any():
+                return ParityResult(float("nan"), float("nan"), f"stock onnxruntime over {calls} chained calls")
+        for out, inp in carry.items():
+            a[inp], b[inp] = ref[out], got[out]
+    return ParityResult(worst, excess, f"stock onnxruntime over {calls} chained calls")
 
 
 def _source(model: Model):

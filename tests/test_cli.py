@@ -80,3 +80,36 @@ def test_external_data_model(tmp_path, capsys):
     out = tmp_path / "out.onnx"
     assert main(["optimize", str(src), "-o", str(out), "--check"]) == EXIT_OK
     assert "2 of 2 LSTM nodes rewritten into 1 FusedLSTM nodes" in capsys.readouterr().out
+
+
+def test_check_takes_shapes_and_minus_one_dims(tmp_path, capsys):
+    spec = LstmSpec(input_size=4, hidden_size=5)
+    model = stock_model(spec, random_layers(spec, np.random.default_rng(0)))
+    for d, v in zip(model.graph.input[0].type.tensor_type.shape.dim, (-1, -1, 4)):  # as Paddle writes them
+        d.Clear()
+        d.dim_value = v
+    src, dst = tmp_path / "m.onnx", tmp_path / "o.onnx"
+    onnx.save(model, str(src))
+    assert main(["optimize", str(src), "-o", str(dst), "--check", "--json", "--shape", "X=11,2,4"]) == EXIT_OK
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["check"]["passed"] and doc["check_feeds"]["X"] == [11, 2, 4]
+    assert main(["optimize", str(src), "-o", str(dst), "--check", "--json"]) == EXIT_OK  # -1 dims default to 3
+    assert json.loads(capsys.readouterr().out)["check_feeds"]["X"] == [3, 3, 4]
+
+
+@pytest.mark.parametrize("bad", [["--shape", "X=2,x"], ["--shape", "=1"], ["--carry", "Y_h"], ["--calls", "0"]])
+def test_bad_check_options_are_usage_errors(model_path, tmp_path, bad):
+    assert main(["optimize", str(model_path), "-o", str(tmp_path / "o.onnx"), "--check", *bad]) == EXIT_USAGE
+
+
+def test_check_chains_streaming_states(tmp_path, capsys):
+    from lstm_ort.builders import unrolled_cell_model
+
+    src, dst = tmp_path / "cell.onnx", tmp_path / "o.onnx"
+    onnx.save(unrolled_cell_model(6, 8, np.random.default_rng(0)), str(src))
+    args = ["optimize", str(src), "-o", str(dst), "--check", "--json", "--carry", "h_out=h", "--carry", "c_out=c"]
+    assert main(args) == EXIT_OK
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["check"]["passed"] and "50 chained calls" in doc["check"]["compared_with"]
+    assert main([*args[:-4], "--carry", "nope=h"]) == EXIT_INPUT  # names no output of the model
+    assert "--carry names no output/input pair" in json.loads(capsys.readouterr().out)["error"]

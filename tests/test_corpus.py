@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 import pytest
 
@@ -76,3 +77,19 @@ def test_every_lstm_rewritten_with_parity(entry, built):
             for out, inp in entry.carry.items():
                 ref_feeds[inp], our_feeds[inp] = ref[out], got[out]
     print(f"{entry.name}: optimize {seconds:.2f}s")
+
+
+@pytest.mark.parametrize("entry", [e for e in corpus.ENTRIES if not e.large], ids=lambda e: e.name)
+def test_optimize_check_passes(entry, built, tmp_path):
+    """`lstm-ort optimize --check` on the model as a user would run it: shapes for dims it cannot
+    guess, streaming states chained over 50 calls."""
+    from lstm_ort.cli import EXIT_OK, main
+
+    src, dst = tmp_path / "in.onnx", tmp_path / "out.onnx"
+    onnx.save(built(entry), str(src))
+    args = [a for name, dims in entry.shapes.items() for a in ("--shape", f"{name}={','.join(map(str, dims))}")]
+    args += [a for out, inp in entry.carry.items() for a in ("--carry", f"{out}={inp}")]
+    np.savez(tmp_path / "inputs.npz", **entry.feeds(np.random.default_rng(1)))  # valid sr, state shapes
+    args += ["--inputs", str(tmp_path / "inputs.npz")]
+    assert main(["optimize", str(src), "-o", str(dst), "--check", "--json", *args]) == EXIT_OK
+    assert dst.is_file()

@@ -173,10 +173,10 @@ void Pack(Packed& pk, const Dims& d, const S* w, const S* b, const S* p) {
         const int64_t panel = j / kUnits, u = j % kUnits;
         for (int g = 0; g < kGates; ++g) {
           const int64_t col = kGates * j + g, pc = g * kUnits + u;
-          float* dx = px + panel * I * kPanel + pc;
-          for (int64_t r = 0; r < I; ++r) dx[r * kPanel] = ToFloat(src[r * kGates * H + col]);
-          float* dh = ph + panel * H * kPanel + pc;
-          for (int64_t r = 0; r < H; ++r) dh[r * kPanel] = ToFloat(src[(I + r) * kGates * H + col]);
+          float* dx = px + panel * I * kPanel;
+          for (int64_t r = 0; r < I; ++r) dx[cpu::PanelIndex(I, r, pc)] = ToFloat(src[r * kGates * H + col]);
+          float* dh = ph + panel * H * kPanel;
+          for (int64_t r = 0; r < H; ++r) dh[cpu::PanelIndex(H, r, pc)] = ToFloat(src[(I + r) * kGates * H + col]);
           if (b) bias[pk.bias_off[l] + (dir * np + panel) * kPanel + pc] = ToFloat(b[k * kGates * H + col]);
         }
         if (peep)

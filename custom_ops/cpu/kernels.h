@@ -41,6 +41,7 @@ struct StepArgs {
   int64_t H;            // real hidden size (rows of each panel)
   int64_t Hp;           // padded hidden size: row stride of h_in, h_out, c
   const float* h_in;    // [rows][Hp]
+  bool h_zero;          // h_in is all zeros (first step, no initial_h): the recurrent product is skipped
   float* h_out;         // [rows][Hp]
   float* c;             // [rows][Hp], updated in place
   int64_t rows;

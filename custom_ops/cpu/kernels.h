@@ -33,6 +33,7 @@ struct ProjectArgs {
   const float* bias;   // n_panels * kPanel, or null
   float* out;
   int64_t ldo;
+  int64_t n_panels;    // panels in w (all of them, not only the range a call computes)
 };
 
 // One recurrent step of a group of batch rows, for panels [p0, p1) of one direction.

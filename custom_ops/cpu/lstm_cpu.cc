@@ -404,7 +404,7 @@ void CpuLstm<T>::Compute(OrtKernelContext* ctx, const CallIO& io) {
     // 1. Input projection of every step and both directions: [steps*B, I] x [I, D*Gp].
     if (steps > 0) {
       const cpu::ProjectArgs pa{layer_in, I, pk->wx.data() + pk->wx_off[l], I, pk->bias.data() + pk->bias_off[l],
-                                gx, D * Gp};
+                                gx, D * Gp, D * np};
       const int64_t M = steps * B, Q = D * np;
       const double flops = 2.0 * M * I * Q * kPanel;
       const int64_t workers = std::min<int64_t>(P, std::max<int64_t>(1, static_cast<int64_t>(flops / kn.parallel_min)));

@@ -151,3 +151,30 @@ def test_repeated_runs_do_not_grow_memory(threads, rng):
         run(sess, feeds)
     grown = rss_kib() - before
     assert grown < 2048, f"resident memory grew by {grown} KiB over 300 runs"
+
+
+# Shapes for the step's paths: lone row, few rows (weights streamed, whole strips), row tiles with
+# k-blocks (H > 256, H not a multiple of 8 or of 256), uneven tiles (B = 14), both directions.
+STEP_PATHS = [
+    dict(H=72, B=1, T=5, L=2, direction="forward"),
+    dict(H=300, B=8, T=4, L=1, direction="bidirectional"),
+    dict(H=260, B=14, T=3, L=2, direction="reverse"),
+    dict(H=40, B=64, T=6, L=1, direction="forward"),
+]
+
+
+@pytest.mark.parametrize("case", STEP_PATHS, ids=lambda c: "-".join(f"{k}{v}" for k, v in c.items()))
+@pytest.mark.parametrize("threads", [1, 2])
+def test_zero_first_step_matches_zero_initial_states(case, threads, rng):
+    """Without initial_h the first step skips the recurrent product; that must be exactly the result of
+    zero initial states fed explicitly, and agree with stock."""
+    spec = LstmSpec(input_size=23, hidden_size=case["H"], num_layers=case["L"], direction=case["direction"])
+    layers = random_layers(spec, rng)
+    feeds = make_feeds(spec, case["T"], case["B"], rng, seq_lens=True, initial_states=True)
+    zeros = dict(feeds, initial_h=np.zeros_like(feeds["initial_h"]), initial_c=np.zeros_like(feeds["initial_c"]))
+    given = run(session(fused_model(spec, layers, seq_lens=True, initial_states=True), threads), zeros)
+    absent = run(session(fused_model(spec, layers, seq_lens=True), threads),
+                 {k: v for k, v in feeds.items() if k in ("X", "sequence_lens")})
+    for a, b in zip(given, absent):
+        np.testing.assert_array_equal(a, b)
+    assert max_abs(absent, run_stock(spec, layers, zeros, seq_lens=True, initial_states=True)) <= TOL

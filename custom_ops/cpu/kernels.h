@@ -2,9 +2,11 @@
 // kernels_v3.cc: x86-64-v3 = AVX2 + FMA) and chosen once at run time by the CPU's features.
 //
 // Packed weights (built once per kernel from the contract's [K, 4H] blocks, see lstm_cpu.cc):
-// hidden units are grouped in panels of kUnits; a panel is a row-major [K][kPanel] matrix whose
-// columns are gate-major within the panel (i x8, o x8, f x8, c x8), so one row of a panel's
-// product is four vectors that the cell update consumes in registers.
+// hidden units are grouped in panels of kUnits; a panel's kPanel columns are gate-major (i x8, o x8,
+// f x8, c x8), so one row of a panel's product is four vectors that the cell update consumes in
+// registers. A panel is stored as two strips of kStrip columns, each a contiguous row-major
+// [K][kStrip] matrix: a register tile's weights are one sequential stream (no stride that would
+// leave half of the L1 sets unused) and a k-block of a strip is one contiguous range.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +17,12 @@ namespace lstm_ort::cpu {
 
 constexpr int kUnits = 8;                  // hidden units per panel
 constexpr int kPanel = kGates * kUnits;    // columns per panel
+constexpr int kStrip = 16;                 // columns per strip (two per panel)
+
+// Where column col (0..kPanel) of row k lies within a panel of K rows.
+inline int64_t PanelIndex(int64_t K, int64_t k, int64_t col) {
+  return (col / kStrip) * K * kStrip + k * kStrip + col % kStrip;
+}
 
 // out[r][q*kPanel ..] = bias[q*kPanel ..] + a[r][0..K) * panel q, for rows [r0, r1), panels [q0, q1).
 struct ProjectArgs {
@@ -25,6 +33,7 @@ struct ProjectArgs {
   const float* bias;   // n_panels * kPanel, or null
   float* out;
   int64_t ldo;
+  int64_t n_panels;    // panels in w (all of them, not only the range a call computes)
 };
 
 // One recurrent step of a group of batch rows, for panels [p0, p1) of one direction.
@@ -33,6 +42,7 @@ struct StepArgs {
   int64_t H;            // real hidden size (rows of each panel)
   int64_t Hp;           // padded hidden size: row stride of h_in, h_out, c
   const float* h_in;    // [rows][Hp]
+  bool h_zero;          // h_in is all zeros (first step, no initial_h): the recurrent product is skipped
   float* h_out;         // [rows][Hp]
   float* c;             // [rows][Hp], updated in place
   int64_t rows;

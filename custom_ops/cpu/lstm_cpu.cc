@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -173,10 +174,10 @@ void Pack(Packed& pk, const Dims& d, const S* w, const S* b, const S* p) {
         const int64_t panel = j / kUnits, u = j % kUnits;
         for (int g = 0; g < kGates; ++g) {
           const int64_t col = kGates * j + g, pc = g * kUnits + u;
-          float* dx = px + panel * I * kPanel + pc;
-          for (int64_t r = 0; r < I; ++r) dx[r * kPanel] = ToFloat(src[r * kGates * H + col]);
-          float* dh = ph + panel * H * kPanel + pc;
-          for (int64_t r = 0; r < H; ++r) dh[r * kPanel] = ToFloat(src[(I + r) * kGates * H + col]);
+          float* dx = px + panel * I * kPanel;
+          for (int64_t r = 0; r < I; ++r) dx[cpu::PanelIndex(I, r, pc)] = ToFloat(src[r * kGates * H + col]);
+          float* dh = ph + panel * H * kPanel;
+          for (int64_t r = 0; r < H; ++r) dh[cpu::PanelIndex(H, r, pc)] = ToFloat(src[(I + r) * kGates * H + col]);
           if (b) bias[pk.bias_off[l] + (dir * np + panel) * kPanel + pc] = ToFloat(b[k * kGates * H + col]);
         }
         if (peep)
@@ -247,6 +248,28 @@ Plan PlanRecurrence(const Dims& d, int64_t np, int64_t steps, int P) {
   }
   if (d.B >= 2 * per_dir) plan.batch_chunks = std::min<int64_t>(per_dir, d.B);
   return plan;
+}
+
+// How the input projection [M rows] x [Q panels] is cut into items for `workers` threads.
+struct ProjectSplit {
+  int64_t row_blocks = 1, panel_blocks = 1, rows_per_block = 0;
+  int64_t RowStart(int64_t r, int64_t M) const { return std::min(M, r * rows_per_block); }
+};
+
+// About four items per thread (claimed in order, so a slow thread takes fewer). Each row block reads
+// all the weights of its panels and each panel block all the input rows of its row block, so the
+// split minimises row_blocks * weight bytes + panel_blocks * input bytes (pb = sqrt(want * W / A)).
+ProjectSplit SplitProjection(int64_t M, int64_t I, int64_t Q, int64_t workers) {
+  ProjectSplit sp;
+  const int64_t want = 4 * workers, tiles = (M + 5) / 6;
+  const double weight_bytes = double(Q) * I * kPanel, input_bytes = double(M) * I;
+  const double best_pb = std::sqrt(want * weight_bytes / std::max(1.0, input_bytes));
+  sp.panel_blocks = std::clamp<int64_t>(std::llround(best_pb), std::min(std::min(Q, want), std::max<int64_t>(1, want / tiles)),
+                                         std::min(Q, want));
+  sp.row_blocks = std::min<int64_t>((want + sp.panel_blocks - 1) / sp.panel_blocks, tiles);
+  sp.rows_per_block = ((M + sp.row_blocks - 1) / sp.row_blocks + 5) / 6 * 6;  // whole 6-row tiles
+  sp.row_blocks = (M + sp.rows_per_block - 1) / sp.rows_per_block;
+  return sp;
 }
 
 struct alignas(64) GroupSync {
@@ -381,23 +404,23 @@ void CpuLstm<T>::Compute(OrtKernelContext* ctx, const CallIO& io) {
     // 1. Input projection of every step and both directions: [steps*B, I] x [I, D*Gp].
     if (steps > 0) {
       const cpu::ProjectArgs pa{layer_in, I, pk->wx.data() + pk->wx_off[l], I, pk->bias.data() + pk->bias_off[l],
-                                gx, D * Gp};
+                                gx, D * Gp, D * np};
       const int64_t M = steps * B, Q = D * np;
       const double flops = 2.0 * M * I * Q * kPanel;
       const int64_t workers = std::min<int64_t>(P, std::max<int64_t>(1, static_cast<int64_t>(flops / kn.parallel_min)));
       if (workers <= 1) {
         K.project(pa, 0, M, 0, Q);
       } else {
-        // Items: blocks of 48 rows x blocks of panels, claimed in order.
-        const int64_t rb = 48, nrb = (M + rb - 1) / rb;
-        const int64_t want = 4 * workers;
-        const int64_t npb = nrb >= want ? 1 : std::min<int64_t>(Q, (want + nrb - 1) / nrb);
-        const int64_t items = nrb * npb;
+        // Items: row blocks x panel blocks, claimed in order. Every row block streams its panels'
+        // weights once, so rows are split only as far as the panels cannot feed the threads.
+        const ProjectSplit sp = SplitProjection(M, I, Q, workers);
+        const int64_t items = sp.row_blocks * sp.panel_blocks;
         std::atomic<int64_t> next{0};
         auto fn = [&](int64_t) {
           for (int64_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < items;) {
-            const int64_t r = i / npb, q = i % npb;
-            K.project(pa, r * rb, std::min(M, (r + 1) * rb), Q * q / npb, Q * (q + 1) / npb);
+            const int64_t r = i / sp.panel_blocks, q = i % sp.panel_blocks;
+            K.project(pa, sp.RowStart(r, M), sp.RowStart(r + 1, M), Q * q / sp.panel_blocks,
+                      Q * (q + 1) / sp.panel_blocks);
           }
         };
         Parallel(ctx, workers, fn);
@@ -451,6 +474,7 @@ void CpuLstm<T>::Compute(OrtKernelContext* ctx, const CallIO& io) {
     };
     auto at_step = [&](cpu::StepArgs a, int64_t s) {  // h ping-pongs between the two buffers
       a.s = s;
+      a.h_zero = s == 0 && !h0;
       if (s % 2) {
         float* in = a.h_out;
         a.h_out = const_cast<float*>(a.h_in);

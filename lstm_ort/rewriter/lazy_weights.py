@@ -44,18 +44,28 @@ class LayerSource:
         return self.D * (4 if part == "B" else 3) * self.H
 
 
-class LazyPacked(ir.LazyTensor):
-    """One packed input (`part` W, B or P) of a FusedLSTM node holding `layers`."""
+class _WritesInto(ir.LazyTensor):
+    """A 1-D lazy tensor that evaluates by writing itself into a fresh array (write_into)."""
 
-    def __init__(self, part: str, layers: list[LayerSource], dtype, name: str | None = None) -> None:
-        self.part, self.layers, self.np_dtype = part, layers, np.dtype(dtype)
-        size = sum(layer.size(part) for layer in layers)
+    def __init__(self, size: int, dtype, name: str | None) -> None:
+        self.np_dtype = np.dtype(dtype)
         super().__init__(self._tensor, dtype=_IR_TYPE[self.np_dtype], shape=ir.Shape([size]), name=name)
 
     def _tensor(self) -> ir.Tensor:
         out = np.empty(self.shape[0], self.np_dtype)
         self.write_into(out)
         return ir.Tensor(out)
+
+    def write_into(self, out: np.ndarray) -> None:
+        raise NotImplementedError
+
+
+class LazyPacked(_WritesInto):
+    """One packed input (`part` W, B or P) of a FusedLSTM node holding `layers`."""
+
+    def __init__(self, part: str, layers: list[LayerSource], dtype, name: str | None = None) -> None:
+        self.part, self.layers = part, layers
+        super().__init__(sum(layer.size(part) for layer in layers), dtype, name)
 
     def write_into(self, out: np.ndarray) -> None:
         offset = 0
@@ -82,19 +92,13 @@ class LazyPacked(ir.LazyTensor):
             write_peepholes(view, None if layer.P is None else layer.P.numpy(), layer.D, layer.H)
 
 
-class LazyConcat(ir.LazyTensor):
+class LazyConcat(_WritesInto):
     """1-D tensors one after another; an int part is that many zeros. Parts that can write
     themselves into the result (LazyPacked, LazyConcat) do, so nothing is packed twice."""
 
     def __init__(self, parts: list[ir.TensorProtocol | int], dtype, name: str | None = None) -> None:
-        self.parts, self.np_dtype = parts, np.dtype(dtype)
-        size = sum(p if isinstance(p, int) else int(np.prod(p.shape.numpy())) for p in parts)
-        super().__init__(self._tensor, dtype=_IR_TYPE[self.np_dtype], shape=ir.Shape([size]), name=name)
-
-    def _tensor(self) -> ir.Tensor:
-        out = np.empty(self.shape[0], self.np_dtype)
-        self.write_into(out)
-        return ir.Tensor(out)
+        self.parts = parts
+        super().__init__(sum(p if isinstance(p, int) else int(np.prod(p.shape.numpy())) for p in parts), dtype, name)
 
     def write_into(self, out: np.ndarray) -> None:
         offset = 0

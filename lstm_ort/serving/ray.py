@@ -9,17 +9,26 @@ This is the only module of lstm_ort that imports Ray.
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 import ray  # noqa: F401  (an error here says: pip install 'lstm-ort[serving]')
 
+from lstm_ort.runtime.library import LIBRARY_ENV, get_library_path
 from lstm_ort.serving.arrow import arrow_from_arrays
 from lstm_ort.serving.batcher import BucketingBatcher
 
 
 class LstmOrtPredictor:
     def __init__(self, model, column: str, *, output_names: list[str] | None = None, output_prefix: str = "",
-                 input_name: str | None = None, extra_inputs: dict | None = None, **batcher_kwargs: Any):
+                 input_name: str | None = None, extra_inputs: dict | None = None, library: str | None = None,
+                 **batcher_kwargs: Any):
+        # A worker may import lstm_ort from another place than the driver did (a local cluster's
+        # workers start in the driver's directory, where a source tree without its built library
+        # can shadow the install): use the driver's library where this node has that file.
+        if library and Path(library).is_file() and not os.environ.get(LIBRARY_ENV):
+            os.environ[LIBRARY_ENV] = library
         self.batcher = BucketingBatcher(model, input_name=input_name, **batcher_kwargs)
         self.layout = self.batcher.layout(input_name)
         self.column, self.prefix, self.extra, self.input_name = column, output_prefix, extra_inputs, input_name
@@ -46,7 +55,8 @@ def predict(ds, model, column: str, *, num_gpus: float | None = None, num_cpus: 
     (pass ``providers=["cuda", "cpu"]`` with it), ``num_cpus``: per actor; ``batch_size``: rows per block handed to an
     actor, which buckets them. Other keywords go to BucketingBatcher."""
     kwargs = dict(fn_constructor_kwargs=dict(model=model, column=column, output_names=output_names,
-                                             output_prefix=output_prefix, input_name=input_name, **batcher_kwargs),
+                                             output_prefix=output_prefix, input_name=input_name,
+                                             library=get_library_path(), **batcher_kwargs),
                   batch_format="pyarrow", concurrency=concurrency, zero_copy_batch=True)
     if batch_size != "default":
         kwargs["batch_size"] = batch_size

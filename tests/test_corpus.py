@@ -79,10 +79,10 @@ def test_every_lstm_rewritten_with_parity(entry, built):
     print(f"{entry.name}: optimize {seconds:.2f}s")
 
 
-@pytest.mark.parametrize("entry", [e for e in corpus.ENTRIES if not e.large], ids=lambda e: e.name)
+@pytest.mark.parametrize("entry", corpus.ENTRIES, ids=lambda e: e.name)
 def test_optimize_check_passes(entry, built, tmp_path):
-    """`lstm-ort optimize --check` on the model as a user would run it: shapes for dims it cannot
-    guess, streaming states chained over 50 calls."""
+    """`lstm-ort optimize --check` on the model as a user would run it, production-size torch
+    exports included: shapes for dims it cannot guess, streaming states chained over 50 calls."""
     from lstm_ort.cli import EXIT_OK, main
 
     src, dst = tmp_path / "in.onnx", tmp_path / "out.onnx"

@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cstdlib>
 #include <sstream>
+#include <tuple>
 
 #include "strategy_names.h"
 
@@ -148,6 +149,27 @@ void ResolveActivations(const std::optional<std::string>& names, const std::vect
     for (int k = 0; k < 3; ++k) act[1][k] = act[0][k];
 }
 
+Ranks ResolveRanks(const std::optional<std::vector<int64_t>>& input,
+                   const std::optional<std::vector<int64_t>>& recurrent, int64_t layers, int num_directions) {
+  Ranks ranks;
+  const size_t want = static_cast<size_t>(layers * num_directions);
+  for (const auto& [name, given, out] : {std::make_tuple("rank_input", &input, &ranks.input),
+                                         std::make_tuple("rank_recurrent", &recurrent, &ranks.recurrent)}) {
+    if (!*given) continue;
+    const std::vector<int64_t>& v = **given;
+    bool ok = v.size() == want;
+    for (int64_t r : v) ok = ok && r >= 0;
+    if (!ok) {
+      std::string got;
+      for (int64_t r : v) got += (got.empty() ? "" : ", ") + std::to_string(r);
+      Reject(std::string("attribute ") + name + " must hold " + std::to_string(want) +
+             " ranks >= 0 (one per layer and direction, 0 = not factored), got [" + got + "]");
+    }
+    *out = v;
+  }
+  return ranks;
+}
+
 Attributes ResolveAttributes(const RawAttributes& raw) {
   Attributes a;
   if (!raw.hidden_size || *raw.hidden_size <= 0) Reject("attribute hidden_size is required and must be > 0");
@@ -174,6 +196,7 @@ Attributes ResolveAttributes(const RawAttributes& raw) {
   a.input_forget = input_forget == 1;
 
   ResolveActivations(raw.activations, raw.activation_alpha, raw.activation_beta, a.num_directions, a.act);
+  a.ranks = ResolveRanks(raw.rank_input, raw.rank_recurrent, a.num_layers, a.num_directions);
   return a;
 }
 

@@ -25,6 +25,7 @@ struct RawAttributes {
   std::optional<float> clip;
   std::optional<std::string> direction, strategy, tuned, activations;
   std::vector<float> activation_alpha, activation_beta;
+  std::optional<std::vector<int64_t>> rank_input, rank_recurrent;
 };
 
 // Defaults applied and every rule checked, in the order the contract lists them; throws
@@ -45,6 +46,11 @@ std::vector<TunedStrategy> ParseTuned(const std::string& text);
 
 // The canonical `tuned` text of `entries`: what ParseTuned reads back as the same entries.
 std::string FormatTuned(const std::vector<TunedStrategy>& entries);
+
+// The ranks of factored parts (attributes rank_input, rank_recurrent): each list, when given,
+// holds one rank >= 0 per layer and direction (L*D).
+Ranks ResolveRanks(const std::optional<std::vector<int64_t>>& input,
+                   const std::optional<std::vector<int64_t>>& recurrent, int64_t layers, int num_directions);
 
 // f, g, h of each direction from the `activations` attribute (comma-separated names,
 // case-insensitive; absent: Sigmoid, Tanh, Tanh) and the alphas and betas, which the activations

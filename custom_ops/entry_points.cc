@@ -1,5 +1,6 @@
 // C entry points for lstm_ort's Python side, in every build (CPU-only too): Python checks with
 // them that it agrees with the kernels on strategy names, weight packing and the `tuned` format.
+#include <algorithm>
 #include <cstdint>
 #include <exception>
 
@@ -33,6 +34,34 @@ LSTM_ORT_C_ENTRY int64_t LstmOrtWeightOffset(int64_t L, int64_t D, int64_t I, in
   dims.I = I;
   dims.H = H;
   return dims.WeightOffset(l, d);
+}
+
+// With factored parts (ranks per (l, d) as the attributes rank_input and rank_recurrent hold them,
+// L*D each; null = none factored): `what` 0 gives the offset of W block (l, d), 1 that of its
+// input factors in `factors`, 2 that of its recurrent factors; (l = L, d = 0) gives W's element
+// count (0) or that of `factors` (1, 2). -1 for invalid sizes, ranks or indices.
+LSTM_ORT_C_ENTRY int64_t LstmOrtFactoredOffset(int64_t L, int64_t D, int64_t I, int64_t H, const int64_t* rank_input,
+                                               const int64_t* rank_recurrent, int64_t l, int64_t d, int64_t what) {
+  if (LstmOrtWeightOffset(L, D, I, H, l, d) < 0 || what < 0 || what > 2) return -1;
+  lstm_ort::Ranks ranks;
+  if (rank_input) ranks.input.assign(rank_input, rank_input + L * D);
+  if (rank_recurrent) ranks.recurrent.assign(rank_recurrent, rank_recurrent + L * D);
+  for (int64_t k = 0; k < L * D; ++k) {
+    // Ranks within the matrices' sides, as the kernels require, keep every count below twice W's.
+    const int64_t rows = k < D ? I : D * H, G = lstm_ort::kGates * H;
+    if (ranks.Input(k) < 0 || ranks.Recurrent(k) < 0 || ranks.Input(k) > std::min(rows, G) ||
+        ranks.Recurrent(k) > std::min(H, G))
+      return -1;
+  }
+  lstm_ort::Dims dims;
+  dims.L = L;
+  dims.D = D;
+  dims.I = I;
+  dims.H = H;
+  const lstm_ort::WeightLayout layout(dims, ranks);
+  if (what == 0) return layout.WeightOffset(l, d);
+  if (l == L) return layout.FactorCount();
+  return what == 1 ? layout.InputFactorOffset(l, d) : layout.RecurrentFactorOffset(l, d);
 }
 
 // `text` parsed as the `tuned` attribute and written back canonically: "gpu|T|B|strategy"

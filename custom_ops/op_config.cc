@@ -59,6 +59,18 @@ std::vector<float> FloatsOrEmpty(const OrtKernelInfo* info, const char* name) {
   return v;
 }
 
+std::optional<std::vector<int64_t>> IntsAttribute(const OrtKernelInfo* info, const char* name) {
+  size_t size = 0;
+  OrtStatus* st = Ort::GetApi().KernelInfoGetAttributeArray_int64(info, name, nullptr, &size);
+  if (st) {
+    Ort::GetApi().ReleaseStatus(st);
+    return std::nullopt;
+  }
+  std::vector<int64_t> v(size);
+  if (size) Ort::ThrowOnError(Ort::GetApi().KernelInfoGetAttributeArray_int64(info, name, v.data(), &size));
+  return v;
+}
+
 RawAttributes ReadAttributes(const OrtKernelInfo* info) {
   RawAttributes raw;
   raw.hidden_size = IntAttribute(info, "hidden_size");
@@ -72,7 +84,24 @@ RawAttributes ReadAttributes(const OrtKernelInfo* info) {
   raw.activations = StringAttribute(info, "activations");
   raw.activation_alpha = FloatsOrEmpty(info, "activation_alpha");
   raw.activation_beta = FloatsOrEmpty(info, "activation_beta");
+  raw.rank_input = IntsAttribute(info, "rank_input");
+  raw.rank_recurrent = IntsAttribute(info, "rank_recurrent");
   return raw;
+}
+
+// A rank above the smaller side of the matrix it factors saves nothing and is not a truncation.
+void CheckRanks(const Dims& d, const Ranks& ranks) {
+  for (int64_t k = 0; k < d.L * d.D; ++k) {
+    const int64_t rows[2] = {d.LayerInput(k / d.D), d.H};
+    const int64_t r[2] = {ranks.Input(k), ranks.Recurrent(k)};
+    for (int part = 0; part < 2; ++part) {
+      const int64_t bound = std::min(rows[part], kGates * d.H);
+      if (r[part] > bound)
+        Fail(std::string("attribute ") + (part ? "rank_recurrent[" : "rank_input[") + std::to_string(k) + "] = " +
+             std::to_string(r[part]) + " exceeds min(" + (part ? "H" : "I_l") + " = " + std::to_string(rows[part]) +
+             ", 4H = " + std::to_string(kGates * d.H) + ")");
+    }
+  }
 }
 
 }  // namespace
@@ -118,9 +147,20 @@ CallIO PrepareCall(Ort::KernelContext& ctx, const Attributes& attrs) {
   d.B = attrs.layout == 0 ? xs[1] : xs[0];
   d.I = xs[2];
   if (d.I <= 0) Fail("input X must have a feature size > 0, got shape " + ShapeStr(xs));
-  require_1d(w, "W", d.WeightCount());
+  // Factors with no rank to read them by: W alone would then be too small, which says less.
+  if (!attrs.ranks.Any() && input(kFactors))
+    Fail("input factors is given, but no rank_input/rank_recurrent attribute names a factored part");
+  const WeightLayout layout(d, attrs.ranks);
+  require_1d(w, "W", layout.WeightCount());
   io.in[kX] = x.GetTensorRawData();
   io.in[kW] = w.GetTensorRawData();
+  if (attrs.ranks.Any()) {
+    CheckRanks(d, attrs.ranks);
+    Ort::ConstValue f = input(kFactors);
+    if (!f) Fail("input factors is required: attributes rank_input/rank_recurrent name factored parts");
+    require_1d(f, "factors", layout.FactorCount());
+    io.in[kFactors] = f.GetTensorRawData();
+  }
 
   if (Ort::ConstValue b = input(kB)) {
     require_1d(b, "B", d.BiasCount());

@@ -13,7 +13,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from lstm_ort.ops.identity import DOMAIN, OP_TYPE, OPSET_VERSION
-from lstm_ort.ops.packing import LayerWeights, pack_layers
+from lstm_ort.ops.packing import NO_RANKS, LayerWeights, Ranks, pack_layers
 
 IR_VERSION = 10  # onnxruntime >= 1.21 reads it; onnx 1.23 would otherwise write 14
 DEFAULT_OPSET = 17
@@ -175,10 +175,15 @@ def stock_model(
     return _model(graph, opset)
 
 
-def fused_node(spec: LstmSpec, inputs: list[str], outputs: list[str], name: str = "fused_lstm") -> onnx.NodeProto:
+def fused_node(spec: LstmSpec, inputs: list[str], outputs: list[str], name: str = "fused_lstm",
+               ranks: Ranks = NO_RANKS) -> onnx.NodeProto:
     while inputs and inputs[-1] == "":
         inputs = inputs[:-1]
-    return helper.make_node(OP_TYPE, inputs, outputs, name=name, domain=DOMAIN, **spec.fused_attributes())
+    attrs = spec.fused_attributes()
+    if ranks.any:
+        attrs.update(rank_input=list(ranks.input or [0] * len(ranks.recurrent)),
+                     rank_recurrent=list(ranks.recurrent or [0] * len(ranks.input)))
+    return helper.make_node(OP_TYPE, inputs, outputs, name=name, domain=DOMAIN, **attrs)
 
 
 def fused_model(
@@ -191,10 +196,11 @@ def fused_model(
     outputs=("Y", "Y_h", "Y_c"),
     opset: int = DEFAULT_OPSET,
 ) -> onnx.ModelProto:
-    """The same network as ``stock_model``, as one FusedLSTM node."""
+    """The same network as ``stock_model``, as one FusedLSTM node; layers that carry factors
+    (LayerWeights.W_factors / R_factors) give it factored weights."""
     packed = pack_layers(layers, dtype)
     inits = [numpy_helper.from_array(packed.W, "W_packed")]
-    ins = ["X", "W_packed", "", "", "", "", ""]
+    ins = ["X", "W_packed", "", "", "", "", "", ""]
     if packed.B is not None:
         inits.append(numpy_helper.from_array(packed.B, "B_packed"))
         ins[2] = "B_packed"
@@ -205,11 +211,14 @@ def fused_model(
     if packed.P is not None:
         inits.append(numpy_helper.from_array(packed.P, "P_packed"))
         ins[6] = "P_packed"
+    if packed.factors is not None:
+        inits.append(numpy_helper.from_array(packed.factors, "factors_packed"))
+        ins[7] = "factors_packed"
     wanted = [name if name in outputs else "" for name in ("Y", "Y_h", "Y_c")]
     while wanted and wanted[-1] == "":
         wanted.pop()
     inputs, outs = _graph_io(spec, dtype, seq_lens, initial_states, outputs)
-    graph = helper.make_graph([fused_node(spec, ins, wanted)], "fused_lstm", inputs, outs, inits)
+    graph = helper.make_graph([fused_node(spec, ins, wanted, ranks=packed.ranks)], "fused_lstm", inputs, outs, inits)
     return _model(graph, opset, [helper.make_opsetid(DOMAIN, OPSET_VERSION)])
 
 

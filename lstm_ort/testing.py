@@ -5,6 +5,7 @@ Used by the tests and tools/bench.py, so every comparison the project reports is
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import numpy as np
@@ -12,6 +13,7 @@ import onnx
 import onnxruntime as ort
 
 from lstm_ort.builders import LstmSpec, fused_model, stock_model
+from lstm_ort.ops.factoring import truncated_svd
 from lstm_ort.ops.packing import LayerWeights
 from lstm_ort.runtime.session import STRATEGY_KEY, InferenceSession
 from lstm_ort.verify import CPU, max_abs
@@ -98,6 +100,31 @@ def run_stock(spec: LstmSpec, layers: list[LayerWeights], feeds: dict, dtype=np.
 def run_fused(spec: LstmSpec, layers: list[LayerWeights], feeds: dict, dtype=np.float32, providers=CPU,
               strategy: str | None = None, **model_kw) -> list[np.ndarray]:
     return run(fused_model(spec, layers, dtype, **model_kw), feeds, providers, strategy=strategy)
+
+
+def factored_layers(layers: list[LayerWeights], rank_input: int = 0, rank_recurrent: int = 0) -> list[LayerWeights]:
+    """Copies of `layers` whose input (W) and recurrent (R) matrices are replaced by truncated-SVD
+    factors of these ranks (0: kept whole; a rank beyond a matrix's side is cut to it)."""
+    out = []
+    for layer in layers:
+        D = layer.num_directions
+        f = lambda m, r: truncated_svd(m, min(r, *m.shape)) if r else None  # noqa: E731
+        W_f = [f(layer.W[d], rank_input) for d in range(D)] if rank_input else None
+        R_f = [f(layer.R[d], rank_recurrent) for d in range(D)] if rank_recurrent else None
+        out.append(dataclasses.replace(layer, W_factors=W_f, R_factors=R_f))
+    return out
+
+
+def dense_layers(layers: list[LayerWeights]) -> list[LayerWeights]:
+    """The same network with every factored matrix multiplied out (float64 products, stored fp32)."""
+    out = []
+    for layer in layers:
+        W = np.stack([f.product() if (f := layer.factors("input", d)) is not None else layer.W[d]
+                      for d in range(layer.num_directions)]).astype(np.float32)
+        R = np.stack([f.product() if (f := layer.factors("recurrent", d)) is not None else layer.R[d]
+                      for d in range(layer.num_directions)]).astype(np.float32)
+        out.append(dataclasses.replace(layer, W=W, R=R, W_factors=None, R_factors=None))
+    return out
 
 
 def reference_applies(spec: LstmSpec, seq_lens: bool) -> bool:

@@ -28,6 +28,55 @@ def test_weight_offsets_are_the_kernels(L, D, I, H):
     assert packing.input_size_from_weight_count(packing.weight_count(L, D, I, H), L, D, H) == I
 
 
+# (L, D, I, H, rank_input, rank_recurrent): every mix of factored and whole parts
+FACTORED = [(1, 1, 3, 4, (2,), (0,)), (1, 1, 3, 4, (0,), (4,)), (2, 2, 13, 7, (3, 0, 14, 1), (7, 2, 0, 0)),
+            (3, 1, 5, 8, (5, 4, 1), (8, 8, 8)), (2, 2, 512, 256, (128, 128, 0, 64), (64, 0, 64, 256))]
+
+
+@pytest.mark.parametrize("L,D,I,H,rx,rh", FACTORED)
+def test_factored_offsets_are_the_kernels(L, D, I, H, rx, rh):
+    ranks = packing.Ranks(rx, rh)
+    for layer, d in itertools.product(range(L), range(D)):
+        assert native.factored_offset(L, D, I, H, ranks, layer, d, "W") == packing.weight_offset(L, D, I, H, layer, d, ranks)
+        for part in packing.PARTS:
+            assert (native.factored_offset(L, D, I, H, ranks, layer, d, part)
+                    == packing.factor_offset(L, D, I, H, layer, d, part, ranks))
+    w, f = packing.weight_count(L, D, I, H, ranks), packing.factor_count(L, D, I, H, ranks)
+    assert native.factored_offset(L, D, I, H, ranks, L, 0, "W") == w
+    assert native.factored_offset(L, D, I, H, ranks, L, 0, "input") == f
+    assert packing.input_size_from_weight_count(w, L, D, H, ranks, f) == I
+    assert packing.input_size_from_weight_count(w, L, D, H, ranks, f + 1) is None
+
+
+def test_factored_offsets_without_ranks_are_the_whole_layout():
+    for layer, d in itertools.product(range(2), range(2)):
+        assert (native.factored_offset(2, 2, 13, 7, packing.NO_RANKS, layer, d, "W")
+                == native.weight_offset(2, 2, 13, 7, layer, d))
+    assert native.factored_offset(2, 2, 13, 7, packing.NO_RANKS, 2, 0, "input") == 0
+
+
+def test_ranks_beyond_a_side_are_refused_by_the_kernels():
+    assert native.factored_offset(1, 1, 3, 4, packing.Ranks((4,), (0,)), 0, 0, "W") == -1  # rank 4 > I = 3
+    assert native.factored_offset(1, 1, 3, 4, packing.Ranks((0,), (5,)), 0, 0, "W") == -1  # rank 5 > H = 4
+
+
+def test_factored_pack_round_trips(rng):
+    spec = LstmSpec(input_size=6, hidden_size=5, num_layers=2, direction="bidirectional")
+    layers = random_layers(spec, rng)
+    layers[0].W_factors = [packing.Factors(rng.standard_normal((20, 3)), rng.standard_normal((3, 6))), None]
+    layers[1].R_factors = [None, packing.Factors(rng.standard_normal((20, 2)), rng.standard_normal((2, 5)))]
+    packed = packing.pack_layers(layers)
+    assert packed.ranks == packing.Ranks((3, 0, 0, 0), (0, 0, 0, 2))
+    assert packed.W.size == native.factored_offset(2, 2, 6, 5, packed.ranks, 2, 0, "W") < packing.weight_count(2, 2, 6, 5)
+    assert packed.factors.size == native.factored_offset(2, 2, 6, 5, packed.ranks, 2, 0, "input")
+    back = packing.unpack_layers(packed, 2, 2, 6, 5)
+    np.testing.assert_allclose(back[0].W[0], layers[0].W_factors[0].product(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(back[0].W[1], layers[0].W[1])
+    np.testing.assert_allclose(back[1].R_factors[1].U, layers[1].R_factors[1].U, rtol=1e-6)
+    np.testing.assert_array_equal(back[1].R[0], layers[1].R[0])
+    assert back[0].R_factors is None and back[1].W_factors is None
+
+
 def test_packed_weights_have_the_size_the_kernel_reads(rng):
     spec = LstmSpec(input_size=6, hidden_size=5, num_layers=3, direction="bidirectional")
     packed = packing.pack_layers(random_layers(spec, rng))

@@ -38,9 +38,13 @@ struct ProjectArgs {
 
 // One recurrent step of a group of batch rows, for panels [p0, p1) of one direction.
 struct StepArgs {
-  const float* w;       // recurrent panels, each H * kPanel floats
-  int64_t H;            // real hidden size (rows of each panel)
+  const float* w;       // recurrent panels, each K * kPanel floats (K = H, or the rank when factored)
+  int64_t H;            // real hidden size (rows of each panel unless factored)
   int64_t Hp;           // padded hidden size: row stride of h_in, h_out, c
+  // Factored recurrence: the gates' product reads lhs [rows][lhs_ld] (h times the first factor,
+  // K wide) and w holds the second factor's panels; null: it reads h_in, K = H.
+  const float* lhs;
+  int64_t lhs_ld, K;
   const float* h_in;    // [rows][Hp]
   bool h_zero;          // h_in is all zeros (first step, no initial_h): the recurrent product is skipped
   float* h_out;         // [rows][Hp]

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <mutex>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -116,22 +117,62 @@ int PlanThreads() {
 
 // ---- packed weights ----
 
+// One factored part of one (layer, direction) packed: the first factor A [rows, rank] as plain
+// column panels (kPanel columns each, the rank padded to whole panels: a product through it is a
+// projection), the second B [rank, 4H] as gate panels like W's.
+struct FactorPart {
+  int64_t rank = 0;   // 0: not factored
+  int64_t panels = 0;  // panels of A: rank padded up to panels * kPanel columns
+  size_t a_off = 0, b_off = 0;
+  int64_t Padded() const { return panels * kPanel; }
+};
+
 struct Packed {
   int64_t I = -1;  // X's feature size it was packed for; -1: nothing packed
   int64_t H = 0, Hp = 0, np = 0, L = 0, D = 0;
   const void* w_src = nullptr;  // the inputs packed (to check a constant initializer is the one given)
   const void* b_src = nullptr;
   const void* p_src = nullptr;
-  Buffer wx, wh, bias, peep;
+  const void* f_src = nullptr;
+  Buffer wx, wh, bias, peep, fac;
+  // Per (l, d); a factored part has no wx / wh panels. The directions' wx panels are consecutive,
+  // so a layer with no factored input projects both directions in one pass.
   std::vector<int64_t> wx_off, wh_off, bias_off, peep_off;
+  std::vector<FactorPart> fx, fh;  // input and recurrent factors, per (l, d)
   bool has_peep = false;
 
   int64_t LayerInput(int64_t l) const { return l == 0 ? I : D * H; }
+  bool InputFactored(int64_t l) const {
+    for (int64_t dir = 0; dir < D; ++dir)
+      if (fx[l * D + dir].rank) return true;
+    return false;
+  }
 };
 
-// Packs contract-layout W, B, P (element type S) into panels (see cpu/kernels.h).
+// Rows [0, rows) of a row-major [rows][cols] source (column c) as plain column panels.
 template <typename S>
-void Pack(Packed& pk, const Dims& d, const S* w, const S* b, const S* p) {
+void PackColumns(float* dst, const S* src, int64_t rows, int64_t cols) {
+  for (int64_t c = 0; c < cols; ++c) {
+    float* panel = dst + (c / kPanel) * rows * kPanel;
+    for (int64_t r = 0; r < rows; ++r) panel[cpu::PanelIndex(rows, r, c % kPanel)] = ToFloat(src[r * cols + c]);
+  }
+}
+
+// Rows [0, rows) of a row-major [rows][4H] source in the contract's column order (4j + g) as gate panels.
+template <typename S>
+void PackGates(float* dst, const S* src, int64_t rows, int64_t H) {
+  for (int64_t j = 0; j < H; ++j) {
+    float* panel = dst + (j / kUnits) * rows * kPanel;
+    for (int g = 0; g < kGates; ++g) {
+      const int64_t col = kGates * j + g, pc = g * kUnits + j % kUnits;
+      for (int64_t r = 0; r < rows; ++r) panel[cpu::PanelIndex(rows, r, pc)] = ToFloat(src[r * kGates * H + col]);
+    }
+  }
+}
+
+// Packs contract-layout W, B, P and factors (element type S) into panels (see cpu/kernels.h).
+template <typename S>
+void Pack(Packed& pk, const Dims& d, const Ranks& ranks, const S* w, const S* b, const S* p, const S* f) {
   pk.I = d.I;
   pk.H = d.H;
   pk.L = d.L;
@@ -139,26 +180,43 @@ void Pack(Packed& pk, const Dims& d, const S* w, const S* b, const S* p) {
   pk.np = (d.H + kUnits - 1) / kUnits;
   pk.Hp = pk.np * kUnits;
   const int64_t H = d.H, np = pk.np, D = d.D, L = d.L;
-  size_t nx = 0, nh = 0;
-  pk.wx_off.assign(L, 0);
+  const WeightLayout layout(d, ranks);
+  size_t nx = 0, nh = 0, nf = 0;
+  pk.wx_off.assign(L * D, 0);
   pk.wh_off.assign(L * D, 0);
   pk.bias_off.assign(L, 0);
   pk.peep_off.assign(L * D, 0);
+  pk.fx.assign(L * D, FactorPart{});
+  pk.fh.assign(L * D, FactorPart{});
+  auto place = [&](FactorPart& part, int64_t rank, int64_t rows) {
+    part.rank = rank;
+    if (!rank) return;
+    part.panels = (rank + kPanel - 1) / kPanel;
+    part.a_off = nf;
+    nf += part.panels * rows * kPanel;
+    part.b_off = nf;
+    nf += np * rank * kPanel;
+  };
   for (int64_t l = 0; l < L; ++l) {
-    pk.wx_off[l] = nx;
-    nx += D * np * d.LayerInput(l) * kPanel;
     pk.bias_off[l] = l * D * np * kPanel;
     for (int64_t dir = 0; dir < D; ++dir) {
-      pk.wh_off[l * D + dir] = nh;
-      nh += np * H * kPanel;
-      pk.peep_off[l * D + dir] = (l * D + dir) * 3 * pk.Hp;
+      const int64_t k = l * D + dir;
+      pk.wx_off[k] = nx;
+      pk.wh_off[k] = nh;
+      if (!ranks.Input(k)) nx += np * d.LayerInput(l) * kPanel;
+      if (!ranks.Recurrent(k)) nh += np * H * kPanel;
+      place(pk.fx[k], ranks.Input(k), d.LayerInput(l));
+      place(pk.fh[k], ranks.Recurrent(k), H);
+      pk.peep_off[k] = k * 3 * pk.Hp;
     }
   }
   float* wx = pk.wx.Reserve(nx);
   float* wh = pk.wh.Reserve(nh);
+  float* fac = pk.fac.Reserve(nf);
   float* bias = pk.bias.Reserve(L * D * np * kPanel);
   std::memset(wx, 0, nx * sizeof(float));
   std::memset(wh, 0, nh * sizeof(float));
+  std::memset(fac, 0, nf * sizeof(float));
   std::memset(bias, 0, L * D * np * kPanel * sizeof(float));
   pk.has_peep = p != nullptr;
   float* peep = pk.has_peep ? pk.peep.Reserve(L * D * 3 * pk.Hp) : nullptr;
@@ -167,19 +225,19 @@ void Pack(Packed& pk, const Dims& d, const S* w, const S* b, const S* p) {
     const int64_t I = d.LayerInput(l);
     for (int64_t dir = 0; dir < D; ++dir) {
       const int64_t k = l * D + dir;
-      const S* src = w + d.WeightOffset(l, dir);  // [I + H][4H], column 4j + g
-      float* px = wx + pk.wx_off[l] + dir * np * I * kPanel;
-      float* ph = wh + pk.wh_off[k];
+      const S* src = w + layout.WeightOffset(l, dir);  // [rows][4H], column 4j + g: input rows, then recurrent rows
+      if (!ranks.Input(k)) PackGates(wx + pk.wx_off[k], src, I, H);
+      if (!ranks.Recurrent(k)) PackGates(wh + pk.wh_off[k], src + layout.InputRows(l, dir) * kGates * H, H, H);
+      for (const auto& [part, rows, at] : {std::make_tuple(&pk.fx[k], I, layout.InputFactorOffset(l, dir)),
+                                           std::make_tuple(&pk.fh[k], H, layout.RecurrentFactorOffset(l, dir))}) {
+        if (!part->rank) continue;
+        PackColumns(fac + part->a_off, f + at, rows, part->rank);                  // A [rows][rank]
+        PackGates(fac + part->b_off, f + at + rows * part->rank, part->rank, H);  // B [rank][4H]
+      }
       for (int64_t j = 0; j < H; ++j) {
         const int64_t panel = j / kUnits, u = j % kUnits;
-        for (int g = 0; g < kGates; ++g) {
-          const int64_t col = kGates * j + g, pc = g * kUnits + u;
-          float* dx = px + panel * I * kPanel;
-          for (int64_t r = 0; r < I; ++r) dx[cpu::PanelIndex(I, r, pc)] = ToFloat(src[r * kGates * H + col]);
-          float* dh = ph + panel * H * kPanel;
-          for (int64_t r = 0; r < H; ++r) dh[cpu::PanelIndex(H, r, pc)] = ToFloat(src[(I + r) * kGates * H + col]);
-          if (b) bias[pk.bias_off[l] + (dir * np + panel) * kPanel + pc] = ToFloat(b[k * kGates * H + col]);
-        }
+        for (int g = 0; g < kGates; ++g)
+          if (b) bias[pk.bias_off[l] + (dir * np + panel) * kPanel + g * kUnits + u] = ToFloat(b[k * kGates * H + kGates * j + g]);
         if (peep)
           for (int g = 0; g < 3; ++g) peep[pk.peep_off[k] + g * pk.Hp + j] = ToFloat(p[k * 3 * H + g * H + j]);
       }
@@ -187,18 +245,10 @@ void Pack(Packed& pk, const Dims& d, const S* w, const S* b, const S* p) {
   }
 }
 
-// X's feature size from W's element count: W holds D*(I + H)*4H for layer 0 and
-// D*(D*H + H)*4H for each layer above.
-int64_t InputSizeFromW(const Attributes& a, int64_t count) {
-  const int64_t H = a.hidden_size, D = a.num_directions, L = a.num_layers;
-  const int64_t rest = count - (L - 1) * D * (D * H + H) * kGates * H;
-  if (rest <= 0 || rest % (D * kGates * H) != 0) return -1;
-  const int64_t I = rest / (D * kGates * H) - H;
-  return I > 0 ? I : -1;
-}
-
 // A constant initializer's data, or null (absent, or a graph input).
-const void* ConstantInput(const OrtKernelInfo* info, size_t index, size_t* count, bool* fp16) {
+// `found` (if given) tells a constant with no elements, whose data may be null, from no constant.
+const void* ConstantInput(const OrtKernelInfo* info, size_t index, size_t* count, bool* fp16, bool* found = nullptr) {
+  if (found) *found = false;
   size_t n_inputs = 0;
   if (OrtStatus* st = Ort::GetApi().KernelInfo_GetInputCount(info, &n_inputs)) {
     Ort::GetApi().ReleaseStatus(st);
@@ -216,6 +266,7 @@ const void* ConstantInput(const OrtKernelInfo* info, size_t index, size_t* count
   auto info_shape = v.GetTensorTypeAndShapeInfo();
   *count = info_shape.GetElementCount();
   *fp16 = info_shape.GetElementType() == ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16;
+  if (found) *found = true;
   return v.GetTensorRawData();
 }
 
@@ -226,18 +277,18 @@ struct Plan {
   int64_t unit_chunks = 1;   // threads splitting one group's panels, meeting after every step
 };
 
-// Threads for one layer's recurrence (P threads available).
-Plan PlanRecurrence(const Dims& d, int64_t np, int64_t steps, int P) {
+// Threads for one layer's recurrence (P threads available); step_flops and weight_bytes are one
+// direction's (less than 2B*H*4H and 4H*H*4 when its recurrence is factored).
+Plan PlanRecurrence(const Dims& d, int64_t np, int64_t steps, int P, double step_flops, double weight_bytes) {
   Plan plan;
   const Knobs& kn = GetKnobs();
-  const double step_flops = 2.0 * d.B * d.H * kGates * d.H;  // per direction
   if (P <= 1 || steps == 0) return plan;
   const int64_t per_dir = std::max<int64_t>(1, P / d.D);
   if (per_dir <= 1) return plan;  // one thread per direction
   if (step_flops * steps < kn.parallel_min) return plan;
   // Batch rows split with no synchronisation while each thread still gets whole row tiles and
   // the weights stay in cache; else the panels split, which costs a meeting per step.
-  const bool weights_cached = kGates * d.H * d.H * 4 <= (1 << 20);
+  const bool weights_cached = weight_bytes <= (1 << 20);
   if (d.B >= 3 * per_dir && weights_cached) {
     plan.batch_chunks = per_dir;
     return plan;
@@ -272,6 +323,30 @@ ProjectSplit SplitProjection(int64_t M, int64_t I, int64_t Q, int64_t workers) {
   return sp;
 }
 
+// A projection [M rows] x [Q panels] on up to P threads of the session's pool.
+void ProjectParallel(OrtKernelContext* ctx, const cpu::KernelTable& K, const cpu::ProjectArgs& pa, int64_t M,
+                     int64_t Q, int P) {
+  const double flops = 2.0 * M * pa.K * Q * kPanel;
+  const int64_t workers =
+      std::min<int64_t>(P, std::max<int64_t>(1, static_cast<int64_t>(flops / GetKnobs().parallel_min)));
+  if (workers <= 1) {
+    K.project(pa, 0, M, 0, Q);
+    return;
+  }
+  // Items: row blocks x panel blocks, claimed in order. Every row block streams its panels'
+  // weights once, so rows are split only as far as the panels cannot feed the threads.
+  const ProjectSplit sp = SplitProjection(M, pa.K, Q, workers);
+  const int64_t items = sp.row_blocks * sp.panel_blocks;
+  std::atomic<int64_t> next{0};
+  auto fn = [&](int64_t) {
+    for (int64_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < items;) {
+      const int64_t r = i / sp.panel_blocks, q = i % sp.panel_blocks;
+      K.project(pa, sp.RowStart(r, M), sp.RowStart(r + 1, M), Q * q / sp.panel_blocks, Q * (q + 1) / sp.panel_blocks);
+    }
+  };
+  Parallel(ctx, workers, fn);
+}
+
 struct alignas(64) GroupSync {
   std::atomic<int64_t> next{0};
   char pad[56];
@@ -295,24 +370,33 @@ template <typename T>
 CpuLstm<T>::CpuLstm(const OrtKernelInfo* info, const Attributes& attrs) : state_(std::make_unique<State>()) {
   State& st = *state_;
   st.attrs = attrs;
-  size_t nw = 0, nb = 0, np = 0;
-  bool w16 = false, b16 = false, p16 = false;
-  const void* w = ConstantInput(info, kW, &nw, &w16);
+  size_t nw = 0, nb = 0, np = 0, nf = 0;
+  bool w16 = false, b16 = false, p16 = false, f16 = false, w_found = false;
+  // W is empty when every part is factored: still a constant.
+  const void* w = ConstantInput(info, kW, &nw, &w16, &w_found);
   const void* b = ConstantInput(info, kB, &nb, &b16);
   const void* p = ConstantInput(info, kP, &np, &p16);
+  const void* f = ConstantInput(info, kFactors, &nf, &f16);
   const bool fp16 = !std::is_same_v<T, float>;
+  const bool factored = attrs.ranks.Any();
   Dims d;
   d.H = attrs.hidden_size;
   d.L = attrs.num_layers;
   d.D = attrs.num_directions;
-  d.I = w ? InputSizeFromW(attrs, static_cast<int64_t>(nw)) : -1;
-  if (!w || d.I <= 0 || w16 != fp16) return;  // packed on every call
+  d.I = w_found && (f || !factored)
+            ? InputSizeFromCounts(d, attrs.ranks, static_cast<int64_t>(nw), f ? static_cast<int64_t>(nf) : 0)
+            : -1;
+  if (!w_found || d.I <= 0 || (nw && w16 != fp16) || (factored && f16 != fp16)) return;  // packed on every call
+  for (int64_t k = 0; k < d.L * d.D; ++k)  // ranks the call would refuse: leave them to its message
+    if (attrs.ranks.Input(k) > std::min(d.LayerInput(k / d.D), kGates * d.H) || attrs.ranks.Recurrent(k) > d.H) return;
   if (b && (b16 != fp16 || static_cast<int64_t>(nb) != d.BiasCount())) b = nullptr;
   if (p && (p16 != fp16 || static_cast<int64_t>(np) != d.PeepholeCount())) p = nullptr;
-  Pack(st.prepacked, d, static_cast<const T*>(w), static_cast<const T*>(b), static_cast<const T*>(p));
+  Pack(st.prepacked, d, attrs.ranks, static_cast<const T*>(w), static_cast<const T*>(b), static_cast<const T*>(p),
+       static_cast<const T*>(f));
   st.prepacked.w_src = w;
   st.prepacked.b_src = b;
   st.prepacked.p_src = p;
+  st.prepacked.f_src = f;
   if (GetKnobs().verbose)
     std::fprintf(stderr, "lstm_ort cpu: packed constant weights at kernel creation (I=%lld, H=%lld, L=%lld, D=%lld, %s)\n",
                  static_cast<long long>(d.I), static_cast<long long>(d.H), static_cast<long long>(d.L),
@@ -337,9 +421,10 @@ void CpuLstm<T>::Compute(OrtKernelContext* ctx, const CallIO& io) {
   // Weights: the ones packed at creation when these are those initializers, else packed now.
   const Packed* pk = &st.prepacked;
   Packed local;
-  if (!(pk->I == d.I && pk->w_src == io.in[kW] && pk->b_src == io.in[kB] && pk->p_src == io.in[kP])) {
-    Pack(local, d, static_cast<const T*>(io.in[kW]), static_cast<const T*>(io.in[kB]),
-         static_cast<const T*>(io.in[kP]));
+  if (!(pk->I == d.I && pk->w_src == io.in[kW] && pk->b_src == io.in[kB] && pk->p_src == io.in[kP] &&
+        pk->f_src == io.in[kFactors])) {
+    Pack(local, d, attrs.ranks, static_cast<const T*>(io.in[kW]), static_cast<const T*>(io.in[kB]),
+         static_cast<const T*>(io.in[kP]), static_cast<const T*>(io.in[kFactors]));
     pk = &local;
   }
   const int64_t np = pk->np, Hp = pk->Hp, Gp = np * kPanel;
@@ -366,6 +451,14 @@ void CpuLstm<T>::Compute(OrtKernelContext* ctx, const CallIO& io) {
   const size_t lay_at[2] = {carve(L > 1 || !y_direct ? rows * D * H : 0), carve(L > 1 ? rows * D * H : 0)};
   const size_t h_at = carve(D * 2 * B * Hp), c_at = carve(D * B * Hp);
   const size_t fin_at = carve(2 * LD * B * H);
+  // Factored parts: the input's product with A ([steps*B][rank], one direction at a time), and
+  // each direction's h times A ([B][rank]), their ranks padded to whole panels.
+  int64_t widest_x = 0, widest_h = 0;
+  for (int64_t k = 0; k < LD; ++k) {
+    widest_x = std::max(widest_x, pk->fx[k].Padded());
+    widest_h = std::max(widest_h, pk->fh[k].Padded());
+  }
+  const size_t px_at = carve(steps * B * widest_x), ph_at = carve(D * B * widest_h);
   float* base = scratch.Reserve(std::max<size_t>(n, 16));
   float* gx = base + gx_at;
   float* hbuf = base + h_at;
@@ -401,29 +494,27 @@ void CpuLstm<T>::Compute(OrtKernelContext* ctx, const CallIO& io) {
     layer_out = last && y_direct ? reinterpret_cast<float*>(y_out) : base + lay_at[l % 2];
     float* y_write = last && !y_out ? nullptr : layer_out;
 
-    // 1. Input projection of every step and both directions: [steps*B, I] x [I, D*Gp].
-    if (steps > 0) {
-      const cpu::ProjectArgs pa{layer_in, I, pk->wx.data() + pk->wx_off[l], I, pk->bias.data() + pk->bias_off[l],
-                                gx, D * Gp, D * np};
-      const int64_t M = steps * B, Q = D * np;
-      const double flops = 2.0 * M * I * Q * kPanel;
-      const int64_t workers = std::min<int64_t>(P, std::max<int64_t>(1, static_cast<int64_t>(flops / kn.parallel_min)));
-      if (workers <= 1) {
-        K.project(pa, 0, M, 0, Q);
-      } else {
-        // Items: row blocks x panel blocks, claimed in order. Every row block streams its panels'
-        // weights once, so rows are split only as far as the panels cannot feed the threads.
-        const ProjectSplit sp = SplitProjection(M, I, Q, workers);
-        const int64_t items = sp.row_blocks * sp.panel_blocks;
-        std::atomic<int64_t> next{0};
-        auto fn = [&](int64_t) {
-          for (int64_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < items;) {
-            const int64_t r = i / sp.panel_blocks, q = i % sp.panel_blocks;
-            K.project(pa, sp.RowStart(r, M), sp.RowStart(r + 1, M), Q * q / sp.panel_blocks,
-                      Q * (q + 1) / sp.panel_blocks);
-          }
-        };
-        Parallel(ctx, workers, fn);
+    // 1. Input projection of every step and both directions: [steps*B, I] x [I, D*Gp]. A
+    // factored direction's goes through its rank: [steps*B, I] x A, then x B.
+    const int64_t M = steps * B;
+    const float* layer_bias = pk->bias.data() + pk->bias_off[l];
+    if (steps > 0 && !pk->InputFactored(l)) {
+      ProjectParallel(ctx, K, {layer_in, I, pk->wx.data() + pk->wx_off[l * D], I, layer_bias, gx, D * Gp, D * np}, M,
+                      D * np, P);
+    } else if (steps > 0) {
+      for (int64_t dir = 0; dir < D; ++dir) {
+        const FactorPart& f = pk->fx[l * D + dir];
+        const float* bias = layer_bias + dir * np * kPanel;
+        if (!f.rank) {
+          ProjectParallel(ctx, K, {layer_in, I, pk->wx.data() + pk->wx_off[l * D + dir], I, bias, gx + dir * Gp, D * Gp, np},
+                          M, np, P);
+          continue;
+        }
+        float* px = base + px_at;
+        ProjectParallel(ctx, K, {layer_in, I, pk->fac.data() + f.a_off, I, nullptr, px, f.Padded(), f.panels}, M,
+                        f.panels, P);
+        ProjectParallel(ctx, K, {px, f.Padded(), pk->fac.data() + f.b_off, f.rank, bias, gx + dir * Gp, D * Gp, np}, M,
+                        np, P);
       }
     }
 
@@ -442,7 +533,15 @@ void CpuLstm<T>::Compute(OrtKernelContext* ctx, const CallIO& io) {
         }
       }
     }
-    const Plan plan = PlanRecurrence(d, np, steps, P);
+    // A factored direction's step is two products, h x A (phase 0) then (h A) x B with the cell
+    // (phase 1): 2B * rank * (H + 4H) flops where the whole R takes 2B * H * 4H.
+    double step_flops = 0, weight_bytes = 0;
+    for (int64_t dir = 0; dir < D; ++dir) {
+      const int64_t r = pk->fh[l * D + dir].rank, depth = r ? r * (H + kGates * H) : kGates * H * H;
+      step_flops = std::max(step_flops, 2.0 * B * depth);
+      weight_bytes = std::max(weight_bytes, 4.0 * depth);
+    }
+    const Plan plan = PlanRecurrence(d, np, steps, P, step_flops, weight_bytes);
     const int64_t groups = D * plan.batch_chunks, chunks = plan.unit_chunks;
     auto step_args = [&](int64_t g) {
       const int64_t dir = g / plan.batch_chunks, bc = g % plan.batch_chunks;
@@ -470,7 +569,24 @@ void CpuLstm<T>::Compute(OrtKernelContext* ctx, const CallIO& io) {
       a.default_acts = cell.act[0].kind == ActKind::kSigmoid && cell.act[1].kind == ActKind::kTanh &&
                        cell.act[2].kind == ActKind::kTanh;
       a.peep = pk->has_peep ? pk->peep.data() + pk->peep_off[k] : nullptr;
+      const FactorPart& f = pk->fh[k];
+      if (f.rank) {
+        a.w = pk->fac.data() + f.b_off;
+        a.lhs = base + ph_at + (dir * B + b0) * f.Padded();
+        a.lhs_ld = f.Padded();
+        a.K = f.rank;
+      }
       return a;
+    };
+    // Phases of one step of group g: a factored recurrence first multiplies h by A.
+    auto phases = [&](int64_t g) -> int64_t { return pk->fh[l * D + g / plan.batch_chunks].rank ? 2 : 1; };
+    // Phase 0 of a factored step: lhs = h x A for the group's rows, panels [q0, q1) of A.
+    auto factor_h = [&](const cpu::StepArgs& a, int64_t g, int64_t q0, int64_t q1) {
+      if (a.h_zero) return;  // h is zero, and so is h A: the step skips the product
+      const FactorPart& f = pk->fh[l * D + g / plan.batch_chunks];
+      const cpu::ProjectArgs pa{a.h_in, Hp, pk->fac.data() + f.a_off, H, nullptr, const_cast<float*>(a.lhs), a.lhs_ld,
+                                f.panels};
+      K.project(pa, 0, a.rows, q0, q1);
     };
     auto at_step = [&](cpu::StepArgs a, int64_t s) {  // h ping-pongs between the two buffers
       a.s = s;
@@ -484,11 +600,16 @@ void CpuLstm<T>::Compute(OrtKernelContext* ctx, const CallIO& io) {
     };
     auto run_group = [&](int64_t g) {  // one thread, every step
       const cpu::StepArgs a = step_args(g);
-      for (int64_t s = 0; s < steps; ++s) K.step(at_step(a, s), 0, np);
+      const bool factored = phases(g) == 2;
+      for (int64_t s = 0; s < steps; ++s) {
+        const cpu::StepArgs as = at_step(a, s);
+        if (factored) factor_h(as, g, 0, pk->fh[l * D + g / plan.batch_chunks].panels);
+        K.step(as, 0, np);
+      }
     };
     if (chunks == 1) {
       const int64_t workers = std::min<int64_t>(groups, P);
-      if (workers <= 1 || 2.0 * B * H * kGates * H * steps < kn.parallel_min) {
+      if (workers <= 1 || step_flops * steps < kn.parallel_min) {
         for (int64_t g = 0; g < groups; ++g) run_group(g);
       } else {
         std::atomic<int64_t> next{0};
@@ -501,17 +622,21 @@ void CpuLstm<T>::Compute(OrtKernelContext* ctx, const CallIO& io) {
       // Tasks of one group claim (step, chunk) items in order; an item waits until the previous
       // step is done. Items are claimed in order, so whatever is waited for is already being run by
       // a live thread: no deadlock however many of the tasks the pool runs at once.
-      const int64_t total = steps * chunks;
+      // A factored step is two phases, each split over the chunks and waited for as a step is.
       std::unique_ptr<GroupSync[]> sync(new GroupSync[groups]);
       auto fn = [&](int64_t task) {
-        const int64_t g = task / chunks;
+        const int64_t g = task / chunks, ph = phases(g), total = steps * ph * chunks;
         GroupSync& gs = sync[g];
         const cpu::StepArgs a = step_args(g);
+        const int64_t a_panels = pk->fh[l * D + g / plan.batch_chunks].panels;
         for (int64_t i; (i = gs.next.fetch_add(1, std::memory_order_relaxed)) < total;) {
-          const int64_t s = i / chunks, ch = i % chunks;
+          const int64_t v = i / chunks, s = v / ph, ch = i % chunks;
           int spins = 0;
-          while (gs.done.load(std::memory_order_acquire) < s * chunks) SpinPause(spins);
-          K.step(at_step(a, s), np * ch / chunks, np * (ch + 1) / chunks);
+          while (gs.done.load(std::memory_order_acquire) < v * chunks) SpinPause(spins);
+          if (ph == 2 && v % 2 == 0)
+            factor_h(at_step(a, s), g, a_panels * ch / chunks, a_panels * (ch + 1) / chunks);
+          else
+            K.step(at_step(a, s), np * ch / chunks, np * (ch + 1) / chunks);
           gs.done.fetch_add(1, std::memory_order_acq_rel);
         }
       };

@@ -202,3 +202,25 @@ TEST(ActivationErrors) {
                        "attribute activations must name 6 functions (f, g, h per direction, comma-separated), got "
                        "'Relu,Tanh,Tanh'");
 }
+
+TEST(RanksOfFactoredParts) {
+  RawAttributes raw = Minimal();
+  CHECK(!ResolveAttributes(raw).ranks.Any());  // absent: nothing factored
+  raw.num_layers = 2;
+  raw.direction = "bidirectional";
+  raw.rank_recurrent = std::vector<int64_t>{0, 2, 0, 0};
+  const Attributes a = ResolveAttributes(raw);
+  CHECK(a.ranks.Any());
+  CHECK_EQ(a.ranks.Input(1), int64_t{0});
+  CHECK_EQ(a.ranks.Recurrent(1), int64_t{2});
+  raw.rank_recurrent = std::vector<int64_t>{0, 0, 0, 0};
+  CHECK(!ResolveAttributes(raw).ranks.Any());  // all zero: nothing factored
+  raw.rank_input = std::vector<int64_t>{1, 2};
+  CHECK_THROWS_MESSAGE(ResolveAttributes(raw),
+                       "attribute rank_input must hold 4 ranks >= 0 (one per layer and direction, 0 = not factored), "
+                       "got [1, 2]");
+  raw.rank_input = std::vector<int64_t>{1, -2, 0, 0};
+  CHECK_THROWS_MESSAGE(ResolveAttributes(raw),
+                       "attribute rank_input must hold 4 ranks >= 0 (one per layer and direction, 0 = not factored), "
+                       "got [1, -2, 0, 0]");
+}

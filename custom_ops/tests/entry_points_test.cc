@@ -9,6 +9,8 @@ extern "C" {
 int LstmOrtStrategyNames(char* out, int size);
 int64_t LstmOrtWeightOffset(int64_t L, int64_t D, int64_t I, int64_t H, int64_t l, int64_t d);
 int LstmOrtNormalizeTuned(const char* text, char* out, int size);
+int64_t LstmOrtFactoredOffset(int64_t L, int64_t D, int64_t I, int64_t H, const int64_t* rank_input,
+                              const int64_t* rank_recurrent, int64_t l, int64_t d, int64_t what);
 }
 
 TEST(StrategyNamesEntryPoint) {
@@ -35,6 +37,38 @@ TEST(WeightOffsetEntryPoint) {
                           {1, 1, 3, 0, 0, 0}, {1, 1, 3, 4, 2, 0}, {1, 1, 3, 4, 0, 1}, {1, 1, 3, 4, 1, 1},
                           {1, 1, 3, 4, -1, 0}, {1, 1, 1, int64_t{1} << 40, 1, 0}})
     CHECK_EQ(LstmOrtWeightOffset(bad[0], bad[1], bad[2], bad[3], bad[4], bad[5]), int64_t{-1});
+}
+
+TEST(FactoredOffsetEntryPoint) {
+  // L=1, D=2, I=3, H=4 (4H = 16): direction 0's input rows factored at rank 2, direction 1's
+  // recurrent rows at rank 1. W: block 0 holds R's 4 rows, block 1 W's 3 rows.
+  const int64_t rx[] = {2, 0}, rh[] = {0, 1};
+  CHECK_EQ(LstmOrtFactoredOffset(1, 2, 3, 4, rx, rh, 0, 0, 0), int64_t{0});
+  CHECK_EQ(LstmOrtFactoredOffset(1, 2, 3, 4, rx, rh, 0, 1, 0), int64_t{64});
+  CHECK_EQ(LstmOrtFactoredOffset(1, 2, 3, 4, rx, rh, 1, 0, 0), int64_t{112});
+  // factors: (0,0) input A [3,2] + B [2,16] = 38; (0,1) recurrent A [4,1] + B [1,16] = 20.
+  CHECK_EQ(LstmOrtFactoredOffset(1, 2, 3, 4, rx, rh, 0, 0, 1), int64_t{0});
+  CHECK_EQ(LstmOrtFactoredOffset(1, 2, 3, 4, rx, rh, 0, 0, 2), int64_t{38});
+  CHECK_EQ(LstmOrtFactoredOffset(1, 2, 3, 4, rx, rh, 0, 1, 1), int64_t{38});
+  CHECK_EQ(LstmOrtFactoredOffset(1, 2, 3, 4, rx, rh, 0, 1, 2), int64_t{38});
+  CHECK_EQ(LstmOrtFactoredOffset(1, 2, 3, 4, rx, rh, 1, 0, 1), int64_t{58});
+  // No ranks: the whole layout.
+  CHECK_EQ(LstmOrtFactoredOffset(2, 2, 3, 4, nullptr, nullptr, 2, 0, 0), LstmOrtWeightOffset(2, 2, 3, 4, 2, 0));
+  // InputSizeFromCounts finds I back from both counts.
+  lstm_ort::Dims d;
+  d.L = 1;
+  d.D = 2;
+  d.H = 4;
+  lstm_ort::Ranks ranks;
+  ranks.input = {2, 0};
+  ranks.recurrent = {0, 1};
+  CHECK_EQ(lstm_ort::InputSizeFromCounts(d, ranks, 112, 58), int64_t{3});
+  CHECK_EQ(lstm_ort::InputSizeFromCounts(d, ranks, 112, 59), int64_t{-1});
+  // Refused: a rank beyond its matrix's side, a negative rank, a bad `what`.
+  const int64_t big[] = {4, 0}, neg[] = {-1, 0};
+  CHECK_EQ(LstmOrtFactoredOffset(1, 2, 3, 4, big, nullptr, 0, 0, 0), int64_t{-1});
+  CHECK_EQ(LstmOrtFactoredOffset(1, 2, 3, 4, nullptr, neg, 0, 0, 0), int64_t{-1});
+  CHECK_EQ(LstmOrtFactoredOffset(1, 2, 3, 4, rx, rh, 0, 0, 3), int64_t{-1});
 }
 
 TEST(NormalizeTunedEntryPoint) {

@@ -16,7 +16,7 @@ import numpy as np
 from onnx.reference.op_run import OpRun
 
 from lstm_ort.ops.identity import DOMAIN
-from lstm_ort.ops.packing import PackedWeights, input_size_from_weight_count, unpack_layers
+from lstm_ort.ops.packing import NO_RANKS, PackedWeights, Ranks, input_size_from_weight_count, unpack_layers
 
 # name -> (function of x, alpha, beta; takes alpha; takes beta; default alpha; default beta)
 _ACTIVATIONS = {
@@ -55,17 +55,22 @@ def _text(value) -> str:
 class FusedLSTM(OpRun):
     op_domain = DOMAIN
 
-    def _run(self, X, W, B=None, sequence_lens=None, initial_h=None, initial_c=None, P=None, *,
+    def _run(self, X, W, B=None, sequence_lens=None, initial_h=None, initial_c=None, P=None, factors=None, *,
              hidden_size=None, num_layers=1, direction="forward", layout=0, clip=None, input_forget=0,
-             activations=None, activation_alpha=None, activation_beta=None, strategy=None, tuned=None):
+             activations=None, activation_alpha=None, activation_beta=None, strategy=None, tuned=None,
+             rank_input=None, rank_recurrent=None):
         H, L = int(hidden_size), int(num_layers)
         direction = _text(direction)
         D = 2 if direction == "bidirectional" else 1
         x = X if layout == 0 else X.swapaxes(0, 1)  # [T, B, I]
         T, batch, I = x.shape
-        if input_size_from_weight_count(W.size, L, D, H) != I:
-            raise ValueError(f"W has {W.size} elements, which does not fit L={L} D={D} I={I} H={H}")
-        layers = unpack_layers(PackedWeights(W, B, P), L, D, I, H)
+        ranks = Ranks(tuple(rank_input or ()), tuple(rank_recurrent or ())) if rank_input or rank_recurrent \
+            else NO_RANKS
+        n_factors = 0 if factors is None else factors.size
+        if input_size_from_weight_count(W.size, L, D, H, ranks, n_factors) != I:
+            raise ValueError(f"W has {W.size} elements (factors {n_factors}), which does not fit L={L} D={D} I={I} "
+                             f"H={H}" + (f" and ranks {ranks}" if ranks.any else ""))
+        layers = unpack_layers(PackedWeights(W, B, P, factors if ranks.any else None, ranks), L, D, I, H)
         names = _text(activations).split(",") if activations else ["Sigmoid", "Tanh", "Tanh"] * D
         acts = resolve_activations(names, activation_alpha or [], activation_beta or [])
         lens = np.full(batch, T) if sequence_lens is None else np.asarray(sequence_lens)
@@ -99,9 +104,15 @@ class FusedLSTM(OpRun):
 
     @staticmethod
     def _cell(weights, d, x, h_prev, c_prev, f, g, h, clip, input_forget):
-        """One step of ONNX LSTM's equations for one batch entry (gates in ONNX order i, o, f, c)."""
+        """One step of ONNX LSTM's equations for one batch entry (gates in ONNX order i, o, f, c). A
+        factored part multiplies through its rank-r bottleneck: U @ (V @ x)."""
         H = h_prev.shape[0]
-        gates = weights.W[d] @ x + weights.R[d] @ h_prev
+
+        def product(part, whole, v):
+            f = weights.factors(part, d)
+            return whole[d] @ v if f is None else f.U.astype(np.float64) @ (f.V.astype(np.float64) @ v)
+
+        gates = product("input", weights.W, x) + product("recurrent", weights.R, h_prev)
         if weights.B is not None:
             gates = gates + weights.B[d][:4 * H] + weights.B[d][4 * H:]
         gi, go, gf, gc = np.split(gates, 4)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes
 
+from lstm_ort.ops.packing import Ranks
 from lstm_ort.runtime.library import call_for_text, cuda_native, native
 from lstm_ort.runtime.nodes import NodeShape
 
@@ -20,6 +21,19 @@ def weight_offset(L: int, D: int, I: int, H: int, layer: int, direction: int) ->
     fn.restype = ctypes.c_int64
     fn.argtypes = [ctypes.c_int64] * 6
     return int(fn(L, D, I, H, layer, direction))
+
+
+def factored_offset(L: int, D: int, I: int, H: int, ranks: Ranks, layer: int, direction: int, what: str) -> int:
+    """With factored parts, as the kernels compute it: the offset of W block (layer, direction)
+    (`what` "W"), or of its input / recurrent factors in `factors` ("input", "recurrent");
+    (L, 0) gives W's or `factors`' element count. -1 for sizes or ranks the kernels refuse."""
+    fn = native().LstmOrtFactoredOffset
+    fn.restype = ctypes.c_int64
+    ranks_type = ctypes.c_int64 * (L * D)
+    fn.argtypes = [ctypes.c_int64] * 4 + [ctypes.POINTER(ctypes.c_int64)] * 2 + [ctypes.c_int64] * 3
+    given = lambda r: ranks_type(*r) if r else None  # noqa: E731
+    return int(fn(L, D, I, H, given(ranks.input), given(ranks.recurrent), layer, direction,
+                  ("W", "input", "recurrent").index(what)))
 
 
 def normalize_tuned(text: str) -> str:

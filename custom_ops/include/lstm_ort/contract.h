@@ -6,6 +6,11 @@
 //   B: [4H] = Wb + Rb, same column order.
 //   P: [3H] peepholes in ONNX order (i, o, f), each a block of H.
 // I_0 is X's feature size; I_l = D*H for l > 0 (both directions concatenated).
+//
+// Factored weights (attributes rank_input / rank_recurrent, input `factors`; docs/ops.md): a part
+// (input rows or recurrent rows) of block (l, d) with rank r > 0 is absent from W and stands in
+// `factors` as A [rows, r] then B [r, 4H] (row-major, B's columns as W's), its product the rows
+// it replaces. WeightLayout below places every part; Python mirrors it in lstm_ort/ops/packing.py.
 #pragma once
 
 #include <cstddef>
@@ -20,7 +25,7 @@ constexpr const char* kOpName = "FusedLSTM";
 constexpr int kGates = 4;
 constexpr int kGateI = 0, kGateO = 1, kGateF = 2, kGateC = 3;
 
-enum Input : int { kX = 0, kW, kB, kSequenceLens, kInitialH, kInitialC, kP, kNumInputs };
+enum Input : int { kX = 0, kW, kB, kSequenceLens, kInitialH, kInitialC, kP, kFactors, kNumInputs };
 enum Output : int { kY = 0, kYH, kYC, kNumOutputs };
 
 enum class ActKind : int32_t {
@@ -47,6 +52,21 @@ struct TunedStrategy {
   Strategy strategy = Strategy::kAuto;
 };
 
+// Ranks of the factored parts, per (layer, direction) k = l*D + d (attributes rank_input and
+// rank_recurrent); 0, or an empty list, is a part kept whole in W.
+struct Ranks {
+  std::vector<int64_t> input, recurrent;
+
+  int64_t Input(int64_t k) const { return input.empty() ? 0 : input[k]; }
+  int64_t Recurrent(int64_t k) const { return recurrent.empty() ? 0 : recurrent[k]; }
+  bool Any() const {
+    for (const auto* v : {&input, &recurrent})
+      for (int64_t r : *v)
+        if (r > 0) return true;
+    return false;
+  }
+};
+
 // Attributes, resolved once per kernel instance.
 struct Attributes {
   int64_t hidden_size = 0;
@@ -60,6 +80,7 @@ struct Attributes {
   Activation act[2][3];  // [direction][f, g, h]
   Strategy strategy = Strategy::kAuto;
   std::vector<TunedStrategy> tuned;  // attribute `tuned`: "gpu|T|B|strategy;..."; used when strategy is auto
+  Ranks ranks;                       // factored parts; none by default
 };
 
 // Sizes of one call, resolved from the inputs and validated.
@@ -78,5 +99,64 @@ struct Dims {
   int64_t BiasCount() const { return L * D * kGates * H; }
   int64_t PeepholeCount() const { return L * D * 3 * H; }
 };
+
+// Where every part of a node's weights lies in W and in `factors`, for one call's sizes and the
+// node's ranks. With no rank set, W is laid out as Dims::WeightOffset says.
+class WeightLayout {
+ public:
+  WeightLayout(const Dims& d, const Ranks& r) : d_(d), r_(&r) {}
+
+  int64_t InputRank(int64_t l, int64_t dir) const { return r_->Input(l * d_.D + dir); }
+  int64_t RecurrentRank(int64_t l, int64_t dir) const { return r_->Recurrent(l * d_.D + dir); }
+  // Rows of W block (l, dir): the input rows unless factored, then the recurrent rows unless factored.
+  int64_t InputRows(int64_t l, int64_t dir) const { return InputRank(l, dir) ? 0 : d_.LayerInput(l); }
+  int64_t BlockRows(int64_t l, int64_t dir) const { return InputRows(l, dir) + (RecurrentRank(l, dir) ? 0 : d_.H); }
+  // Offset of W block (l, dir); (L, 0) gives W's element count.
+  int64_t WeightOffset(int64_t l, int64_t dir) const {
+    int64_t off = 0;
+    for (int64_t k = 0; k < l * d_.D + dir; ++k) off += BlockRows(k / d_.D, k % d_.D) * kGates * d_.H;
+    return off;
+  }
+  int64_t WeightCount() const { return WeightOffset(d_.L, 0); }
+  // Offset in `factors` of (l, dir)'s input factors A [I_l, r] then B [r, 4H]; its recurrent
+  // factors A [H, r] then B [r, 4H] follow. (L, 0) gives the element count of `factors`.
+  int64_t InputFactorOffset(int64_t l, int64_t dir) const {
+    int64_t off = 0;
+    for (int64_t k = 0; k < l * d_.D + dir; ++k) off += FactorBlock(k / d_.D, k % d_.D);
+    return off;
+  }
+  int64_t RecurrentFactorOffset(int64_t l, int64_t dir) const {
+    return InputFactorOffset(l, dir) + InputRank(l, dir) * (d_.LayerInput(l) + kGates * d_.H);
+  }
+  int64_t FactorCount() const { return InputFactorOffset(d_.L, 0); }
+
+ private:
+  int64_t FactorBlock(int64_t l, int64_t dir) const {
+    return InputRank(l, dir) * (d_.LayerInput(l) + kGates * d_.H) + RecurrentRank(l, dir) * (d_.H + kGates * d_.H);
+  }
+  Dims d_;
+  const Ranks* r_;
+};
+
+// X's feature size I for which W and `factors` hold `w_count` and `f_count` elements (L, D, H
+// from `d`), or -1 when there is none: both counts are affine in I.
+inline int64_t InputSizeFromCounts(Dims d, const Ranks& r, int64_t w_count, int64_t f_count) {
+  auto counts = [&](int64_t I, int64_t* w, int64_t* f) {
+    d.I = I;
+    const WeightLayout layout(d, r);
+    *w = layout.WeightCount();
+    *f = layout.FactorCount();
+  };
+  int64_t w0, f0, w1, f1;
+  counts(0, &w0, &f0);
+  counts(1, &w1, &f1);
+  const int64_t slope = w1 - w0 > 0 ? w1 - w0 : f1 - f0, base = w1 - w0 > 0 ? w0 : f0;
+  const int64_t count = w1 - w0 > 0 ? w_count : f_count;
+  if (slope <= 0 || count - base <= 0 || (count - base) % slope) return -1;
+  const int64_t I = (count - base) / slope;
+  int64_t w, f;
+  counts(I, &w, &f);
+  return w == w_count && f == f_count ? I : -1;
+}
 
 }  // namespace lstm_ort

@@ -7,9 +7,11 @@ Exit codes:
      installed onnxruntime does not read, missing external data), the output could not be
      written, or --check had nothing to compare against (stock onnxruntime cannot run the input)
   2  usage: bad arguments; -o empty, "-", the input model or one of its external data files, or
-     an existing path that is not a regular file (a directory, a device); tune without a CUDA GPU
+     an existing path that is not a regular file (a directory, a device); tune without a CUDA GPU;
+     --low-rank R larger than every matrix it targets, a calibration file that cannot feed the model
   3  --check: the optimized model does not run, or its outputs differ from stock onnxruntime's on
-     the original beyond the tolerance; nothing written
+     the original beyond the tolerance; --max-error: the low-rank model's outputs differ from the
+     unfactored model's beyond it; nothing written
 """
 
 from __future__ import annotations
@@ -109,6 +111,8 @@ def cmd_optimize(args) -> int:
     except Exception as e:  # a bug of ours: say so plainly, and write nothing
         return out.fail(EXIT_INPUT, f"{src}: internal error while rewriting ({type(e).__name__}: {e}); nothing written")
     out.doc["strategies"] = strategy_entries(skeleton(rewritten), args.seq_len, args.batch)
+    if args.low_rank is not None:
+        return _optimize_low_rank(out, args, proto, rewritten, dst, tolerance, feeds if args.check else None)
     if args.sequence_lens_input:
         return _optimize_ragged(out, args, proto, rewritten, dst, tolerance)
     if args.check and (layout1 or (len(files) > 1 and proto.ByteSize() < (1 << 31) - 1)):
@@ -182,6 +186,70 @@ def _optimize_ragged(out: Outcome, args, original: onnx.ModelProto, rewritten, d
         out.lines.append(f"--check: max-abs {err:.3g} against stock onnxruntime, each entry run alone")
     try:
         StagedModel.of_proto(optimized, dst).commit()
+    except OSError as e:
+        return out.fail(EXIT_INPUT, f"cannot write {dst}: {e.strerror or e}")
+    out.doc.update(output=str(dst), written=True)
+    out.lines += [*format_strategies(out.doc["strategies"]), f"wrote {dst}"]
+    return out.finish(EXIT_OK)
+
+
+def _optimize_low_rank(out: Outcome, args, original: onnx.ModelProto, rewritten, dst: Path, tolerance, feeds) -> int:
+    """--low-rank: the optimized model is built in memory, --check holds it (unfactored) to stock
+    onnxruntime as usual, then its weights are factored and the error this costs is measured
+    against it (rewriter/low_rank.py); --max-error refuses to write beyond a bound."""
+    from lstm_ort.low_rank_error import CalibrationError
+    from lstm_ort.rewriter import sequence_lens
+    from lstm_ort.rewriter.driver import serialize
+    from lstm_ort.rewriter.low_rank import ErrorBoundExceeded, LowRank, LowRankError, factor_and_measure
+    from lstm_ort.verify import CheckFailed, CheckUnavailable, chained_parity, clean_message, parity
+
+    report = out.report
+    try:
+        optimized = serialize(rewritten)
+    except Exception as e:
+        return out.fail(EXIT_INPUT, f"internal error while packing ({type(e).__name__}: {e}); nothing written")
+    del rewritten
+    if args.sequence_lens_input:
+        sequence_lens.add_sequence_lens_input(optimized, report)
+    if args.check and any(f.rewritten for f in report.findings):
+        with progress.step("checking the unfactored model against stock onnxruntime"):
+            try:
+                if args.sequence_lens_input:
+                    err = ragged_parity(original, optimized)
+                    result_max, passed, against = err, bool(err <= tolerance.atol), "stock onnxruntime, each entry run alone"
+                else:
+                    result = (chained_parity(original, optimized, feeds, args.carry, args.calls, tolerance) if args.carry
+                              else parity(original, optimized, feeds, tolerance))
+                    result_max, passed, against = result.max_abs, result.passes(tolerance), result.compared_with
+            except CheckUnavailable as e:
+                return out.fail(EXIT_INPUT, f"--check: {e}; nothing written")
+            except CheckFailed as e:
+                out.doc["check"] = {"passed": False, "error": str(e), "tolerance": str(tolerance)}
+                return out.fail(EXIT_PARITY, f"--check: {e}; nothing written")
+        out.doc["check"] = {"passed": passed, "max_abs": _number(result_max), "tolerance": str(tolerance),
+                            "compared_with": against, "of": "the unfactored optimized model"}
+        if not passed:
+            return out.fail(EXIT_PARITY, f"--check: max-abs {result_max:.3g} against {against}, beyond the tolerance "
+                                         f"{tolerance}; nothing written")
+        out.lines.append(f"--check: max-abs {result_max:.3g} against {against} (tolerance {tolerance}), before "
+                         f"factoring")
+    option = LowRank(rank=args.low_rank, target=args.low_rank_target) if args.low_rank > 0 else \
+        LowRank(energy=args.low_rank_energy, target=args.low_rank_target)
+    try:
+        with progress.step("factoring the weights and measuring the error"):
+            factored = factor_and_measure(optimized, option, report, calibration=args.calibration, shapes=args.shape,
+                                          max_error=args.max_error)
+    except LowRankError as e:
+        return out.fail(EXIT_USAGE, f"--low-rank: {e}; nothing written")
+    except CalibrationError as e:
+        return out.fail(EXIT_USAGE, f"--{e}; nothing written")
+    except ErrorBoundExceeded as e:
+        return out.fail(EXIT_PARITY, f"{e}; nothing written")
+    except Exception as e:  # a session that fails on these inputs, or a bug of ours: never a traceback
+        return out.fail(EXIT_INPUT, f"measuring the low-rank error failed ({type(e).__name__}: {clean_message(e)}); "
+                                    f"nothing written")
+    try:
+        StagedModel.of_proto(factored, dst).commit()
     except OSError as e:
         return out.fail(EXIT_INPUT, f"cannot write {dst}: {e.strerror or e}")
     out.doc.update(output=str(dst), written=True)
@@ -349,6 +417,26 @@ def _versions() -> str:
     return f"lstm-ort {__version__} (onnxruntime {ort.__version__}, onnx {onnx.__version__})"
 
 
+def _rank(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a rank is an integer >= 1, not {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"a rank is an integer >= 1, not {text}")
+    return value
+
+
+def _energy(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"the energy is a fraction in (0, 1] of the squared singular values, not {text!r}")
+    return value
+
+
 def _shape(text: str) -> tuple[str, list[int]]:
     name, _, dims = text.partition("=")
     try:
@@ -392,6 +480,21 @@ def parser() -> argparse.ArgumentParser:
     o.add_argument("--calls", type=int, default=50, help="--check: chained calls with --carry (default 50)")
     o.add_argument("--sequence-lens-input", action="store_true",
                    help="add a sequence_lens input for exact ragged batches (lstm-ort batch; docs/serving.md)")
+    lr = o.add_mutually_exclusive_group()
+    lr.add_argument("--low-rank", type=_rank, metavar="R",
+                    help="factor each layer's input and recurrent weights at rank R (truncated SVD; lossy: the "
+                         "error against the unfactored model is measured and reported)")
+    lr.add_argument("--low-rank-energy", type=_energy, metavar="E",
+                    help="as --low-rank, with per matrix the smallest rank keeping fraction E of its squared "
+                         "singular values")
+    o.add_argument("--low-rank-target", choices=("input", "recurrent", "both"), default=None,
+                   help="with --low-rank/--low-rank-energy: which weights to factor (default both)")
+    o.add_argument("--calibration", metavar="FILE.npz",
+                   help="with --low-rank: inputs to measure the error on, arrays by input name with a leading "
+                        "sample axis (default: seeded random unit-scale inputs)")
+    o.add_argument("--max-error", type=_tolerance, metavar="X",
+                   help="with --low-rank: refuse to write (exit 3) when the max-abs error of the outputs against "
+                        "the unfactored model exceeds X")
     c = sub.add_parser("check", help="report what would be rewritten, write nothing")
     c.add_argument("model")
     for q in (o, c):
@@ -424,6 +527,14 @@ def main(argv=None) -> int:
             if args.calls < 1:
                 p.error("--calls must be >= 1")
             args.shape, args.carry = dict(args.shape), dict(args.carry)
+            low_rank = args.low_rank is not None or args.low_rank_energy is not None
+            for flag, given in (("--low-rank-target", args.low_rank_target), ("--calibration", args.calibration),
+                                ("--max-error", args.max_error)):
+                if given is not None and not low_rank:
+                    p.error(f"{flag} goes with --low-rank or --low-rank-energy")
+            args.low_rank_target = args.low_rank_target or "both"
+            if args.low_rank_energy is not None:
+                args.low_rank = 0  # 0: by energy (cmd_optimize reads args.low_rank is not None as "factor")
     except SystemExit as e:  # --help, --version, usage errors: argparse has printed why
         return e.code if isinstance(e.code, int) else EXIT_USAGE
     if args.command == "tune":

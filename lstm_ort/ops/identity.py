@@ -8,7 +8,7 @@ DOMAIN = "lstm_ort"
 OP_TYPE = "FusedLSTM"
 OPSET_VERSION = 1
 
-INPUTS = ("X", "W", "B", "sequence_lens", "initial_h", "initial_c", "P")
+INPUTS = ("X", "W", "B", "sequence_lens", "initial_h", "initial_c", "P", "factors")
 OUTPUTS = ("Y", "Y_h", "Y_c")
 
 # Values of the `strategy` attribute, in the order of the C++ enum lstm_ort::Strategy.

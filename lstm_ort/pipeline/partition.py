@@ -24,7 +24,7 @@ from lstm_ort.ops.identity import DOMAIN, OP_TYPE, OPSET_VERSION
 from lstm_ort.ops.packing import layer_input_size, weight_offset
 from lstm_ort.pipeline.axes import Axes, Unsupported, attr, backward, forward
 from lstm_ort.runtime.model_io import load_model
-from lstm_ort.runtime.nodes import node_shapes
+from lstm_ort.runtime.nodes import node_ranks, node_shapes
 
 # Names inside stage models.
 STAGE_IN, STAGE_Y, H0, C0, YH, YC = "pipe_in", "pipe_y", "pipe_h0", "pipe_c0", "pipe_yh", "pipe_yc"
@@ -113,6 +113,9 @@ def analyze(model_or_path) -> PipelineModel:
         raise Unsupported(f"a pipeline takes a model with exactly one FusedLSTM node, this one has {len(fused)}"
                           + (" (run `lstm-ort optimize` first)" if not fused else ""))
     node = fused[0]
+    if node_ranks(node).any:
+        raise Unsupported("the FusedLSTM node has factored weights (optimize --low-rank): a pipeline splits "
+                          "whole-weight stacks only")
     shapes = {id(n): s for n, s in node_shapes(model)}
     shape = shapes.get(id(node))
     if shape is None:

@@ -21,6 +21,7 @@ from lstm_ort.ops.identity import DOMAIN, OPSET_VERSION
 from lstm_ort.rewriter import fold_weights, sequence_lens
 from lstm_ort.rewriter.graph_utils import RewriteContext, iter_graphs, model_names, rewrite_context
 from lstm_ort.rewriter.lazy_weights import is_lazy, tensor_chunks
+from lstm_ort.rewriter.low_rank import LowRank, factor_and_measure
 from lstm_ort.rewriter.report import Finding, Report
 from lstm_ort.rewriter.rule import Rule
 from lstm_ort.rewriter.rules import DEFAULT_RULES
@@ -42,7 +43,8 @@ class Rewritten:
 
 def optimize(model_or_path, *, fold_constants: bool = True, rules: list[Rule] | None = None,
              report: Report | None = None, freeze_inputs: bool = False,
-             sequence_lens_input: bool = False) -> onnx.ModelProto:
+             sequence_lens_input: bool = False, low_rank: LowRank | int | None = None, calibration=None,
+             max_error: float | None = None) -> onnx.ModelProto:
     """The model with every LSTM the rules can take replaced by FusedLSTM nodes.
 
     ``report`` (if given) is filled with one finding per LSTM or fused stack and each rule's counts.
@@ -50,11 +52,20 @@ def optimize(model_or_path, *, fold_constants: bool = True, rules: list[Rule] | 
     LSTMs are left, since a caller may feed other weights); the frozen inputs leave the graph's
     inputs, so feeding them is an error rather than silently ignored.
     ``sequence_lens_input``: add a ``sequence_lens`` input wired into the FusedLSTMs (rewriter/sequence_lens.py).
+    ``low_rank``: factor the weights (an int: that rank for every matrix; or a rewriter.low_rank.LowRank)
+    and measure the error against the unfactored model on ``calibration`` (an .npz path or a list of
+    feed dicts; default seeded random inputs): ``report.low_rank`` holds every matrix's rank and the
+    error figures; with ``max_error``, a max-abs error of the outputs beyond it raises
+    ErrorBoundExceeded (rewriter/low_rank.py).
     """
+    report = report if report is not None else Report()
     out = serialize(rewrite(model_or_path, fold_constants=fold_constants, rules=rules, report=report,
                             freeze_inputs=freeze_inputs))
     if sequence_lens_input:
         sequence_lens.add_sequence_lens_input(out, report)
+    if low_rank is not None:
+        option = low_rank if isinstance(low_rank, LowRank) else LowRank(rank=low_rank)
+        out = factor_and_measure(out, option, report, calibration=calibration, max_error=max_error)
     return out
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass, field
 
 
@@ -18,6 +19,71 @@ class Finding:
 
 
 @dataclass
+class LowRankMatrix:
+    """One matrix the low-rank pass looked at: an ONNX W[d] [4H, I_l] ("input") or R[d] [4H, H]
+    ("recurrent") of one layer and direction of a FusedLSTM node."""
+
+    node: str
+    layer: int
+    direction: int
+    part: str
+    shape: list[int]  # [4H, n] in ONNX terms
+    rank: int = 0  # 0: kept whole (reason says why)
+    kept_energy: float = 1.0  # fraction of the squared singular values the factors keep
+    elements: int = 0  # weights after: rank * (n + 4H) factored, n * 4H whole
+    reason: str = ""
+
+
+@dataclass
+class ErrorFigure:
+    """Error of the factored model against the unfactored optimized one, on the same inputs:
+    max-abs, and relative = ||factored - unfactored||_2 / ||unfactored||_2 over every element of
+    every sample."""
+
+    name: str  # a model output, or a FusedLSTM node (its Y, Y_h and Y_c together)
+    max_abs: float
+    relative: float
+    inputs: str = ""  # nodes: "captured" (its inputs in the unfactored model's run) or why random
+
+
+@dataclass
+class LowRankReport:
+    option: str  # "rank 64", "energy 0.99", and the target
+    matrices: list[LowRankMatrix] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)  # FusedLSTM nodes not looked at, and why
+    elements_before: int = 0  # W (and factors) elements of the nodes looked at
+    elements_after: int = 0
+    inputs: str = ""  # what the error was measured on
+    outputs: list[ErrorFigure] = field(default_factory=list)
+    nodes: list[ErrorFigure] = field(default_factory=list)
+    max_error: float | None = None  # the bound asked for (max-abs over the outputs), if any
+
+    @property
+    def factored(self) -> int:
+        return sum(1 for m in self.matrices if m.rank)
+
+    @property
+    def output_max_abs(self) -> float:
+        return max((o.max_abs for o in self.outputs), default=0.0)
+
+    def table(self) -> list[str]:
+        lines = [f"low-rank ({self.option}): {self.factored} of {len(self.matrices)} matrices factored, "
+                 f"weights {self.elements_before} -> {self.elements_after} elements"]
+        for m in self.matrices:
+            what = (f"rank {m.rank}, keeps {m.kept_energy:.4f} of the energy" if m.rank
+                    else f"kept whole: {m.reason}")
+            lines.append(f"  {m.node} layer {m.layer} dir {m.direction} {m.part} {m.shape}: {what}")
+        lines += [f"  {name}: not factored: {why}" for name, why in (s.split(": ", 1) for s in self.skipped)]
+        if self.outputs or self.nodes:
+            lines.append(f"low-rank error against the unfactored optimized model ({self.inputs}):")
+            for f in self.outputs:
+                lines.append(f"  output {f.name}: max-abs {f.max_abs:.3g}, relative {f.relative:.3g}")
+            for f in self.nodes:
+                lines.append(f"  node {f.name}: max-abs {f.max_abs:.3g}, relative {f.relative:.3g} ({f.inputs} inputs)")
+        return lines
+
+
+@dataclass
 class RuleCounts:
     hits: int = 0
     refusals: dict[str, int] = field(default_factory=dict)  # reason -> how often
@@ -27,6 +93,7 @@ class RuleCounts:
 class Report:
     findings: list[Finding] = field(default_factory=list)
     rules: dict[str, RuleCounts] = field(default_factory=dict)  # rule name -> its counts
+    low_rank: LowRankReport | None = None  # optimize --low-rank: what was factored, and the error it costs
 
     def count(self, rule: str, refused: str = "") -> None:
         counts = self.rules.setdefault(rule, RuleCounts())
@@ -44,9 +111,12 @@ class Report:
         return all(f.rewritten for f in self.findings)
 
     def to_json(self) -> str:
-        return json.dumps({"lstms": self.lstm_count, "all_rewritten": self.all_rewritten,
-                           "findings": [asdict(f) for f in self.findings],
-                           "rules": {name: asdict(c) for name, c in self.rules.items()}}, indent=2)
+        doc = {"lstms": self.lstm_count, "all_rewritten": self.all_rewritten,
+               "findings": [asdict(f) for f in self.findings],
+               "rules": {name: asdict(c) for name, c in self.rules.items()}}
+        if self.low_rank is not None:
+            doc["low_rank"] = _finite(asdict(self.low_rank))
+        return json.dumps(doc, indent=2)
 
     def table(self) -> str:
         if not self.findings:
@@ -64,4 +134,17 @@ class Report:
         for name, c in self.rules.items():
             refused = "".join(f"; refused {n}x: {reason}" for reason, n in c.refusals.items())
             lines.append(f"rule {name}: {c.hits} rewritten{refused}")
+        if self.low_rank is not None:
+            lines += self.low_rank.table()
         return "\n".join(lines)
+
+
+def _finite(value):
+    """JSON has no NaN or infinity: such figures are written as strings."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value

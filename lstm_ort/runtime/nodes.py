@@ -8,7 +8,7 @@ import numpy as np
 import onnx
 
 from lstm_ort.ops.identity import DOMAIN, ELEMENT_TYPES, OP_TYPE
-from lstm_ort.ops.packing import input_size_from_weight_count
+from lstm_ort.ops.packing import NO_RANKS, Ranks, input_size_from_weight_count
 from lstm_ort.runtime.model_io import iter_graphs
 
 
@@ -46,8 +46,22 @@ def _shape_of(node: onnx.NodeProto, inits: dict[str, onnx.TensorProto]) -> NodeS
     w = inits.get(node.input[1]) if len(node.input) > 1 else None
     if w is None or w.data_type not in ELEMENT_TYPES:
         return None
-    I = input_size_from_weight_count(int(np.prod(w.dims)), L, D, H)
+    ranks = node_ranks(node)
+    factors = 0
+    if ranks.any:  # factored weights: I is fixed by W and the factors together
+        f = inits.get(node.input[7]) if len(node.input) > 7 else None
+        if f is None:
+            return None
+        factors = int(np.prod(f.dims))
+    I = input_size_from_weight_count(int(np.prod(w.dims)), L, D, H, ranks, factors)
     return NodeShape(L, D, I, H, ELEMENT_TYPES[w.data_type]) if I is not None else None
+
+
+def node_ranks(node: onnx.NodeProto) -> Ranks:
+    """The ranks of a FusedLSTM node's factored parts (NO_RANKS when it has none)."""
+    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    ranks = Ranks(tuple(attrs.get("rank_input", ())), tuple(attrs.get("rank_recurrent", ())))
+    return ranks if ranks.any else NO_RANKS
 
 
 def set_attribute(node: onnx.NodeProto, name: str, value) -> None:

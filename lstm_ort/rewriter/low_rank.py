@@ -1,0 +1,187 @@
+"""The low-rank pass (`optimize --low-rank`): after fusion, each FusedLSTM node's input weights W
+([4H, I_l] per layer and direction, the four gates together) and recurrent weights R ([4H, H])
+are replaced by truncated-SVD factors (docs/ops.md, Factored weights), and the error this costs
+is measured against the unfactored optimized model (lstm_ort.low_rank_error). Opt-in, and never
+silent: every matrix is listed in the report with its rank or why it was kept whole, and the
+error figures go with it; a bound on the error refuses the model rather than return it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+
+from lstm_ort.ops.factoring import energy_rank, kept_energy, saves_work, singular_values, truncated_svd
+from lstm_ort.ops.packing import PARTS, PackedWeights, input_size_from_weight_count, pack_layers, unpack_layers
+from lstm_ort.rewriter.fused_node import is_fused
+from lstm_ort.rewriter.graph_utils import RewriteContext, add_constant, const_tensor, iter_graphs, model_names, \
+    rewrite_context
+from lstm_ort.rewriter.report import LowRankMatrix, LowRankReport, Report
+
+TARGETS = {"input": ("input",), "recurrent": ("recurrent",), "both": PARTS}
+_NP = {ir.DataType.FLOAT: np.float32, ir.DataType.FLOAT16: np.float16}
+
+
+class LowRankError(ValueError):
+    """The low-rank option cannot be applied as asked (a rank no matrix can take)."""
+
+
+class ErrorBoundExceeded(Exception):
+    """The factored model's outputs are further from the unfactored model's than `max_error`;
+    the report carries the figures."""
+
+
+@dataclass(frozen=True)
+class LowRank:
+    """How to factor: one `rank` for every matrix, or the smallest rank per matrix keeping fraction
+    `energy` of its squared singular values; `target` the matrices (input, recurrent or both)."""
+
+    rank: int | None = None
+    energy: float | None = None
+    target: str = "both"
+
+    def __post_init__(self) -> None:
+        if (self.rank is None) == (self.energy is None):
+            raise ValueError("low rank: give either a rank or an energy, not both or neither")
+        if self.rank is not None and (isinstance(self.rank, bool) or not isinstance(self.rank, (int, np.integer))
+                                      or self.rank < 1):
+            raise ValueError(f"low rank: the rank must be an integer >= 1, got {self.rank!r}")
+        if self.energy is not None and not (isinstance(self.energy, (int, float)) and 0 < self.energy <= 1):
+            raise ValueError(f"low rank: the energy must be a fraction in (0, 1], got {self.energy!r}")
+        if self.target not in TARGETS:
+            raise ValueError(f"low rank: the target must be one of {', '.join(TARGETS)}, got {self.target!r}")
+
+    @property
+    def parts(self) -> tuple[str, ...]:
+        return TARGETS[self.target]
+
+    def describe(self) -> str:
+        how = f"rank {self.rank}" if self.rank is not None else f"energy {self.energy:g}"
+        return f"{how}, {self.target} weights"
+
+
+def factorize(model: onnx.ModelProto, option: LowRank, report: Report | None = None) -> onnx.ModelProto:
+    """A copy of `model` with the matrices `option` asks for factored in every FusedLSTM node whose
+    weights are constants; `report.low_rank` lists every matrix. Raises LowRankError when a fixed
+    rank exceeds the smaller side of every matrix it targets."""
+    summary = LowRankReport(option.describe())
+    work = ir.serde.deserialize_model(model)
+    with rewrite_context(RewriteContext(names=model_names(work))):
+        for _, graph in iter_graphs(work):
+            for node in list(graph):
+                if is_fused(node):
+                    _factor_node(graph, node, option, summary)
+    if option.rank is not None and summary.matrices and not summary.factored and all(
+            m.rank == 0 and option.rank > min(m.shape) for m in summary.matrices):
+        widest = max(min(m.shape) for m in summary.matrices)
+        raise LowRankError(f"rank {option.rank} exceeds the smaller side of every matrix it targets (at most "
+                           f"{widest} here): nothing to truncate")
+    if report is not None:
+        report.low_rank = summary
+    out = ir.serde.serialize_model(work)
+    out.ir_version = model.ir_version
+    return out
+
+
+def factor_and_measure(model: onnx.ModelProto, option: LowRank, report: Report, *, calibration=None,
+                       shapes: dict[str, list[int]] | None = None, max_error: float | None = None) -> onnx.ModelProto:
+    """factorize(), then the error against `model` (the unfactored optimized model) on the
+    calibration samples (a path to an .npz of input arrays with a leading sample axis, or a list
+    of feed dicts) or on seeded random unit-scale inputs; raises ErrorBoundExceeded when the
+    max-abs error of the outputs exceeds `max_error`."""
+    from lstm_ort import low_rank_error  # runs sessions: the runtime's job, loaded only here
+
+    factored = factorize(model, option, report)
+    summary = report.low_rank
+    summary.max_error = max_error
+    if not summary.factored:
+        summary.inputs = "nothing factored: the model is the unfactored one"
+        return factored
+    samples, summary.inputs = low_rank_error.samples_for(model, calibration, shapes)
+    summary.outputs, summary.nodes = low_rank_error.measure(model, factored, samples)
+    worst = summary.output_max_abs
+    if max_error is not None and not worst <= max_error:  # NaN exceeds any bound
+        raise ErrorBoundExceeded(f"low-rank error: max-abs {worst:.3g} on the outputs exceeds --max-error "
+                                 f"{max_error:g}")
+    return factored
+
+
+def _attr(node: ir.Node, name: str, default=None):
+    a = node.attributes.get(name)
+    return default if a is None else a.value
+
+
+def _factor_node(graph, node: ir.Node, option: LowRank, summary: LowRankReport) -> None:
+    name = node.name or "<unnamed>"
+    if _attr(node, "rank_input") is not None or _attr(node, "rank_recurrent") is not None:
+        summary.skipped.append(f"{name}: its weights are factored already")
+        return
+    w = const_tensor(node.inputs[1])
+    if w is None or w.dtype not in _NP:
+        summary.skipped.append(f"{name}: W is not a float32/float16 constant")
+        return
+    H, L = int(_attr(node, "hidden_size")), int(_attr(node, "num_layers", 1))
+    D = 2 if _attr(node, "direction", "forward") == "bidirectional" else 1
+    W = w.numpy().reshape(-1)
+    I = input_size_from_weight_count(W.size, L, D, H)
+    if I is None:
+        summary.skipped.append(f"{name}: W's size fits no input size")
+        return
+    layers = unpack_layers(PackedWeights(W, None, None), L, D, I, H)
+    summary.elements_before += W.size
+    for layer_index, layer in enumerate(layers):
+        found = {part: [None] * D for part in PARTS}
+        for d in range(D):
+            for part in option.parts:
+                matrix = (layer.W if part == "input" else layer.R)[d]
+                entry, factors = _factor_matrix(matrix, option)
+                entry.node, entry.layer, entry.direction, entry.part = name, layer_index, d, part
+                summary.matrices.append(entry)
+                found[part][d] = factors
+        layer.W_factors = found["input"] if any(f is not None for f in found["input"]) else None
+        layer.R_factors = found["recurrent"] if any(f is not None for f in found["recurrent"]) else None
+    packed = pack_layers(layers, _NP[w.dtype])
+    if not packed.ranks.any:
+        summary.elements_after += W.size
+        return
+    summary.elements_after += packed.W.size + packed.factors.size
+    base = name if node.name else "fused_lstm"
+    old = node.inputs[1]
+    node.replace_input_with(1, add_constant(graph, node, base + "_W_low_rank", packed.W))
+    node.resize_inputs(8)
+    node.replace_input_with(7, add_constant(graph, node, base + "_factors", packed.factors))
+    count = L * D
+    node.attributes["rank_input"] = ir.AttrInt64s("rank_input", list(packed.ranks.input or (0,) * count))
+    node.attributes["rank_recurrent"] = ir.AttrInt64s("rank_recurrent", list(packed.ranks.recurrent or (0,) * count))
+    _drop_if_unused(graph, old)
+
+
+def _factor_matrix(matrix: np.ndarray, option: LowRank):
+    """(its report entry, its Factors or None) for one ONNX matrix [4H, n]."""
+    G, n = matrix.shape
+    entry = LowRankMatrix(node="", layer=0, direction=0, part="", shape=[G, n], elements=G * n)
+    s = singular_values(matrix)
+    rank = option.rank if option.rank is not None else energy_rank(s, option.energy)
+    if rank > min(G, n):
+        entry.reason = f"rank {rank} exceeds min({G}, {n}): nothing to truncate"
+        return entry, None
+    if not saves_work(rank, n, G):
+        entry.reason = (f"rank {rank} saves no work: {rank} x ({n} + {G}) = {rank * (n + G)} multiply-adds per row "
+                        f">= {n} x {G} = {n * G} whole")
+        return entry, None
+    entry.rank, entry.kept_energy, entry.elements = rank, kept_energy(s, rank), rank * (n + G)
+    return entry, truncated_svd(matrix, rank)
+
+
+def _drop_if_unused(graph, value: ir.Value) -> None:
+    """The replaced W, once nothing reads it: its initializer, or its Constant node."""
+    if value.uses() or value.is_graph_output() or value.is_graph_input():
+        return
+    if isinstance(graph, ir.Graph) and value.name in graph.initializers:
+        del graph.initializers[value.name]
+    producer = value.producer()
+    if producer is not None and producer.op_type == "Constant":
+        graph.remove(producer, safe=True)

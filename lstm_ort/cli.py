@@ -31,7 +31,7 @@ from lstm_ort.rewriter import Report
 from lstm_ort.rewriter.driver import rewrite, skeleton, write, written_size
 from lstm_ort.runtime import native
 from lstm_ort.runtime.model_io import EXTERNAL_DATA_THRESHOLD, ModelError, StagedModel, load_model, read_model
-from lstm_ort.runtime.nodes import fused_nodes, node_shapes
+from lstm_ort.runtime.nodes import fused_nodes, node_ranks, node_shapes
 from lstm_ort.serving.cli import add_batch_parser, cmd_batch
 from lstm_ort.serving.parity import ragged_parity
 from lstm_ort.runtime.tuned_cache import load_cache, record, tuned_entries
@@ -248,6 +248,7 @@ def _optimize_low_rank(out: Outcome, args, original: onnx.ModelProto, rewritten,
     except Exception as e:  # a session that fails on these inputs, or a bug of ours: never a traceback
         return out.fail(EXIT_INPUT, f"measuring the low-rank error failed ({type(e).__name__}: {clean_message(e)}); "
                                     f"nothing written")
+    out.doc["strategies"] = strategy_entries(factored, args.seq_len, args.batch)
     try:
         StagedModel.of_proto(factored, dst).commit()
     except OSError as e:
@@ -323,6 +324,10 @@ def strategy_entries(model: onnx.ModelProto, T: int | None, B: int | None) -> li
     entries, gpu = [], None
     for node, shape in node_shapes(model):
         attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+        if node_ranks(node).any:  # factored weights run one CUDA path of their own
+            entries.append({"node": node.name or "<unnamed>", "shape": shape.key if shape else None,
+                            "strategy": "factored", "forced": False, "factored": True, "tuned": []})
+            continue
         forced = attrs.get("strategy", b"auto").decode()
         entry = {"node": node.name or "<unnamed>", "shape": shape.key if shape else None, "strategy": forced,
                  "forced": forced != "auto",
@@ -340,6 +345,10 @@ def strategy_entries(model: onnx.ModelProto, T: int | None, B: int | None) -> li
 def format_strategies(entries: list[dict]) -> list[str]:
     lines = []
     for e in entries:
+        if e.get("factored"):
+            lines.append(f"  {e['node']} [{e['shape'] or 'sizes unknown'}]: factored weights (--low-rank): the "
+                         f"low-rank CUDA path; strategies and tuning do not apply")
+            continue
         if e["forced"]:
             what = f"{e['strategy']} (forced by the node's strategy attribute)"
         else:
@@ -378,7 +387,10 @@ def cmd_tune(args) -> int:
         return EXIT_USAGE
     shapes = []
     for node, shape in node_shapes(model):
-        if shape is None:
+        if node_ranks(node).any:
+            print(f"lstm-ort: {node.name}: factored weights run one CUDA path, nothing to tune; skipped",
+                  file=sys.stderr)
+        elif shape is None:
             print(f"lstm-ort: {node.name}: W is not an initializer, sizes unknown; skipped", file=sys.stderr)
         elif shape not in shapes:
             shapes.append(shape)

@@ -13,6 +13,7 @@
 #include "cuda/developer_knobs.h"
 #include "cuda/device_limits.h"
 #include "cuda/heuristics.h"
+#include "cuda/low_rank/run.h"
 #include "cuda/lstm_cuda.h"
 #include "fused_lstm_op.h"
 
@@ -65,9 +66,12 @@ struct CudaKernel {
     ScratchBuffer scratch;
     Ort::MemoryInfo mem("Cuda", OrtArenaAllocator, device, OrtMemTypeDefault);
     Ort::ThrowOnError(Ort::GetApi().KernelContext_GetAllocator(context, mem, &scratch.allocator));
-    const size_t bytes = CudaScratchBytes<T>(io.dims);
+    // Factored weights have a path of their own (low_rank/), which the strategies do not apply to.
+    const bool factored = attrs_.ranks.Any();
+    const size_t bytes = factored ? LowRankCudaScratchBytes<T>(io.dims, attrs_.ranks) : CudaScratchBytes<T>(io.dims);
     scratch.data = scratch.allocator->Alloc(scratch.allocator, bytes);
     if (!scratch.data) Fail("could not allocate " + std::to_string(bytes) + " bytes of scratch");
+    if (factored) return RunLowRankCuda<T>(attrs_, io, ctx.GetGPUComputeStream(), scratch.data);
     const Strategy strategy =
         attrs_.tuned.empty() ? strategy_ : StrategyForCall(strategy_, attrs_.tuned, GpuName(device), io.dims);
     RunLstmCuda<T>(attrs_, io, ctx.GetGPUComputeStream(), scratch.data, strategy);

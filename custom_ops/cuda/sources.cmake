@@ -23,6 +23,10 @@ add_library(lstm_ort_cuda SHARED
   ${_cuda_dir}/persistent/launch.cu
   ${_cuda_dir}/gemm/input_projection.cu
   ${_cuda_dir}/gemm/cublas_handles.cc
+  # factored weights (optimize --low-rank): their own path, chosen by the op
+  ${_cuda_dir}/low_rank/run.cu
+  ${_cuda_dir}/low_rank/gemm.cc
+  ${_cuda_dir}/low_rank/scratch.cc
   $<TARGET_OBJECTS:lstm_ort_common>)
 target_include_directories(lstm_ort_cuda PRIVATE custom_ops/include custom_ops)
 target_include_directories(lstm_ort_cuda SYSTEM PRIVATE "${ORT_INCLUDE_DIR}")

@@ -1,0 +1,200 @@
+// One factored FusedLSTM call on CUDA, layer by layer on the caller's stream:
+//   1. per direction, the input projection of every step: x A then (x A) B on cuBLAS (a part kept
+//      whole: x W), into gx [D][T*B][4H];
+//   2. per step: p = h A on cuBLAS for each factored direction, then one launch of LowRankStep for
+//      both directions (p B + gx_t + bias, the cell, the writes).
+// float16 inputs are widened to fp32 once per call: the math is fp32, as on the whole-weight path.
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <vector>
+
+#include "call_io.h"
+#include "cuda/cuda_check.h"
+#include "cuda/element_traits.h"
+#include "cuda/gemm/cublas_handles.h"
+#include "cuda/grid_stride.h"
+#include "cuda/low_rank/gemm.h"
+#include "cuda/low_rank/run.h"
+#include "cuda/low_rank/scratch.h"
+#include "cuda/low_rank/step_kernel.cuh"
+#include "cuda/state_kernels.cuh"
+
+namespace lstm_ort {
+namespace {
+
+template <typename T>
+__global__ void Widen(const T* __restrict__ in, float* __restrict__ out, long long n) {
+  for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<long long>(gridDim.x) * blockDim.x)
+    out[i] = ToF(in[i]);
+}
+
+template <typename T>
+class LowRankRun {
+ public:
+  LowRankRun(const Attributes& attrs, const CallIO& io, cudaStream_t stream, void* scratch)
+      : attrs_(attrs),
+        io_(io),
+        d_(io.dims),
+        layout_(io.dims, attrs.ranks),
+        stream_(stream),
+        s_(CarveLowRankScratch(io.dims, attrs.ranks, kElementTypeOf<T>, scratch, nullptr)),
+        cublas_(CublasHandleFor(stream)) {
+    rows_ = d_.T * d_.B;
+    G_ = kGates * d_.H;
+  }
+
+  void Run() {
+    std::vector<int> lens(d_.B, static_cast<int>(d_.T));
+    if (io_.seq_lens) lens.assign(io_.seq_lens, io_.seq_lens + d_.B);
+    Check(cudaMemcpyAsync(s_.lens, lens.data(), sizeof(int) * d_.B, cudaMemcpyHostToDevice, stream_), "copy lengths");
+    x_ = Fp32(kX, s_.x, rows_ * d_.I);
+    w_ = Fp32(kW, s_.w, layout_.WeightCount());
+    f_ = Fp32(kFactors, s_.factors, layout_.FactorCount());
+    for (int l = 0; l < d_.L; ++l) RunLayer(l);
+  }
+
+ private:
+  // An input as fp32: itself (float32), or widened into `to` (float16).
+  const float* Fp32(int input, float* to, long long n) {
+    if constexpr (kElementTypeOf<T> == ElementType::kFloat32) {
+      return static_cast<const float*>(io_.in[input]);
+    } else {
+      if (n == 0) return to;
+      ClearPending();
+      Widen<T><<<GridStrideBlocks(n), kGridStrideThreads, 0, stream_>>>(static_cast<const T*>(io_.in[input]), to, n);
+      Check(cudaGetLastError(), "widen to fp32");
+      return to;
+    }
+  }
+
+  int K(int l, int dir) const { return l * static_cast<int>(d_.D) + dir; }
+
+  // gx[dir] for every row of layer l's input `in` [rows][I].
+  void Project(int l, const float* in) {
+    const long long I = d_.LayerInput(l);
+    for (int dir = 0; dir < d_.D; ++dir) {
+      float* gx = s_.gx + dir * rows_ * G_;
+      const long long r = layout_.InputRank(l, dir);
+      if (r == 0) {
+        RowMajorGemm(cublas_, rows_, G_, I, in, I, w_ + layout_.WeightOffset(l, dir), G_, gx, G_);
+        continue;
+      }
+      const float* A = f_ + layout_.InputFactorOffset(l, dir);
+      RowMajorGemm(cublas_, rows_, r, I, in, I, A, r, s_.px, r);
+      RowMajorGemm(cublas_, rows_, G_, r, s_.px, r, A + I * r, G_, gx, G_);
+    }
+  }
+
+  void RunLayer(int l) {
+    const bool last = l == d_.L - 1;
+    const float* in = l == 0 ? x_ : s_.layer[(l - 1) % 2];
+    if (rows_ > 0) Project(l, in);
+    if (last) Step<T>(l, static_cast<T*>(io_.out[kY]), true);
+    else Step<float>(l, s_.layer[l % 2], false);
+  }
+
+  template <typename TY>
+  void Step(int l, TY* y, bool last) {
+    const int B = static_cast<int>(d_.B), H = static_cast<int>(d_.H), D = static_cast<int>(d_.D);
+    LowRankStepArgs<T, TY> a{};
+    a.B = B;
+    a.H = H;
+    a.lens = s_.lens;
+    // Layer 0 in layout 1 is batch-major: its projection rows come in (b, t) order.
+    const bool batch_major = l == 0 && attrs_.layout == 1;
+    a.gx_st = batch_major ? 1 : d_.B;
+    a.gx_sb = batch_major ? d_.T : 1;
+    a.y = y;
+    if (last) {
+      const bool l0 = attrs_.layout == 0;
+      a.y_st = l0 ? d_.D * d_.B * d_.H : d_.D * d_.H;
+      a.y_sd = l0 ? d_.B * d_.H : d_.H;
+      a.y_sb = l0 ? d_.H : d_.T * d_.D * d_.H;
+    } else {  // [T][B][D][H], the next layer's input rows
+      a.y_st = d_.B * d_.D * d_.H;
+      a.y_sd = d_.H;
+      a.y_sb = d_.D * d_.H;
+    }
+    if (y && (io_.seq_lens || io_.max_len < d_.T))  // positions past a sequence's end are zero
+      Check(cudaMemsetAsync(y, 0, sizeof(TY) * rows_ * d_.D * d_.H, stream_), "zero Y");
+    const long long state = d_.B * d_.H;
+    const long long widest = WidestRank(attrs_.ranks, true);
+    for (int dir = 0; dir < D; ++dir) {
+      const int k = K(l, dir);
+      const long long r = layout_.RecurrentRank(l, dir);
+      a.gx[dir] = s_.gx + dir * rows_ * G_;
+      a.K[dir] = static_cast<int>(r ? r : d_.H);
+      a.w[dir] = r ? f_ + layout_.RecurrentFactorOffset(l, dir) + d_.H * r
+                   : w_ + layout_.WeightOffset(l, dir) + layout_.InputRows(l, dir) * G_;
+      a.ld_lhs[dir] = r ? r : d_.H;
+      a.bias[dir] = io_.in[kB] ? static_cast<const T*>(io_.in[kB]) + k * G_ : nullptr;
+      a.peep[dir] = io_.in[kP] ? static_cast<const T*>(io_.in[kP]) + k * 3LL * d_.H : nullptr;
+      a.c[dir] = s_.c + dir * state;
+      a.reverse[dir] = attrs_.reverse_only || dir == 1;
+      a.cell[dir] = MakeCellParams(attrs_, dir);
+    }
+    ClearPending();
+    InitStates<T><<<GridStrideBlocks(D * state), kGridStrideThreads, 0, stream_>>>(
+        static_cast<const T*>(io_.in[kInitialH]), static_cast<const T*>(io_.in[kInitialC]), s_.h[0], s_.c, l, D,
+        static_cast<int>(d_.L) * D, B, H, static_cast<int>(attrs_.layout));
+    Check(cudaGetLastError(), "init states");
+    const dim3 grid((H + kLrUnits - 1) / kLrUnits, (B + kLrRows - 1) / kLrRows, D);
+    int cur = 0;
+    for (int step = 0; step < io_.max_len; ++step) {
+      a.step = step;
+      for (int dir = 0; dir < D; ++dir) {
+        const float* h = s_.h[cur] + dir * state;
+        a.h_in[dir] = h;
+        a.h_out[dir] = s_.h[cur ^ 1] + dir * state;
+        const long long r = layout_.RecurrentRank(l, dir);
+        if (r == 0) {
+          a.lhs[dir] = h;
+          continue;
+        }
+        float* p = s_.p + dir * d_.B * widest;
+        RowMajorGemm(cublas_, d_.B, r, d_.H, h, d_.H, f_ + layout_.RecurrentFactorOffset(l, dir), r, p, r);
+        a.lhs[dir] = p;
+      }
+      ClearPending();
+      LowRankStep<T, TY><<<grid, kLrThreads, 0, stream_>>>(a);
+      Check(cudaGetLastError(), "factored step");
+      cur ^= 1;
+    }
+    FinalStates<T><<<GridStrideBlocks(D * state), kGridStrideThreads, 0, stream_>>>(
+        s_.h[cur], s_.c, s_.lens, static_cast<T*>(io_.out[kYH]), static_cast<T*>(io_.out[kYC]), l, D,
+        static_cast<int>(d_.L) * D, B, H, static_cast<int>(attrs_.layout));
+    Check(cudaGetLastError(), "final states");
+  }
+
+  const Attributes& attrs_;
+  const CallIO& io_;
+  const Dims& d_;
+  WeightLayout layout_;
+  cudaStream_t stream_;
+  LowRankScratch s_;
+  cublasHandle_t cublas_;
+  const float *x_ = nullptr, *w_ = nullptr, *f_ = nullptr;
+  long long rows_ = 0, G_ = 0;
+};
+
+}  // namespace
+
+template <typename T>
+size_t LowRankCudaScratchBytes(const Dims& d, const Ranks& ranks) {
+  return LowRankScratchBytes(d, ranks, kElementTypeOf<T>);
+}
+
+template <typename T>
+void RunLowRankCuda(const Attributes& attrs, const CallIO& io, void* stream, void* scratch) {
+  if (io.dims.B == 0) return;
+  LowRankRun<T>(attrs, io, static_cast<cudaStream_t>(stream), scratch).Run();
+}
+
+template size_t LowRankCudaScratchBytes<float>(const Dims& d, const Ranks& ranks);
+template size_t LowRankCudaScratchBytes<__half>(const Dims& d, const Ranks& ranks);
+template void RunLowRankCuda<float>(const Attributes& attrs, const CallIO& io, void* stream, void* scratch);
+template void RunLowRankCuda<__half>(const Attributes& attrs, const CallIO& io, void* stream, void* scratch);
+
+}  // namespace lstm_ort

@@ -142,7 +142,7 @@ def _node_model(model: onnx.ModelProto, node: onnx.NodeProto, consts: dict, runt
     any other input left out (a random-fed node's states)."""
     ins = [n if n in runtime or n in consts else "" for n in node.input]
     inputs, inits = [], []
-    for name in ins:
+    for name in dict.fromkeys(ins):  # one value may feed two inputs (the same zero state as h and c)
         if not name:
             continue
         if name in runtime:

@@ -69,6 +69,19 @@ def test_factored_sizes_and_thread_splits(direction, T, B, H, I, rank, rng):
     assert max_abs(got, run_stock(spec, dense_layers(factored), feeds, **kw)) <= 2 * TOL
 
 
+def test_directions_of_different_ranks(rng):
+    """Each direction's h A lives in a region of its own even when their ranks pad to different
+    widths (40 -> 64 columns, 5 -> 32), with both directions on threads of their own."""
+    spec = LstmSpec(input_size=30, hidden_size=64, direction="bidirectional")
+    layers = random_layers(spec, rng)
+    factored = factored_layers(layers, 20, 40)
+    factored[0].R_factors[1] = factored_layers(layers, 0, 5)[0].R_factors[1]
+    factored[0].W_factors[0] = factored_layers(layers, 3, 0)[0].W_factors[0]
+    feeds = make_feeds(spec, 80, 16, rng, seq_lens=True)  # many steps: directions that shared rows would race
+    got = run(fused_model(spec, factored, seq_lens=True), feeds)
+    assert max_abs(got, run_stock(spec, dense_layers(factored), feeds, seq_lens=True)) <= TOL
+
+
 @pytest.mark.parametrize("direction", ["forward", "bidirectional"])
 def test_full_rank_factors_are_the_unfactored_op(direction, rng):
     """Factors at full rank multiply out to the weights: the op matches the unfactored one to

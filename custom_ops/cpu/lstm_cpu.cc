@@ -572,7 +572,7 @@ void CpuLstm<T>::Compute(OrtKernelContext* ctx, const CallIO& io) {
       const FactorPart& f = pk->fh[k];
       if (f.rank) {
         a.w = pk->fac.data() + f.b_off;
-        a.lhs = base + ph_at + (dir * B + b0) * f.Padded();
+        a.lhs = base + ph_at + dir * B * widest_h + b0 * f.Padded();  // each direction its own [B][widest]
         a.lhs_ld = f.Padded();
         a.K = f.rank;
       }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # On a GPU machine with onnxruntime-gpu: build the op library with CMake, then run the stages asked for.
-#   tools/gpu_check.sh build test sanitize bench
+#   tools/gpu_check.sh build test sanitize bench low-rank
 # ORT_INCLUDE_DIR / EIGEN_INCLUDE_DIR may point at headers carried in (the machine may have no network).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -25,6 +25,8 @@ for stage in "$@"; do
       done ;;
     bench)
       python3 "$root/tools/bench.py" --strategies tiled,persistent,wavefront --json "$out/bench.json" --plot "$out/bench.png" 2>&1 | tail -22 || rc=1 ;;
+    low-rank)  # factored weights: ours factored vs ours full rank on the GPU, and error vs rank
+      python3 "$root/tools/bench_low_rank.py" --json "$out/low_rank.json" 2>&1 | tail -30 || rc=1 ;;
     *) echo "unknown stage $stage"; exit 2 ;;
   esac
 done

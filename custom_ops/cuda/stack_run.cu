@@ -4,11 +4,14 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "call_io.h"
 #include "cuda/cuda_check.h"
+#include "cuda/developer_knobs.h"
 #include "cuda/device_limits.h"
 #include "cuda/element_traits.h"
 #include "cuda/gemm/cublas_handles.h"
@@ -34,8 +37,21 @@ int Log2(int n) {
 }
 
 template <typename T>
-std::vector<LayerRange> PlanRangesOn(int device, Strategy strategy, const Dims& d) {
-  return PlanRanges(strategy, d, [device]() -> const DeviceLimits& { return CachedDeviceLimits<T>(device); });
+std::vector<LayerRange> PlanRangesOn(int device, Strategy strategy, const Dims& d, std::optional<MmaOperand> mma) {
+  return PlanRanges(
+      strategy, d, [device]() -> const DeviceLimits& { return CachedDeviceLimits<T>(device); }, mma);
+}
+
+// The tensor-core operand of the persistent ranges, or none for the FMA kernel.
+std::optional<MmaOperand> MmaOperandFor(const Dims& d) {
+  std::optional<MmaOverride> knob;
+  try {
+    knob = MmaOverrideFromEnvironment();
+  } catch (const std::invalid_argument& e) {
+    throw std::runtime_error(std::string("FusedLSTM: ") + e.what());
+  }
+  if (knob) return knob->operand;
+  return std::nullopt;
 }
 
 // One call's stack, layer by layer or range by range, on one stream.
@@ -65,7 +81,7 @@ class StackRun {
     if (io_.seq_lens) lens.assign(io_.seq_lens, io_.seq_lens + B_);
     Check(cudaMemcpyAsync(s_.lens, lens.data(), sizeof(int) * B_, cudaMemcpyHostToDevice, stream_), "copy lengths");
     const StepKernel step = ChooseStepKernel(strategy, d_);
-    for (const LayerRange& range : PlanRangesOn<T>(device_, strategy, d_)) {
+    for (const LayerRange& range : PlanRangesOn<T>(device_, strategy, d_, MmaOperandFor(d_))) {
       if (range.plan && RunPersistent(range)) continue;
       for (int l = range.first; l < range.first + range.count; ++l) RunStepwise(l, step);
     }
@@ -220,13 +236,13 @@ class StackRun {
     Output(last, &a.y, &a.y_st, &a.y_sd, &a.y_sb);
     Check(cudaMemsetAsync(s_.hbuf, 0, HBufBytes(d_), stream_), "zero h");
     Check(cudaMemsetAsync(s_.barrier, 0, sizeof(unsigned), stream_), "zero barrier");
-    const cudaError_t e = LaunchPersistent(a, stream_);
+    const cudaError_t e = plan.mma ? LaunchPersistentMma(a, plan.operand, stream_) : LaunchPersistent(a, stream_);
     if (e == cudaErrorCooperativeLaunchTooLarge || e == cudaErrorNotSupported) {  // e.g. no cooperative launch
       ClearPending();
       return false;
     }
     Check(e, "persistent kernel");
-    ReportPhaseClocks(stream_, io_.max_len + range.count - 1);
+    if (!plan.mma) ReportPhaseClocks(stream_, io_.max_len + range.count - 1);
     for (int r = 0; r < range.count; ++r) WriteFinalStates(l0 + r, s_.h_fin + r * state, s_.c_fin + r * state);
     return true;
   }
@@ -256,7 +272,7 @@ template <typename T>
 std::string DescribeStrategy(const Dims& d, Strategy strategy) {
   int device = 0;
   Check(cudaGetDevice(&device), "current device");
-  return DescribeRanges(PlanRangesOn<T>(device, strategy, d), ChooseStepKernel(strategy, d));
+  return DescribeRanges(PlanRangesOn<T>(device, strategy, d, MmaOperandFor(d)), ChooseStepKernel(strategy, d));
 }
 
 template <typename T>

@@ -14,6 +14,11 @@ def strategy_names() -> list[str]:
     return call_for_text(native().LstmOrtStrategyNames).split(",")
 
 
+def precision_names() -> list[str]:
+    """The precision names the C++ attribute parser accepts, in the order of its enum."""
+    return call_for_text(native().LstmOrtPrecisionNames).split(",")
+
+
 def weight_offset(L: int, D: int, I: int, H: int, layer: int, direction: int) -> int:
     """Offset of block (layer, direction) of the packed W as the kernels compute it."""
     fn = native().LstmOrtWeightOffset

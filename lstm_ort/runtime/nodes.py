@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 
-from lstm_ort.ops.identity import DOMAIN, ELEMENT_TYPES, OP_TYPE
+from lstm_ort.ops.identity import DEFAULT_PRECISION, DOMAIN, ELEMENT_TYPES, OP_TYPE
 from lstm_ort.ops.packing import input_size_from_weight_count
 from lstm_ort.runtime.model_io import iter_graphs
 
@@ -48,6 +48,19 @@ def _shape_of(node: onnx.NodeProto, inits: dict[str, onnx.TensorProto]) -> NodeS
         return None
     I = input_size_from_weight_count(int(np.prod(w.dims)), L, D, H)
     return NodeShape(L, D, I, H, ELEMENT_TYPES[w.data_type]) if I is not None else None
+
+
+def string_attribute(node: onnx.NodeProto, name: str, default: str) -> str:
+    """A string attribute's value, or ``default`` where the node has none."""
+    for a in node.attribute:
+        if a.name == name:
+            return onnx.helper.get_attribute_value(a).decode()
+    return default
+
+
+def node_precision(node: onnx.NodeProto) -> str:
+    """The precision mode the node runs in: its ``precision`` attribute, absent meaning fp32."""
+    return string_attribute(node, "precision", DEFAULT_PRECISION)
 
 
 def set_attribute(node: onnx.NodeProto, name: str, value) -> None:

@@ -276,7 +276,7 @@ def strategy_entries(model: onnx.ModelProto, T: int | None, B: int | None) -> li
         if shape and T and B:
             try:
                 gpu = gpu or native.device_name()
-                entry["plan"] = {"T": T, "B": B, "gpu": gpu, "plan": native.describe(shape, T, B, forced)}
+                entry["plan"] = {"T": T, "B": B, "gpu": gpu, "plan": native.describe(shape, T, B, forced, precision)}
             except (OSError, RuntimeError) as e:
                 entry["plan"] = {"T": T, "B": B, "error": str(e)}
         entries.append(entry)

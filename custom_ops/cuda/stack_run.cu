@@ -42,8 +42,10 @@ std::vector<LayerRange> PlanRangesOn(int device, Strategy strategy, const Dims& 
       strategy, d, [device]() -> const DeviceLimits& { return CachedDeviceLimits<T>(device); }, mma);
 }
 
-// The tensor-core operand of the persistent ranges, or none for the FMA kernel.
-std::optional<MmaOperand> MmaOperandFor(const Dims& d) {
+// The tensor-core operand of the persistent ranges, or none for the FMA kernel: the developer
+// knob LSTM_ORT_MMA if set, else what the precision mode and the shape call for.
+template <typename T>
+std::optional<MmaOperand> MmaOperandOf(Precision precision, const Dims& d) {
   std::optional<MmaOverride> knob;
   try {
     knob = MmaOverrideFromEnvironment();
@@ -51,7 +53,7 @@ std::optional<MmaOperand> MmaOperandFor(const Dims& d) {
     throw std::runtime_error(std::string("FusedLSTM: ") + e.what());
   }
   if (knob) return knob->operand;
-  return std::nullopt;
+  return MmaOperandFor(precision, kElementTypeOf<T>, d);
 }
 
 // One call's stack, layer by layer or range by range, on one stream.
@@ -81,7 +83,7 @@ class StackRun {
     if (io_.seq_lens) lens.assign(io_.seq_lens, io_.seq_lens + B_);
     Check(cudaMemcpyAsync(s_.lens, lens.data(), sizeof(int) * B_, cudaMemcpyHostToDevice, stream_), "copy lengths");
     const StepKernel step = ChooseStepKernel(strategy, d_);
-    for (const LayerRange& range : PlanRangesOn<T>(device_, strategy, d_, MmaOperandFor(d_))) {
+    for (const LayerRange& range : PlanRangesOn<T>(device_, strategy, d_, MmaOperandOf<T>(attrs_.precision, d_))) {
       if (range.plan && RunPersistent(range)) continue;
       for (int l = range.first; l < range.first + range.count; ++l) RunStepwise(l, step);
     }
@@ -105,6 +107,7 @@ class StackRun {
     p.x_lo = s_.x_lo;
     p.w_hi = s_.w_hi;
     p.w_lo = s_.w_lo;
+    p.math = ProjectionMathFor(attrs_.precision, d_);
     ProjectInput(p, cublas_, stream_);
   }
 
@@ -269,10 +272,10 @@ class StackRun {
 }  // namespace
 
 template <typename T>
-std::string DescribeStrategy(const Dims& d, Strategy strategy) {
+std::string DescribeStrategy(const Dims& d, Strategy strategy, Precision precision) {
   int device = 0;
   Check(cudaGetDevice(&device), "current device");
-  return DescribeRanges(PlanRangesOn<T>(device, strategy, d, MmaOperandFor(d)), ChooseStepKernel(strategy, d));
+  return DescribeRanges(PlanRangesOn<T>(device, strategy, d, MmaOperandOf<T>(precision, d)), ChooseStepKernel(strategy, d));
 }
 
 template <typename T>
@@ -288,7 +291,7 @@ void RunLstmCuda(const Attributes& attrs, const CallIO& io, void* stream, void* 
 
 // The element types FusedLSTM registers for CUDA (cuda_ops.cc).
 #define LSTM_ORT_INSTANTIATE(T)                                                  \
-  template std::string DescribeStrategy<T>(const Dims& d, Strategy strategy);    \
+  template std::string DescribeStrategy<T>(const Dims& d, Strategy strategy, Precision precision); \
   template size_t CudaScratchBytes<T>(const Dims& d);                            \
   template void RunLstmCuda<T>(const Attributes& attrs, const CallIO& io, void* stream, void* scratch, \
                                Strategy strategy);

@@ -48,9 +48,9 @@ def device_name() -> str:
         raise RuntimeError(f"no CUDA device: {e}") from None
 
 
-def describe(shape: NodeShape, T: int, B: int, strategy: str = "auto") -> str:
-    """What the CUDA kernel does for one call of these sizes under ``strategy``, in words."""
+def describe(shape: NodeShape, T: int, B: int, strategy: str = "auto", precision: str = "fp32") -> str:
+    """What the CUDA kernel does for one call of these sizes under ``strategy`` and ``precision``, in words."""
     fn = _cuda().LstmOrtDescribeStrategy
-    fn.argtypes = [ctypes.c_int64] * 6 + [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int]
+    fn.argtypes = [ctypes.c_int64] * 6 + [ctypes.c_char_p] * 4 + [ctypes.c_int]
     return call_for_text(fn, shape.layers, shape.directions, T, shape.input_size, shape.hidden_size, B,
-                         shape.dtype.encode(), strategy.encode())
+                         shape.dtype.encode(), strategy.encode(), precision.encode())

@@ -38,4 +38,4 @@ def tune_shape(shape: NodeShape, T: int, B: int, runs: int = 20, warmup: int = 3
                           warmup)
           for name in candidates}
     winner = min(ms, key=ms.get)
-    return TuneResult(shape, T, B, ms, winner, describe(shape, T, B, winner), precision)
+    return TuneResult(shape, T, B, ms, winner, describe(shape, T, B, winner, precision), precision)

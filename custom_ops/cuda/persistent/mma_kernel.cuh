@@ -142,13 +142,9 @@ __global__ void __launch_bounds__(kPersistentThreads, 1) PersistentMmaLstm(Persi
         __pipeline_commit();
       };
 
-      // Two sets of accumulators take alternate k steps: two independent mma chains per tile,
-      // so one's loads and products overlap the other's (8 warps per SM hide little latency).
-      MmaAcc<O> acc[2], acc_odd[2];
-      for (int i = 0; i < 2; ++i) {
-        wmma::fill_fragment(acc[i], 0.f);
-        wmma::fill_fragment(acc_odd[i], 0.f);
-      }
+      MmaAcc<O> acc[2];
+      wmma::fill_fragment(acc[0], 0.f);
+      wmma::fill_fragment(acc[1], 0.f);
       if (p.resident) {
         for (int chunk = 0; chunk < n_chunks; ++chunk) stage(chunk, chunk);
       } else {
@@ -168,19 +164,10 @@ __global__ void __launch_bounds__(kPersistentThreads, 1) PersistentMmaLstm(Persi
         const int k0 = chunk * p.KC, n = min(p.KC, K - k0);
         const S* hc = hs + slot * p.KC * BBP + m0;
         const S* wc = ws + static_cast<long long>(k0) * WS + n0;
-        const int stride = p.ksplit * kK;
-        int kk = q * kK;
-        for (; kk + stride < n; kk += 2 * stride) {
+        for (int kk = q * kK; kk < n; kk += p.ksplit * kK)
           MmaKStepTiles<O>(acc, p.tpw, hc + kk * BBP, BBP, wc + kk * WS, WS);
-          MmaKStepTiles<O>(acc_odd, p.tpw, hc + (kk + stride) * BBP, BBP, wc + (kk + stride) * WS, WS);
-        }
-        if (kk < n) MmaKStepTiles<O>(acc, p.tpw, hc + kk * BBP, BBP, wc + kk * WS, WS);
         if (!p.resident) __syncthreads();  // before the next stage() overwrites this slot
       }
-#pragma unroll
-      for (int i = 0; i < 2; ++i)
-#pragma unroll
-        for (int e = 0; e < acc[i].num_elements; ++e) acc[i].x[e] += acc_odd[i].x[e];
       float* out = red + (q * Bb + m0) * RS + n0;
       wmma::store_matrix_sync(out, acc[0], RS, wmma::mem_row_major);
       if (p.tpw == 2) wmma::store_matrix_sync(out + 16 * RS, acc[1], RS, wmma::mem_row_major);

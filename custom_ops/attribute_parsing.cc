@@ -6,6 +6,7 @@
 #include <sstream>
 #include <tuple>
 
+#include "precision_names.h"
 #include "strategy_names.h"
 
 namespace lstm_ort {
@@ -100,6 +101,13 @@ Strategy ResolveStrategy(const std::string& name) {
   return s;
 }
 
+Precision ResolvePrecision(const std::string& name) {
+  Precision p;
+  if (!ParsePrecision(name.c_str(), &p))
+    Reject("attribute precision must be " + PrecisionChoices() + ", got '" + name + "'");
+  return p;
+}
+
 std::vector<TunedStrategy> ParseTuned(const std::string& text) {
   std::vector<TunedStrategy> out;
   for (const std::string& entry : Split(text, ';')) {
@@ -189,6 +197,7 @@ Attributes ResolveAttributes(const RawAttributes& raw) {
   }
 
   if (raw.strategy) a.strategy = ResolveStrategy(*raw.strategy);
+  if (raw.precision) a.precision = ResolvePrecision(*raw.precision);
   if (raw.tuned) a.tuned = ParseTuned(*raw.tuned);
 
   const int64_t input_forget = raw.input_forget.value_or(0);

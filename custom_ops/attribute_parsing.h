@@ -23,7 +23,7 @@ struct AttributeError : std::invalid_argument {
 struct RawAttributes {
   std::optional<int64_t> hidden_size, num_layers, layout, input_forget;
   std::optional<float> clip;
-  std::optional<std::string> direction, strategy, tuned, activations;
+  std::optional<std::string> direction, strategy, precision, tuned, activations;
   std::vector<float> activation_alpha, activation_beta;
   std::optional<std::vector<int64_t>> rank_input, rank_recurrent;
 };
@@ -39,6 +39,9 @@ void ValidateLayout(int64_t layout);
 
 // The `strategy` attribute.
 Strategy ResolveStrategy(const std::string& name);
+
+// The `precision` attribute: fp32, tf32, fp16, bf16 or auto.
+Precision ResolvePrecision(const std::string& name);
 
 // The `tuned` attribute: "gpu|T|B|strategy" entries separated by ';' (blank entries skipped),
 // as lstm_ort.tuning writes them.

@@ -1,5 +1,6 @@
 // C entry points for lstm_ort's Python side, in every build (CPU-only too): Python checks with
-// them that it agrees with the kernels on strategy names, weight packing and the `tuned` format.
+// them that it agrees with the kernels on strategy and precision names, weight packing (factored
+// weights too) and the `tuned` format.
 #include <algorithm>
 #include <cstdint>
 #include <exception>
@@ -7,11 +8,17 @@
 #include "attribute_parsing.h"
 #include "c_entry_point.h"
 #include "lstm_ort/contract.h"
+#include "precision_names.h"
 #include "strategy_names.h"
 
 // The strategy names in enum order, comma-separated: "auto,tiled,splitk,persistent,wavefront".
 LSTM_ORT_C_ENTRY int LstmOrtStrategyNames(char* out, int size) {
   return lstm_ort::CopyOutWhole(lstm_ort::StrategyNames(","), out, size);
+}
+
+// The precision names in enum order, comma-separated: "fp32,tf32,fp16,bf16,auto".
+LSTM_ORT_C_ENTRY int LstmOrtPrecisionNames(char* out, int size) {
+  return lstm_ort::CopyOutWhole(lstm_ort::PrecisionNames(","), out, size);
 }
 
 // Offset in elements of the packed W block of (layer l, direction d) for these sizes;

@@ -79,6 +79,7 @@ RawAttributes ReadAttributes(const OrtKernelInfo* info) {
   raw.layout = IntAttribute(info, "layout");
   raw.clip = FloatAttribute(info, "clip");
   raw.strategy = StringAttribute(info, "strategy");
+  raw.precision = StringAttribute(info, "precision");
   raw.tuned = StringAttribute(info, "tuned");
   raw.input_forget = IntAttribute(info, "input_forget");
   raw.activations = StringAttribute(info, "activations");

@@ -15,7 +15,7 @@ import onnxruntime as ort
 from lstm_ort.builders import LstmSpec, fused_model, stock_model
 from lstm_ort.ops.factoring import truncated_svd
 from lstm_ort.ops.packing import LayerWeights
-from lstm_ort.runtime.session import STRATEGY_KEY, InferenceSession
+from lstm_ort.runtime.session import PRECISION_KEY, STRATEGY_KEY, InferenceSession
 from lstm_ort.verify import CPU, max_abs
 
 __all__ = ["CPU", "CUDA", "max_abs"]  # re-exported: tests and tools compare through one function
@@ -61,11 +61,14 @@ def make_feeds(spec: LstmSpec, T: int, B: int, rng: np.random.Generator, dtype=n
 
 
 def run(model: onnx.ModelProto, feeds: dict, providers=CPU, fused: bool = True,
-        strategy: str | None = None) -> list[np.ndarray]:
-    """One session, one run; ``strategy`` forces a CUDA strategy through the session option."""
+        strategy: str | None = None, precision: str | None = None) -> list[np.ndarray]:
+    """One session, one run; ``strategy`` forces a CUDA strategy and ``precision`` a precision
+    mode on every FusedLSTM node, through the session options."""
     options = ort.SessionOptions()
     if strategy is not None:
         options.add_session_config_entry(STRATEGY_KEY, strategy)
+    if precision is not None:
+        options.add_session_config_entry(PRECISION_KEY, precision)
     cls = InferenceSession if fused else ort.InferenceSession
     sess = cls(model.SerializeToString(), options, providers=providers)
     names = {i.name for i in sess.get_inputs()}
@@ -98,8 +101,8 @@ def run_stock(spec: LstmSpec, layers: list[LayerWeights], feeds: dict, dtype=np.
 
 
 def run_fused(spec: LstmSpec, layers: list[LayerWeights], feeds: dict, dtype=np.float32, providers=CPU,
-              strategy: str | None = None, **model_kw) -> list[np.ndarray]:
-    return run(fused_model(spec, layers, dtype, **model_kw), feeds, providers, strategy=strategy)
+              strategy: str | None = None, precision: str | None = None, **model_kw) -> list[np.ndarray]:
+    return run(fused_model(spec, layers, dtype, **model_kw), feeds, providers, strategy=strategy, precision=precision)
 
 
 def factored_layers(layers: list[LayerWeights], rank_input: int = 0, rank_recurrent: int = 0) -> list[LayerWeights]:

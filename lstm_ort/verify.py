@@ -12,6 +12,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
+from lstm_ort.ops.identity import DEFAULT_PRECISION, PRECISIONS, require_choice
 from lstm_ort.runtime.model_io import iter_graphs
 from lstm_ort.runtime.session import InferenceSession
 
@@ -246,12 +247,37 @@ FLOAT32_TOLERANCE = Tolerance(1e-4, 1e-5)
 FLOAT16_TOLERANCE = Tolerance(4 * 2.0 ** -10, 4 * 2.0 ** -10)
 
 
-def default_tolerance(model: onnx.ModelProto) -> Tolerance:
-    """By element type: float16 if any graph input or output is float16."""
+# The bound of each reduced precision mode (docs/ops.md, "Precision modes"): this one table serves
+# `lstm-ort optimize --check` and the tests. atol at unit scale, and the same fraction of the
+# outputs' magnitude where they are larger (rounding the operands errs relative to their size, as
+# FLOAT16_TOLERANCE allows). "auto" may run tf32, so it is held to tf32's bound; fp32 has no entry:
+# it is held to the element type's tolerance (default_tolerance), as before precision modes.
+PRECISION_TOLERANCES = {
+    "tf32": Tolerance(2e-3, 2e-3),
+    "fp16": Tolerance(2e-2, 2e-2),
+    "bf16": Tolerance(5e-2, 5e-2),
+    "auto": Tolerance(2e-3, 2e-3),
+}
+
+
+def default_tolerance(model: onnx.ModelProto, precision: str = DEFAULT_PRECISION) -> Tolerance:
+    """By element type (float16 if any graph input or output is float16), loosened to the bound
+    of a reduced ``precision`` mode."""
     values = [*model.graph.input, *model.graph.output]
     if any(v.type.tensor_type.elem_type == onnx.TensorProto.FLOAT16 for v in values):
-        return FLOAT16_TOLERANCE
-    return FLOAT32_TOLERANCE
+        return precision_tolerance(precision, FLOAT16_TOLERANCE)
+    return precision_tolerance(precision, FLOAT32_TOLERANCE)
+
+
+def precision_tolerance(precision: str, by_type: Tolerance = FLOAT32_TOLERANCE) -> Tolerance:
+    """What the outputs of a model whose element type allows ``by_type`` are held to, against FP32
+    stock onnxruntime, when its FusedLSTM nodes run in ``precision``: the looser of the two."""
+    require_choice("precision", precision, PRECISIONS)
+    return looser(by_type, PRECISION_TOLERANCES.get(precision, by_type))
+
+
+def looser(a: Tolerance, b: Tolerance) -> Tolerance:
+    return Tolerance(max(a.atol, b.atol), max(a.rtol, b.rtol))
 
 
 class CheckUnavailable(Exception):

@@ -1,6 +1,6 @@
 """Python's one source of FusedLSTM's identity (lstm_ort.ops) against what the C++ library
-itself accepts and computes, through its C entry points: strategy names, the packed weight
-layout, the `tuned` format, the element types."""
+itself accepts and computes, through its C entry points: strategy and precision names, the packed
+weight layout, the `tuned` format, the element types."""
 
 import itertools
 
@@ -10,7 +10,7 @@ import pytest
 
 from lstm_ort.builders import LstmSpec, fused_model, random_layers
 from lstm_ort.ops import packing
-from lstm_ort.ops.identity import ELEMENT_TYPES, STRATEGIES
+from lstm_ort.ops.identity import DEFAULT_PRECISION, ELEMENT_TYPES, PRECISIONS, STRATEGIES
 from lstm_ort.ops.tuned import TunedEntry, format_tuned
 from lstm_ort.runtime import native
 from lstm_ort.testing import make_feeds, run
@@ -18,6 +18,11 @@ from lstm_ort.testing import make_feeds, run
 
 def test_strategy_names_are_the_kernels():
     assert native.strategy_names() == list(STRATEGIES)
+
+
+def test_precision_names_are_the_kernels():
+    assert native.precision_names() == list(PRECISIONS)
+    assert DEFAULT_PRECISION == PRECISIONS[0]  # the enum's 0, what the kernel assumes when absent
 
 
 @pytest.mark.parametrize("L,D,I,H", [(1, 1, 1, 1), (1, 2, 13, 7), (3, 1, 5, 8), (4, 2, 512, 256), (2, 2, 3, 1024)])

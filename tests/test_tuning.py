@@ -8,11 +8,11 @@ import onnx
 import pytest
 
 from lstm_ort.builders import LstmSpec, fused_model, random_layers
-from lstm_ort.cli import main
-from lstm_ort.ops.identity import TUNABLE_STRATEGIES
+from lstm_ort.cli import EXIT_USAGE, main, tune_targets
+from lstm_ort.ops.identity import PRECISIONS, TUNABLE_STRATEGIES
 from lstm_ort.runtime import native, tuned_cache
 from lstm_ort.runtime.nodes import NodeShape, fused_nodes, node_shapes
-from lstm_ort.runtime.session import with_strategy
+from lstm_ort.runtime.session import with_attributes, with_precision, with_strategy
 from lstm_ort.testing import CUDA, make_feeds, max_abs, run, run_fused, run_stock
 
 
@@ -61,6 +61,76 @@ def test_session_attaches_winners_only_to_unforced_nodes(rng):
     assert max_abs(tuned_run, run_fused(spec, layers, feeds)) == 0.0
 
 
+def test_cache_key_differs_by_precision():
+    shape = NodeShape(2, 1, 5, 8, "float32")
+    keys = [tuned_cache.cache_key(shape, p) for p in PRECISIONS]
+    assert len(set(keys)) == len(PRECISIONS)
+    # fp32 keeps the key of caches written before precision modes: the shape alone.
+    assert tuned_cache.cache_key(shape) == tuned_cache.cache_key(shape, "fp32") == shape.key
+    assert tuned_cache.cache_key(shape, "tf32") == "L2 D1 I5 H8 float32 tf32"
+    with pytest.raises(ValueError, match="precision must be one of"):
+        tuned_cache.cache_key(shape, "fp64")
+
+
+def test_winners_are_kept_and_read_per_precision():
+    shape = NodeShape(2, 1, 5, 8, "float32")
+    tuned_cache.record("GPU A", shape, 10, 4, "persistent", {"persistent": 1.0})
+    tuned_cache.record("GPU A", shape, 10, 4, "splitk", {"splitk": 0.5}, precision="tf32")
+    tuned_cache.record("GPU A", shape, 10, 4, "tiled", {"tiled": 0.7}, precision="bf16")
+    cache = tuned_cache.load_cache()
+    assert tuned_cache.tuned_entries(cache, shape) == [("GPU A", 10, 4, "persistent")]
+    assert tuned_cache.tuned_entries(cache, shape, "tf32") == [("GPU A", 10, 4, "splitk")]
+    assert tuned_cache.tuned_entries(cache, shape, "bf16") == [("GPU A", 10, 4, "tiled")]
+    assert tuned_cache.tuned_entries(cache, shape, "fp16") == []
+
+
+def test_session_attaches_the_winners_of_each_nodes_precision(rng):
+    spec = LstmSpec(input_size=5, hidden_size=8, num_layers=2)
+    layers = random_layers(spec, rng)
+    [(_, shape)] = node_shapes(fused_model(spec, layers))
+    tuned_cache.record("GPU A", shape, 6, 3, "wavefront", {"wavefront": 1.0})
+    tuned_cache.record("GPU A", shape, 6, 3, "splitk", {"splitk": 1.0}, precision="fp16")
+    cache = tuned_cache.load_cache()
+    plain = fused_model(spec, layers).SerializeToString()
+    assert tuned_values(onnx.load_from_string(with_attributes(plain, {}, cache))) == ["GPU A|6|3|wavefront"]
+    # The session's precision is set before the winners are read: fp16's winners for an fp16 session.
+    as_fp16 = onnx.load_from_string(with_attributes(plain, {"precision": "fp16"}, cache))
+    assert tuned_values(as_fp16) == ["GPU A|6|3|splitk"]
+    # A node carrying its own precision gets that precision's winners; one without any cached gets none.
+    assert tuned_values(onnx.load_from_string(with_attributes(with_precision(plain, "fp16"), {}, cache))) == [
+        "GPU A|6|3|splitk"]
+    assert tuned_values(onnx.load_from_string(with_attributes(with_precision(plain, "bf16"), {}, cache))) == []
+
+
+def test_tune_measures_each_shape_and_precision_once(rng):
+    spec = LstmSpec(input_size=5, hidden_size=8)
+    model = fused_model(spec, random_layers(spec, rng))
+    for name, precision in (("a", None), ("b", "tf32"), ("c", "tf32")):  # three nodes of one shape
+        node = onnx.NodeProto()
+        node.CopyFrom(model.graph.node[0])
+        node.name = name
+        del node.output[:]
+        node.output.extend(["", f"{name}_Y_h"])
+        if precision:
+            node.attribute.append(onnx.helper.make_attribute("precision", precision))
+        model.graph.node.append(node)
+    shape = NodeShape(1, 1, 5, 8, "float32")
+    assert tune_targets(model, None) == [(shape, "fp32"), (shape, "tf32")]
+    assert tune_targets(model, "bf16") == [(shape, "bf16")]
+    model.graph.node[1].attribute.append(onnx.helper.make_attribute("precision", "fp8"))
+    with pytest.raises(ValueError, match="node a's precision must be one of"):
+        tune_targets(model, None)
+
+
+def test_tune_refuses_a_bad_precision_as_a_usage_error(tmp_path, capsys, rng):
+    spec = LstmSpec(input_size=5, hidden_size=8)
+    path = tmp_path / "m.onnx"
+    onnx.save(fused_model(spec, random_layers(spec, rng)), path)
+    assert main(["tune", str(path), "--seq-len", "10", "--batch", "2", "--precision", "fp64"]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "invalid choice: 'fp64'" in err and "Traceback" not in err
+
+
 def test_unreadable_cache_is_a_clear_error(rng):
     tuned_cache.cache_file().parent.mkdir(parents=True)
     tuned_cache.cache_file().write_text("{not json")
@@ -81,7 +151,7 @@ def test_check_reports_each_nodes_strategy(tmp_path, capsys, rng):
     path = tmp_path / "m.onnx"
     onnx.save(fused_model(spec, random_layers(spec, rng)), path)
     assert main(["check", str(path)]) == 0
-    assert "[L2 D1 I5 H8 float32]: auto: chosen per call from T and B" in capsys.readouterr().out
+    assert "[L2 D1 I5 H8 float32]: auto: chosen per call from T and B; precision fp32" in capsys.readouterr().out
     tuned_cache.record("GPU A", NodeShape(2, 1, 5, 8, "float32"), 10, 4, "persistent", {"persistent": 1.0})
     assert main(["check", str(path)]) == 0
     assert "tuned: T=10 B=4 -> persistent on GPU A" in capsys.readouterr().out

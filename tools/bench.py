@@ -42,6 +42,9 @@ class Row:
     err_ours: float
     err_torch: float | None
     strategies: dict = field(default_factory=dict)  # --strategies: name -> [ms, max-abs vs stock]
+    # --precisions: mode -> [ms, max-abs vs FP32 stock, x the best stock at any precision]
+    precisions: dict = field(default_factory=dict)
+    stock_fp16_ms: float | None = None  # stock's CUDA LSTM on the fp16 model (with --precisions fp16)
 
 
 def parse_config(text: str):
@@ -88,7 +91,7 @@ def torch_runner(spec: LstmSpec, layers, x: np.ndarray, device: str):
     return run, outputs, sync
 
 
-def bench_config(cfg, device: str, runs: int, warmup: int, use_torch: bool, strategies=()) -> Row:
+def bench_config(cfg, device: str, runs: int, warmup: int, use_torch: bool, strategies=(), precisions=()) -> Row:
     L, T, H, B, bi = cfg
     spec = LstmSpec(input_size=H, hidden_size=H, num_layers=L, direction="bidirectional" if bi else "forward")
     rng = np.random.default_rng(0)
@@ -114,8 +117,20 @@ def bench_config(cfg, device: str, runs: int, warmup: int, use_torch: bool, stra
         forced = OrtRunner(fused_model(spec, layers), feeds, device, fused=True, strategy=name)
         by_strategy[name] = [median_ms(forced, runs, warmup), max_abs(forced.outputs(), ref)]
     best_stock = min(stock_ms, stock_tf32_ms or stock_ms)
+    best_any = min(best_stock, torch_ms or best_stock)
+    by_precision = {}
+    for mode in precisions:
+        runner = OrtRunner(fused_model(spec, layers), feeds, device, fused=True, precision=mode)
+        ms = median_ms(runner, runs, warmup)
+        by_precision[mode] = [ms, max_abs(runner.outputs(), ref), best_any / ms]
+    stock_fp16_ms = None
+    if "fp16" in precisions and device == "cuda":
+        feeds16 = {"X": x.astype(np.float16)}
+        stock_fp16_ms = median_ms(OrtRunner(stock_model(spec, layers, np.float16), feeds16, device, False, tf32=True),
+                                  runs, warmup)
     return Row(label(cfg), ours_ms, stock_ms, stock_tf32_ms, torch_ms, best_stock / ours_ms,
-               torch_ms / ours_ms if torch_ms else None, err_ours, err_torch, by_strategy)
+               torch_ms / ours_ms if torch_ms else None, err_ours, err_torch, by_strategy, by_precision,
+               stock_fp16_ms)
 
 
 def fmt(v, spec):
@@ -133,6 +148,12 @@ def print_table(rows: list[Row], device: str) -> None:
         print(f"{r.config:<22}{r.ours_ms:>10.3f}{r.stock_ms:>10.3f}{fmt(r.stock_tf32_ms, '10.3f'):>10}"
               f"{fmt(r.torch_ms, '10.3f'):>10}{r.vs_stock:>9.2f}"
               f"{fmt(r.vs_torch, '9.2f'):>9}{r.err_ours:>11.2e}{fmt(r.err_torch, '11.2e'):>11}")
+    if any(r.precisions for r in rows):
+        print("\nours per precision mode (ms, max-abs vs FP32 stock, x best stock at any precision);"
+              " stock fp16 = stock's CUDA LSTM on the fp16 model:")
+        for r in rows:
+            print(f"{r.config:<22}" + "  ".join(f"{k} {v[0]:.3f} ({v[1]:.1e}, {v[2]:.2f}x)" for k, v in r.precisions.items())
+                  + (f"  stock fp16 {r.stock_fp16_ms:.3f}" if r.stock_fp16_ms else ""))
     if any(r.strategies for r in rows):
         print("\nours per forced strategy (ms, max-abs vs stock):")
         for r in rows:
@@ -168,6 +189,8 @@ def main(argv=None) -> int:
     p.add_argument("--plot", help="write a bar chart of the ratios here (PNG)")
     p.add_argument("--strategies", default="", help="also time ours with each of these CUDA strategies forced, "
                    f"comma-separated ({', '.join(TUNABLE_STRATEGIES)})")
+    p.add_argument("--precisions", default="", help="also time ours in each of these precision modes, "
+                   "comma-separated (fp32, tf32, fp16, bf16, auto)")
     p.add_argument("--threads", default="2", help="--cpu: intra_op_num_threads, comma-separated (e.g. 1,2)")
     p.add_argument("--quick", action="store_true", help="--cpu: a small subset of the grid, for development")
     p.add_argument("--no-grid", action="store_true", help="--cpu: the reference configs only")
@@ -191,7 +214,8 @@ def main(argv=None) -> int:
     rows = []
     for cfg in args.config or REFERENCE:
         strategies = [x for x in args.strategies.split(",") if x]
-        rows.append(bench_config(cfg, device, runs, warmup, use_torch, strategies))
+        precisions = [x for x in args.precisions.split(",") if x]
+        rows.append(bench_config(cfg, device, runs, warmup, use_torch, strategies, precisions))
         print(f"  {rows[-1].config}: ours {rows[-1].ours_ms:.3f} ms, stock {rows[-1].stock_ms:.3f} ms", flush=True)
     print_table(rows, device)
     if args.json:

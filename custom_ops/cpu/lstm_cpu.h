@@ -1,4 +1,6 @@
-// FusedLSTM on the CPU: fp32 math for float and float16 storage.
+// FusedLSTM on the CPU: fp32 math for float and float16 storage. Every `precision` mode runs this
+// fp32 math (Attributes::precision is not read here): fp32 is within each mode's bound, and the
+// reduced modes exist to reach tensor cores, which the CPU does not have.
 #pragma once
 
 #include <memory>

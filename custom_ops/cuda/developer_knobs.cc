@@ -32,4 +32,15 @@ std::optional<Strategy> StrategyOverrideFromEnvironment() {
   return ParseStrategyOverride(std::getenv("LSTM_ORT_STRATEGY"));
 }
 
+std::optional<MmaOverride> ParseMmaOverride(const char* value) {
+  if (!value || !*value) return std::nullopt;
+  const std::string v = value;
+  if (v == "fma") return MmaOverride{};
+  for (MmaOperand op : {MmaOperand::kTf32x3, MmaOperand::kTf32, MmaOperand::kFp16, MmaOperand::kBf16})
+    if (v == MmaOperandName(op)) return MmaOverride{op};
+  throw std::invalid_argument("LSTM_ORT_MMA must be fma, 3xtf32, tf32, fp16 or bf16, got '" + v + "'");
+}
+
+std::optional<MmaOverride> MmaOverrideFromEnvironment() { return ParseMmaOverride(std::getenv("LSTM_ORT_MMA")); }
+
 }  // namespace lstm_ort

@@ -5,6 +5,7 @@
 
 #include <optional>
 
+#include "cuda/persistent/mma_operand.h"
 #include "lstm_ort/contract.h"
 
 namespace lstm_ort {
@@ -23,5 +24,14 @@ PersistentKnobs PersistentKnobsFromEnvironment();
 // for a value that is none of them.
 std::optional<Strategy> ParseStrategyOverride(const char* value);
 std::optional<Strategy> StrategyOverrideFromEnvironment();
+
+// LSTM_ORT_MMA: the persistent kernels' product, overriding what the precision chooses: "fma"
+// (the FP32 FMA kernel) or a tensor-core operand ("3xtf32", "tf32", "fp16", "bf16"). Unset or
+// empty: no override. std::invalid_argument for anything else.
+struct MmaOverride {
+  std::optional<MmaOperand> operand;  // empty: the FMA kernel
+};
+std::optional<MmaOverride> ParseMmaOverride(const char* value);
+std::optional<MmaOverride> MmaOverrideFromEnvironment();
 
 }  // namespace lstm_ort

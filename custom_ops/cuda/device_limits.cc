@@ -34,6 +34,17 @@ const DeviceLimits& CachedDeviceLimits(int device) {
     Check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&by_registers[i], kernel, kPersistentThreads, 0),
           "occupancy of the persistent kernel");
   }
+  // The tensor-core kernels: the fewest co-resident blocks any operand type's registers allow.
+  int mma_by_registers = 1 << 30;
+  for (MmaOperand op : {MmaOperand::kTf32x3, MmaOperand::kTf32, MmaOperand::kFp16, MmaOperand::kBf16}) {
+    const void* kernel = PersistentMmaKernelFor<T>(op);
+    int n = 0;
+    Check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_per_block),
+          "raise the shared memory limit");
+    Check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kPersistentThreads, 0),
+          "occupancy of the tensor-core persistent kernel");
+    mma_by_registers = std::min(mma_by_registers, n);
+  }
   DeviceLimits dev;
   const PersistentKnobs knobs = PersistentKnobsFromEnvironment();
   dev.only_u = knobs.only_u;
@@ -44,6 +55,9 @@ const DeviceLimits& CachedDeviceLimits(int device) {
   const int r4 = by_registers[0], r8 = by_registers[1];
   dev.blocks_per_sm = [r4, r8, smem_per_sm, reserved](size_t bytes, int R) {
     return std::min<int>(R == 4 ? r4 : r8, static_cast<int>(smem_per_sm / (bytes + reserved)));
+  };
+  dev.mma_blocks_per_sm = [mma_by_registers, smem_per_sm, reserved](size_t bytes) {
+    return std::min<int>(mma_by_registers, static_cast<int>(smem_per_sm / (bytes + reserved)));
   };
   return cache.emplace(device, std::move(dev)).first->second;
 }

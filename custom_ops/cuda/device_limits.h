@@ -13,6 +13,7 @@ struct DeviceLimits {
   int sm_count = 0;
   size_t smem_per_block = 0;                             // opt-in maximum
   std::function<int(size_t smem, int R)> blocks_per_sm;  // co-resident blocks of the kernel
+  std::function<int(size_t smem)> mma_blocks_per_sm;     // of the tensor-core kernel; unset: as blocks_per_sm
   int only_u = 0, only_bb = 0;                           // developer knob: plan with this tile only
   int resident_chunks = 1;                               // chunks (cp.async groups) of resident h, 1..4
 };

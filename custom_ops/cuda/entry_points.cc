@@ -10,6 +10,7 @@
 #include "cuda/device_limits.h"
 #include "cuda/element_type.h"
 #include "cuda/lstm_cuda.h"
+#include "precision_names.h"
 #include "strategy_names.h"
 
 // The name of the current CUDA device, as tuned entries record it.
@@ -24,15 +25,18 @@ LSTM_ORT_C_ENTRY int LstmOrtCudaDeviceName(char* out, int size) {
   return lstm_ort::CopyOut(name, out, size);
 }
 
-// What the CUDA kernel does for one call of these sizes, element type ("float32" or "float16")
-// and `strategy`, in words.
+// What the CUDA kernel does for one call of these sizes, element type ("float32" or "float16"),
+// `strategy` and `precision`, in words.
 LSTM_ORT_C_ENTRY int LstmOrtDescribeStrategy(int64_t L, int64_t D, int64_t T, int64_t I, int64_t H, int64_t B,
-                                             const char* element_type, const char* strategy, char* out, int size) {
+                                             const char* element_type, const char* strategy, const char* precision,
+                                             char* out, int size) {
   lstm_ort::ElementType type;
   if (!element_type || !lstm_ort::ParseElementType(element_type, &type))
     return lstm_ort::Failure("unknown element type", out, size);
   lstm_ort::Strategy s;
   if (!strategy || !lstm_ort::ParseStrategy(strategy, &s)) return lstm_ort::Failure("unknown strategy", out, size);
+  lstm_ort::Precision p;
+  if (!precision || !lstm_ort::ParsePrecision(precision, &p)) return lstm_ort::Failure("unknown precision", out, size);
   if (L < 1 || (D != 1 && D != 2) || T < 0 || I < 1 || H < 1 || B < 0)
     return lstm_ort::Failure("invalid sizes", out, size);
   lstm_ort::Dims d;
@@ -43,8 +47,8 @@ LSTM_ORT_C_ENTRY int LstmOrtDescribeStrategy(int64_t L, int64_t D, int64_t T, in
   d.H = H;
   d.B = B;
   try {
-    const std::string text = type == lstm_ort::ElementType::kFloat16 ? lstm_ort::DescribeStrategy<__half>(d, s)
-                                                                     : lstm_ort::DescribeStrategy<float>(d, s);
+    const std::string text = type == lstm_ort::ElementType::kFloat16 ? lstm_ort::DescribeStrategy<__half>(d, s, p)
+                                                                     : lstm_ort::DescribeStrategy<float>(d, s, p);
     return lstm_ort::CopyOut(text, out, size);
   } catch (const std::exception& e) {
     return lstm_ort::Failure(e.what(), out, size);

@@ -24,6 +24,35 @@ bool ProjectsWithSplitTf32(ElementType type, int64_t rows) {
   return type == ElementType::kFloat32 && rows >= kMinRowsForSplit;
 }
 
+std::optional<MmaOperand> MmaOperandFor(Precision precision, ElementType type, const Dims& d) {
+  const bool half_batch = d.B >= kMinBatchForHalfMma;
+  if (type == ElementType::kFloat16) {
+    if (precision == Precision::kBf16) return half_batch ? std::optional<MmaOperand>(MmaOperand::kBf16) : std::nullopt;
+    return half_batch ? std::optional<MmaOperand>(MmaOperand::kFp16) : std::nullopt;
+  }
+  switch (precision) {
+    case Precision::kFp16: return half_batch ? std::optional<MmaOperand>(MmaOperand::kFp16) : std::nullopt;
+    case Precision::kBf16: return half_batch ? std::optional<MmaOperand>(MmaOperand::kBf16) : std::nullopt;
+    case Precision::kTf32: return d.B >= kMinBatchForTf32Mma ? std::optional<MmaOperand>(MmaOperand::kTf32) : std::nullopt;
+    case Precision::kAuto: return AutoRunsAsTf32(d) ? std::optional<MmaOperand>(MmaOperand::kTf32) : std::nullopt;
+    case Precision::kFp32: break;
+  }
+  return std::nullopt;
+}
+
+bool AutoRunsAsTf32(const Dims& d) { return d.B >= kMinBatchForTf32Mma; }
+
+ProjectionMath ProjectionMathFor(Precision precision, const Dims& d) {
+  switch (precision) {
+    case Precision::kTf32: return ProjectionMath::kTf32;
+    case Precision::kFp16: return ProjectionMath::kFp16;
+    case Precision::kBf16: return ProjectionMath::kBf16;
+    case Precision::kAuto: return AutoRunsAsTf32(d) ? ProjectionMath::kTf32 : ProjectionMath::kFp32;
+    case Precision::kFp32: break;
+  }
+  return ProjectionMath::kFp32;
+}
+
 int TiledRowGroups(int B) { return B <= 32 ? 8 : 16; }
 
 int TiledChunkRows(int H, int row_groups, ElementType type) {

@@ -7,7 +7,10 @@
 #include <string>
 #include <vector>
 
+#include <optional>
+
 #include "cuda/element_type.h"
+#include "cuda/persistent/mma_operand.h"
 #include "lstm_ort/contract.h"
 
 namespace lstm_ort {
@@ -35,6 +38,24 @@ constexpr int64_t kMinRowsForSplit = 1024;
 constexpr int64_t kSplitChunkRows = 16384;
 
 bool ProjectsWithSplitTf32(ElementType type, int64_t rows);
+
+// The tensor-core product the persistent ranges use for `precision`, or none for the FP32 FMA
+// kernel. Measured on an H100 (tools/mma_probe.py, T=100, H 256-1024, docs/ops.md): fp16 and
+// bf16 operands win from one 16-row tile of batch on (1.1-1.7x over FMA); tf32 only from 256
+// rows; 3xTF32 never (1.3-2x slower than FMA at every batch), so fp32 stays on FMA. fp16 models
+// (storage T = float16) take fp16 tensor cores in their default mode, as stock fp16 LSTMs do.
+constexpr int64_t kMinBatchForHalfMma = 16;
+constexpr int64_t kMinBatchForTf32Mma = 256;
+std::optional<MmaOperand> MmaOperandFor(Precision precision, ElementType type, const Dims& d);
+
+// `auto` keeps FP32 accuracy where it costs nothing and runs as tf32 (stock's own default class)
+// where tf32 is measurably faster: from kMinBatchForTf32Mma rows on.
+bool AutoRunsAsTf32(const Dims& d);
+
+// The input projection's cuBLAS compute type for an fp32 model: FP32 (with the 3xTF32 split of
+// ProjectsWithSplitTf32), or the mode's fast TF32 / fp16 / bf16 conversions.
+enum class ProjectionMath { kFp32, kTf32, kFp16, kBf16 };
+ProjectionMath ProjectionMathFor(Precision precision, const Dims& d);
 
 // Dynamic shared memory the tiled step kernel may use; its limit is raised to this once per device.
 constexpr size_t kTiledSmemBudget = 200 * 1024;

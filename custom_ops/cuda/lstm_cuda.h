@@ -17,7 +17,7 @@ size_t CudaScratchBytes(const Dims& d);
 
 // What RunLstmCuda<T> does for these sizes on the current device, in words (for reports).
 template <typename T>
-std::string DescribeStrategy(const Dims& d, Strategy strategy);
+std::string DescribeStrategy(const Dims& d, Strategy strategy, Precision precision);
 
 // Enqueues the whole stack on `stream` (a cudaStream_t); `scratch` holds CudaScratchBytes<T>(...)
 // bytes of device memory.

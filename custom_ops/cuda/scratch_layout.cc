@@ -12,7 +12,7 @@ size_t Aligned(size_t n) { return (n + kScratchAlign - 1) / kScratchAlign * kScr
 
 }  // namespace
 
-size_t HBufBytes(const Dims& d) { return sizeof(float) * 2 * d.L * d.D * d.H * ((d.B + 63) / 64 * 64); }
+size_t HBufBytes(const Dims& d) { return sizeof(float) * 2 * d.L * d.D * d.H * ((d.B + 127) / 128 * 128); }
 
 Scratch CarveScratch(const Dims& d, ElementType type, void* base, size_t* total) {
   Scratch s{};

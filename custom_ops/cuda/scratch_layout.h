@@ -27,7 +27,7 @@ struct Scratch {
   float *x_hi, *x_lo, *w_hi, *w_lo;
 };
 
-// h in flight for the persistent kernel: [2][L][D][H][B rounded up to 64], room for any plan's padding.
+// h in flight for the persistent kernel: [2][L][D][H][B rounded up to 128], room for any plan's padding.
 size_t HBufBytes(const Dims& d);
 
 // The regions inside `base` (all null when base is null); `total` (if given) gets the bytes used.

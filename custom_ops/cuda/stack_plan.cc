@@ -20,7 +20,9 @@ std::string DescribeRanges(const std::vector<LayerRange>& ranges, StepKernel v1_
       continue;
     }
     const PersistentPlan& p = *r.plan;
-    out += std::string(": ") + (r.count > 1 ? "wavefront" : "persistent") + " (" + std::to_string(p.blocks) +
+    out += std::string(": ") + (r.count > 1 ? "wavefront" : "persistent") + " (" +
+           (p.mma ? std::string("tensor cores, ") + MmaOperandName(p.operand) + ", " : std::string()) +
+           std::to_string(p.blocks) +
            " blocks of " + std::to_string(p.U) + " units x " + std::to_string(p.Bb) + " rows, " +
            std::to_string(p.smem / 1024) + " KiB shared memory)";
   }

@@ -4,11 +4,14 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "call_io.h"
 #include "cuda/cuda_check.h"
+#include "cuda/developer_knobs.h"
 #include "cuda/device_limits.h"
 #include "cuda/element_traits.h"
 #include "cuda/gemm/cublas_handles.h"
@@ -34,8 +37,23 @@ int Log2(int n) {
 }
 
 template <typename T>
-std::vector<LayerRange> PlanRangesOn(int device, Strategy strategy, const Dims& d) {
-  return PlanRanges(strategy, d, [device]() -> const DeviceLimits& { return CachedDeviceLimits<T>(device); });
+std::vector<LayerRange> PlanRangesOn(int device, Strategy strategy, const Dims& d, std::optional<MmaOperand> mma) {
+  return PlanRanges(
+      strategy, d, [device]() -> const DeviceLimits& { return CachedDeviceLimits<T>(device); }, mma);
+}
+
+// The tensor-core operand of the persistent ranges, or none for the FMA kernel: the developer
+// knob LSTM_ORT_MMA if set, else what the precision mode and the shape call for.
+template <typename T>
+std::optional<MmaOperand> MmaOperandOf(Precision precision, const Dims& d) {
+  std::optional<MmaOverride> knob;
+  try {
+    knob = MmaOverrideFromEnvironment();
+  } catch (const std::invalid_argument& e) {
+    throw std::runtime_error(std::string("FusedLSTM: ") + e.what());
+  }
+  if (knob) return knob->operand;
+  return MmaOperandFor(precision, kElementTypeOf<T>, d);
 }
 
 // One call's stack, layer by layer or range by range, on one stream.
@@ -65,7 +83,7 @@ class StackRun {
     if (io_.seq_lens) lens.assign(io_.seq_lens, io_.seq_lens + B_);
     Check(cudaMemcpyAsync(s_.lens, lens.data(), sizeof(int) * B_, cudaMemcpyHostToDevice, stream_), "copy lengths");
     const StepKernel step = ChooseStepKernel(strategy, d_);
-    for (const LayerRange& range : PlanRangesOn<T>(device_, strategy, d_)) {
+    for (const LayerRange& range : PlanRangesOn<T>(device_, strategy, d_, MmaOperandOf<T>(attrs_.precision, d_))) {
       if (range.plan && RunPersistent(range)) continue;
       for (int l = range.first; l < range.first + range.count; ++l) RunStepwise(l, step);
     }
@@ -89,6 +107,7 @@ class StackRun {
     p.x_lo = s_.x_lo;
     p.w_hi = s_.w_hi;
     p.w_lo = s_.w_lo;
+    p.math = ProjectionMathFor(attrs_.precision, d_);
     ProjectInput(p, cublas_, stream_);
   }
 
@@ -220,13 +239,13 @@ class StackRun {
     Output(last, &a.y, &a.y_st, &a.y_sd, &a.y_sb);
     Check(cudaMemsetAsync(s_.hbuf, 0, HBufBytes(d_), stream_), "zero h");
     Check(cudaMemsetAsync(s_.barrier, 0, sizeof(unsigned), stream_), "zero barrier");
-    const cudaError_t e = LaunchPersistent(a, stream_);
+    const cudaError_t e = plan.mma ? LaunchPersistentMma(a, plan.operand, stream_) : LaunchPersistent(a, stream_);
     if (e == cudaErrorCooperativeLaunchTooLarge || e == cudaErrorNotSupported) {  // e.g. no cooperative launch
       ClearPending();
       return false;
     }
     Check(e, "persistent kernel");
-    ReportPhaseClocks(stream_, io_.max_len + range.count - 1);
+    if (!plan.mma) ReportPhaseClocks(stream_, io_.max_len + range.count - 1);
     for (int r = 0; r < range.count; ++r) WriteFinalStates(l0 + r, s_.h_fin + r * state, s_.c_fin + r * state);
     return true;
   }
@@ -253,10 +272,10 @@ class StackRun {
 }  // namespace
 
 template <typename T>
-std::string DescribeStrategy(const Dims& d, Strategy strategy) {
+std::string DescribeStrategy(const Dims& d, Strategy strategy, Precision precision) {
   int device = 0;
   Check(cudaGetDevice(&device), "current device");
-  return DescribeRanges(PlanRangesOn<T>(device, strategy, d), ChooseStepKernel(strategy, d));
+  return DescribeRanges(PlanRangesOn<T>(device, strategy, d, MmaOperandOf<T>(precision, d)), ChooseStepKernel(strategy, d));
 }
 
 template <typename T>
@@ -272,7 +291,7 @@ void RunLstmCuda(const Attributes& attrs, const CallIO& io, void* stream, void* 
 
 // The element types FusedLSTM registers for CUDA (cuda_ops.cc).
 #define LSTM_ORT_INSTANTIATE(T)                                                  \
-  template std::string DescribeStrategy<T>(const Dims& d, Strategy strategy);    \
+  template std::string DescribeStrategy<T>(const Dims& d, Strategy strategy, Precision precision); \
   template size_t CudaScratchBytes<T>(const Dims& d);                            \
   template void RunLstmCuda<T>(const Attributes& attrs, const CallIO& io, void* stream, void* scratch, \
                                Strategy strategy);

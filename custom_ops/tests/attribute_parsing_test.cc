@@ -1,10 +1,12 @@
-// FusedLSTM's attribute rules (attribute_parsing.cc, strategy_names.cc): defaults, and the exact
-// error messages tests/test_bad_input.py and users see.
+// FusedLSTM's attribute rules (attribute_parsing.cc, strategy_names.cc, precision_names.cc):
+// defaults, and the exact error messages tests/test_bad_input.py and users see.
 #include <cmath>
 #include <string>
+#include <utility>
 
 #include "attribute_parsing.h"
 #include "check.h"
+#include "precision_names.h"
 #include "strategy_names.h"
 
 using namespace lstm_ort;
@@ -34,6 +36,33 @@ TEST(StrategyNamesInEnumOrder) {
   CHECK(!ParseStrategy("", &s));
 }
 
+TEST(PrecisionNamesInEnumOrder) {
+  CHECK_EQ(PrecisionNames(","), std::string("fp32,tf32,fp16,bf16,auto"));
+  CHECK_EQ(PrecisionChoices(), std::string("fp32, tf32, fp16, bf16 or auto"));
+  for (int i = 0; i <= static_cast<int>(Precision::kAuto); ++i) {
+    Precision p;
+    CHECK(ParsePrecision(PrecisionName(static_cast<Precision>(i)), &p));
+    CHECK(p == static_cast<Precision>(i));
+  }
+  CHECK_EQ(std::string(PrecisionName(static_cast<Precision>(99))), std::string("?"));
+  Precision p;
+  CHECK(!ParsePrecision("FP16", &p));  // names are case-sensitive
+  CHECK(!ParsePrecision("float16", &p));
+  CHECK(!ParsePrecision("", &p));
+}
+
+TEST(EachPrecisionNameResolves) {
+  const std::pair<const char*, Precision> modes[] = {{"fp32", Precision::kFp32}, {"tf32", Precision::kTf32},
+                                                     {"fp16", Precision::kFp16}, {"bf16", Precision::kBf16},
+                                                     {"auto", Precision::kAuto}};
+  for (const auto& [name, value] : modes) {
+    RawAttributes raw = Minimal();
+    raw.precision = name;
+    CHECK(ResolveAttributes(raw).precision == value);
+    CHECK(ResolvePrecision(name) == value);
+  }
+}
+
 TEST(DefaultsOfAMinimalNode) {
   const Attributes a = ResolveAttributes(Minimal());
   CHECK_EQ(a.hidden_size, int64_t{8});
@@ -44,6 +73,7 @@ TEST(DefaultsOfAMinimalNode) {
   CHECK(!a.has_clip);
   CHECK(!a.input_forget);
   CHECK(a.strategy == Strategy::kAuto);
+  CHECK(a.precision == Precision::kFp32);  // absent: today's fp32 arithmetic
   CHECK(a.tuned.empty());
   for (int d = 0; d < 2; ++d) {
     CHECK(a.act[d][0].kind == ActKind::kSigmoid);
@@ -80,6 +110,13 @@ TEST(AttributeErrors) {
   raw.strategy = "fast";
   CHECK_THROWS_MESSAGE(ResolveAttributes(raw),
                        "attribute strategy must be auto, tiled, splitk, persistent or wavefront, got 'fast'");
+
+  for (const char* bad : {"fp64", "FP16", "half", "", " tf32"}) {
+    raw = Minimal();
+    raw.precision = bad;
+    CHECK_THROWS_MESSAGE(ResolveAttributes(raw),
+                         std::string("attribute precision must be fp32, tf32, fp16, bf16 or auto, got '") + bad + "'");
+  }
 
   raw = Minimal();
   raw.input_forget = 2;

@@ -28,3 +28,12 @@ TEST(StrategyOverrideParse) {
   CHECK_THROWS_MESSAGE(ParseStrategyOverride("fastest"),
                        "LSTM_ORT_STRATEGY must be auto, tiled, splitk, persistent or wavefront, got 'fastest'");
 }
+
+TEST(MmaOverrideParse) {
+  CHECK(!ParseMmaOverride(nullptr).has_value());
+  CHECK(!ParseMmaOverride("").has_value());
+  CHECK(!ParseMmaOverride("fma")->operand.has_value());
+  CHECK(ParseMmaOverride("3xtf32")->operand == MmaOperand::kTf32x3);
+  CHECK(ParseMmaOverride("bf16")->operand == MmaOperand::kBf16);
+  CHECK_THROWS_MESSAGE(ParseMmaOverride("int8"), "LSTM_ORT_MMA must be fma, 3xtf32, tf32, fp16 or bf16, got 'int8'");
+}

@@ -7,6 +7,7 @@
 
 extern "C" {
 int LstmOrtStrategyNames(char* out, int size);
+int LstmOrtPrecisionNames(char* out, int size);
 int64_t LstmOrtWeightOffset(int64_t L, int64_t D, int64_t I, int64_t H, int64_t l, int64_t d);
 int LstmOrtNormalizeTuned(const char* text, char* out, int size);
 int64_t LstmOrtFactoredOffset(int64_t L, int64_t D, int64_t I, int64_t H, const int64_t* rank_input,
@@ -18,6 +19,13 @@ TEST(StrategyNamesEntryPoint) {
   CHECK_EQ(LstmOrtStrategyNames(buf, sizeof buf), 0);
   CHECK_EQ(std::string(buf), std::string("auto,tiled,splitk,persistent,wavefront"));
   CHECK(LstmOrtStrategyNames(buf, 8) != 0);  // cut short is an error, not a shorter list
+}
+
+TEST(PrecisionNamesEntryPoint) {
+  char buf[64];
+  CHECK_EQ(LstmOrtPrecisionNames(buf, sizeof buf), 0);
+  CHECK_EQ(std::string(buf), std::string("fp32,tf32,fp16,bf16,auto"));
+  CHECK(LstmOrtPrecisionNames(buf, 8) != 0);  // cut short is an error, not a shorter list
 }
 
 TEST(WeightOffsetEntryPoint) {

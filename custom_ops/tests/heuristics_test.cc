@@ -113,3 +113,39 @@ TEST(TunedWinnerOnlyForAutoAndAnExactMatch) {
   d.B = 1;
   CHECK(StrategyForCall(Strategy::kAuto, tuned, "NVIDIA H100", d) == Strategy::kSplitK);
 }
+
+TEST(PrecisionPicksTheTensorCoreOperand) {
+  Dims small, b16, b256;
+  small.B = 8;
+  b16.B = 16;
+  b256.B = 256;
+  const auto f32 = ElementType::kFloat32, f16 = ElementType::kFloat16;
+  // fp32 stays on the FMA kernel at every batch (3xTF32 measured slower).
+  CHECK(!MmaOperandFor(Precision::kFp32, f32, b256).has_value());
+  // Half operands from one 16-row tile on; below it the FMA kernel (more accurate, faster).
+  CHECK(!MmaOperandFor(Precision::kFp16, f32, small).has_value());
+  CHECK(MmaOperandFor(Precision::kFp16, f32, b16) == MmaOperand::kFp16);
+  CHECK(MmaOperandFor(Precision::kBf16, f32, b16) == MmaOperand::kBf16);
+  // tf32 and auto only where tf32 tiles beat FMA.
+  CHECK(!MmaOperandFor(Precision::kTf32, f32, b16).has_value());
+  CHECK(MmaOperandFor(Precision::kTf32, f32, b256) == MmaOperand::kTf32);
+  CHECK(MmaOperandFor(Precision::kAuto, f32, b256) == MmaOperand::kTf32);
+  CHECK(!MmaOperandFor(Precision::kAuto, f32, b16).has_value());
+  // fp16 models: fp16 tensor cores by default, bf16 when asked.
+  CHECK(MmaOperandFor(Precision::kFp32, f16, b16) == MmaOperand::kFp16);
+  CHECK(MmaOperandFor(Precision::kBf16, f16, b16) == MmaOperand::kBf16);
+  CHECK(!MmaOperandFor(Precision::kFp32, f16, small).has_value());
+}
+
+TEST(PrecisionPicksTheProjectionMath) {
+  Dims b64, b256;
+  b64.B = 64;
+  b256.B = 256;
+  CHECK(ProjectionMathFor(Precision::kFp32, b256) == ProjectionMath::kFp32);
+  CHECK(ProjectionMathFor(Precision::kTf32, b64) == ProjectionMath::kTf32);
+  CHECK(ProjectionMathFor(Precision::kFp16, b64) == ProjectionMath::kFp16);
+  CHECK(ProjectionMathFor(Precision::kBf16, b64) == ProjectionMath::kBf16);
+  // auto: FP32-accurate where that costs nothing, all tf32 where tf32 is faster.
+  CHECK(ProjectionMathFor(Precision::kAuto, b64) == ProjectionMath::kFp32);
+  CHECK(ProjectionMathFor(Precision::kAuto, b256) == ProjectionMath::kTf32);
+}

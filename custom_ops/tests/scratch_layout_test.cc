@@ -114,8 +114,9 @@ TEST(SplitInputIsCutInChunks) {
   CHECK(ScratchBytes(b, ElementType::kFloat32) - ScratchBytes(a, ElementType::kFloat32) <= gx_growth + 4 * kScratchAlign);
 }
 
-TEST(HBufHoldsTheBatchRoundedUpTo64) {
-  CHECK_EQ(HBufBytes(Sizes(2, 1, 10, 1, 4, 8)), size_t{4 * 2 * 2 * 1 * 8 * 64});
-  CHECK_EQ(HBufBytes(Sizes(1, 2, 10, 64, 4, 8)), size_t{4 * 2 * 1 * 2 * 8 * 64});
-  CHECK_EQ(HBufBytes(Sizes(1, 1, 10, 65, 4, 8)), size_t{4 * 2 * 1 * 1 * 8 * 128});
+TEST(HBufHoldsTheBatchRoundedUpTo128) {
+  // The tensor-core plans take batch slices of up to 128 rows.
+  CHECK_EQ(HBufBytes(Sizes(2, 1, 10, 1, 4, 8)), size_t{4 * 2 * 2 * 1 * 8 * 128});
+  CHECK_EQ(HBufBytes(Sizes(1, 2, 10, 128, 4, 8)), size_t{4 * 2 * 1 * 2 * 8 * 128});
+  CHECK_EQ(HBufBytes(Sizes(1, 1, 10, 129, 4, 8)), size_t{4 * 2 * 1 * 1 * 8 * 256});
 }

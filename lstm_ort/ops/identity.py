@@ -16,5 +16,19 @@ STRATEGIES = ("auto", "tiled", "splitk", "persistent", "wavefront")
 # What `lstm-ort tune` measures: every strategy but the heuristic.
 TUNABLE_STRATEGIES = STRATEGIES[1:]
 
+# Values of the `precision` attribute, in the order of the C++ enum lstm_ort::Precision
+# (docs/ops.md, "Precision modes"). Absent means DEFAULT_PRECISION.
+PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "auto")
+DEFAULT_PRECISION = "fp32"
+
+
+def require_choice(what: str, value, choices: tuple[str, ...]) -> str:
+    """``value`` if it is one of ``choices``; else a ValueError that names ``what`` and every choice,
+    so a bad option fails in Python with the allowed values rather than deep in a session."""
+    if value not in choices:
+        raise ValueError(f"{what} must be one of {', '.join(choices)}, got {value!r}")
+    return value
+
+
 # The element types the kernels are registered for: ONNX type -> the name reports use.
 ELEMENT_TYPES = {TensorProto.FLOAT: "float32", TensorProto.FLOAT16: "float16"}

@@ -8,6 +8,9 @@ Written for clarity, not speed: one layer, direction, batch entry and step at a 
 with the semantics stock onnxruntime gives where the ONNX spec leaves room (clip, activation
 defaults, sequences of length 0). The C++ kernels are tested against stock onnxruntime; this
 lets tests check the contract, and optimized models run, without the op library.
+
+The ``precision`` attribute is checked (an unknown mode is an error, as in the kernels) and
+otherwise ignored: float64 arithmetic is within every mode's bound (docs/ops.md, "Precision modes").
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 from onnx.reference.op_run import OpRun
 
-from lstm_ort.ops.identity import DOMAIN
+from lstm_ort.ops.identity import DOMAIN, PRECISIONS, require_choice
 from lstm_ort.ops.packing import NO_RANKS, PackedWeights, Ranks, input_size_from_weight_count, unpack_layers
 
 # name -> (function of x, alpha, beta; takes alpha; takes beta; default alpha; default beta)
@@ -58,7 +61,9 @@ class FusedLSTM(OpRun):
     def _run(self, X, W, B=None, sequence_lens=None, initial_h=None, initial_c=None, P=None, factors=None, *,
              hidden_size=None, num_layers=1, direction="forward", layout=0, clip=None, input_forget=0,
              activations=None, activation_alpha=None, activation_beta=None, strategy=None, tuned=None,
-             rank_input=None, rank_recurrent=None):
+             rank_input=None, rank_recurrent=None, precision=None):
+        if precision is not None:
+            require_choice("attribute precision", _text(precision), PRECISIONS)
         H, L = int(hidden_size), int(num_layers)
         direction = _text(direction)
         D = 2 if direction == "bidirectional" else 1

@@ -17,7 +17,7 @@ import onnxscript.optimizer
 from onnx_ir.passes.common import NameFixPass
 
 from lstm_ort import progress
-from lstm_ort.ops.identity import DOMAIN, OPSET_VERSION
+from lstm_ort.ops.identity import DEFAULT_PRECISION, DOMAIN, OPSET_VERSION, PRECISIONS, require_choice
 from lstm_ort.rewriter import fold_weights, sequence_lens
 from lstm_ort.rewriter.graph_utils import RewriteContext, iter_graphs, model_names, rewrite_context
 from lstm_ort.rewriter.lazy_weights import is_lazy, tensor_chunks
@@ -43,8 +43,8 @@ class Rewritten:
 
 def optimize(model_or_path, *, fold_constants: bool = True, rules: list[Rule] | None = None,
              report: Report | None = None, freeze_inputs: bool = False,
-             sequence_lens_input: bool = False, low_rank: LowRank | int | None = None, calibration=None,
-             max_error: float | None = None) -> onnx.ModelProto:
+             sequence_lens_input: bool = False, precision: str | None = None, low_rank: LowRank | int | None = None,
+             calibration=None, max_error: float | None = None) -> onnx.ModelProto:
     """The model with every LSTM the rules can take replaced by FusedLSTM nodes.
 
     ``report`` (if given) is filled with one finding per LSTM or fused stack and each rule's counts.
@@ -52,6 +52,8 @@ def optimize(model_or_path, *, fold_constants: bool = True, rules: list[Rule] | 
     LSTMs are left, since a caller may feed other weights); the frozen inputs leave the graph's
     inputs, so feeding them is an error rather than silently ignored.
     ``sequence_lens_input``: add a ``sequence_lens`` input wired into the FusedLSTMs (rewriter/sequence_lens.py).
+    ``precision``: one of PRECISIONS, written as the ``precision`` attribute of every FusedLSTM node
+    the rewrite makes (docs/ops.md, "Precision modes"); None writes no attribute, which means fp32.
     ``low_rank``: factor the weights (an int: that rank for every matrix; or a rewriter.low_rank.LowRank)
     and measure the error against the unfactored model on ``calibration`` (an .npz path or a list of
     feed dicts; default seeded random inputs): ``report.low_rank`` holds every matrix's rank and the
@@ -60,7 +62,7 @@ def optimize(model_or_path, *, fold_constants: bool = True, rules: list[Rule] | 
     """
     report = report if report is not None else Report()
     out = serialize(rewrite(model_or_path, fold_constants=fold_constants, rules=rules, report=report,
-                            freeze_inputs=freeze_inputs))
+                            freeze_inputs=freeze_inputs, precision=precision))
     if sequence_lens_input:
         sequence_lens.add_sequence_lens_input(out, report)
     if low_rank is not None:
@@ -70,8 +72,10 @@ def optimize(model_or_path, *, fold_constants: bool = True, rules: list[Rule] | 
 
 
 def rewrite(model_or_path, *, fold_constants: bool = True, rules: list[Rule] | None = None,
-            report: Report | None = None, freeze_inputs: bool = False) -> Rewritten:
+            report: Report | None = None, freeze_inputs: bool = False, precision: str | None = None) -> Rewritten:
     """The rewrite itself, in onnx-ir: what `lstm-ort check` needs, without packing any weight."""
+    if precision is not None:
+        require_choice("precision", precision, PRECISIONS)  # before any work
     proto = load_model(model_or_path)
     ir_version = proto.ir_version
     with progress.step("building the graph"):
@@ -90,6 +94,7 @@ def rewrite(model_or_path, *, fold_constants: bool = True, rules: list[Rule] | N
                 # What the rewrite bypassed (export glue, dropped zero states' shape code) is dead now;
                 # removing it lets the next rule see a layer output feeding only the next layer.
                 onnxscript.optimizer.remove_unused_nodes(model)
+    _set_precision(by_node, precision)
     if any(f.rewritten for f in report.findings):
         # Values and nodes the rules made get names unique across the whole model, subgraphs
         # included (ONNX's single assignment spans scopes; a name clash does not load).
@@ -250,6 +255,15 @@ def _apply(rule: Rule, model: ir.Model, report: Report, by_node: dict[ir.Node, F
             report.findings.append(finding)
             by_node[fused] = finding
     return hit
+
+
+def _set_precision(by_node: dict[ir.Node, Finding], precision: str | None) -> None:
+    """Once every rule has run (so stacks are fused): each FusedLSTM node made gets ``precision``
+    (none: the attribute stays absent, meaning fp32), and its finding says what it runs."""
+    for node, finding in by_node.items():
+        if precision is not None:
+            node.attributes["precision"] = ir.AttrString("precision", precision)
+        finding.precision = precision or DEFAULT_PRECISION
 
 
 def _names(nodes: list[ir.Node]) -> list[str]:

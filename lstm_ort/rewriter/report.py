@@ -16,6 +16,7 @@ class Finding:
     rewritten: bool = False
     reason: str = ""  # why not, when not rewritten
     fused_node: str = ""
+    precision: str = ""  # the precision mode the FusedLSTM node runs in, when rewritten
 
 
 @dataclass
@@ -121,12 +122,12 @@ class Report:
     def table(self) -> str:
         if not self.findings:
             return "no LSTM found"
-        rows = [("location", "LSTM nodes", "shape", "layers", "result")]
+        rows = [("location", "LSTM nodes", "shape", "layers", "precision", "result")]
         for f in self.findings:
             result = f"rewritten -> {f.fused_node}" if f.rewritten else f"left: {f.reason}"
-            rows.append((f.location, ",".join(f.nodes), f.shape, str(f.layers), result))
-        widths = [max(len(r[i]) for r in rows) for i in range(4)]
-        lines = ["  ".join(c.ljust(w) for c, w in zip(r[:4], widths)) + "  " + r[4] for r in rows]
+            rows.append((f.location, ",".join(f.nodes), f.shape, str(f.layers), f.precision or "-", result))
+        widths = [max(len(r[i]) for r in rows) for i in range(5)]
+        lines = ["  ".join(c.ljust(w) for c, w in zip(r[:5], widths)) + "  " + r[5] for r in rows]
         lines.insert(1, "-" * len(lines[0]))
         done = sum(len(f.nodes) for f in self.findings if f.rewritten)
         lines.append(f"{done} of {self.lstm_count} LSTM nodes rewritten into "

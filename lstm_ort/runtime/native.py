@@ -15,6 +15,11 @@ def strategy_names() -> list[str]:
     return call_for_text(native().LstmOrtStrategyNames).split(",")
 
 
+def precision_names() -> list[str]:
+    """The precision names the C++ attribute parser accepts, in the order of its enum."""
+    return call_for_text(native().LstmOrtPrecisionNames).split(",")
+
+
 def weight_offset(L: int, D: int, I: int, H: int, layer: int, direction: int) -> int:
     """Offset of block (layer, direction) of the packed W as the kernels compute it."""
     fn = native().LstmOrtWeightOffset
@@ -57,9 +62,9 @@ def device_name() -> str:
         raise RuntimeError(f"no CUDA device: {e}") from None
 
 
-def describe(shape: NodeShape, T: int, B: int, strategy: str = "auto") -> str:
-    """What the CUDA kernel does for one call of these sizes under ``strategy``, in words."""
+def describe(shape: NodeShape, T: int, B: int, strategy: str = "auto", precision: str = "fp32") -> str:
+    """What the CUDA kernel does for one call of these sizes under ``strategy`` and ``precision``, in words."""
     fn = _cuda().LstmOrtDescribeStrategy
-    fn.argtypes = [ctypes.c_int64] * 6 + [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int]
+    fn.argtypes = [ctypes.c_int64] * 6 + [ctypes.c_char_p] * 4 + [ctypes.c_int]
     return call_for_text(fn, shape.layers, shape.directions, T, shape.input_size, shape.hidden_size, B,
-                         shape.dtype.encode(), strategy.encode())
+                         shape.dtype.encode(), strategy.encode(), precision.encode())

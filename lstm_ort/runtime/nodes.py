@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 
-from lstm_ort.ops.identity import DOMAIN, ELEMENT_TYPES, OP_TYPE
+from lstm_ort.ops.identity import DEFAULT_PRECISION, DOMAIN, ELEMENT_TYPES, OP_TYPE
 from lstm_ort.ops.packing import NO_RANKS, Ranks, input_size_from_weight_count
 from lstm_ort.runtime.model_io import iter_graphs
 
@@ -62,6 +62,19 @@ def node_ranks(node: onnx.NodeProto) -> Ranks:
     attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
     ranks = Ranks(tuple(attrs.get("rank_input", ())), tuple(attrs.get("rank_recurrent", ())))
     return ranks if ranks.any else NO_RANKS
+
+
+def string_attribute(node: onnx.NodeProto, name: str, default: str) -> str:
+    """A string attribute's value, or ``default`` where the node has none."""
+    for a in node.attribute:
+        if a.name == name:
+            return onnx.helper.get_attribute_value(a).decode()
+    return default
+
+
+def node_precision(node: onnx.NodeProto) -> str:
+    """The precision mode the node runs in: its ``precision`` attribute, absent meaning fp32."""
+    return string_attribute(node, "precision", DEFAULT_PRECISION)
 
 
 def set_attribute(node: onnx.NodeProto, name: str, value) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 import onnx
 import onnxruntime as ort
 
-from lstm_ort.ops.identity import STRATEGIES
+from lstm_ort.ops.identity import PRECISIONS, STRATEGIES, require_choice
 from lstm_ort.runtime.library import cuda_status, get_library_path, preload_cuda_libraries
 from lstm_ort.runtime.model_io import load_model
 from lstm_ort.runtime.nodes import fused_nodes, set_attribute
@@ -19,6 +19,14 @@ _REGISTERED_KEY = "lstm_ort.library_registered"
 # Session option: force one CUDA strategy on every FusedLSTM node (one of STRATEGIES),
 # e.g. so.add_session_config_entry("lstm_ort.strategy", "wavefront").
 STRATEGY_KEY = "lstm_ort.strategy"
+# Session option: run every FusedLSTM node in one precision mode (one of PRECISIONS; docs/ops.md,
+# "Precision modes"), e.g. so.add_session_config_entry("lstm_ort.precision", "tf32"), or
+# InferenceSession(..., precision="tf32").
+PRECISION_KEY = "lstm_ort.precision"
+
+# The session options that set one attribute on every FusedLSTM node, subgraphs included:
+# attribute -> (its session config key, the values it takes).
+NODE_OPTIONS = {"strategy": (STRATEGY_KEY, STRATEGIES), "precision": (PRECISION_KEY, PRECISIONS)}
 
 
 def _config_entry(sess_options: ort.SessionOptions, key: str) -> str | None:
@@ -39,7 +47,9 @@ def register(sess_options: ort.SessionOptions) -> ort.SessionOptions:
 class InferenceSession(ort.InferenceSession):
     """Same constructor and ``run`` as ``onnxruntime.InferenceSession``.
 
-    ``path_or_bytes`` may also be an ``onnx.ModelProto``.
+    ``path_or_bytes`` may also be an ``onnx.ModelProto``. ``precision`` (one of PRECISIONS) runs
+    every FusedLSTM node in that mode: it sets the session config entry ``lstm_ort.precision``
+    (PRECISION_KEY) in ``sess_options``, which a session also reads when set there directly.
     """
 
     def __init__(
@@ -48,23 +58,28 @@ class InferenceSession(ort.InferenceSession):
         sess_options: ort.SessionOptions | None = None,
         providers: Any = None,
         provider_options: Any = None,
+        *,
+        precision: str | None = None,
         **kwargs: Any,
     ) -> None:
         if isinstance(path_or_bytes, onnx.ModelProto):
             path_or_bytes = path_or_bytes.SerializeToString()
         elif isinstance(path_or_bytes, os.PathLike):
             path_or_bytes = os.fspath(path_or_bytes)
+        own_options = sess_options is None
+        if precision is not None:
+            require_choice("precision", precision, PRECISIONS)
+            sess_options = sess_options if sess_options is not None else ort.SessionOptions()
+            if _config_entry(sess_options, PRECISION_KEY) != precision:  # onnxruntime warns on each overwrite
+                sess_options.add_session_config_entry(PRECISION_KEY, precision)
         wants_cuda = _asks_for_cuda(providers)
         if wants_cuda:
             preload_cuda_libraries()  # before registering: the CUDA plugin needs them to load
-        strategy = _config_entry(sess_options, STRATEGY_KEY) if sess_options is not None else None
-        if strategy is not None:
-            path_or_bytes = with_strategy(path_or_bytes, strategy)
-        else:
-            cache = load_cache()
-            if cache:
-                path_or_bytes = with_tuned(path_or_bytes, cache)
-        if sess_options is not None and _config_entry(sess_options, _REGISTERED_KEY) != "1":
+        forced = node_options(sess_options) if sess_options is not None else {}
+        # A forced strategy leaves nothing for tuned winners to decide.
+        cache = load_cache() if "strategy" not in forced else {}
+        path_or_bytes = with_attributes(path_or_bytes, forced, cache)
+        if not own_options and _config_entry(sess_options, _REGISTERED_KEY) != "1":
             # The caller's options may hold the library already (registered by hand with
             # register_custom_ops_library): a second registration makes onnxruntime refuse the
             # session ("Domain already set in registry"), and options cannot say what they hold.
@@ -113,24 +128,56 @@ def warn_without_cuda_kernels() -> None:
         )
 
 
-def with_strategy(path_or_bytes: str | bytes, strategy: str) -> str | bytes:
-    """The model with every FusedLSTM node's ``strategy`` attribute set (subgraphs included)."""
-    if strategy not in STRATEGIES:
-        raise ValueError(f"{STRATEGY_KEY} must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
+def node_options(sess_options: ort.SessionOptions) -> dict[str, str]:
+    """attribute -> value for each NODE_OPTIONS entry set in ``sess_options``; ValueError, naming
+    the config key and the allowed values, for a value the kernels do not take."""
+    forced = {}
+    for attribute, (key, choices) in NODE_OPTIONS.items():
+        value = _config_entry(sess_options, key)
+        if value is not None:
+            forced[attribute] = require_choice(key, value, choices)
+    return forced
+
+
+def with_attributes(path_or_bytes: str | bytes, attributes: dict[str, str], cache: dict | None = None) -> str | bytes:
+    """The model with ``attributes`` (NODE_OPTIONS names) set on every FusedLSTM node, subgraphs
+    included, replacing what the nodes had; with a ``cache``, also `lstm-ort tune`'s winners
+    attached to the nodes without a forced strategy (read after the precision is set: winners are
+    cached per precision). ``path_or_bytes`` itself when nothing changes. One parse of the model
+    serves both."""
+    for attribute, value in attributes.items():
+        key, choices = NODE_OPTIONS[attribute]
+        require_choice(key, value, choices)
+    if not attributes and not cache:
+        return path_or_bytes
     model = load_model(path_or_bytes)
     nodes = fused_nodes(model)
     for node in nodes:
-        set_attribute(node, "strategy", strategy)
-    return model.SerializeToString() if nodes else path_or_bytes
+        for attribute, value in attributes.items():
+            set_attribute(node, attribute, value)
+    tuned = bool(cache) and apply_tuned(model, cache)
+    if not (nodes and attributes) and not tuned:
+        return path_or_bytes
+    try:
+        return model.SerializeToString()
+    except ValueError:  # over protobuf's 2 GB
+        if attributes:  # a forced option silently dropped would run the model otherwise than asked
+            raise ValueError(f"lstm_ort: the model is too large (over 2 GB) to set {', '.join(attributes)} on its "
+                             f"FusedLSTM nodes in memory; write the attributes into the model file instead") from None
+        warnings.warn("lstm_ort: model too large to attach tuned strategies in memory; using the heuristic")
+        return path_or_bytes
+
+
+def with_strategy(path_or_bytes: str | bytes, strategy: str) -> str | bytes:
+    """The model with every FusedLSTM node's ``strategy`` attribute set (subgraphs included)."""
+    return with_attributes(path_or_bytes, {"strategy": strategy})
+
+
+def with_precision(path_or_bytes: str | bytes, precision: str) -> str | bytes:
+    """The model with every FusedLSTM node's ``precision`` attribute set (subgraphs included)."""
+    return with_attributes(path_or_bytes, {"precision": precision})
 
 
 def with_tuned(path_or_bytes: str | bytes, cache: dict) -> str | bytes:
     """The model with `lstm-ort tune`'s cached winners attached to its FusedLSTM nodes."""
-    model = load_model(path_or_bytes)
-    if not apply_tuned(model, cache):
-        return path_or_bytes
-    try:
-        return model.SerializeToString()
-    except ValueError:  # over protobuf's 2 GB: run untuned rather than fail
-        warnings.warn("lstm_ort: model too large to attach tuned strategies in memory; using the heuristic")
-        return path_or_bytes
+    return with_attributes(path_or_bytes, {}, cache)

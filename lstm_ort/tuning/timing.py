@@ -15,13 +15,15 @@ class OrtRunner:
     """One session with inputs and outputs bound where the provider computes, so host copies stay out."""
 
     def __init__(self, model: onnx.ModelProto, feeds: dict, device: str, fused: bool, tf32: bool = False,
-                 strategy: str = "auto"):
+                 strategy: str = "auto", precision: str | None = None):
+        """``tf32``: stock's CUDA provider may use TF32. ``strategy``, ``precision``: FusedLSTM's
+        session options (precision None: as the model's nodes say)."""
         so = ort.SessionOptions()
         providers = ([("CUDAExecutionProvider", {"use_tf32": "1" if tf32 else "0"})] if device == "cuda"
                      else ["CPUExecutionProvider"])
         if fused:
             so.add_session_config_entry(STRATEGY_KEY, strategy)
-            self.sess = InferenceSession(model.SerializeToString(), so, providers=providers)
+            self.sess = InferenceSession(model.SerializeToString(), so, providers=providers, precision=precision)
         else:
             self.sess = ort.InferenceSession(model.SerializeToString(), so, providers=providers)
         self.binding = self.sess.io_binding()

@@ -41,6 +41,12 @@ void ProjectInput(const ProjectionArgs<T>& a, cublasHandle_t cublas, cudaStream_
   if (a.rows == 0) return;
   if constexpr (kElementTypeOf<T> == ElementType::kFloat16) {
     Gemm(a, cublas, a.w, a.x, 0, a.rows, CUDA_R_16F, CUBLAS_COMPUTE_32F, 0.f);
+  } else if (a.math != ProjectionMath::kFp32) {
+    // The mode's own rounding: cuBLAS converts the fp32 operands on the fly.
+    const cublasComputeType_t compute = a.math == ProjectionMath::kTf32   ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                        : a.math == ProjectionMath::kFp16 ? CUBLAS_COMPUTE_32F_FAST_16F
+                                                                          : CUBLAS_COMPUTE_32F_FAST_16BF;
+    Gemm(a, cublas, a.w, a.x, 0, a.rows, CUDA_R_32F, compute, 0.f);
   } else if (!ProjectsWithSplitTf32(kElementTypeOf<T>, a.rows)) {
     Gemm(a, cublas, a.w, a.x, 0, a.rows, CUDA_R_32F, CUBLAS_COMPUTE_32F, 0.f);
   } else {

@@ -5,6 +5,8 @@
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
+#include "cuda/heuristics.h"
+
 namespace lstm_ort {
 
 template <typename T>
@@ -17,6 +19,7 @@ struct ProjectionArgs {
   float* gx;            // out: [D][rows][G]
   // Split copies of w and of a chunk of x rows, for the 3xTF32 path (scratch_layout.h).
   float *x_hi, *x_lo, *w_hi, *w_lo;
+  ProjectionMath math = ProjectionMath::kFp32;  // fp32 models only: the precision mode's GEMM
 };
 
 // gx[d] = x @ Wx[d]. float16 runs on tensor cores with fp32 accumulation as it is; float32 as

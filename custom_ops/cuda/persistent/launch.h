@@ -4,6 +4,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include "cuda/persistent/mma_operand.h"
+
 namespace lstm_ort {
 
 template <typename T>
@@ -17,6 +19,14 @@ const void* PersistentKernelFor(int R);
 // fall back where the device refuses a cooperative grid.
 template <typename T>
 cudaError_t LaunchPersistent(const PersistentArgs<T>& a, cudaStream_t stream);
+
+// The tensor-core kernel (mma_kernel.cuh) for operand type `op`.
+template <typename T>
+const void* PersistentMmaKernelFor(MmaOperand op);
+
+// As LaunchPersistent, for a plan with `mma` set.
+template <typename T>
+cudaError_t LaunchPersistentMma(const PersistentArgs<T>& a, MmaOperand op, cudaStream_t stream);
 
 // After a launch that succeeded: with -DLSTM_ORT_PHASE_CLOCKS, waits for it and prints where its
 // `intervals` intervals spent their time; otherwise nothing.

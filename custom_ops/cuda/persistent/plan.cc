@@ -60,14 +60,18 @@ std::optional<PersistentPlan> PlanRange(int layers, int D, int H, int B, const D
 }
 
 std::vector<LayerRange> PlanStack(int L, int D, int T, int H, int B, bool wavefront, const DeviceLimits& dev) {
+  return PlanStack(L, D, T, wavefront, [&](int layers) { return PlanRange(layers, D, H, B, dev); });
+}
+
+std::vector<LayerRange> PlanStack(int L, int D, int T, bool wavefront, const RangePlanner& plan_range) {
   std::vector<LayerRange> ranges;
   for (int first = 0; first < L;) {
-    LayerRange best{first, 1, PlanRange(1, D, H, B, dev)};
+    LayerRange best{first, 1, plan_range(1)};
     if (wavefront && D == 1 && best.plan) {
       // Fewest estimated cycles per layer: more layers share intervals but spread thinner.
       double best_per_layer = T * best.plan->cost;
       for (int n = 2; n <= std::min(L - first, kMaxRangeLayers); ++n) {
-        auto plan = PlanRange(n, D, H, B, dev);
+        auto plan = plan_range(n);
         if (!plan) break;
         const double per_layer = (T + n - 1) * plan->cost / n;
         if (per_layer < best_per_layer) {

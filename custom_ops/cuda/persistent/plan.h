@@ -3,11 +3,13 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <optional>
 #include <vector>
 
 #include "cuda/device_limits.h"
 #include "cuda/host_device.h"
+#include "cuda/persistent/mma_operand.h"
 
 namespace lstm_ort {
 
@@ -28,6 +30,12 @@ struct PersistentPlan {
   long long w_floats = 0;  // shared-memory floats of the weight slice
   size_t smem = 0;         // dynamic shared memory per block, bytes
   double cost = 0;         // estimated cycles per interval
+  // The tensor-core kernel's (mma_plan.h); unused by the FMA kernel.
+  bool mma = false;
+  MmaOperand operand = MmaOperand::kTf32x3;
+  int ksplit = 1, tpw = 1;  // warps sharing a tile's k steps; tiles per warp (1 or 2)
+  int kw = 0;               // weight rows in shared memory: K rounded up to the k step, zero-padded
+  int ws = 0, bbp = 0;      // row strides of the weight slice and of staged h, in elements
 
   // Thread groups whose partial sums meet in shared memory: warps when the K slices of a tile
   // share a warp (P < 32; lanes meet by shuffles first), else the K slices.
@@ -46,8 +54,14 @@ struct LayerRange {
   std::optional<PersistentPlan> plan;  // empty: run with the per-step kernels (v1)
 };
 
+// The plan of a range of `layers` layers, or none where it does not fit the device.
+using RangePlanner = std::function<std::optional<PersistentPlan>(int layers)>;
+
 // Cuts L layers into ranges. wavefront: ranges of several layers where D == 1 and the weights
 // fit on chip; otherwise one layer per range.
+std::vector<LayerRange> PlanStack(int L, int D, int T, bool wavefront, const RangePlanner& plan_range);
+
+// With the FMA kernel's plans (PlanRange).
 std::vector<LayerRange> PlanStack(int L, int D, int T, int H, int B, bool wavefront, const DeviceLimits& dev);
 
 }  // namespace lstm_ort

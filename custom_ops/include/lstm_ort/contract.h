@@ -45,6 +45,15 @@ struct Activation {
 // kAuto picks by shape. Names: custom_ops/strategy_names.h.
 enum class Strategy : int32_t { kAuto = 0, kTiled, kSplitK, kPersistent, kWavefront };
 
+// How a kernel rounds the recurrence's operands (attribute `precision`; absent: kFp32). The
+// model's element type T is unchanged: fp32 models keep fp32 inputs and outputs. kFp32: fp32
+// arithmetic (on T storage; for T = float16 that is today's fp32 math on fp16 storage).
+// kTf32, kFp16, kBf16: weights and the recurrent operand h in that type, fp32 accumulation, the
+// cell state c in fp32. kAuto: fp32 where that costs nothing, else tf32; the CUDA kernel decides
+// per shape. The CPU kernel computes every mode in fp32, which is within every mode's bound
+// (docs/ops.md, "Precision modes"). Names: custom_ops/precision_names.h.
+enum class Precision : int32_t { kFp32 = 0, kTf32, kFp16, kBf16, kAuto };
+
 // A measured winner from `lstm-ort tune`, for one GPU model and one (T, B) of this node.
 struct TunedStrategy {
   std::string gpu;
@@ -79,6 +88,7 @@ struct Attributes {
   bool input_forget = false;
   Activation act[2][3];  // [direction][f, g, h]
   Strategy strategy = Strategy::kAuto;
+  Precision precision = Precision::kFp32;
   std::vector<TunedStrategy> tuned;  // attribute `tuned`: "gpu|T|B|strategy;..."; used when strategy is auto
   Ranks ranks;                       // factored parts; none by default
 };

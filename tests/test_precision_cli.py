@@ -1,0 +1,157 @@
+"""Precision modes through the rewriter and the command line: `lstm_ort.optimize(precision=...)`
+and `lstm-ort optimize/check --precision` write the attribute on the nodes they make and report
+it; --check holds each mode to its bound from lstm_ort.verify's one table."""
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+
+from lstm_ort.builders import LstmSpec, fused_model, random_layers, stock_model
+from lstm_ort.cli import EXIT_OK, EXIT_USAGE, main
+from lstm_ort.ops.identity import PRECISIONS
+from lstm_ort.rewriter import Report, optimize
+from lstm_ort.runtime import tuned_cache
+from lstm_ort.runtime.nodes import NodeShape, fused_nodes, node_precision
+from lstm_ort.runtime.session import with_precision
+from lstm_ort.verify import (FLOAT16_TOLERANCE, FLOAT32_TOLERANCE, PRECISION_TOLERANCES, Tolerance,
+                             default_tolerance, precision_tolerance)
+
+SPEC = LstmSpec(input_size=4, hidden_size=5, num_layers=2, direction="bidirectional")
+
+
+def stock(dtype=np.float32) -> onnx.ModelProto:
+    return stock_model(SPEC, random_layers(SPEC, np.random.default_rng(0)), dtype)
+
+
+@pytest.fixture
+def model_path(tmp_path):
+    path = tmp_path / "m.onnx"
+    onnx.save(stock(), str(path))
+    return path
+
+
+def has_precision_attribute(model: onnx.ModelProto) -> list[bool]:
+    return [any(a.name == "precision" for a in n.attribute) for n in fused_nodes(model)]
+
+
+# --- lstm_ort.optimize ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_optimize_writes_the_precision_and_reports_it(precision):
+    report = Report()
+    out = optimize(stock(), precision=precision, report=report)
+    assert [node_precision(n) for n in fused_nodes(out)] == [precision]
+    assert has_precision_attribute(out) == [True]  # written when asked, fp32 included
+    assert [f.precision for f in report.findings] == [precision]
+    assert json.loads(report.to_json())["findings"][0]["precision"] == precision
+    header, _, row = report.table().splitlines()[:3]
+    assert "precision" in header.split() and f"  {precision}  " in row
+
+
+def test_optimize_without_precision_writes_no_attribute_and_reports_fp32():
+    report = Report()
+    out = optimize(stock(), report=report)
+    assert has_precision_attribute(out) == [False]
+    assert [f.precision for f in report.findings] == ["fp32"]
+
+
+def test_optimize_keeps_the_precision_with_a_sequence_lens_input():
+    out = optimize(stock(), precision="bf16", sequence_lens_input=True)
+    assert [node_precision(n) for n in fused_nodes(out)] == ["bf16"]
+
+
+def test_left_lstms_report_no_precision():
+    model = stock()
+    model.graph.node[0].attribute.append(onnx.helper.make_attribute("clip", -1.0))  # a clip the rules refuse
+    report = Report()
+    optimize(model, precision="tf32", report=report)
+    left = [f for f in report.findings if not f.rewritten]
+    assert left and all(f.precision == "" for f in left)
+    assert all(" - " in line for line in report.table().splitlines() if "left:" in line)
+
+
+def test_optimize_refuses_a_bad_precision():
+    with pytest.raises(ValueError, match="precision must be one of fp32, tf32, fp16, bf16, auto, got 'tf16'"):
+        optimize(stock(), precision="tf16")
+
+
+# --- lstm-ort optimize / check --------------------------------------------------------------------
+
+def test_cli_optimize_writes_the_precision_and_reports_it(model_path, tmp_path, capsys):
+    out = tmp_path / "out.onnx"
+    assert main(["optimize", str(model_path), "-o", str(out), "--precision", "fp16", "--json"]) == EXIT_OK
+    doc = json.loads(capsys.readouterr().out)
+    assert [f["precision"] for f in doc["findings"]] == ["fp16"]
+    assert [e["precision"] for e in doc["strategies"]] == ["fp16"]
+    assert [node_precision(n) for n in fused_nodes(onnx.load(str(out)))] == ["fp16"]
+    assert main(["optimize", str(model_path), "-o", str(out), "--precision", "bf16"]) == EXIT_OK
+    text = capsys.readouterr().out
+    assert "rewritten -> " in text and "  bf16  " in text and "; precision bf16" in text
+
+
+def test_cli_check_reports_the_precision_and_its_tuned_winners(tmp_path, capsys, rng):
+    spec = LstmSpec(input_size=5, hidden_size=8)
+    path = tmp_path / "m.onnx"
+    path.write_bytes(with_precision(fused_model(spec, random_layers(spec, rng)).SerializeToString(), "tf32"))
+    shape = NodeShape(1, 1, 5, 8, "float32")
+    tuned_cache.record("GPU A", shape, 10, 4, "persistent", {"persistent": 1.0})
+    tuned_cache.record("GPU A", shape, 10, 4, "splitk", {"splitk": 1.0}, precision="tf32")
+    assert main(["check", str(path)]) == EXIT_OK
+    out = capsys.readouterr().out
+    assert "T=10 B=4 -> splitk on GPU A; precision tf32" in out and "persistent" not in out
+
+
+@pytest.mark.parametrize("command", ["optimize", "check"])
+def test_cli_bad_precision_is_a_usage_error(command, model_path, tmp_path, capsys):
+    extra = ["-o", str(tmp_path / "o.onnx")] if command == "optimize" else []
+    assert main([command, str(model_path), *extra, "--precision", "fp64"]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "argument --precision: invalid choice: 'fp64'" in err and "fp32" in err and "Traceback" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]
+
+
+@pytest.mark.parametrize("precision,atol", [(None, 1e-4), ("fp32", 1e-4), ("tf32", 2e-3), ("auto", 2e-3),
+                                            ("fp16", 2e-2), ("bf16", 5e-2)])
+def test_cli_check_uses_the_tolerance_of_the_mode(precision, atol, model_path, tmp_path, capsys):
+    args = ["optimize", str(model_path), "-o", str(tmp_path / "o.onnx"), "--check", "--json"]
+    assert main([*args, *(["--precision", precision] if precision else [])]) == EXIT_OK
+    check = json.loads(capsys.readouterr().out)["check"]
+    assert check["passed"] and check["atol"] == atol
+
+
+def test_cli_check_says_the_cpu_computes_fp32(model_path, tmp_path, capsys):
+    args = ["optimize", str(model_path), "-o", str(tmp_path / "o.onnx"), "--check"]
+    assert main([*args, "--precision", "fp16"]) == EXIT_OK
+    assert "on the CPU kernel, which computes fp16 nodes in fp32" in capsys.readouterr().out
+    assert main(args) == EXIT_OK
+    assert "on the CPU kernel" not in capsys.readouterr().out
+
+
+def test_cli_check_explicit_atol_still_wins(model_path, tmp_path, capsys):
+    args = ["optimize", str(model_path), "-o", str(tmp_path / "o.onnx"), "--check", "--json"]
+    assert main([*args, "--precision", "bf16", "--atol", "0.001"]) == EXIT_OK
+    check = json.loads(capsys.readouterr().out)["check"]
+    assert check["atol"] == 0.001 and check["rtol"] == PRECISION_TOLERANCES["bf16"].rtol
+
+
+# --- the one table of bounds -----------------------------------------------------------------------
+
+def test_the_bounds_of_the_issue():
+    assert {p: t.atol for p, t in PRECISION_TOLERANCES.items()} == {"tf32": 2e-3, "fp16": 2e-2, "bf16": 5e-2,
+                                                                     "auto": 2e-3}
+    assert set(PRECISION_TOLERANCES) == set(PRECISIONS) - {"fp32"}
+
+
+def test_precision_tolerance_is_the_looser_of_type_and_mode():
+    assert precision_tolerance("fp32") == FLOAT32_TOLERANCE
+    assert precision_tolerance("fp32", FLOAT16_TOLERANCE) == FLOAT16_TOLERANCE
+    assert precision_tolerance("tf32") == PRECISION_TOLERANCES["tf32"]
+    # float16 storage already allows 3.9e-3, more than tf32's 2e-3.
+    assert precision_tolerance("tf32", FLOAT16_TOLERANCE) == Tolerance(FLOAT16_TOLERANCE.atol, FLOAT16_TOLERANCE.rtol)
+    assert precision_tolerance("bf16", FLOAT16_TOLERANCE) == PRECISION_TOLERANCES["bf16"]
+    assert default_tolerance(stock(np.float16), "fp16") == PRECISION_TOLERANCES["fp16"]
+    assert default_tolerance(stock(np.float16)) == FLOAT16_TOLERANCE
+    with pytest.raises(ValueError, match="precision must be one of"):
+        precision_tolerance("fp8")

@@ -29,6 +29,15 @@ from lstm_ort.tuning.timing import OrtRunner, median_ms
 REFERENCE = [(4, 100, 512, 64, False), (1, 100, 512, 64, False), (2, 200, 1024, 32, False), (4, 100, 512, 1, False),
              (2, 100, 256, 8, False), (4, 100, 512, 256, False), (2, 100, 512, 64, True)]
 
+# (L, T, H, B, bidirectional): the GPU shape grid (--grid): H 128-2048 x B 1-512 at T=100 for one
+# layer, deep stacks, both directions, and T = 1 and 1000 at the corners that stay affordable.
+GPU_GRID = ([(1, 100, H, B, False) for H in (128, 256, 512, 1024, 2048) for B in (1, 8, 64, 256, 512)]
+            + [(4, 100, H, B, False) for H in (256, 1024) for B in (1, 64, 512)]
+            + [(1, 100, H, B, True) for H in (512, 2048) for B in (8, 256)]
+            + [(1, 1, 128, 1, False), (4, 1, 2048, 512, True), (1, 1, 512, 64, False), (4, 1, 128, 512, False)]
+            + [(1, 1000, 128, 1, False), (4, 1000, 128, 8, True), (1, 1000, 512, 64, False), (1, 1000, 2048, 1, False),
+               (4, 1000, 256, 512, False)])
+
 
 @dataclass
 class Row:
@@ -182,6 +191,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--cpu", action="store_true", help="time the CPU execution provider instead of CUDA")
     p.add_argument("--config", action="append", type=parse_config, help="L,T,H,B[,bi]; repeatable")
+    p.add_argument("--grid", action="store_true", help="CUDA: the GPU shape grid (GPU_GRID) after the configs")
     p.add_argument("--runs", type=int, default=None, help="timed runs per variant (default 30 GPU, 5 CPU)")
     p.add_argument("--warmup", type=int, default=None)
     p.add_argument("--no-torch", action="store_true")
@@ -212,7 +222,7 @@ def main(argv=None) -> int:
         except ImportError:
             use_torch = False
     rows = []
-    for cfg in args.config or REFERENCE:
+    for cfg in (args.config or REFERENCE) + (GPU_GRID if args.grid else []):
         strategies = [x for x in args.strategies.split(",") if x]
         precisions = [x for x in args.precisions.split(",") if x]
         rows.append(bench_config(cfg, device, runs, warmup, use_torch, strategies, precisions))

@@ -41,6 +41,11 @@ std::optional<MmaOverride> ParseMmaOverride(const char* value) {
   throw std::invalid_argument("LSTM_ORT_MMA must be fma, 3xtf32, tf32, fp16 or bf16, got '" + v + "'");
 }
 
+bool GemmStepForcedFromEnvironment() {
+  const char* v = std::getenv("LSTM_ORT_GEMM_STEP");
+  return v && std::string(v) == "1";
+}
+
 std::optional<MmaOverride> MmaOverrideFromEnvironment() { return ParseMmaOverride(std::getenv("LSTM_ORT_MMA")); }
 
 }  // namespace lstm_ort

@@ -34,4 +34,8 @@ struct MmaOverride {
 std::optional<MmaOverride> ParseMmaOverride(const char* value);
 std::optional<MmaOverride> MmaOverrideFromEnvironment();
 
+// LSTM_ORT_GEMM_STEP=1: every layer of an fp32 call on v1's cuBLAS step, persistent plans or not
+// (for measuring where it wins). Anything else: no override.
+bool GemmStepForcedFromEnvironment();
+
 }  // namespace lstm_ort

@@ -14,10 +14,13 @@ Strategy StrategyForCall(Strategy configured, const std::vector<TunedStrategy>& 
   return configured;
 }
 
-StepKernel ChooseStepKernel(Strategy strategy, const Dims& d) {
+StepKernel ChooseStepKernel(Strategy strategy, ElementType type, const Dims& d) {
   if (strategy == Strategy::kSplitK && d.H <= kSplitKMaxHidden) return StepKernel::kSplitK;
   if (strategy == Strategy::kTiled || strategy == Strategy::kSplitK) return StepKernel::kTiled;
-  return d.B <= kSplitKMaxBatch && d.H <= kSplitKMaxHidden ? StepKernel::kSplitK : StepKernel::kTiled;
+  if (d.B <= kSplitKMaxBatch && d.H <= kSplitKMaxHidden) return StepKernel::kSplitK;
+  if (type == ElementType::kFloat32 && (d.H >= kMinHiddenForGemmStep || d.B >= kMinBatchForGemmStep))
+    return StepKernel::kGemm;
+  return StepKernel::kTiled;
 }
 
 bool ProjectsWithSplitTf32(ElementType type, int64_t rows) {
@@ -38,6 +41,12 @@ std::optional<MmaOperand> MmaOperandFor(Precision precision, ElementType type, c
     case Precision::kFp32: break;
   }
   return std::nullopt;
+}
+
+bool PrefersGemmSteps(Strategy strategy, Precision precision, ElementType type, const Dims& d) {
+  const bool tf32 = precision == Precision::kTf32 || (precision == Precision::kAuto && AutoRunsAsTf32(d));
+  return strategy == Strategy::kAuto && type == ElementType::kFloat32 && tf32 && d.H >= kMinHiddenForTf32GemmSteps &&
+         d.B * d.H >= kMinCellsForTf32GemmSteps;
 }
 
 bool AutoRunsAsTf32(const Dims& d) { return d.B >= kMinBatchForTf32Mma; }

@@ -21,15 +21,29 @@ Strategy StrategyForCall(Strategy configured, const std::vector<TunedStrategy>& 
                          const Dims& d);
 
 // The per-step kernels v1 can use.
-enum class StepKernel { kTiled, kSplitK };
+enum class StepKernel { kTiled, kSplitK, kGemm };
 
 // Split-K keeps a unit's weights in registers: H = 1024 is as far as registers go.
 constexpr int64_t kSplitKMaxHidden = 1024;
 // v1's own choice (auto and the persistent strategies): split-K up to this batch, tiled above.
 constexpr int64_t kSplitKMaxBatch = 16;
 
+// v1's cuBLAS step (v1/gemm_step.cu) for fp32 storage, unless v1 is forced: from this H (the
+// tiled kernel streams [H, 4H] weights per step through one block per 32 units) or this batch.
+// Measured on an H100 (docs/ops.md).
+constexpr int64_t kMinHiddenForGemmStep = 1024;
+constexpr int64_t kMinBatchForGemmStep = 256;
+
+// In tf32 (and `auto` where it runs as tf32), large fp32 calls run every layer on v1's cuBLAS
+// step rather than the persistent kernels under strategy auto: cuBLAS's TF32 GEMM beats the
+// tf32 WMMA kernel from H = 256 and B*H = 64K on (H100: L4 H512 B256 9.6 -> 6.5 ms, H1024 B64
+// 2.65 -> 2.0 ms), and loses below (H128 B512 0.84 -> 1.5 ms, H1024 B32 5.5 -> 6.8 ms).
+constexpr int64_t kMinHiddenForTf32GemmSteps = 256;
+constexpr int64_t kMinCellsForTf32GemmSteps = 64 * 1024;
+bool PrefersGemmSteps(Strategy strategy, Precision precision, ElementType type, const Dims& d);
+
 // Which per-step kernel v1 runs (also for layers the persistent strategies leave to v1).
-StepKernel ChooseStepKernel(Strategy strategy, const Dims& d);
+StepKernel ChooseStepKernel(Strategy strategy, ElementType type, const Dims& d);
 
 // fp32 input projections run as 3xTF32 (gemm/split_tf32.cuh) from this many rows (T*B) on, in
 // chunks of at most kSplitChunkRows rows so the split copies stay small. B=1 (100 rows) lost 3%

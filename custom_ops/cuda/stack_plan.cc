@@ -9,7 +9,7 @@ std::vector<LayerRange> OneLayerPerRange(int L) {
 }
 
 std::string DescribeRanges(const std::vector<LayerRange>& ranges, StepKernel v1_step) {
-  const char* step = v1_step == StepKernel::kSplitK ? "splitk" : "tiled";
+  const char* step = v1_step == StepKernel::kSplitK ? "splitk" : v1_step == StepKernel::kGemm ? "cuBLAS" : "tiled";
   std::string out;
   for (const LayerRange& r : ranges) {
     if (!out.empty()) out += "; ";

@@ -56,6 +56,20 @@ std::optional<MmaOperand> MmaOperandOf(Precision precision, const Dims& d) {
   return MmaOperandFor(precision, kElementTypeOf<T>, d);
 }
 
+// The ranges of one call and v1's step kernel: the persistent plans, unless the call runs every
+// layer on v1's cuBLAS step (PrefersGemmSteps, or the developer knob LSTM_ORT_GEMM_STEP=1).
+template <typename T>
+std::vector<LayerRange> PlanCall(int device, Strategy strategy, Precision precision, const Dims& d, StepKernel* step) {
+  constexpr ElementType type = kElementTypeOf<T>;
+  if (type == ElementType::kFloat32 &&
+      (PrefersGemmSteps(strategy, precision, type, d) || GemmStepForcedFromEnvironment())) {
+    *step = StepKernel::kGemm;
+    return OneLayerPerRange(static_cast<int>(d.L));
+  }
+  *step = ChooseStepKernel(strategy, type, d);
+  return PlanRangesOn<T>(device, strategy, d, MmaOperandOf<T>(precision, d));
+}
+
 // One call's stack, layer by layer or range by range, on one stream.
 template <typename T>
 class StackRun {
@@ -82,8 +96,8 @@ class StackRun {
     std::vector<int> lens(B_, T_);
     if (io_.seq_lens) lens.assign(io_.seq_lens, io_.seq_lens + B_);
     Check(cudaMemcpyAsync(s_.lens, lens.data(), sizeof(int) * B_, cudaMemcpyHostToDevice, stream_), "copy lengths");
-    const StepKernel step = ChooseStepKernel(strategy, d_);
-    for (const LayerRange& range : PlanRangesOn<T>(device_, strategy, d_, MmaOperandOf<T>(attrs_.precision, d_))) {
+    StepKernel step = StepKernel::kTiled;
+    for (const LayerRange& range : PlanCall<T>(device_, strategy, attrs_.precision, d_, &step)) {
       if (range.plan && RunPersistent(range)) continue;
       for (int l = range.first; l < range.first + range.count; ++l) RunStepwise(l, step);
     }
@@ -180,6 +194,15 @@ class StackRun {
         a.h_in[dir] = s_.h[cur] + static_cast<long long>(dir) * B_ * H_;
         a.h_out[dir] = s_.h[cur ^ 1] + static_cast<long long>(dir) * B_ * H_;
       }
+      if constexpr (kElementTypeOf<T> == ElementType::kFloat32) {
+        if (kernel == StepKernel::kGemm) {
+          ClearPending();
+          LaunchGemmStep(a, D_, s_.gates, ProjectionMathFor(attrs_.precision, d_), cublas_, stream_);
+          Check(cudaGetLastError(), "recurrent step");
+          cur ^= 1;
+          continue;
+        }
+      }
       if (kernel == StepKernel::kSplitK) LaunchSplitKStep(a, D_, sm_count_, stream_);
       else LaunchTiledStep(a, D_, device_, stream_);
       Check(cudaGetLastError(), "recurrent step");
@@ -275,7 +298,9 @@ template <typename T>
 std::string DescribeStrategy(const Dims& d, Strategy strategy, Precision precision) {
   int device = 0;
   Check(cudaGetDevice(&device), "current device");
-  return DescribeRanges(PlanRangesOn<T>(device, strategy, d, MmaOperandOf<T>(precision, d)), ChooseStepKernel(strategy, d));
+  StepKernel step = StepKernel::kTiled;
+  const std::vector<LayerRange> ranges = PlanCall<T>(device, strategy, precision, d, &step);
+  return DescribeRanges(ranges, step);
 }
 
 template <typename T>

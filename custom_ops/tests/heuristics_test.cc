@@ -20,18 +20,18 @@ Dims Sizes(int64_t B, int64_t H) {
 
 TEST(StepKernelAutoPicksSplitKForSmallBatchesAndUnits) {
   for (Strategy s : {Strategy::kAuto, Strategy::kPersistent, Strategy::kWavefront}) {
-    CHECK(ChooseStepKernel(s, Sizes(16, 1024)) == StepKernel::kSplitK);
-    CHECK(ChooseStepKernel(s, Sizes(17, 1024)) == StepKernel::kTiled);
-    CHECK(ChooseStepKernel(s, Sizes(16, 1025)) == StepKernel::kTiled);
-    CHECK(ChooseStepKernel(s, Sizes(1, 1)) == StepKernel::kSplitK);
+    CHECK(ChooseStepKernel(s, ElementType::kFloat16, Sizes(16, 1024)) == StepKernel::kSplitK);
+    CHECK(ChooseStepKernel(s, ElementType::kFloat16, Sizes(17, 1024)) == StepKernel::kTiled);
+    CHECK(ChooseStepKernel(s, ElementType::kFloat16, Sizes(16, 1025)) == StepKernel::kTiled);
+    CHECK(ChooseStepKernel(s, ElementType::kFloat16, Sizes(1, 1)) == StepKernel::kSplitK);
   }
 }
 
 TEST(StepKernelForcedByStrategy) {
-  CHECK(ChooseStepKernel(Strategy::kTiled, Sizes(1, 64)) == StepKernel::kTiled);
-  CHECK(ChooseStepKernel(Strategy::kSplitK, Sizes(512, 64)) == StepKernel::kSplitK);
-  CHECK(ChooseStepKernel(Strategy::kSplitK, Sizes(1, 1024)) == StepKernel::kSplitK);
-  CHECK(ChooseStepKernel(Strategy::kSplitK, Sizes(1, 1025)) == StepKernel::kTiled);  // registers run out
+  CHECK(ChooseStepKernel(Strategy::kTiled, ElementType::kFloat16, Sizes(1, 64)) == StepKernel::kTiled);
+  CHECK(ChooseStepKernel(Strategy::kSplitK, ElementType::kFloat16, Sizes(512, 64)) == StepKernel::kSplitK);
+  CHECK(ChooseStepKernel(Strategy::kSplitK, ElementType::kFloat16, Sizes(1, 1024)) == StepKernel::kSplitK);
+  CHECK(ChooseStepKernel(Strategy::kSplitK, ElementType::kFloat16, Sizes(1, 1025)) == StepKernel::kTiled);  // registers run out
 }
 
 TEST(SplitTf32ProjectionOnlyForLargeFloat32Inputs) {
@@ -112,6 +112,31 @@ TEST(TunedWinnerOnlyForAutoAndAnExactMatch) {
   d.T = 100;
   d.B = 1;
   CHECK(StrategyForCall(Strategy::kAuto, tuned, "NVIDIA H100", d) == Strategy::kSplitK);
+}
+
+TEST(LargeFp32StepsRunOnCublas) {
+  const auto f32 = ElementType::kFloat32, f16 = ElementType::kFloat16;
+  CHECK(ChooseStepKernel(Strategy::kAuto, f32, Sizes(17, 1024)) == StepKernel::kGemm);
+  CHECK(ChooseStepKernel(Strategy::kAuto, f32, Sizes(256, 64)) == StepKernel::kGemm);
+  CHECK(ChooseStepKernel(Strategy::kAuto, f32, Sizes(1, 2048)) == StepKernel::kGemm);
+  CHECK(ChooseStepKernel(Strategy::kWavefront, f32, Sizes(8, 1024)) == StepKernel::kSplitK);  // registers hold it
+  CHECK(ChooseStepKernel(Strategy::kAuto, f32, Sizes(64, 512)) == StepKernel::kTiled);
+  CHECK(ChooseStepKernel(Strategy::kAuto, f16, Sizes(17, 1024)) == StepKernel::kTiled);  // fp16 h would need a copy
+  CHECK(ChooseStepKernel(Strategy::kTiled, f32, Sizes(256, 2048)) == StepKernel::kTiled);  // forced v1 stays
+}
+
+TEST(Tf32LargeCallsPreferCublasSteps) {
+  const auto f32 = ElementType::kFloat32;
+  CHECK(PrefersGemmSteps(Strategy::kAuto, Precision::kTf32, f32, Sizes(256, 512)));
+  CHECK(PrefersGemmSteps(Strategy::kAuto, Precision::kTf32, f32, Sizes(64, 1024)));
+  CHECK(PrefersGemmSteps(Strategy::kAuto, Precision::kAuto, f32, Sizes(256, 512)));
+  CHECK(!PrefersGemmSteps(Strategy::kAuto, Precision::kAuto, f32, Sizes(128, 1024)));  // auto is fp32 here
+  CHECK(!PrefersGemmSteps(Strategy::kAuto, Precision::kTf32, f32, Sizes(512, 128)));   // narrow: WMMA wins
+  CHECK(!PrefersGemmSteps(Strategy::kAuto, Precision::kTf32, f32, Sizes(32, 1024)));   // small: WMMA wins
+  CHECK(!PrefersGemmSteps(Strategy::kAuto, Precision::kFp32, f32, Sizes(256, 512)));
+  CHECK(!PrefersGemmSteps(Strategy::kAuto, Precision::kFp16, f32, Sizes(256, 512)));
+  CHECK(!PrefersGemmSteps(Strategy::kWavefront, Precision::kTf32, f32, Sizes(256, 512)));  // forced stays
+  CHECK(!PrefersGemmSteps(Strategy::kAuto, Precision::kTf32, ElementType::kFloat16, Sizes(256, 512)));
 }
 
 TEST(PrecisionPicksTheTensorCoreOperand) {

@@ -57,6 +57,7 @@ void CheckLayout(const Dims& d, ElementType type) {
       {"c_fin", s.c_fin, states},
       {"hbuf", s.hbuf, HBufBytes(d)},
       {"barrier", s.barrier, sizeof(unsigned)},
+      {"gates", s.gates, type == ElementType::kFloat32 ? f * d.D * d.B * 4 * d.H : 0},
   };
   const bool split = ProjectsWithSplitTf32(type, d.T * d.B);
   CHECK_EQ(s.x_hi != nullptr, split);

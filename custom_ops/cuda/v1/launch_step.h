@@ -1,8 +1,11 @@
-// Launching one recurrent step (v1) with either per-step kernel, shapes from heuristics.h. The
+// Launching one recurrent step (v1) with any per-step kernel, shapes from heuristics.h. The
 // orchestration (stack_run.cu) sees the launches, not the kernels.
 #pragma once
 
+#include <cublas_v2.h>
 #include <cuda_runtime_api.h>
+
+#include "cuda/heuristics.h"
 
 namespace lstm_ort {
 
@@ -14,5 +17,9 @@ void LaunchTiledStep(const StepArgs<T>& a, int D, int device, cudaStream_t strea
 
 template <typename T>
 void LaunchSplitKStep(const StepArgs<T>& a, int D, int sm_count, cudaStream_t stream);
+
+// gates: scratch of [D][B][4H] floats. fp32 storage only (the GEMM reads h as fp32).
+void LaunchGemmStep(const StepArgs<float>& a, int D, float* gates, ProjectionMath math, cublasHandle_t cublas,
+                    cudaStream_t stream);
 
 }  // namespace lstm_ort

@@ -64,8 +64,12 @@ def test_error_decreases_with_rank(spec, rng):
         optimize(original, low_rank=rank, report=report)
         assert report.low_rank.factored == 8
         errors.append((report.low_rank.output_max_abs, max(o.relative for o in report.low_rank.outputs)))
+    # The relative error (a norm over every output value) falls with each rank step; max-abs, one
+    # element, may stall between neighbouring ranks (rank 1 and 2 measured 0.2484 / 0.2487) but
+    # must not grow beyond rounding, and falls overall.
     for (a, ra), (b, rb) in zip(errors, errors[1:]):
-        assert b < a and rb < ra, errors
+        assert rb < ra and b <= a * 1.01, errors
+    assert errors[-1][0] < errors[0][0] / 2, errors
 
 
 def test_factored_model_is_smaller_and_runs_in_the_reference(spec, rng):

@@ -93,9 +93,13 @@ class StackRun {
   }
 
   void Run(Strategy strategy) {
-    std::vector<int> lens(B_, T_);
-    if (io_.seq_lens) lens.assign(io_.seq_lens, io_.seq_lens + B_);
-    Check(cudaMemcpyAsync(s_.lens, lens.data(), sizeof(int) * B_, cudaMemcpyHostToDevice, stream_), "copy lengths");
+    if (io_.seq_lens) {
+      Check(cudaMemcpyAsync(s_.lens, io_.seq_lens, sizeof(int) * B_, cudaMemcpyHostToDevice, stream_), "copy lengths");
+    } else {
+      ClearPending();
+      FillLengths<<<GridStrideBlocks(B_), kGridStrideThreads, 0, stream_>>>(s_.lens, B_, T_);
+      Check(cudaGetLastError(), "fill lengths");
+    }
     StepKernel step = StepKernel::kTiled;
     for (const LayerRange& range : PlanCall<T>(device_, strategy, attrs_.precision, d_, &step)) {
       if (range.plan && RunPersistent(range)) continue;

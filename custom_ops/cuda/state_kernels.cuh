@@ -24,6 +24,12 @@ __global__ void InitStates(const T* h0, const T* c0, float* h, float* c, int lay
   }
 }
 
+// Every length T: no host copy, so a call without sequence_lens enqueues without waiting on the
+// stream (a copy from pageable host memory may synchronise the host with it).
+__global__ inline void FillLengths(int* lens, int B, int T) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < B; i += gridDim.x * blockDim.x) lens[i] = T;
+}
+
 // A sequence of length 0 ends in zeros, as stock onnxruntime gives.
 template <typename T>
 __global__ void FinalStates(const float* h, const float* c, const int* lens, T* y_h, T* y_c, int layer, int D,

@@ -64,11 +64,11 @@ def test_error_decreases_with_rank(spec, rng):
         optimize(original, low_rank=rank, report=report)
         assert report.low_rank.factored == 8
         errors.append((report.low_rank.output_max_abs, max(o.relative for o in report.low_rank.outputs)))
-    # The relative error (a norm over every output value) falls with each rank step; max-abs, one
-    # element, may stall between neighbouring ranks (rank 1 and 2 measured 0.2484 / 0.2487) but
-    # must not grow beyond rounding, and falls overall.
-    for (a, ra), (b, rb) in zip(errors, errors[1:]):
-        assert rb < ra and b <= a * 1.01, errors
+    # The relative error (a norm over every output value) falls with each rank step. Max-abs is one
+    # element and may move either way between neighbouring ranks (CI saw 0.301 -> 0.314 from rank
+    # 1 to 2); over the whole range it must fall.
+    for (_, ra), (_, rb) in zip(errors, errors[1:]):
+        assert rb < ra, errors
     assert errors[-1][0] < errors[0][0] / 2, errors
 
 

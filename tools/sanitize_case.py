@@ -3,6 +3,7 @@ and a 3-layer forward stack (the wavefront), ragged lengths, initial states, pee
 and float16; and the same stacks with factored weights (the low-rank path), against our CPU kernel."""
 
 import itertools
+import os
 import sys
 
 import numpy as np
@@ -35,6 +36,21 @@ def main() -> int:
                             initial_states=True)
             err = max_abs(got, run_stock(spec, layers, feeds, seq_lens=True, initial_states=True))
             worst_mma[precision] = max(worst_mma.get(precision, 0.0), err)
+    # v1's cuBLAS step (v1/gemm_step.cu): forced on every fp32 layer through its developer knob, in
+    # fp32 and in tf32 (the mode that picks it on its own at large shapes).
+    os.environ["LSTM_ORT_GEMM_STEP"] = "1"
+    for precision in ("fp32", "tf32"):
+        for spec in specs:
+            layers = random_layers(spec, rng)
+            feeds = make_feeds(spec, 5, 6, rng, seq_lens=True, initial_states=True)
+            got = run_fused(spec, layers, feeds, providers=CUDA, precision=precision, seq_lens=True,
+                            initial_states=True)
+            err = max_abs(got, run_stock(spec, layers, feeds, seq_lens=True, initial_states=True))
+            if precision == "fp32":
+                worst = max(worst, err)
+            else:
+                worst_mma["cuBLAS step tf32"] = max(worst_mma.get("cuBLAS step tf32", 0.0), err)
+    del os.environ["LSTM_ORT_GEMM_STEP"]
     # Factored weights (the low-rank path), against our CPU kernel.
     for spec, dtype in itertools.product(specs, (np.float32, np.float16)):
         model = fused_model(spec, factored_layers(random_layers(spec, rng), 5, 7), dtype, seq_lens=True,

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <vector>
 
 #include "cuda/device_limits.h"
 
@@ -27,5 +28,14 @@ inline lstm_ort::DeviceLimits H100() { return FakeDevice(132, 227 * 1024, 228 * 
 
 // A small GPU: 8 SMs, 48 KiB per block, 64 KiB per SM.
 inline lstm_ort::DeviceLimits SmallGpu() { return FakeDevice(8, 48 * 1024, 64 * 1024, 1024, 1); }
+
+// The devices the planner tests plan for, by name.
+struct NamedDevice {
+  const char* name;
+  lstm_ort::DeviceLimits dev;
+};
+inline std::vector<NamedDevice> TestDevices() { return {{"h100", H100()}, {"small", SmallGpu()}}; }
+
+inline bool IsPowerOfTwo(int n) { return n > 0 && (n & (n - 1)) == 0; }
 
 }  // namespace unit

@@ -11,15 +11,13 @@ using namespace lstm_ort;
 
 namespace {
 
-bool IsPowerOfTwo(int n) { return n > 0 && (n & (n - 1)) == 0; }
-
 void CheckMmaPlan(const PersistentPlan& p, int layers, int D, int H, int B, MmaOperand op, const DeviceLimits& dev,
                   const std::string& where) {
   const int K = RangeRows(layers, H, D), kstep = MmaKStep(op), bytes = MmaOperandBytes(op);
   const auto fail = [&](const char* what) { unit::RecordFailure(__FILE__, __LINE__, where + ": " + what); };
   if (!p.mma || p.operand != op) fail("a tensor-core plan for this operand");
-  if (!IsPowerOfTwo(p.U) || p.U < 4 || p.U > 64) fail("U is a power of two in 4..64 (4U columns: whole 16-wide tiles)");
-  if (!IsPowerOfTwo(p.Bb) || p.Bb < 16 || p.Bb > 128) fail("Bb is a power of two in 16..128 (whole 16-row tiles)");
+  if (!unit::IsPowerOfTwo(p.U) || p.U < 4 || p.U > 64) fail("U is a power of two in 4..64 (4U columns: whole 16-wide tiles)");
+  if (!unit::IsPowerOfTwo(p.Bb) || p.Bb < 16 || p.Bb > 128) fail("Bb is a power of two in 16..128 (whole 16-row tiles)");
   if (p.Bb * p.U > 4 * kPersistentThreads) fail("a thread finishes at most 4 cells");
   const int tiles = (p.Bb / 16) * (p.U / 4);
   if (p.tpw * 8 != tiles * p.ksplit) fail("eight warps cover every tile and k share exactly once");
@@ -43,12 +41,8 @@ void CheckMmaPlan(const PersistentPlan& p, int layers, int D, int H, int B, MmaO
 }  // namespace
 
 TEST(MmaPlansAreLaunchable) {
-  const struct {
-    const char* name;
-    DeviceLimits dev;
-  } devices[] = {{"h100", unit::H100()}, {"small", unit::SmallGpu()}};
   int planned = 0;
-  for (const auto& device : devices)
+  for (const auto& device : unit::TestDevices())
     for (MmaOperand op : {MmaOperand::kTf32x3, MmaOperand::kTf32, MmaOperand::kFp16, MmaOperand::kBf16})
       for (int layers : {1, 2, 4})
         for (int D : {1, 2})

@@ -10,15 +10,13 @@ using namespace lstm_ort;
 
 namespace {
 
-bool IsPowerOfTwo(int n) { return n > 0 && (n & (n - 1)) == 0; }
-
 // What the kernel and the scratch layout rely on, for a plan of `layers` layers.
 void CheckPlan(const PersistentPlan& p, int layers, int D, int H, int B, const DeviceLimits& dev,
                const std::string& where) {
   const int K = RangeRows(layers, H, D);
   const auto fail = [&](const char* what) { unit::RecordFailure(__FILE__, __LINE__, where + ": " + what); };
-  if (!IsPowerOfTwo(p.U) || p.U > 64) fail("U is a power of two <= 64");
-  if (!IsPowerOfTwo(p.Bb) || p.Bb < 4 || p.Bb > 64) fail("Bb is a power of two in 4..64");
+  if (!unit::IsPowerOfTwo(p.U) || p.U > 64) fail("U is a power of two <= 64");
+  if (!unit::IsPowerOfTwo(p.Bb) || p.Bb < 4 || p.Bb > 64) fail("Bb is a power of two in 4..64");
   if (p.Bb * p.U > 4 * kPersistentThreads) fail("a thread finishes at most 4 cells");
   if (p.R != (p.Bb == 4 ? 4 : 8)) fail("R is 4 for Bb = 4, else 8");
   if (p.P != (p.Bb / p.R) * p.U || p.P * p.S != kPersistentThreads) fail("P tiles x S slices = the block");
@@ -46,12 +44,8 @@ std::string Where(const char* device, int layers, int D, int H, int B) {
 }  // namespace
 
 TEST(PlansAreLaunchable) {
-  const struct {
-    const char* name;
-    DeviceLimits dev;
-  } devices[] = {{"h100", unit::H100()}, {"small", unit::SmallGpu()}};
   int planned = 0;
-  for (const auto& device : devices)
+  for (const auto& device : unit::TestDevices())
     for (int layers : {1, 2, 3, 8})
       for (int D : {1, 2})
         for (int H : {1, 3, 8, 31, 64, 100, 128, 256, 500, 512, 1024, 2048})

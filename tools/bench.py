@@ -54,6 +54,7 @@ class Row:
     # --precisions: mode -> [ms, max-abs vs FP32 stock, x the best stock at any precision]
     precisions: dict = field(default_factory=dict)
     stock_fp16_ms: float | None = None  # stock's CUDA LSTM on the fp16 model (with --precisions fp16)
+    torch_fp32_ms: float | None = None  # torch cuDNN with TF32 off: the FP32-accurate torch path
 
 
 def parse_config(text: str):
@@ -69,7 +70,7 @@ def label(cfg) -> str:
     return f"L{L} T{T} H{H} B{B}" + (" bi" if bi else "")
 
 
-def torch_runner(spec: LstmSpec, layers, x: np.ndarray, device: str):
+def torch_runner(spec: LstmSpec, layers, x: np.ndarray, device: str, tf32: bool = True):
     import torch
 
     H = spec.hidden_size
@@ -87,6 +88,8 @@ def torch_runner(spec: LstmSpec, layers, x: np.ndarray, device: str):
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
 
     def run():
+        # cuDNN reads the flag when the call is made; set it per call so two runners can interleave
+        torch.backends.cudnn.allow_tf32 = tf32
         with torch.no_grad():
             return lstm(xt)
 
@@ -116,11 +119,14 @@ def bench_config(cfg, device: str, runs: int, warmup: int, use_torch: bool, stra
     stock_tf32_ms = None
     if device == "cuda":  # stock's default CUDA setting: TF32 on, faster and less exact
         stock_tf32_ms = median_ms(OrtRunner(stock_model(spec, layers), feeds, device, False, tf32=True), runs, warmup)
-    torch_ms = err_torch = None
+    torch_ms = err_torch = torch_fp32_ms = None
     if use_torch:
         run, outputs, sync = torch_runner(spec, layers, x, device)
         err_torch = max_abs(outputs(), ref)
         torch_ms = median_ms(run, runs, warmup, sync)
+        if device == "cuda":
+            run32, _, sync32 = torch_runner(spec, layers, x, device, tf32=False)
+            torch_fp32_ms = median_ms(run32, runs, warmup, sync32)
     by_strategy = {}
     for name in strategies:
         forced = OrtRunner(fused_model(spec, layers), feeds, device, fused=True, strategy=name)
@@ -139,7 +145,7 @@ def bench_config(cfg, device: str, runs: int, warmup: int, use_torch: bool, stra
                                   runs, warmup)
     return Row(label(cfg), ours_ms, stock_ms, stock_tf32_ms, torch_ms, best_stock / ours_ms,
                torch_ms / ours_ms if torch_ms else None, err_ours, err_torch, by_strategy, by_precision,
-               stock_fp16_ms)
+               stock_fp16_ms, torch_fp32_ms)
 
 
 def fmt(v, spec):
@@ -162,7 +168,8 @@ def print_table(rows: list[Row], device: str) -> None:
               " stock fp16 = stock's CUDA LSTM on the fp16 model:")
         for r in rows:
             print(f"{r.config:<22}" + "  ".join(f"{k} {v[0]:.3f} ({v[1]:.1e}, {v[2]:.2f}x)" for k, v in r.precisions.items())
-                  + (f"  stock fp16 {r.stock_fp16_ms:.3f}" if r.stock_fp16_ms else ""))
+                  + (f"  stock fp16 {r.stock_fp16_ms:.3f}" if r.stock_fp16_ms else "")
+                  + (f"  torch fp32 {r.torch_fp32_ms:.3f}" if r.torch_fp32_ms else ""))
     if any(r.strategies for r in rows):
         print("\nours per forced strategy (ms, max-abs vs stock):")
         for r in rows:

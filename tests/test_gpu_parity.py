@@ -68,6 +68,17 @@ def test_reference_sizes(L, T, H, B, direction, strategy, rng):
     check_gpu(spec, T, B, rng, strategy, seq_lens=True)
 
 
+@pytest.mark.parametrize("B", [1, 2, 3, 8, 16, 17])
+@pytest.mark.parametrize("direction", DIRECTIONS)
+def test_gemm_step(B, direction, monkeypatch, rng):
+    """v1's cuBLAS step, forced through its developer knob: the weight-streaming product for B 2-16
+    (K split over blocks, a partial last column tile and split at H=301) and cuBLAS otherwise; with
+    initial states, and without them, when the first step skips the product."""
+    monkeypatch.setenv("LSTM_ORT_GEMM_STEP", "1")
+    spec = LstmSpec(input_size=7, hidden_size=301, num_layers=2, direction=direction)
+    check_gpu(spec, 12, B, rng, "auto", seq_lens=B % 2 == 1, initial_states=B % 2 == 0)
+
+
 @pytest.mark.parametrize("strategy", STRATEGIES)
 @pytest.mark.parametrize("direction", DIRECTIONS)
 @pytest.mark.parametrize("layout", [0, 1])

@@ -21,7 +21,7 @@ import numpy as np
 import onnxruntime as ort
 
 from lstm_ort.builders import LstmSpec, fused_model, random_layers, stock_model
-from lstm_ort.ops.identity import TUNABLE_STRATEGIES
+from lstm_ort.ops.identity import OPTIMIZE_PRECISION, TUNABLE_STRATEGIES
 from lstm_ort.testing import max_abs
 from lstm_ort.tuning.timing import OrtRunner, median_ms
 
@@ -55,6 +55,7 @@ class Row:
     precisions: dict = field(default_factory=dict)
     stock_fp16_ms: float | None = None  # stock's CUDA LSTM on the fp16 model (with --precisions fp16)
     torch_fp32_ms: float | None = None  # torch cuDNN with TF32 off: the FP32-accurate torch path
+    err_stock_tf32: float | None = None  # stock's default (TF32) against stock FP32: the error class to match
 
 
 def parse_config(text: str):
@@ -111,14 +112,16 @@ def bench_config(cfg, device: str, runs: int, warmup: int, use_torch: bool, stra
     x = rng.standard_normal((T, B, H)).astype(np.float32)
     feeds = {"X": x}
     stock = OrtRunner(stock_model(spec, layers), feeds, device, fused=False)
-    ours = OrtRunner(fused_model(spec, layers), feeds, device, fused=True)
+    ours = OrtRunner(fused_model(spec, layers), feeds, device, fused=True, precision=OPTIMIZE_PRECISION)
     ref = stock.outputs()
     err_ours = max_abs(ours.outputs(), ref)
     stock_ms = median_ms(stock, runs, warmup)
     ours_ms = median_ms(ours, runs, warmup)
-    stock_tf32_ms = None
+    stock_tf32_ms = err_stock_tf32 = None
     if device == "cuda":  # stock's default CUDA setting: TF32 on, faster and less exact
-        stock_tf32_ms = median_ms(OrtRunner(stock_model(spec, layers), feeds, device, False, tf32=True), runs, warmup)
+        stock_tf32 = OrtRunner(stock_model(spec, layers), feeds, device, False, tf32=True)
+        err_stock_tf32 = max_abs(stock_tf32.outputs(), ref)
+        stock_tf32_ms = median_ms(stock_tf32, runs, warmup)
     torch_ms = err_torch = torch_fp32_ms = None
     if use_torch:
         run, outputs, sync = torch_runner(spec, layers, x, device)
@@ -145,7 +148,7 @@ def bench_config(cfg, device: str, runs: int, warmup: int, use_torch: bool, stra
                                   runs, warmup)
     return Row(label(cfg), ours_ms, stock_ms, stock_tf32_ms, torch_ms, best_stock / ours_ms,
                torch_ms / ours_ms if torch_ms else None, err_ours, err_torch, by_strategy, by_precision,
-               stock_fp16_ms, torch_fp32_ms)
+               stock_fp16_ms, torch_fp32_ms, err_stock_tf32)
 
 
 def fmt(v, spec):
@@ -154,7 +157,8 @@ def fmt(v, spec):
 
 def print_table(rows: list[Row], device: str) -> None:
     print(f"\nFusedLSTM vs stock onnxruntime ({device}) and torch nn.LSTM; ratio > 1 means ours is faster.")
-    print("stock = FP32 (use_tf32=0, the error reference); stock tf32 = stock's default; x stock uses the faster one.")
+    print(f"ours = what `optimize` writes (precision {OPTIMIZE_PRECISION}); stock = FP32 (use_tf32=0, the error "
+          "reference); stock tf32 = stock's default; x stock uses the faster one.")
     head = (f"{'config':<22}{'ours ms':>10}{'stock ms':>10}{'stk tf32':>10}{'torch ms':>10}{'x stock':>9}{'x torch':>9}"
             f"{'err ours':>11}{'err torch':>11}")
     print(head)
@@ -169,7 +173,8 @@ def print_table(rows: list[Row], device: str) -> None:
         for r in rows:
             print(f"{r.config:<22}" + "  ".join(f"{k} {v[0]:.3f} ({v[1]:.1e}, {v[2]:.2f}x)" for k, v in r.precisions.items())
                   + (f"  stock fp16 {r.stock_fp16_ms:.3f}" if r.stock_fp16_ms else "")
-                  + (f"  torch fp32 {r.torch_fp32_ms:.3f}" if r.torch_fp32_ms else ""))
+                  + (f"  torch fp32 {r.torch_fp32_ms:.3f}" if r.torch_fp32_ms else "")
+                  + (f"  stock tf32 err {r.err_stock_tf32:.1e}" if r.err_stock_tf32 is not None else ""))
     if any(r.strategies for r in rows):
         print("\nours per forced strategy (ms, max-abs vs stock):")
         for r in rows:

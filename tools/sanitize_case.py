@@ -37,16 +37,18 @@ def main() -> int:
             err = max_abs(got, run_stock(spec, layers, feeds, seq_lens=True, initial_states=True))
             worst_mma[precision] = max(worst_mma.get(precision, 0.0), err)
     # v1's cuBLAS step (v1/gemm_step.cu): forced on every fp32 layer through its developer knob, in
-    # fp32 and in tf32 (the mode that picks it on its own at large shapes); once without
-    # sequence_lens, which fills the lengths on the device (FillLengths).
+    # fp32 and in tf32 (the mode that picks it on its own at large shapes). B=6 takes the
+    # weight-streaming product (v1/step_stream.cuh), B=20 cuBLAS; without initial states the first
+    # step skips the product; without sequence_lens the lengths are filled on the device.
     os.environ["LSTM_ORT_GEMM_STEP"] = "1"
-    for precision, lens in (("fp32", True), ("fp32", False), ("tf32", True)):
+    for precision, lens, states, B in (("fp32", True, True, 6), ("fp32", False, False, 6),
+                                       ("fp32", True, False, 20), ("tf32", True, True, 6)):
         for spec in specs:
             layers = random_layers(spec, rng)
-            feeds = make_feeds(spec, 5, 6, rng, seq_lens=lens, initial_states=True)
+            feeds = make_feeds(spec, 5, B, rng, seq_lens=lens, initial_states=states)
             got = run_fused(spec, layers, feeds, providers=CUDA, precision=precision, seq_lens=lens,
-                            initial_states=True)
-            err = max_abs(got, run_stock(spec, layers, feeds, seq_lens=lens, initial_states=True))
+                            initial_states=states)
+            err = max_abs(got, run_stock(spec, layers, feeds, seq_lens=lens, initial_states=states))
             if precision == "fp32":
                 worst = max(worst, err)
             else:

@@ -37,26 +37,47 @@ std::optional<MmaOperand> MmaOperandFor(Precision precision, ElementType type, c
     case Precision::kFp16: return half_batch ? std::optional<MmaOperand>(MmaOperand::kFp16) : std::nullopt;
     case Precision::kBf16: return half_batch ? std::optional<MmaOperand>(MmaOperand::kBf16) : std::nullopt;
     case Precision::kTf32: return d.B >= kMinBatchForTf32Mma ? std::optional<MmaOperand>(MmaOperand::kTf32) : std::nullopt;
-    case Precision::kAuto: return AutoRunsAsTf32(d) ? std::optional<MmaOperand>(MmaOperand::kTf32) : std::nullopt;
+    case Precision::kAuto: return MmaOperandFor(ResolvedPrecision(precision, d), type, d);
     case Precision::kFp32: break;
   }
   return std::nullopt;
 }
 
 bool PrefersGemmSteps(Strategy strategy, Precision precision, ElementType type, const Dims& d) {
-  const bool tf32 = precision == Precision::kTf32 || (precision == Precision::kAuto && AutoRunsAsTf32(d));
+  const bool tf32 = ResolvedPrecision(precision, d) == Precision::kTf32;
   return strategy == Strategy::kAuto && type == ElementType::kFloat32 && tf32 && d.H >= kMinHiddenForTf32GemmSteps &&
          d.B * d.H >= kMinCellsForTf32GemmSteps;
 }
 
-bool AutoRunsAsTf32(const Dims& d) { return d.B >= kMinBatchForTf32Mma; }
+bool AutoRunsAsTf32(const Dims& d) {
+  return d.B >= kMinBatchForTf32Mma || (d.H >= kMinHiddenForAutoTf32 && d.B * d.H >= kMinCellsForAutoTf32);
+}
+
+Precision ResolvedPrecision(Precision precision, const Dims& d) {
+  if (precision != Precision::kAuto) return precision;
+  return AutoRunsAsTf32(d) ? Precision::kTf32 : Precision::kFp32;
+}
+
+bool StepStreamsWeights(const Dims& d) {
+  return d.B >= kStreamMinBatch && d.B <= kStreamMaxBatch && d.H <= static_cast<int64_t>(kStreamMaxSplits) * kStreamMaxRowsPerSplit;
+}
+
+int StreamSplitsAtMost(int64_t H) {
+  return static_cast<int>(std::min<int64_t>(kStreamMaxSplits, std::max<int64_t>(1, H / 32)));
+}
+
+int StreamSplits(int H, int tiles, int D, int sm_count) {
+  const int for_rows = (H + kStreamMaxRowsPerSplit - 1) / kStreamMaxRowsPerSplit;
+  const int for_sms = (4 * sm_count + tiles * D - 1) / (tiles * D);
+  return std::max(for_rows, std::min(for_sms, StreamSplitsAtMost(H)));
+}
 
 ProjectionMath ProjectionMathFor(Precision precision, const Dims& d) {
   switch (precision) {
     case Precision::kTf32: return ProjectionMath::kTf32;
     case Precision::kFp16: return ProjectionMath::kFp16;
     case Precision::kBf16: return ProjectionMath::kBf16;
-    case Precision::kAuto: return AutoRunsAsTf32(d) ? ProjectionMath::kTf32 : ProjectionMath::kFp32;
+    case Precision::kAuto: return ProjectionMathFor(ResolvedPrecision(precision, d), d);
     case Precision::kFp32: break;
   }
   return ProjectionMath::kFp32;

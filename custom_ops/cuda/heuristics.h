@@ -45,6 +45,26 @@ bool PrefersGemmSteps(Strategy strategy, Precision precision, ElementType type, 
 // Which per-step kernel v1 runs (also for layers the persistent strategies leave to v1).
 StepKernel ChooseStepKernel(Strategy strategy, ElementType type, const Dims& d);
 
+// Inside v1's cuBLAS step, FP32 products of small batches take the weight-streaming product
+// (v1/step_stream.cuh) instead of cuBLAS: each weight is used by at most 16 rows, so a step is bound
+// by reading the [H, 4H] weights once, and cuBLAS's FP32 kernels for 2-16 columns read them at well
+// below the memory's rate (H100, T=100 H2048: B8 bi 10.1 -> 7.4 ms, B8 5.7 -> 4.5 ms, B16 -> 6.1).
+// cuBLAS's GEMV for one row stays (H2048 B1 3.08 vs 3.28 ms), and so do its TF32 kernels, which
+// beat it (H2048 B8 tf32: 3.80 vs 3.99 ms). The product is split along K over
+// blocks (kStreamMaxSplits at most, kStreamMaxRowsPerSplit rows each) so that every SM streams; the
+// splits' partial sums are added by the cell kernel.
+constexpr int64_t kStreamMinBatch = 2;
+constexpr int64_t kStreamMaxBatch = 16;
+constexpr int kStreamMaxSplits = 16;
+constexpr int kStreamMaxRowsPerSplit = 512;
+constexpr int kStreamTileCols = 128;  // columns of 4H per block: a warp's float4 per lane
+bool StepStreamsWeights(const Dims& d);
+// K splits for H rows, `tiles` column tiles and D directions on `sm_count` SMs: enough blocks for
+// a few per SM, each split at most kStreamMaxRowsPerSplit rows and at least 32 (a warp's worth).
+// Never more than StreamSplitsAtMost(H), which sizes the partial sums' scratch.
+int StreamSplits(int H, int tiles, int D, int sm_count);
+int StreamSplitsAtMost(int64_t H);
+
 // fp32 input projections run as 3xTF32 (gemm/split_tf32.cuh) from this many rows (T*B) on, in
 // chunks of at most kSplitChunkRows rows so the split copies stay small. B=1 (100 rows) lost 3%
 // with the split, B=64 (6400 rows) gained 10-15%.
@@ -63,8 +83,16 @@ constexpr int64_t kMinBatchForTf32Mma = 256;
 std::optional<MmaOperand> MmaOperandFor(Precision precision, ElementType type, const Dims& d);
 
 // `auto` keeps FP32 accuracy where it costs nothing and runs as tf32 (stock's own default class)
-// where tf32 is measurably faster: from kMinBatchForTf32Mma rows on.
+// where FP32 measurably loses to stock's TF32 default: from kMinBatchForTf32Mma rows on, and for
+// H >= kMinHiddenForAutoTf32 from kMinCellsForAutoTf32 = B*H on, where the FP32 weights stream
+// from memory every step (H100, T=100, fp32 vs best stock TF32 ms: H512 B256 3.05 vs 2.50,
+// H1024 B32 1.70 vs 1.69, H1024 B64 3.09 vs 2.05, H2048 B8 4.46 vs 3.97, H2048 B32 7.37 vs 4.17;
+// fp32 still wins at H2048 B4 3.74 vs 3.90, H1024 B8, H512 B128 1.64 vs 1.74, H256 B512).
+constexpr int64_t kMinHiddenForAutoTf32 = 1024;
+constexpr int64_t kMinCellsForAutoTf32 = 16 * 1024;
 bool AutoRunsAsTf32(const Dims& d);
+// The mode a call runs: `auto` resolved for this shape to fp32 or tf32; other modes unchanged.
+Precision ResolvedPrecision(Precision precision, const Dims& d);
 
 // The input projection's cuBLAS compute type for an fp32 model: FP32 (with the 3xTF32 split of
 // ProjectsWithSplitTf32), or the mode's fast TF32 / fp16 / bf16 conversions.

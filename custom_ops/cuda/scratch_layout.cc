@@ -39,7 +39,9 @@ Scratch CarveScratch(const Dims& d, ElementType type, void* base, size_t* total)
   s.c_fin = reinterpret_cast<float*>(take(states));
   s.hbuf = reinterpret_cast<float*>(take(HBufBytes(d)));
   s.barrier = reinterpret_cast<unsigned*>(take(sizeof(unsigned)));
-  s.gates = reinterpret_cast<float*>(take(type == ElementType::kFloat32 ? sizeof(float) * d.D * d.B * kGates * d.H : 0));
+  const int64_t gate_copies = StepStreamsWeights(d) ? StreamSplitsAtMost(d.H) : 1;  // partial sums per K split
+  s.gates = reinterpret_cast<float*>(
+      take(type == ElementType::kFloat32 ? sizeof(float) * gate_copies * d.D * d.B * kGates * d.H : 0));
   if (ProjectsWithSplitTf32(type, d.T * d.B)) {
     const int64_t widest = std::max(d.I, d.D * d.H);  // the largest layer input
     const size_t x = sizeof(float) * std::min<int64_t>(d.T * d.B, kSplitChunkRows) * widest;

@@ -79,6 +79,7 @@ class StackRun {
         io_(io),
         d_(io.dims),
         stream_(stream),
+        precision_(ResolvedPrecision(attrs.precision, io.dims)),
         s_(CarveScratch(io.dims, kElementTypeOf<T>, scratch, nullptr)) {
     T_ = static_cast<int>(d_.T);
     B_ = static_cast<int>(d_.B);
@@ -101,7 +102,7 @@ class StackRun {
       Check(cudaGetLastError(), "fill lengths");
     }
     StepKernel step = StepKernel::kTiled;
-    for (const LayerRange& range : PlanCall<T>(device_, strategy, attrs_.precision, d_, &step)) {
+    for (const LayerRange& range : PlanCall<T>(device_, strategy, precision_, d_, &step)) {
       if (range.plan && RunPersistent(range)) continue;
       for (int l = range.first; l < range.first + range.count; ++l) RunStepwise(l, step);
     }
@@ -125,7 +126,7 @@ class StackRun {
     p.x_lo = s_.x_lo;
     p.w_hi = s_.w_hi;
     p.w_lo = s_.w_lo;
-    p.math = ProjectionMathFor(attrs_.precision, d_);
+    p.math = ProjectionMathFor(precision_, d_);
     ProjectInput(p, cublas_, stream_);
   }
 
@@ -201,7 +202,8 @@ class StackRun {
       if constexpr (kElementTypeOf<T> == ElementType::kFloat32) {
         if (kernel == StepKernel::kGemm) {
           ClearPending();
-          LaunchGemmStep(a, D_, s_.gates, ProjectionMathFor(attrs_.precision, d_), cublas_, stream_);
+          const bool h_is_zero = step == 0 && !io_.in[kInitialH];
+          LaunchGemmStep(a, D_, s_.gates, ProjectionMathFor(precision_, d_), h_is_zero, sm_count_, cublas_, stream_);
           Check(cudaGetLastError(), "recurrent step");
           cur ^= 1;
           continue;
@@ -290,6 +292,7 @@ class StackRun {
   const CallIO& io_;
   const Dims& d_;
   cudaStream_t stream_;
+  Precision precision_;  // `auto` resolved for this call's shape
   Scratch s_;
   cublasHandle_t cublas_ = nullptr;
   int T_ = 0, B_ = 0, H_ = 0, D_ = 1, L_ = 1, device_ = 0, sm_count_ = 132;
@@ -303,8 +306,11 @@ std::string DescribeStrategy(const Dims& d, Strategy strategy, Precision precisi
   int device = 0;
   Check(cudaGetDevice(&device), "current device");
   StepKernel step = StepKernel::kTiled;
-  const std::vector<LayerRange> ranges = PlanCall<T>(device, strategy, precision, d, &step);
-  return DescribeRanges(ranges, step);
+  const Precision resolved = ResolvedPrecision(precision, d);
+  const std::vector<LayerRange> ranges = PlanCall<T>(device, strategy, resolved, d, &step);
+  const std::string text = DescribeRanges(ranges, step);
+  if (precision != Precision::kAuto) return text;
+  return text + "; auto runs " + (resolved == Precision::kTf32 ? "tf32" : "fp32") + " at this size";
 }
 
 template <typename T>

@@ -130,7 +130,8 @@ TEST(Tf32LargeCallsPreferCublasSteps) {
   CHECK(PrefersGemmSteps(Strategy::kAuto, Precision::kTf32, f32, Sizes(256, 512)));
   CHECK(PrefersGemmSteps(Strategy::kAuto, Precision::kTf32, f32, Sizes(64, 1024)));
   CHECK(PrefersGemmSteps(Strategy::kAuto, Precision::kAuto, f32, Sizes(256, 512)));
-  CHECK(!PrefersGemmSteps(Strategy::kAuto, Precision::kAuto, f32, Sizes(128, 1024)));  // auto is fp32 here
+  CHECK(PrefersGemmSteps(Strategy::kAuto, Precision::kAuto, f32, Sizes(64, 1024)));
+  CHECK(!PrefersGemmSteps(Strategy::kAuto, Precision::kAuto, f32, Sizes(128, 512)));  // auto is fp32 here
   CHECK(!PrefersGemmSteps(Strategy::kAuto, Precision::kTf32, f32, Sizes(512, 128)));   // narrow: WMMA wins
   CHECK(!PrefersGemmSteps(Strategy::kAuto, Precision::kTf32, f32, Sizes(32, 1024)));   // small: WMMA wins
   CHECK(!PrefersGemmSteps(Strategy::kAuto, Precision::kFp32, f32, Sizes(256, 512)));
@@ -173,4 +174,42 @@ TEST(PrecisionPicksTheProjectionMath) {
   // auto: FP32-accurate where that costs nothing, all tf32 where tf32 is faster.
   CHECK(ProjectionMathFor(Precision::kAuto, b64) == ProjectionMath::kFp32);
   CHECK(ProjectionMathFor(Precision::kAuto, b256) == ProjectionMath::kTf32);
+}
+
+TEST(AutoRunsAsTf32WhereFp32LosesToStocksDefault) {
+  CHECK(ResolvedPrecision(Precision::kAuto, Sizes(256, 128)) == Precision::kTf32);   // large batch
+  CHECK(ResolvedPrecision(Precision::kAuto, Sizes(255, 128)) == Precision::kFp32);
+  CHECK(ResolvedPrecision(Precision::kAuto, Sizes(128, 512)) == Precision::kFp32);   // fp32 still wins
+  CHECK(ResolvedPrecision(Precision::kAuto, Sizes(16, 1024)) == Precision::kTf32);   // weights stream: B*H = 16K
+  CHECK(ResolvedPrecision(Precision::kAuto, Sizes(8, 1024)) == Precision::kFp32);
+  CHECK(ResolvedPrecision(Precision::kAuto, Sizes(8, 2048)) == Precision::kTf32);
+  CHECK(ResolvedPrecision(Precision::kAuto, Sizes(4, 2048)) == Precision::kFp32);
+  CHECK(ResolvedPrecision(Precision::kAuto, Sizes(1, 8192)) == Precision::kFp32);
+  for (Precision p : {Precision::kFp32, Precision::kTf32, Precision::kFp16, Precision::kBf16})
+    CHECK(ResolvedPrecision(p, Sizes(512, 2048)) == p);
+  // what auto resolves to decides everything downstream
+  const auto f32 = ElementType::kFloat32;
+  CHECK(MmaOperandFor(Precision::kAuto, f32, Sizes(64, 1024)) == MmaOperandFor(Precision::kTf32, f32, Sizes(64, 1024)));
+  CHECK(ProjectionMathFor(Precision::kAuto, Sizes(64, 1024)) == ProjectionMath::kTf32);
+  CHECK(ProjectionMathFor(Precision::kAuto, Sizes(4, 2048)) == ProjectionMath::kFp32);
+}
+
+TEST(SmallBatchStepsStreamTheWeights) {
+  CHECK(!StepStreamsWeights(Sizes(1, 2048)));  // cuBLAS's GEMV for one row is faster
+  CHECK(StepStreamsWeights(Sizes(2, 2048)));
+  CHECK(StepStreamsWeights(Sizes(16, 1024)));
+  CHECK(!StepStreamsWeights(Sizes(17, 1024)));  // cuBLAS: weights reused by enough rows
+  CHECK(StepStreamsWeights(Sizes(2, kStreamMaxSplits * kStreamMaxRowsPerSplit)));
+  CHECK(!StepStreamsWeights(Sizes(2, kStreamMaxSplits * kStreamMaxRowsPerSplit + 1)));  // a split would not fit
+  for (int H : {1, 31, 32, 100, 513, 1024, 2048, 3000, 8192}) {
+    const int G = 4 * H, tiles = (G + kStreamTileCols - 1) / kStreamTileCols;
+    for (int D : {1, 2}) {
+      const int s = StreamSplits(H, tiles, D, 132);
+      CHECK(s >= 1);
+      CHECK(s <= StreamSplitsAtMost(H));                         // the scratch holds every split
+      CHECK((H + s - 1) / s <= kStreamMaxRowsPerSplit);          // a split's h fits shared memory
+    }
+  }
+  // H2048 bi on 132 SMs: 128 column tiles, 5 splits -> 640 blocks, about 5 per SM
+  CHECK(StreamSplits(2048, 64, 2, 132) == 5);
 }

@@ -20,6 +20,10 @@ TUNABLE_STRATEGIES = STRATEGIES[1:]
 # (docs/ops.md, "Precision modes"). Absent means DEFAULT_PRECISION.
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "auto")
 DEFAULT_PRECISION = "fp32"
+# What `lstm-ort optimize` (and lstm_ort.optimize) writes on the nodes it makes unless told
+# otherwise: FP32 accuracy where it costs nothing, stock's own default class (TF32) at the large
+# shapes where FP32 would lose to stock's TF32 default (docs/ops.md, "The default").
+OPTIMIZE_PRECISION = "auto"
 
 
 def require_choice(what: str, value, choices: tuple[str, ...]) -> str:

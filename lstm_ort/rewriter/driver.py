@@ -17,7 +17,7 @@ import onnxscript.optimizer
 from onnx_ir.passes.common import NameFixPass
 
 from lstm_ort import progress
-from lstm_ort.ops.identity import DEFAULT_PRECISION, DOMAIN, OPSET_VERSION, PRECISIONS, require_choice
+from lstm_ort.ops.identity import DOMAIN, OPSET_VERSION, OPTIMIZE_PRECISION, PRECISIONS, require_choice
 from lstm_ort.rewriter import fold_weights, sequence_lens
 from lstm_ort.rewriter.graph_utils import RewriteContext, iter_graphs, model_names, rewrite_context
 from lstm_ort.rewriter.lazy_weights import is_lazy, tensor_chunks
@@ -53,7 +53,7 @@ def optimize(model_or_path, *, fold_constants: bool = True, rules: list[Rule] | 
     inputs, so feeding them is an error rather than silently ignored.
     ``sequence_lens_input``: add a ``sequence_lens`` input wired into the FusedLSTMs (rewriter/sequence_lens.py).
     ``precision``: one of PRECISIONS, written as the ``precision`` attribute of every FusedLSTM node
-    the rewrite makes (docs/ops.md, "Precision modes"); None writes no attribute, which means fp32.
+    the rewrite makes (docs/ops.md, "Precision modes"); None writes OPTIMIZE_PRECISION ("auto").
     ``low_rank``: factor the weights (an int: that rank for every matrix; or a rewriter.low_rank.LowRank)
     and measure the error against the unfactored model on ``calibration`` (an .npz path or a list of
     feed dicts; default seeded random inputs): ``report.low_rank`` holds every matrix's rank and the
@@ -259,11 +259,11 @@ def _apply(rule: Rule, model: ir.Model, report: Report, by_node: dict[ir.Node, F
 
 def _set_precision(by_node: dict[ir.Node, Finding], precision: str | None) -> None:
     """Once every rule has run (so stacks are fused): each FusedLSTM node made gets ``precision``
-    (none: the attribute stays absent, meaning fp32), and its finding says what it runs."""
+    (none: OPTIMIZE_PRECISION), written as its attribute, and its finding says what it runs."""
+    precision = precision or OPTIMIZE_PRECISION
     for node, finding in by_node.items():
-        if precision is not None:
-            node.attributes["precision"] = ir.AttrString("precision", precision)
-        finding.precision = precision or DEFAULT_PRECISION
+        node.attributes["precision"] = ir.AttrString("precision", precision)
+        finding.precision = precision
 
 
 def _names(nodes: list[ir.Node]) -> list[str]:

@@ -62,6 +62,16 @@ bool StepStreamsWeights(const Dims& d) {
   return d.B >= kStreamMinBatch && d.B <= kStreamMaxBatch && d.H <= static_cast<int64_t>(kStreamMaxSplits) * kStreamMaxRowsPerSplit;
 }
 
+bool StreamsStepWith(ProjectionMath math, const Dims& d) {
+  const bool math_streams =
+      math == ProjectionMath::kFp32 || (math == ProjectionMath::kTf32 && d.B <= kStreamMaxBatchForTf32);
+  return math_streams && StepStreamsWeights(d);
+}
+
+int StreamColumnTiles(int64_t H) {
+  return static_cast<int>((kGates * H + kStreamTileCols - 1) / kStreamTileCols);
+}
+
 int StreamSplitsAtMost(int64_t H) {
   return static_cast<int>(std::min<int64_t>(kStreamMaxSplits, std::max<int64_t>(1, H / 32)));
 }

@@ -45,20 +45,21 @@ bool PrefersGemmSteps(Strategy strategy, Precision precision, ElementType type, 
 // Which per-step kernel v1 runs (also for layers the persistent strategies leave to v1).
 StepKernel ChooseStepKernel(Strategy strategy, ElementType type, const Dims& d);
 
-// Inside v1's cuBLAS step, FP32 products of small batches take the weight-streaming product
-// (v1/step_stream.cuh) instead of cuBLAS: each weight is used by at most 16 rows, so a step is bound
-// by reading the [H, 4H] weights once, and cuBLAS's FP32 kernels for 2-16 columns read them at well
-// below the memory's rate (H100, T=100 H2048: B8 bi 10.1 -> 7.4 ms, B8 5.7 -> 4.5 ms, B16 -> 6.1).
-// cuBLAS's GEMV for one row stays (H2048 B1 3.08 vs 3.28 ms), and so do its TF32 kernels, which
-// beat it (H2048 B8 tf32: 3.80 vs 3.99 ms). The product is split along K over
+// Inside v1's cuBLAS step, small batches take the weight-streaming step (v1/step_stream.cuh)
+// instead of cuBLAS (StreamsStepWith, below, says for which math): each weight is used by at most
+// 16 rows, so a step is bound by reading the [H, 4H] weights once, and cuBLAS's FP32 kernels for
+// 2-16 columns read them at well below the memory's rate (H100, T=100 H2048: B8 bi 10.1 -> 7.2 ms,
+// B8 5.7 -> 4.3 ms, B16 -> 6.1). cuBLAS's GEMV for one row stays (H2048 B1 3.08 vs 3.28 ms).
+// The shape test (which also sizes the scratch); the product is split along K over
 // blocks (kStreamMaxSplits at most, kStreamMaxRowsPerSplit rows each) so that every SM streams; the
-// splits' partial sums are added by the cell kernel.
+// last block of each column tile adds the splits' partial sums and runs the cell.
 constexpr int64_t kStreamMinBatch = 2;
 constexpr int64_t kStreamMaxBatch = 16;
 constexpr int kStreamMaxSplits = 16;
 constexpr int kStreamMaxRowsPerSplit = 512;
 constexpr int kStreamTileCols = 128;  // columns of 4H per block: a warp's float4 per lane
 bool StepStreamsWeights(const Dims& d);
+int StreamColumnTiles(int64_t H);  // blocks along 4H per direction and split
 // K splits for H rows, `tiles` column tiles and D directions on `sm_count` SMs: enough blocks for
 // a few per SM, each split at most kStreamMaxRowsPerSplit rows and at least 32 (a warp's worth).
 // Never more than StreamSplitsAtMost(H), which sizes the partial sums' scratch.
@@ -98,6 +99,13 @@ Precision ResolvedPrecision(Precision precision, const Dims& d);
 // ProjectsWithSplitTf32), or the mode's fast TF32 / fp16 / bf16 conversions.
 enum class ProjectionMath { kFp32, kTf32, kFp16, kBf16 };
 ProjectionMath ProjectionMathFor(Precision precision, const Dims& d);
+
+// Whether v1's cuBLAS step streams the weights for this step's math: FP32 at StepStreamsWeights'
+// shapes; tf32 too up to kStreamMaxBatchForTf32 rows, in fp32 (within tf32's bound), where it beats
+// cuBLAS's TF32 kernels (H100, H2048 T=100: B8 3.78 vs 3.80-4.24 ms, B8 bi 6.21 vs 6.40-6.55) and
+// not above (B16 5.72 vs 3.94). With the cell fused in (one launch per step): fp32 B8 4.29 vs 4.46-4.71.
+constexpr int64_t kStreamMaxBatchForTf32 = 8;
+bool StreamsStepWith(ProjectionMath math, const Dims& d);
 
 // Dynamic shared memory the tiled step kernel may use; its limit is raised to this once per device.
 constexpr size_t kTiledSmemBudget = 200 * 1024;

@@ -39,9 +39,11 @@ Scratch CarveScratch(const Dims& d, ElementType type, void* base, size_t* total)
   s.c_fin = reinterpret_cast<float*>(take(states));
   s.hbuf = reinterpret_cast<float*>(take(HBufBytes(d)));
   s.barrier = reinterpret_cast<unsigned*>(take(sizeof(unsigned)));
-  const int64_t gate_copies = StepStreamsWeights(d) ? StreamSplitsAtMost(d.H) : 1;  // partial sums per K split
-  s.gates = reinterpret_cast<float*>(
-      take(type == ElementType::kFloat32 ? sizeof(float) * gate_copies * d.D * d.B * kGates * d.H : 0));
+  const bool fp32 = type == ElementType::kFloat32, streams = fp32 && StepStreamsWeights(d);
+  const int64_t gate_copies = streams ? StreamSplitsAtMost(d.H) : 1;  // partial sums per K split
+  s.gates = reinterpret_cast<float*>(take(fp32 ? sizeof(float) * gate_copies * d.D * d.B * kGates * d.H : 0));
+  unsigned* done = reinterpret_cast<unsigned*>(take(streams ? sizeof(unsigned) * d.D * StreamColumnTiles(d.H) : 0));
+  s.stream_done = streams ? done : nullptr;  // take(0) would point at the next region
   if (ProjectsWithSplitTf32(type, d.T * d.B)) {
     const int64_t widest = std::max(d.I, d.D * d.H);  // the largest layer input
     const size_t x = sizeof(float) * std::min<int64_t>(d.T * d.B, kSplitChunkRows) * widest;

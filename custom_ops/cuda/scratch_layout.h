@@ -23,6 +23,7 @@ struct Scratch {
   float* hbuf;
   unsigned* barrier;
   float* gates;    // v1's cuBLAS step: [splits][D][B][4H] recurrent products (fp32 storage only)
+  unsigned* stream_done;  // its weight-streaming step: [D][column tiles] split counters
   // fp32 input projections on TF32 tensor cores: the layer input (a chunk of rows) and its
   // weights, split; null when ProjectsWithSplitTf32 says no.
   float *x_hi, *x_lo, *w_hi, *w_lo;

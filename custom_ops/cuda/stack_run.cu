@@ -192,6 +192,8 @@ class StackRun {
       a.cell[dir] = MakeCellParams(attrs_, dir);
     }
     InitLayerStates(l, s_.h[0], s_.c);
+    if (kernel == StepKernel::kGemm && s_.stream_done)
+      Check(cudaMemsetAsync(s_.stream_done, 0, sizeof(unsigned) * D_ * StreamColumnTiles(H_), stream_), "zero counters");
     int cur = 0;  // each launch below is checked right after it, so nothing foreign is pending between them
     for (int step = 0; step < io_.max_len; ++step) {
       a.step = step;
@@ -203,7 +205,8 @@ class StackRun {
         if (kernel == StepKernel::kGemm) {
           ClearPending();
           const bool h_is_zero = step == 0 && !io_.in[kInitialH];
-          LaunchGemmStep(a, D_, s_.gates, ProjectionMathFor(precision_, d_), h_is_zero, sm_count_, cublas_, stream_);
+          LaunchGemmStep(a, D_, {s_.gates, s_.stream_done}, ProjectionMathFor(precision_, d_), h_is_zero, sm_count_,
+                         cublas_, stream_);
           Check(cudaGetLastError(), "recurrent step");
           cur ^= 1;
           continue;

@@ -210,6 +210,13 @@ TEST(SmallBatchStepsStreamTheWeights) {
       CHECK((H + s - 1) / s <= kStreamMaxRowsPerSplit);          // a split's h fits shared memory
     }
   }
+  // FP32 streams at every such shape, tf32 only up to 8 rows (cuBLAS's TF32 wins above)
+  CHECK(StreamsStepWith(ProjectionMath::kFp32, Sizes(16, 2048)));
+  CHECK(StreamsStepWith(ProjectionMath::kTf32, Sizes(8, 2048)));
+  CHECK(!StreamsStepWith(ProjectionMath::kTf32, Sizes(16, 2048)));
+  CHECK(!StreamsStepWith(ProjectionMath::kFp16, Sizes(8, 2048)));
+  CHECK(!StreamsStepWith(ProjectionMath::kFp32, Sizes(1, 2048)));
+  CHECK(StreamColumnTiles(2048) == 64 && StreamColumnTiles(301) == 10);
   // H2048 bi on 132 SMs: 128 column tiles, 5 splits -> 640 blocks, about 5 per SM
   CHECK(StreamSplits(2048, 64, 2, 132) == 5);
 }

@@ -57,8 +57,14 @@ void CheckLayout(const Dims& d, ElementType type) {
       {"c_fin", s.c_fin, states},
       {"hbuf", s.hbuf, HBufBytes(d)},
       {"barrier", s.barrier, sizeof(unsigned)},
-      {"gates", s.gates, type == ElementType::kFloat32 ? f * d.D * d.B * 4 * d.H : 0},
   };
+  // v1's cuBLAS step; where it may stream the weights, a copy of the gates per K split and the
+  // split counters (null otherwise).
+  const bool fp32 = type == ElementType::kFloat32, streams = fp32 && StepStreamsWeights(d);
+  const size_t copies = streams ? StreamSplitsAtMost(d.H) : 1;
+  regions.push_back({"gates", s.gates, fp32 ? copies * f * d.D * d.B * 4 * d.H : 0});
+  CHECK_EQ(s.stream_done != nullptr, streams);
+  if (streams) regions.push_back({"stream_done", s.stream_done, sizeof(unsigned) * d.D * StreamColumnTiles(d.H)});
   const bool split = ProjectsWithSplitTf32(type, d.T * d.B);
   CHECK_EQ(s.x_hi != nullptr, split);
   if (split) {
@@ -91,7 +97,7 @@ TEST(ScratchRegionsAreAlignedAndDisjoint) {
       for (int64_t D : {1, 2})
         for (int64_t T : {0, 1, 7, 100, 2000})
           for (int64_t B : {1, 3, 16, 65})
-            for (int64_t H : {1, 5, 64}) CheckLayout(Sizes(L, D, T, B, 7, H), type);
+            for (int64_t H : {1, 5, 64, 301}) CheckLayout(Sizes(L, D, T, B, 7, H), type);
 }
 
 TEST(ScratchWithoutBaseIsAllNull) {

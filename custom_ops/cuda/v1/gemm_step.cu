@@ -1,8 +1,9 @@
 // v1's cuBLAS step for shapes the persistent kernels cannot hold and the tiled kernel serves
 // poorly (large H or B): the recurrent product of both directions as one strided-batched GEMM
-// (gates[d] = h_in[d] . R[d], on tensor cores in the reduced precision modes), or for FP32 math at
-// small batches the weight-streaming product (v1/step_stream.cuh); then one pointwise kernel adds the
-// product's partial sums, the input projection and bias and runs the cell (v1/step_args.cuh).
+// (gates[d] = h_in[d] . R[d], on tensor cores in the reduced precision modes), or at small
+// batches (heuristics.h, StreamsStepWith) the weight-streaming step (v1/step_stream.cuh, product
+// and cell in one launch); after cuBLAS, one pointwise kernel adds the input projection and bias and runs the cell
+// (v1/step_args.cuh).
 #include <cuda_fp16.h>
 
 #include <stdexcept>
@@ -17,56 +18,39 @@
 namespace lstm_ort {
 namespace {
 
-// gates: `splits` partial products of [D][B][4H] each, split_sd floats apart (none: h is zero).
+// gates: [D][B][4H] recurrent products, or null when h is zero.
 template <typename T>
-__global__ void GemmStepCell(StepArgs<T> a, const float* gates, long long gates_sd, int splits, long long split_sd) {
+__global__ void GemmStepCell(StepArgs<T> a, const float* gates, long long gates_sd) {
   const int d = blockIdx.y;
   const long long n = static_cast<long long>(a.B) * a.H;
   for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<long long>(gridDim.x) * blockDim.x) {
     const int b = static_cast<int>(i / a.H), u = static_cast<int>(i - static_cast<long long>(b) * a.H);
     const UnitInputs in = LoadUnit(a, d, b, u);
-    float4 acc{};
-    if (in.active) {
-      const float* g = gates + d * gates_sd + 4 * i;
-      for (int s = 0; s < splits; ++s, g += split_sd) {
-        const float4 p = *reinterpret_cast<const float4*>(g);
-        acc.x += p.x;
-        acc.y += p.y;
-        acc.z += p.z;
-        acc.w += p.w;
-      }
-    }
+    const float4 acc =
+        in.active && gates ? *reinterpret_cast<const float4*>(gates + d * gates_sd + 4 * i) : float4{};
     FinishUnit(a, d, b, u, acc, in);
   }
 }
 
 template <int kB>
-void LaunchStream(const StreamArgs& s, int tiles, int splits, cudaStream_t stream) {
-  StreamRecurrentProduct<kB><<<dim3(tiles, s.D, splits), kStreamThreads, 0, stream>>>(s);
+void LaunchStream(const StepArgs<float>& a, const StreamArgs& s, int tiles, int D, cudaStream_t stream) {
+  StreamRecurrentStep<kB><<<dim3(tiles, D, s.splits), kStreamThreads, 0, stream>>>(a, s);
 }
 
-// The streaming product's partial sums into `gates`; returns the number of splits.
-int StreamProduct(const StepArgs<float>& a, int D, float* gates, int sm_count, cudaStream_t stream) {
+// The weight-streaming step: product and cell in one launch.
+void StreamStep(const StepArgs<float>& a, int D, const GemmStepScratch& scratch, int sm_count, cudaStream_t stream) {
   StreamArgs s{};
-  s.B = a.B;
-  s.H = a.H;
-  s.G = kGates * a.H;
-  s.D = D;
-  const int tiles = (s.G + kStreamTileCols - 1) / kStreamTileCols;
-  const int splits = StreamSplits(a.H, tiles, D, sm_count);
-  s.rows_per_split = (a.H + splits - 1) / splits;
-  for (int d = 0; d < D; ++d) {
-    s.w[d] = a.wh[d];
-    s.h[d] = a.h_in[d];
-  }
-  s.partial = gates;
-  if (a.B <= 1) LaunchStream<1>(s, tiles, splits, stream);
-  else if (a.B <= 2) LaunchStream<2>(s, tiles, splits, stream);
-  else if (a.B <= 4) LaunchStream<4>(s, tiles, splits, stream);
-  else if (a.B <= 8) LaunchStream<8>(s, tiles, splits, stream);
-  else LaunchStream<16>(s, tiles, splits, stream);
-  return splits;
+  const int tiles = StreamColumnTiles(a.H);
+  s.splits = StreamSplits(a.H, tiles, D, sm_count);
+  s.rows_per_split = (a.H + s.splits - 1) / s.splits;
+  s.partial = scratch.gates;
+  s.done = scratch.stream_done;
+  if (a.B <= 1) LaunchStream<1>(a, s, tiles, D, stream);
+  else if (a.B <= 2) LaunchStream<2>(a, s, tiles, D, stream);
+  else if (a.B <= 4) LaunchStream<4>(a, s, tiles, D, stream);
+  else if (a.B <= 8) LaunchStream<8>(a, s, tiles, D, stream);
+  else LaunchStream<16>(a, s, tiles, D, stream);
 }
 
 cublasComputeType_t ComputeTypeOf(ProjectionMath math) {
@@ -81,24 +65,24 @@ cublasComputeType_t ComputeTypeOf(ProjectionMath math) {
 
 }  // namespace
 
-void LaunchGemmStep(const StepArgs<float>& a, int D, float* gates, ProjectionMath math, bool h_is_zero,
-                    int sm_count, cublasHandle_t cublas, cudaStream_t stream) {
+void LaunchGemmStep(const StepArgs<float>& a, int D, const GemmStepScratch& scratch, ProjectionMath math,
+                    bool h_is_zero, int sm_count, cublasHandle_t cublas, cudaStream_t stream) {
   const int G = kGates * a.H;
   const long long gates_sd = static_cast<long long>(a.B) * G;
   const long long n = static_cast<long long>(a.B) * a.H;
   const dim3 cell_grid(GridStrideBlocks(n), D);
   if (h_is_zero) {  // the first step from a zero state: no product to compute
-    GemmStepCell<float><<<cell_grid, kGridStrideThreads, 0, stream>>>(a, nullptr, gates_sd, 0, 0);
+    GemmStepCell<float><<<cell_grid, kGridStrideThreads, 0, stream>>>(a, nullptr, gates_sd);
     return;
   }
   Dims d;
   d.B = a.B;
   d.H = a.H;
-  if (math == ProjectionMath::kFp32 && StepStreamsWeights(d)) {
-    const int splits = StreamProduct(a, D, gates, sm_count, stream);
-    GemmStepCell<float><<<cell_grid, kGridStrideThreads, 0, stream>>>(a, gates, gates_sd, splits, D * gates_sd);
+  if (StreamsStepWith(math, d)) {
+    StreamStep(a, D, scratch, sm_count, stream);
     return;
   }
+  float* gates = scratch.gates;
   const float one = 1.f, zero = 0.f;
   // Column-major view: gates^T [4H, B] = R^T [4H, H] . h^T [H, B]; the directions as a batch.
   const long long w_stride = D == 2 ? a.wh[1] - a.wh[0] : 0;
@@ -108,7 +92,7 @@ void LaunchGemmStep(const StepArgs<float>& a, int D, float* gates, ProjectionMat
       a.H, h_stride, &zero, gates, CUDA_R_32F, G, gates_sd, D, ComputeTypeOf(math), CUBLAS_GEMM_DEFAULT);
   if (st != CUBLAS_STATUS_SUCCESS)
     throw std::runtime_error("FusedLSTM cuBLAS: recurrent step GEMM failed with status " + std::to_string(st));
-  GemmStepCell<float><<<cell_grid, kGridStrideThreads, 0, stream>>>(a, gates, gates_sd, 1, 0);
+  GemmStepCell<float><<<cell_grid, kGridStrideThreads, 0, stream>>>(a, gates, gates_sd);
 }
 
 }  // namespace lstm_ort

@@ -1,15 +1,16 @@
-// v1's recurrent product for small batches (heuristics.h, StepStreamsWeights): gates = h . R with
+// v1's recurrent step for small batches (heuristics.h, StreamsStepWith): gates = h . R with
 // B <= 16 rows, so the step is bound by reading R ([H, 4H]) once from memory. Each block takes
 // kStreamTileCols columns of one direction and one K split: its warps read interleaved rows of
 // R as one float4 per lane (a coalesced 512-byte row segment), multiply by the block's rows of h
 // (staged in shared memory, read as broadcasts), reduce across warps, and write their split's
-// partial sums. The cell kernel adds the splits (gemm_step.cu); no atomics, so the sum is the same
-// on every run.
+// partial sums. The last block of a column tile to finish adds the splits in split order (so the
+// sum is the same on every run) and runs the cell of the tile's 32 units: one launch per step.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include "cuda/heuristics.h"
+#include "cuda/v1/step_args.cuh"
 
 namespace lstm_ort {
 
@@ -18,30 +19,28 @@ constexpr int kStreamThreads = 32 * kStreamWarps;
 static_assert(kStreamTileCols == 4 * 32, "a warp covers a tile with one float4 per lane");
 
 struct StreamArgs {
-  int B, H, G, D;          // G = 4H columns
-  int rows_per_split;      // K rows per blockIdx.z
-  const float* w[2];       // per direction: [H][G], row stride G
-  const float* h[2];       // per direction: [B][H]
-  float* partial;          // [splits][D][B][G]
+  int splits, rows_per_split;  // K splits (blockIdx.z) and rows per split
+  float* partial;              // [splits][D][B][4H]
+  unsigned* done;              // [D][column tiles]: splits finished this step; zero between steps
 };
 
 // kB: batch rows the block computes (a power of two >= B; rows past B are zero).
 template <int kB>
-__global__ void __launch_bounds__(kStreamThreads) StreamRecurrentProduct(StreamArgs a) {
+__global__ void __launch_bounds__(kStreamThreads) StreamRecurrentStep(StepArgs<float> a, StreamArgs s) {
   // h of the split, [rows][kB]; afterwards the warps' partial sums, 8 batch rows at a time.
   constexpr int kRedRows = kB < 8 ? kB : 8;
   constexpr int kHFloats = kStreamMaxRowsPerSplit * kB;
   constexpr int kRedFloats = kStreamWarps * kRedRows * kStreamTileCols;
   __shared__ __align__(16) float smem[kHFloats > kRedFloats ? kHFloats : kRedFloats];
 
-  const int d = blockIdx.y, split = blockIdx.z;
-  const int k0 = split * a.rows_per_split;
-  const int rows = min(a.H, k0 + a.rows_per_split) - k0;
+  const int d = blockIdx.y, split = blockIdx.z, D = gridDim.y, G = kGates * a.H;
+  const int k0 = split * s.rows_per_split;
+  const int rows = min(a.H, k0 + s.rows_per_split) - k0;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int tile0 = blockIdx.x * kStreamTileCols;
   const int col = tile0 + 4 * lane;
 
-  const float* h = d == 0 ? a.h[0] : a.h[1];  // not a.h[d]: a dynamic index puts the array on the stack
+  const float* h = d == 0 ? a.h_in[0] : a.h_in[1];  // not a.h_in[d]: a dynamic index puts the array on the stack
   for (int i = threadIdx.x; i < rows * kB; i += kStreamThreads) {  // coalesced along h's rows
     const int b = i / rows, k = i - b * rows;
     smem[k * kB + b] = b < a.B ? h[static_cast<long long>(b) * a.H + k0 + k] : 0.f;
@@ -49,11 +48,11 @@ __global__ void __launch_bounds__(kStreamThreads) StreamRecurrentProduct(StreamA
   __syncthreads();
 
   float acc[kB][4] = {};
-  if (col < a.G) {  // G % 4 == 0: a lane's float4 is all in or all out
-    const float* w = (d == 0 ? a.w[0] : a.w[1]) + static_cast<long long>(k0) * a.G + col;
+  if (col < G) {  // G % 4 == 0: a lane's float4 is all in or all out
+    const float* w = (d == 0 ? a.wh[0] : a.wh[1]) + static_cast<long long>(k0) * G + col;
 #pragma unroll 4  // 4 measured 3% faster than 8 (H2048 B2-16)
     for (int k = warp; k < rows; k += kStreamWarps) {
-      const float4 wv = __ldg(reinterpret_cast<const float4*>(w + static_cast<long long>(k) * a.G));
+      const float4 wv = __ldg(reinterpret_cast<const float4*>(w + static_cast<long long>(k) * G));
       const float* hk = smem + k * kB;
 #pragma unroll
       for (int b = 0; b < kB; ++b) {
@@ -66,7 +65,8 @@ __global__ void __launch_bounds__(kStreamThreads) StreamRecurrentProduct(StreamA
     }
   }
 
-  float* out = a.partial + (static_cast<long long>(split) * a.D + d) * a.B * a.G;
+  const long long split_sd = static_cast<long long>(D) * a.B * G;
+  float* out = s.partial + split * split_sd + static_cast<long long>(d) * a.B * G;
 #pragma unroll
   for (int b0 = 0; b0 < kB; b0 += kRedRows) {
     __syncthreads();  // h (first round) or the previous round's sums are no longer read
@@ -77,13 +77,41 @@ __global__ void __launch_bounds__(kStreamThreads) StreamRecurrentProduct(StreamA
     __syncthreads();
     for (int i = threadIdx.x; i < kRedRows * kStreamTileCols; i += kStreamThreads) {
       const int b = b0 + i / kStreamTileCols, c = tile0 + i % kStreamTileCols;
-      if (b >= a.B || c >= a.G) continue;
+      if (b >= a.B || c >= G) continue;
       float sum = 0.f;
 #pragma unroll
       for (int w = 0; w < kStreamWarps; ++w) sum += smem[w * kRedRows * kStreamTileCols + i];
-      out[static_cast<long long>(b) * a.G + c] = sum;
+      out[static_cast<long long>(b) * G + c] = sum;
     }
   }
+
+  // Count this split in; the last one of the tile runs the cell (threadFenceReduction's pattern).
+  __shared__ bool last;
+  __threadfence();  // every thread's partial sums are visible device-wide before the count
+  __syncthreads();
+  unsigned* done = s.done + d * gridDim.x + blockIdx.x;
+  if (threadIdx.x == 0) last = atomicAdd(done, 1u) == static_cast<unsigned>(s.splits - 1);
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  const int u0 = tile0 / kGates, units = min(kStreamTileCols / kGates, a.H - u0);
+  for (int i = threadIdx.x; i < a.B * units; i += kStreamThreads) {
+    const int b = i / units, u = u0 + i - b * units;
+    const UnitInputs in = LoadUnit(a, d, b, u);
+    float4 sum{};
+    if (in.active) {
+      const float* g = s.partial + (static_cast<long long>(d) * a.B + b) * G + kGates * u;
+      for (int k = 0; k < s.splits; ++k, g += split_sd) {  // L2 reads: other SMs wrote these
+        const float4 p = __ldcg(reinterpret_cast<const float4*>(g));
+        sum.x += p.x;
+        sum.y += p.y;
+        sum.z += p.z;
+        sum.w += p.w;
+      }
+    }
+    FinishUnit(a, d, b, u, sum, in);
+  }
+  if (threadIdx.x == 0) *done = 0;  // the next step's launch starts after this one ends
 }
 
 }  // namespace lstm_ort

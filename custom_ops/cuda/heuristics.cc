@@ -59,7 +59,8 @@ Precision ResolvedPrecision(Precision precision, const Dims& d) {
 }
 
 bool StepStreamsWeights(const Dims& d) {
-  return d.B >= kStreamMinBatch && d.B <= kStreamMaxBatch && d.H <= static_cast<int64_t>(kStreamMaxSplits) * kStreamMaxRowsPerSplit;
+  const int64_t max_hidden = static_cast<int64_t>(kStreamMaxSplits) * kStreamMaxRowsPerSplit;  // h fits a split
+  return d.B >= kStreamMinBatch && d.B <= kStreamMaxBatch && d.H <= max_hidden;
 }
 
 bool StreamsStepWith(ProjectionMath math, const Dims& d) {

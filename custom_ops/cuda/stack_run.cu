@@ -193,7 +193,8 @@ class StackRun {
     }
     InitLayerStates(l, s_.h[0], s_.c);
     if (kernel == StepKernel::kGemm && s_.stream_done)
-      Check(cudaMemsetAsync(s_.stream_done, 0, sizeof(unsigned) * D_ * StreamColumnTiles(H_), stream_), "zero counters");
+      Check(cudaMemsetAsync(s_.stream_done, 0, sizeof(unsigned) * D_ * StreamColumnTiles(H_), stream_),
+            "zero split counters");
     int cur = 0;  // each launch below is checked right after it, so nothing foreign is pending between them
     for (int step = 0; step < io_.max_len; ++step) {
       a.step = step;

@@ -40,7 +40,8 @@ __global__ void __launch_bounds__(kStreamThreads) StreamRecurrentStep(StepArgs<f
   const int tile0 = blockIdx.x * kStreamTileCols;
   const int col = tile0 + 4 * lane;
 
-  const float* h = d == 0 ? a.h_in[0] : a.h_in[1];  // not a.h_in[d]: a dynamic index puts the array on the stack
+  // Selected, not a.h_in[d]: a dynamic index would copy the parameter array to the stack.
+  const float* h = d == 0 ? a.h_in[0] : a.h_in[1];
   for (int i = threadIdx.x; i < rows * kB; i += kStreamThreads) {  // coalesced along h's rows
     const int b = i / rows, k = i - b * rows;
     smem[k * kB + b] = b < a.B ? h[static_cast<long long>(b) * a.H + k0 + k] : 0.f;

@@ -50,9 +50,9 @@ StepKernel ChooseStepKernel(Strategy strategy, ElementType type, const Dims& d);
 // 16 rows, so a step is bound by reading the [H, 4H] weights once, and cuBLAS's FP32 kernels for
 // 2-16 columns read them at well below the memory's rate (H100, T=100 H2048: B8 bi 10.1 -> 7.2 ms,
 // B8 5.7 -> 4.3 ms, B16 -> 6.1). cuBLAS's GEMV for one row stays (H2048 B1 3.08 vs 3.28 ms).
-// The shape test (which also sizes the scratch); the product is split along K over
-// blocks (kStreamMaxSplits at most, kStreamMaxRowsPerSplit rows each) so that every SM streams; the
-// last block of each column tile adds the splits' partial sums and runs the cell.
+// StepStreamsWeights is the shape test (it also sizes the scratch). The product is split along K
+// over blocks (kStreamMaxSplits at most, kStreamMaxRowsPerSplit rows each) so that every SM
+// streams; the last block of each column tile adds the splits' partial sums and runs the cell.
 constexpr int64_t kStreamMinBatch = 2;
 constexpr int64_t kStreamMaxBatch = 16;
 constexpr int kStreamMaxSplits = 16;
@@ -103,7 +103,8 @@ ProjectionMath ProjectionMathFor(Precision precision, const Dims& d);
 // Whether v1's cuBLAS step streams the weights for this step's math: FP32 at StepStreamsWeights'
 // shapes; tf32 too up to kStreamMaxBatchForTf32 rows, in fp32 (within tf32's bound), where it beats
 // cuBLAS's TF32 kernels (H100, H2048 T=100: B8 3.78 vs 3.80-4.24 ms, B8 bi 6.21 vs 6.40-6.55) and
-// not above (B16 5.72 vs 3.94). With the cell fused in (one launch per step): fp32 B8 4.29 vs 4.46-4.71.
+// not above (B16 5.72 vs 3.94). With the cell fused in (one launch per step): fp32 B8 4.29 vs
+// 4.46-4.71 ms unfused.
 constexpr int64_t kStreamMaxBatchForTf32 = 8;
 bool StreamsStepWith(ProjectionMath math, const Dims& d);
 

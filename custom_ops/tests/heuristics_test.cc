@@ -202,9 +202,8 @@ TEST(SmallBatchStepsStreamTheWeights) {
   CHECK(StepStreamsWeights(Sizes(2, kStreamMaxSplits * kStreamMaxRowsPerSplit)));
   CHECK(!StepStreamsWeights(Sizes(2, kStreamMaxSplits * kStreamMaxRowsPerSplit + 1)));  // a split would not fit
   for (int H : {1, 31, 32, 100, 513, 1024, 2048, 3000, 8192}) {
-    const int G = 4 * H, tiles = (G + kStreamTileCols - 1) / kStreamTileCols;
     for (int D : {1, 2}) {
-      const int s = StreamSplits(H, tiles, D, 132);
+      const int s = StreamSplits(H, StreamColumnTiles(H), D, 132);
       CHECK(s >= 1);
       CHECK(s <= StreamSplitsAtMost(H));                         // the scratch holds every split
       CHECK((H + s - 1) / s <= kStreamMaxRowsPerSplit);          // a split's h fits shared memory

@@ -2,8 +2,8 @@
 // poorly (large H or B): the recurrent product of both directions as one strided-batched GEMM
 // (gates[d] = h_in[d] . R[d], on tensor cores in the reduced precision modes), or at small
 // batches (heuristics.h, StreamsStepWith) the weight-streaming step (v1/step_stream.cuh, product
-// and cell in one launch); after cuBLAS, one pointwise kernel adds the input projection and bias and runs the cell
-// (v1/step_args.cuh).
+// and cell in one launch); after cuBLAS, one pointwise kernel adds the input projection and bias
+// and runs the cell (v1/step_args.cuh).
 #include <cuda_fp16.h>
 
 #include <stdexcept>
@@ -46,8 +46,7 @@ void StreamStep(const StepArgs<float>& a, int D, const GemmStepScratch& scratch,
   s.rows_per_split = (a.H + s.splits - 1) / s.splits;
   s.partial = scratch.gates;
   s.done = scratch.stream_done;
-  if (a.B <= 1) LaunchStream<1>(a, s, tiles, D, stream);
-  else if (a.B <= 2) LaunchStream<2>(a, s, tiles, D, stream);
+  if (a.B <= 2) LaunchStream<2>(a, s, tiles, D, stream);  // StreamsStepWith: B >= 2
   else if (a.B <= 4) LaunchStream<4>(a, s, tiles, D, stream);
   else if (a.B <= 8) LaunchStream<8>(a, s, tiles, D, stream);
   else LaunchStream<16>(a, s, tiles, D, stream);

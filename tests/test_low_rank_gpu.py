@@ -1,6 +1,8 @@
 """FusedLSTM with factored weights on the CUDA EP (custom_ops/cuda/low_rank/) against our CPU
 kernel on the same factored model: shapes, directions, layouts, lengths, states, cell features,
-float16, and which parts are factored; at full rank against the unfactored op on CUDA."""
+float16, and which parts are factored; at full rank against the unfactored op on CUDA. Both
+recurrences run: the persistent one (the default where it plans) and the per-step one
+(LSTM_ORT_LOW_RANK_STEPWISE=1)."""
 
 import numpy as np
 import pytest
@@ -12,6 +14,16 @@ from lstm_ort.testing import CPU, CUDA, NON_DEFAULT_ACTS, factored_layers, make_
 pytestmark = pytest.mark.gpu
 
 TOL = 2e-5  # as the whole-weight GPU parity: the fast default cell is a few ulp from the CPU's
+
+
+@pytest.fixture(params=["persistent", "stepwise"])
+def recurrence(request, monkeypatch):
+    """Which factored recurrence runs; the op reads the knob at every call."""
+    if request.param == "stepwise":
+        monkeypatch.setenv("LSTM_ORT_LOW_RANK_STEPWISE", "1")
+    else:
+        monkeypatch.delenv("LSTM_ORT_LOW_RANK_STEPWISE", raising=False)
+    return request.param
 
 
 def check(spec, layers, T, B, rng, *, dtype=np.float32, tol=TOL, **kw):
@@ -32,17 +44,19 @@ SHAPES = [
     ("forward", 0, 1, 1, 8, 128, 1, 4, 32, False),
     ("forward", 0, 100, 64, 512, 512, 2, 128, 128, False),
     ("bidirectional", 1, 50, 65, 256, 256, 1, 64, 64, True),
+    ("forward", 0, 30, 130, 16, 301, 2, 5, 37, True),     # odd rank and H: partial tiles of both phases
+    ("bidirectional", 0, 20, 4, 32, 1024, 1, 256, 256, True),
 ]
 
 
 @pytest.mark.parametrize("direction,layout,T,B,I,H,L,rx,rh,extras", SHAPES)
-def test_cuda_matches_cpu(direction, layout, T, B, I, H, L, rx, rh, extras, rng):
+def test_cuda_matches_cpu(direction, layout, T, B, I, H, L, rx, rh, extras, rng, recurrence):
     spec = LstmSpec(input_size=I, hidden_size=H, num_layers=L, direction=direction, layout=layout)
     layers = factored_layers(random_layers(spec, rng), rx, rh)
     check(spec, layers, T, B, rng, seq_lens=extras, initial_states=extras)
 
 
-def test_mixed_parts(rng):
+def test_mixed_parts(rng, recurrence):
     """Some (layer, direction) parts factored, others whole, in one node."""
     spec = LstmSpec(input_size=20, hidden_size=24, num_layers=2, direction="bidirectional")
     layers = factored_layers(random_layers(spec, rng), 5, 6)
@@ -54,7 +68,7 @@ def test_mixed_parts(rng):
 @pytest.mark.parametrize("peepholes,clip,input_forget,acts", [(True, None, 0, False), (False, 0.4, 1, False),
                                                                (True, 0.4, 0, True), (False, None, 1, True)])
 @pytest.mark.parametrize("direction", ["forward", "bidirectional"])
-def test_cell_features(direction, peepholes, clip, input_forget, acts, rng):
+def test_cell_features(direction, peepholes, clip, input_forget, acts, rng, recurrence):
     D = 2 if direction == "bidirectional" else 1
     spec = LstmSpec(input_size=6, hidden_size=33, num_layers=2, direction=direction, clip=clip,
                     input_forget=input_forget, peepholes=peepholes, **(NON_DEFAULT_ACTS[D] if acts else {}))
@@ -62,13 +76,13 @@ def test_cell_features(direction, peepholes, clip, input_forget, acts, rng):
 
 
 @pytest.mark.parametrize("layout", [0, 1])
-def test_float16(layout, rng):
+def test_float16(layout, rng, recurrence):
     spec = LstmSpec(input_size=16, hidden_size=48, num_layers=2, direction="bidirectional", layout=layout)
     check(spec, factored_layers(random_layers(spec, rng), 4, 12), 12, 7, rng, dtype=np.float16, tol=4e-3,
           seq_lens=True, initial_states=True)
 
 
-def test_full_rank_factors_match_the_unfactored_op_on_cuda(rng):
+def test_full_rank_factors_match_the_unfactored_op_on_cuda(rng, recurrence):
     spec = LstmSpec(input_size=24, hidden_size=16, num_layers=2, direction="bidirectional")
     layers = random_layers(spec, rng)
     feeds = make_feeds(spec, 12, 5, rng, seq_lens=True)

@@ -54,14 +54,18 @@ def main() -> int:
             else:
                 worst_mma["cuBLAS step tf32"] = max(worst_mma.get("cuBLAS step tf32", 0.0), err)
     del os.environ["LSTM_ORT_GEMM_STEP"]
-    # Factored weights (the low-rank path), against our CPU kernel.
-    for spec, dtype in itertools.product(specs, (np.float32, np.float16)):
+    # Factored weights (the low-rank path), against our CPU kernel: the persistent recurrence, then
+    # the per-step one through its knob.
+    for stepwise, spec, dtype in itertools.product((False, True), specs, (np.float32, np.float16)):
+        if stepwise:
+            os.environ["LSTM_ORT_LOW_RANK_STEPWISE"] = "1"
         model = fused_model(spec, factored_layers(random_layers(spec, rng), 5, 7), dtype, seq_lens=True,
                             initial_states=True)
         feeds = make_feeds(spec, 6, 5, rng, dtype, seq_lens=True, initial_states=True)
         got = run(model, feeds, providers=CUDA)
         if dtype == np.float32:
             worst = max(worst, max_abs(got, run(model, feeds, providers=CPU)))
+    os.environ.pop("LSTM_ORT_LOW_RANK_STEPWISE", None)
     print(f"sanitize case done, max-abs vs stock (factored: vs our CPU kernel) {worst:.2e}; tensor cores "
           + ", ".join(f"{k} {v:.1e}" for k, v in worst_mma.items()))
     return 0 if worst <= 2e-5 and all(v <= 5e-2 for v in worst_mma.values()) else 1

@@ -46,6 +46,11 @@ bool GemmStepForcedFromEnvironment() {
   return v && std::string(v) == "1";
 }
 
+bool LowRankStepwiseForcedFromEnvironment() {
+  const char* v = std::getenv("LSTM_ORT_LOW_RANK_STEPWISE");
+  return v && std::string(v) == "1";
+}
+
 std::optional<MmaOverride> MmaOverrideFromEnvironment() { return ParseMmaOverride(std::getenv("LSTM_ORT_MMA")); }
 
 }  // namespace lstm_ort

@@ -38,4 +38,8 @@ std::optional<MmaOverride> MmaOverrideFromEnvironment();
 // (for measuring where it wins). Anything else: no override.
 bool GemmStepForcedFromEnvironment();
 
+// LSTM_ORT_LOW_RANK_STEPWISE=1: factored recurrences on the per-step path (cuBLAS h A, then one
+// launch per step) even where the persistent one plans (for tests and measurement).
+bool LowRankStepwiseForcedFromEnvironment();
+
 }  // namespace lstm_ort

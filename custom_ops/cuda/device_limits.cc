@@ -15,6 +15,15 @@
 
 namespace lstm_ort {
 
+SmAttributes ReadSmAttributes(int device) {
+  SmAttributes a;
+  cudaDeviceGetAttribute(&a.sm_count, cudaDevAttrMultiProcessorCount, device);
+  cudaDeviceGetAttribute(&a.smem_per_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  cudaDeviceGetAttribute(&a.smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device);
+  cudaDeviceGetAttribute(&a.reserved, cudaDevAttrReservedSharedMemoryPerBlock, device);
+  return a;
+}
+
 template <typename T>
 const DeviceLimits& CachedDeviceLimits(int device) {
   static std::mutex mu;
@@ -22,11 +31,9 @@ const DeviceLimits& CachedDeviceLimits(int device) {
   std::lock_guard<std::mutex> lock(mu);
   auto it = cache.find(device);
   if (it != cache.end()) return it->second;
-  int sm_count = 0, smem_per_block = 0, smem_per_sm = 0, reserved = 0, by_registers[2] = {};  // R = 4, 8
-  cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device);
-  cudaDeviceGetAttribute(&smem_per_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
-  cudaDeviceGetAttribute(&smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device);
-  cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, device);
+  const SmAttributes sm = ReadSmAttributes(device);
+  const int smem_per_block = sm.smem_per_block, smem_per_sm = sm.smem_per_sm, reserved = sm.reserved;
+  int by_registers[2] = {};  // R = 4, 8
   for (int i = 0; i < 2; ++i) {
     const void* kernel = PersistentKernelFor<T>(i == 0 ? 4 : 8);
     Check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_per_block),
@@ -50,7 +57,7 @@ const DeviceLimits& CachedDeviceLimits(int device) {
   dev.only_u = knobs.only_u;
   dev.only_bb = knobs.only_bb;
   dev.resident_chunks = knobs.resident_chunks;
-  dev.sm_count = sm_count;
+  dev.sm_count = sm.sm_count;
   dev.smem_per_block = static_cast<size_t>(smem_per_block);
   const int r4 = by_registers[0], r8 = by_registers[1];
   dev.blocks_per_sm = [r4, r8, smem_per_sm, reserved](size_t bytes, int R) {

@@ -18,6 +18,13 @@ struct DeviceLimits {
   int resident_chunks = 1;                               // chunks (cp.async groups) of resident h, 1..4
 };
 
+// The attributes every planner's limits start from: SMs, opt-in shared memory per block, shared
+// memory per SM and what the runtime reserves of it per block.
+struct SmAttributes {
+  int sm_count = 0, smem_per_block = 0, smem_per_sm = 0, reserved = 0;
+};
+SmAttributes ReadSmAttributes(int device);
+
 // The persistent kernel's occupancy for element type T on `device`, developer knobs included.
 template <typename T>
 const DeviceLimits& CachedDeviceLimits(int device);

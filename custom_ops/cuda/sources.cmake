@@ -29,6 +29,7 @@ add_library(lstm_ort_cuda SHARED
   ${_cuda_dir}/low_rank/run.cu
   ${_cuda_dir}/low_rank/gemm.cc
   ${_cuda_dir}/low_rank/scratch.cc
+  ${_cuda_dir}/low_rank/recurrence_plan.cc
   $<TARGET_OBJECTS:lstm_ort_common>)
 target_include_directories(lstm_ort_cuda PRIVATE custom_ops/include custom_ops)
 target_include_directories(lstm_ort_cuda SYSTEM PRIVATE "${ORT_INCLUDE_DIR}")

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "check.h"
+#include "cuda/low_rank/recurrence_plan.h"
 #include "cuda/low_rank/scratch.h"
 #include "cuda/scratch_layout.h"
 
@@ -37,7 +38,7 @@ void CheckLayout(int64_t L, int64_t D, int64_t T, int64_t B, int64_t I, int64_t 
   const bool half = type == ElementType::kFloat16;
   CHECK_EQ(s.x != nullptr, half);
   const WeightLayout layout(d, ranks);
-  const size_t f = sizeof(float), rows = T * B, state = f * D * B * H;
+  const size_t f = sizeof(float), rows = T * B, state = f * D * B * H, Bp = PaddedBatch(B);
   std::vector<Region> regions;
   if (half)
     regions = {{"x", s.x, f * rows * I}, {"w", s.w, f * layout.WeightCount()},
@@ -46,10 +47,11 @@ void CheckLayout(int64_t L, int64_t D, int64_t T, int64_t B, int64_t I, int64_t 
       {"gx", s.gx, f * D * rows * 4 * H},
       {"px", s.px, f * rows * WidestRank(ranks, false)},
       {"h0", s.h[0], state},
-      {"h1", s.h[1], state},
+      {"h1", s.h[1], f * D * Bp * H},
       {"c", s.c, state},
-      {"p", s.p, f * D * B * WidestRank(ranks, true)},
+      {"p", s.p, f * D * Bp * WidestRank(ranks, true)},
       {"lens", s.lens, sizeof(int) * B},
+      {"barrier", s.barrier, sizeof(unsigned)},
       {"layer0", s.layer[0], L > 1 ? f * rows * D * H : 0},
       {"layer1", s.layer[1], L > 2 ? f * rows * D * H : 0},
   };

@@ -1,20 +1,29 @@
 // One factored FusedLSTM call on CUDA, layer by layer on the caller's stream:
 //   1. per direction, the input projection of every step: x A then (x A) B on cuBLAS (a part kept
 //      whole: x W), into gx [D][T*B][4H];
-//   2. per step: p = h A on cuBLAS for each factored direction, then one launch of LowRankStep for
-//      both directions (p B + gx_t + bias, the cell, the writes).
+//   2. the recurrence: where every direction's recurrence is factored and the factors' tiles fit on
+//      chip, one persistent launch for every step (recurrence_kernel.cuh); otherwise, per step,
+//      p = h A on cuBLAS for each factored direction, then one launch of LowRankStep for both
+//      directions (p B + gx_t + bias, the cell, the writes).
 // float16 inputs are widened to fp32 once per call: the math is fp32, as on the whole-weight path.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <map>
+#include <mutex>
+#include <optional>
 #include <vector>
 
 #include "call_io.h"
 #include "cuda/cuda_check.h"
+#include "cuda/developer_knobs.h"
+#include "cuda/device_limits.h"
 #include "cuda/element_traits.h"
 #include "cuda/gemm/cublas_handles.h"
 #include "cuda/grid_stride.h"
 #include "cuda/low_rank/gemm.h"
+#include "cuda/low_rank/recurrence_kernel.cuh"
+#include "cuda/low_rank/recurrence_plan.h"
 #include "cuda/low_rank/run.h"
 #include "cuda/low_rank/scratch.h"
 #include "cuda/low_rank/step_kernel.cuh"
@@ -28,6 +37,41 @@ __global__ void Widen(const T* __restrict__ in, float* __restrict__ out, long lo
   for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<long long>(gridDim.x) * blockDim.x)
     out[i] = ToF(in[i]);
+}
+
+template <typename T, typename TY>
+const void* RecurrenceKernel() {
+  return reinterpret_cast<const void*>(LowRankRecurrence<T, TY>);
+}
+
+// The persistent recurrence's limits on `device`: both of its output types (the last layer
+// writes T, the others fp32) get the opt-in shared memory, and co-residency is the fewer blocks
+// either's registers allow.
+template <typename T>
+const DeviceLimits& RecurrenceLimits(int device) {
+  static std::mutex mu;
+  static std::map<int, DeviceLimits> cache;  // map nodes stay put: references outlive the lock
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find(device);
+  if (it != cache.end()) return it->second;
+  const SmAttributes sm = ReadSmAttributes(device);
+  const int smem_per_block = sm.smem_per_block, smem_per_sm = sm.smem_per_sm, reserved = sm.reserved;
+  int by_registers = 1 << 30;
+  for (const void* kernel : {RecurrenceKernel<T, T>(), RecurrenceKernel<T, float>()}) {
+    int n = 0;
+    Check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_per_block),
+          "raise the shared memory limit");
+    Check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kLrpThreads, 0),
+          "occupancy of the factored recurrence");
+    by_registers = std::min(by_registers, n);
+  }
+  DeviceLimits dev;
+  dev.sm_count = sm.sm_count;
+  dev.smem_per_block = static_cast<size_t>(smem_per_block);
+  dev.blocks_per_sm = [by_registers, smem_per_sm, reserved](size_t bytes, int) {
+    return std::min<int>(by_registers, static_cast<int>(smem_per_sm / (bytes + reserved)));
+  };
+  return cache.emplace(device, std::move(dev)).first->second;
 }
 
 template <typename T>
@@ -120,7 +164,6 @@ class LowRankRun {
     if (y && (io_.seq_lens || io_.max_len < d_.T))  // positions past a sequence's end are zero
       Check(cudaMemsetAsync(y, 0, sizeof(TY) * rows_ * d_.D * d_.H, stream_), "zero Y");
     const long long state = d_.B * d_.H;
-    const long long widest = WidestRank(attrs_.ranks, true);
     for (int dir = 0; dir < D; ++dir) {
       const int k = K(l, dir);
       const long long r = layout_.RecurrentRank(l, dir);
@@ -140,6 +183,83 @@ class LowRankRun {
         static_cast<const T*>(io_.in[kInitialH]), static_cast<const T*>(io_.in[kInitialC]), s_.h[0], s_.c, l, D,
         static_cast<int>(d_.L) * D, B, H, static_cast<int>(attrs_.layout));
     Check(cudaGetLastError(), "init states");
+    int cur = 0;  // the buffer of the final h
+    if (const auto plan = RecurrencePlan(l)) {
+      RunRecurrence<TY>(l, *plan, a);
+    } else {
+      cur = StepByStep<TY>(l, a);
+    }
+    FinalStates<T><<<GridStrideBlocks(D * state), kGridStrideThreads, 0, stream_>>>(
+        s_.h[cur], s_.c, s_.lens, static_cast<T*>(io_.out[kYH]), static_cast<T*>(io_.out[kYC]), l, D,
+        static_cast<int>(d_.L) * D, B, H, static_cast<int>(attrs_.layout));
+    Check(cudaGetLastError(), "final states");
+  }
+
+  // The persistent recurrence's plan for layer l, or none: a direction keeps its recurrence whole,
+  // the factors' tiles do not fit, or LSTM_ORT_LOW_RANK_STEPWISE=1 asks for the per-step path.
+  std::optional<LowRankPlan> RecurrencePlan(int l) const {
+    if (io_.max_len < 1 || LowRankStepwiseForcedFromEnvironment()) return std::nullopt;
+    long long widest = 0;
+    for (int dir = 0; dir < d_.D; ++dir) {
+      const long long r = layout_.RecurrentRank(l, dir);
+      if (r == 0) return std::nullopt;
+      widest = std::max(widest, r);
+    }
+    int device = 0;
+    Check(cudaGetDevice(&device), "current device");
+    return PlanLowRankRecurrence(static_cast<int>(d_.D), static_cast<int>(d_.H), static_cast<int>(d_.B),
+                                 static_cast<int>(widest), RecurrenceLimits<T>(device));
+  }
+
+  // Every step of layer l in one cooperative launch; h and c come from and go back to s_.h[0] and
+  // s_.c, s_.h[1] holds h transposed.
+  template <typename TY>
+  void RunRecurrence(int l, const LowRankPlan& plan, const LowRankStepArgs<T, TY>& step) {
+    LowRankRecurrenceArgs<T, TY> a{};
+    a.plan = plan;
+    a.B = static_cast<int>(d_.B);
+    a.H = static_cast<int>(d_.H);
+    a.max_len = io_.max_len;
+    for (int dir = 0; dir < d_.D; ++dir) {
+      const long long r = layout_.RecurrentRank(l, dir);
+      a.rank[dir] = static_cast<int>(r);
+      a.a[dir] = f_ + layout_.RecurrentFactorOffset(l, dir);
+      a.b[dir] = a.a[dir] + d_.H * r;
+      a.gx[dir] = step.gx[dir];
+      a.bias[dir] = step.bias[dir];
+      a.peep[dir] = step.peep[dir];
+      a.reverse[dir] = step.reverse[dir];
+      a.cell[dir] = step.cell[dir];
+    }
+    a.gx_st = step.gx_st;
+    a.gx_sb = step.gx_sb;
+    a.h = s_.h[0];
+    a.c = s_.c;
+    a.ht = s_.h[1];
+    a.p = s_.p;
+    a.lens = s_.lens;
+    a.y = step.y;
+    a.y_st = step.y_st;
+    a.y_sd = step.y_sd;
+    a.y_sb = step.y_sb;
+    a.barrier = s_.barrier;
+    const long long Bp = PaddedBatch(d_.B);
+    Check(cudaMemsetAsync(s_.barrier, 0, sizeof(unsigned), stream_), "reset the grid barrier");
+    Check(cudaMemsetAsync(a.ht, 0, sizeof(float) * d_.D * d_.H * Bp, stream_), "zero the padded h");
+    Check(cudaMemsetAsync(a.p, 0, sizeof(float) * d_.D * plan.rank * Bp, stream_), "zero the padded p");
+    void* params[] = {&a};
+    ClearPending();
+    Check(cudaLaunchCooperativeKernel(RecurrenceKernel<T, TY>(), dim3(plan.blocks), dim3(kLrpThreads), params,
+                                      plan.smem, stream_),
+          "factored recurrence");
+  }
+
+  // One cuBLAS product and one LowRankStep launch per step. Returns which s_.h holds the final h.
+  template <typename TY>
+  int StepByStep(int l, LowRankStepArgs<T, TY>& a) {
+    const int B = static_cast<int>(d_.B), H = static_cast<int>(d_.H), D = static_cast<int>(d_.D);
+    const long long state = d_.B * d_.H;
+    const long long widest = WidestRank(attrs_.ranks, true);
     const dim3 grid((H + kLrUnits - 1) / kLrUnits, (B + kLrRows - 1) / kLrRows, D);
     int cur = 0;
     for (int step = 0; step < io_.max_len; ++step) {
@@ -162,10 +282,7 @@ class LowRankRun {
       Check(cudaGetLastError(), "factored step");
       cur ^= 1;
     }
-    FinalStates<T><<<GridStrideBlocks(D * state), kGridStrideThreads, 0, stream_>>>(
-        s_.h[cur], s_.c, s_.lens, static_cast<T*>(io_.out[kYH]), static_cast<T*>(io_.out[kYC]), l, D,
-        static_cast<int>(d_.L) * D, B, H, static_cast<int>(attrs_.layout));
-    Check(cudaGetLastError(), "final states");
+    return cur;
   }
 
   const Attributes& attrs_;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "cuda/low_rank/recurrence_plan.h"
 #include "cuda/scratch_layout.h"
 
 namespace lstm_ort {
@@ -28,11 +29,13 @@ LowRankScratch CarveLowRankScratch(const Dims& d, const Ranks& ranks, ElementTyp
   s.factors = half ? take(layout.FactorCount()) : nullptr;
   s.gx = take(d.D * rows * kGates * d.H);
   s.px = take(rows * WidestRank(ranks, false));
+  const size_t padded_state = static_cast<size_t>(d.D * PaddedBatch(d.B) * d.H);  // h transposed
   s.h[0] = take(state);
-  s.h[1] = take(state);
+  s.h[1] = take(padded_state);
   s.c = take(state);
-  s.p = take(d.D * d.B * WidestRank(ranks, true));
+  s.p = take(d.D * PaddedBatch(d.B) * WidestRank(ranks, true));
   s.lens = reinterpret_cast<int*>(take(d.B));
+  s.barrier = reinterpret_cast<unsigned*>(take(1));
   s.layer[0] = take(d.L > 1 ? rows * d.D * d.H : 0);
   s.layer[1] = take(d.L > 2 ? rows * d.D * d.H : 0);
   if (total) *total = off;

@@ -15,10 +15,12 @@ struct LowRankScratch {
   float *x, *w, *factors;
   float* gx;        // [D][T*B][4H]: a layer's input projection
   float* px;        // [T*B][widest input rank]: the input times A, one direction at a time
-  float* h[2];      // [D][B][H] each, ping-pong
+  float* h[2];      // [D][B][H] each, ping-pong; the persistent recurrence keeps h transposed in h[1],
+                    // [D][H][Bp] (Bp = PaddedBatch(B))
   float* c;         // [D][B][H]
-  float* p;         // [D][B][widest recurrent rank]: h times A, per step
+  float* p;         // [D][B][widest recurrent rank]: h times A, per step ([D][rank][Bp] when persistent)
   int* lens;        // [B]
+  unsigned* barrier;  // the persistent recurrence's grid barrier counter
   float* layer[2];  // [T][B][D][H]: a layer's output for the next one, fp32
 };
 

@@ -35,12 +35,14 @@ def run(sess, feeds):
 
 
 # Shapes that take each threading path with 2 threads: batch split, unit split (B=1, large step),
-# one direction per thread, small (one thread), layout 1 and lengths.
+# one direction per thread, the directions in turn with their units split (2 x 9 MiB of recurrent
+# weights, beyond the shared cache), small (one thread), layout 1 and lengths.
 THREAD_CASES = [
     dict(H=128, B=8, T=20, L=1, direction="forward"),
     dict(H=256, B=1, T=9, L=2, direction="forward"),
     dict(H=200, B=2, T=7, L=1, direction="reverse"),
     dict(H=96, B=5, T=11, L=2, direction="bidirectional"),
+    dict(H=768, B=3, T=4, L=1, direction="bidirectional"),
     dict(H=17, B=1, T=3, L=1, direction="forward"),
 ]
 

@@ -184,11 +184,8 @@ class LowRankRun {
         static_cast<int>(d_.L) * D, B, H, static_cast<int>(attrs_.layout));
     Check(cudaGetLastError(), "init states");
     int cur = 0;  // the buffer of the final h
-    if (const auto plan = RecurrencePlan(l)) {
-      RunRecurrence<TY>(l, *plan, a);
-    } else {
-      cur = StepByStep<TY>(l, a);
-    }
+    const auto plan = RecurrencePlan(l);
+    if (!plan || !RunRecurrence<TY>(l, *plan, a)) cur = StepByStep<TY>(l, a);
     FinalStates<T><<<GridStrideBlocks(D * state), kGridStrideThreads, 0, stream_>>>(
         s_.h[cur], s_.c, s_.lens, static_cast<T*>(io_.out[kYH]), static_cast<T*>(io_.out[kYC]), l, D,
         static_cast<int>(d_.L) * D, B, H, static_cast<int>(attrs_.layout));
@@ -212,9 +209,10 @@ class LowRankRun {
   }
 
   // Every step of layer l in one cooperative launch; h and c come from and go back to s_.h[0] and
-  // s_.c, s_.h[1] holds h transposed.
+  // s_.c, s_.h[1] holds h transposed. False, with nothing run, where the device refuses the launch
+  // (no cooperative launch, or fewer SMs than planned, e.g. under an MPS limit).
   template <typename TY>
-  void RunRecurrence(int l, const LowRankPlan& plan, const LowRankStepArgs<T, TY>& step) {
+  bool RunRecurrence(int l, const LowRankPlan& plan, const LowRankStepArgs<T, TY>& step) {
     LowRankRecurrenceArgs<T, TY> a{};
     a.plan = plan;
     a.B = static_cast<int>(d_.B);
@@ -249,9 +247,14 @@ class LowRankRun {
     Check(cudaMemsetAsync(a.p, 0, sizeof(float) * d_.D * plan.rank * Bp, stream_), "zero the padded p");
     void* params[] = {&a};
     ClearPending();
-    Check(cudaLaunchCooperativeKernel(RecurrenceKernel<T, TY>(), dim3(plan.blocks), dim3(kLrpThreads), params,
-                                      plan.smem, stream_),
-          "factored recurrence");
+    const cudaError_t e = cudaLaunchCooperativeKernel(RecurrenceKernel<T, TY>(), dim3(plan.blocks), dim3(kLrpThreads),
+                                                      params, plan.smem, stream_);
+    if (e == cudaErrorCooperativeLaunchTooLarge || e == cudaErrorNotSupported) {
+      ClearPending();
+      return false;
+    }
+    Check(e, "factored recurrence");
+    return true;
   }
 
   // One cuBLAS product and one LowRankStep launch per step. Returns which s_.h holds the final h.

@@ -129,7 +129,7 @@ __global__ void __launch_bounds__(kLrpThreads, 1) LowRankRecurrence(LowRankRecur
   float* as = reinterpret_cast<float*>(smem4);  // [H][CA]
   float* bs = as + p.a_floats;                  // [rank][4U]
   float* st = bs + p.b_floats;                  // staged input
-  float4* red = reinterpret_cast<float4*>(st + p.stage_floats);  // [slice][tile row][pair]
+  float4* red = reinterpret_cast<float4*>(st + p.stage_floats);  // [group][tile row][pair]
 
   // Phase 1's tile: rank columns [c0, c0 + CA) x rows [ba0, ba0 + BA); none past the tiles.
   const bool has1 = q < p.n_ca * p.n_ba;

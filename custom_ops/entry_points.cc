@@ -11,7 +11,7 @@
 #include "precision_names.h"
 #include "strategy_names.h"
 
-// The strategy names in enum order, comma-separated: "auto,tiled,splitk,persistent,wavefront".
+// The strategy names in enum order, comma-separated: "auto,tiled,splitk,persistent,wavefront,cluster".
 LSTM_ORT_C_ENTRY int LstmOrtStrategyNames(char* out, int size) {
   return lstm_ort::CopyOutWhole(lstm_ort::StrategyNames(","), out, size);
 }

@@ -12,6 +12,7 @@ constexpr NamedValue<Strategy> kStrategies[] = {
     {"splitk", Strategy::kSplitK},
     {"persistent", Strategy::kPersistent},
     {"wavefront", Strategy::kWavefront},
+    {"cluster", Strategy::kCluster},
 };
 
 }  // namespace

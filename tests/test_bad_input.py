@@ -80,7 +80,7 @@ def test_bad_shapes_and_values(name, value, message):
     ({"hidden_size": H, "clip": -1.0}, "clip must be > 0"),
     ({"hidden_size": H, "activations": "Sigmoid,Tanh"}, "activations must name 3 functions"),
     ({"hidden_size": H, "activations": "Sigmoid,Swish,Tanh"}, "unknown activation 'Swish'"),
-    ({"hidden_size": H, "strategy": "fastest"}, "strategy must be auto, tiled, splitk, persistent or wavefront"),
+    ({"hidden_size": H, "strategy": "fastest"}, "strategy must be auto, tiled, splitk, persistent, wavefront or cluster"),
     ({"hidden_size": H, "precision": "fp64"}, "attribute precision must be fp32, tf32, fp16, bf16 or auto, got 'fp64'"),
     ({"hidden_size": H, "precision": "TF32"}, "attribute precision must be fp32, tf32, fp16, bf16 or auto, got 'TF32'"),
 ])

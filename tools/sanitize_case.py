@@ -1,6 +1,6 @@
-"""A small FusedLSTM run on the CUDA EP for compute-sanitizer: every strategy, a bidirectional
-and a 3-layer forward stack (the wavefront), ragged lengths, initial states, peepholes, float32
-and float16; and the same stacks with factored weights (the low-rank path), against our CPU kernel."""
+"""A small FusedLSTM run on the CUDA EP for compute-sanitizer: every strategy (the cluster kernel at
+several cluster sizes), a bidirectional and a 3-layer forward stack (the wavefront), ragged
+lengths, initial states, peepholes, float32 and float16; and the same stacks with factored weights (the low-rank path), against our CPU kernel."""
 
 import itertools
 import os
@@ -17,7 +17,14 @@ def main() -> int:
     worst = 0.0
     specs = [LstmSpec(input_size=12, hidden_size=40, num_layers=2, direction="bidirectional", peepholes=True),
              LstmSpec(input_size=12, hidden_size=40, num_layers=3, direction="forward", peepholes=True)]
-    for strategy in ("tiled", "splitk", "persistent", "wavefront"):
+    # The cluster kernel with the planner's cluster size, then forced to a single block and to 2 and 16.
+    runs = [(s, None) for s in ("tiled", "splitk", "persistent", "wavefront", "cluster")]
+    runs += [("cluster", c) for c in ("1", "2", "16")]
+    for strategy, cluster in runs:
+        if cluster:
+            os.environ["LSTM_ORT_CLUSTER_SIZE"] = cluster
+        else:
+            os.environ.pop("LSTM_ORT_CLUSTER_SIZE", None)
         for spec, dtype in itertools.product(specs, (np.float32, np.float16)):
             layers = random_layers(spec, rng)
             feeds = make_feeds(spec, 6, 5, rng, dtype, seq_lens=True, initial_states=True)
@@ -25,6 +32,7 @@ def main() -> int:
                             initial_states=True)
             if dtype == np.float32:
                 worst = max(worst, max_abs(got, run_stock(spec, layers, feeds, seq_lens=True, initial_states=True)))
+    os.environ.pop("LSTM_ORT_CLUSTER_SIZE", None)
     # The tensor-core kernel in every operand type: batches that take it (16 rows for the half
     # types, 256 for tf32), a wavefront stack and a bidirectional layer, ragged lengths.
     worst_mma = {}

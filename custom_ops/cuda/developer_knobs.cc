@@ -46,6 +46,11 @@ bool GemmStepForcedFromEnvironment() {
   return v && std::string(v) == "1";
 }
 
+int ClusterSizeFromEnvironment() {
+  const char* v = std::getenv("LSTM_ORT_CLUSTER_SIZE");
+  return v ? std::atoi(v) : 0;
+}
+
 bool LowRankStepwiseForcedFromEnvironment() {
   const char* v = std::getenv("LSTM_ORT_LOW_RANK_STEPWISE");
   return v && std::string(v) == "1";

@@ -38,6 +38,10 @@ std::optional<MmaOverride> MmaOverrideFromEnvironment();
 // (for measuring where it wins). Anything else: no override.
 bool GemmStepForcedFromEnvironment();
 
+// LSTM_ORT_CLUSTER_SIZE=C: the cluster kernel plans with clusters of C blocks only (for
+// measurement; read at every call). Unset, empty or not a number: 0, the planner's choice.
+int ClusterSizeFromEnvironment();
+
 // LSTM_ORT_LOW_RANK_STEPWISE=1: factored recurrences on the per-step path (cuBLAS h A, then one
 // launch per step) even where the persistent one plans (for tests and measurement).
 bool LowRankStepwiseForcedFromEnvironment();

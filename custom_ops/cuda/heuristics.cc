@@ -14,6 +14,12 @@ Strategy StrategyForCall(Strategy configured, const std::vector<TunedStrategy>& 
   return configured;
 }
 
+bool RunsOnCluster(Strategy strategy, const Dims& d) {
+  if (strategy == Strategy::kCluster) return true;
+  return strategy == Strategy::kAuto && d.H <= kMaxHiddenForCluster && d.B * d.H <= kMaxCellsForCluster &&
+         (d.L <= kMaxLayersForCluster || d.D == 2);
+}
+
 StepKernel ChooseStepKernel(Strategy strategy, ElementType type, const Dims& d) {
   if (strategy == Strategy::kSplitK && d.H <= kSplitKMaxHidden) return StepKernel::kSplitK;
   if (strategy == Strategy::kTiled || strategy == Strategy::kSplitK) return StepKernel::kTiled;

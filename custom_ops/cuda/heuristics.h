@@ -20,6 +20,18 @@ namespace lstm_ort {
 Strategy StrategyForCall(Strategy configured, const std::vector<TunedStrategy>& tuned, const std::string& gpu,
                          const Dims& d);
 
+// Whether a call's layers run on the cluster kernel (cluster/kernel.cuh) where it plans (H <= 256,
+// B <= 8): always when forced; under auto up to kMaxHiddenForCluster and kMaxCellsForCluster = B*H,
+// where the persistent kernel's step is bound by its grid barrier and h's trip through L2, and for
+// unidirectional stacks only up to kMaxLayersForCluster, beyond which the wavefront overlaps layers.
+// H100, T=100, cluster vs the persistent kernel (ms): H128 B1 0.18 vs 0.38, H128 B4 0.28 vs 0.38,
+// H256 B2 0.30 vs 0.36, L2 H128 B1 0.34 vs wavefront 0.37, L2 H128 B4 bi 0.53 vs 0.71; but H128
+// B8 0.44 vs 0.38, H256 B4 0.44 vs 0.37, L4 H128 B1 0.55 vs wavefront 0.40.
+constexpr int64_t kMaxHiddenForCluster = 256;
+constexpr int64_t kMaxCellsForCluster = 512;
+constexpr int64_t kMaxLayersForCluster = 2;
+bool RunsOnCluster(Strategy strategy, const Dims& d);
+
 // The per-step kernels v1 can use.
 enum class StepKernel { kTiled, kSplitK, kGemm };
 

@@ -23,6 +23,8 @@ add_library(lstm_ort_cuda SHARED
   ${_cuda_dir}/persistent/plan.cc
   ${_cuda_dir}/persistent/mma_plan.cc
   ${_cuda_dir}/persistent/launch.cu
+  ${_cuda_dir}/cluster/plan.cc
+  ${_cuda_dir}/cluster/launch.cu
   ${_cuda_dir}/gemm/input_projection.cu
   ${_cuda_dir}/gemm/cublas_handles.cc
   # factored weights (optimize --low-rank): their own path, chosen by the op

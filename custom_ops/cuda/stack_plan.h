@@ -20,6 +20,9 @@ inline bool UsesPersistentPlanner(Strategy strategy) {
 
 std::vector<LayerRange> OneLayerPerRange(int L);
 
+// Every layer on the cluster kernel with `plan` (the plan depends on H and B only).
+std::vector<LayerRange> ClusterRanges(int L, const ClusterPlan& plan);
+
 // v1 runs one layer per range; the persistent strategies cut the stack into ranges that fit,
 // on tensor cores in operand type `mma` when given. `limits()` returns the DeviceLimits, and is
 // called only when they are needed.

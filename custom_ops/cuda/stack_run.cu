@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "call_io.h"
+#include "cuda/cluster/args.h"
+#include "cuda/cluster/launch.h"
 #include "cuda/cuda_check.h"
 #include "cuda/developer_knobs.h"
 #include "cuda/device_limits.h"
@@ -66,6 +68,15 @@ std::vector<LayerRange> PlanCall(int device, Strategy strategy, Precision precis
     *step = StepKernel::kGemm;
     return OneLayerPerRange(static_cast<int>(d.L));
   }
+  if (RunsOnCluster(strategy, d)) {
+    const auto plan = PlanCluster(static_cast<int>(d.H), static_cast<int>(d.B), MaxClusterBlocks(device),
+                                  ClusterSizeFromEnvironment());
+    if (plan) {
+      *step = ChooseStepKernel(Strategy::kAuto, type, d);  // for a layer whose cluster the device refuses
+      return ClusterRanges(static_cast<int>(d.L), *plan);
+    }
+  }
+  if (strategy == Strategy::kCluster) strategy = Strategy::kAuto;  // the shape is beyond the cluster kernel
   *step = ChooseStepKernel(strategy, type, d);
   return PlanRangesOn<T>(device, strategy, d, MmaOperandOf<T>(precision, d));
 }
@@ -103,6 +114,7 @@ class StackRun {
     }
     StepKernel step = StepKernel::kTiled;
     for (const LayerRange& range : PlanCall<T>(device_, strategy, precision_, d_, &step)) {
+      if (range.cluster && RunCluster(range)) continue;
       if (range.plan && RunPersistent(range)) continue;
       for (int l = range.first; l < range.first + range.count; ++l) RunStepwise(l, step);
     }
@@ -280,6 +292,47 @@ class StackRun {
     Check(e, "persistent kernel");
     if (!plan.mma) ReportPhaseClocks(stream_, io_.max_len + range.count - 1);
     for (int r = 0; r < range.count; ++r) WriteFinalStates(l0 + r, s_.h_fin + r * state, s_.c_fin + r * state);
+    return true;
+  }
+
+  // One layer on the cluster kernel; false when the device refuses the cluster (the caller runs
+  // the layer with v1) or the call has no steps.
+  bool RunCluster(const LayerRange& range) {
+    const int l = range.first;
+    if (io_.max_len == 0) return false;
+    Project(l);
+    ClusterArgs<T> a{};
+    a.plan = *range.cluster;
+    a.B = B_;
+    a.H = H_;
+    a.max_len = io_.max_len;
+    a.D = D_;
+    a.lens = s_.lens;
+    a.gx_st = GxStrideT(l);
+    a.gx_sb = GxStrideB(l);
+    const long long I = d_.LayerInput(l);
+    for (int dir = 0; dir < D_; ++dir) {
+      const int k = l * D_ + dir;
+      a.gx[dir] = s_.gx + dir * rows_ * G_;
+      a.w[dir] = Weights() + d_.WeightOffset(l, dir) + I * G_;
+      a.bias[dir] = Bias(k);
+      a.peep[dir] = Peep(k);
+      a.reverse[dir] = attrs_.reverse_only || dir == 1;
+      a.cell[dir] = MakeCellParams(attrs_, dir);
+    }
+    Output(l, &a.y, &a.y_st, &a.y_sd, &a.y_sb);
+    InitLayerStates(l, s_.h[0], s_.c);
+    a.h0 = s_.h[0];
+    a.c0 = s_.c;
+    a.h_fin = s_.h[1];
+    a.c_fin = s_.c;  // each cell's c is read once by its owner before the loop and written after it
+    const cudaError_t e = LaunchCluster(a, stream_);
+    if (e == cudaErrorInvalidClusterSize || e == cudaErrorNotSupported || e == cudaErrorLaunchOutOfResources) {
+      ClearPending();
+      return false;
+    }
+    Check(e, "cluster kernel");
+    WriteFinalStates(l, s_.h[1], s_.c);
     return true;
   }
 

@@ -24,9 +24,9 @@ bool Near(float a, float b) { return std::fabs(a - b) < 1e-7f; }
 }  // namespace
 
 TEST(StrategyNamesInEnumOrder) {
-  CHECK_EQ(StrategyNames(","), std::string("auto,tiled,splitk,persistent,wavefront"));
-  CHECK_EQ(StrategyChoices(), std::string("auto, tiled, splitk, persistent or wavefront"));
-  for (int i = 0; i <= static_cast<int>(Strategy::kWavefront); ++i) {
+  CHECK_EQ(StrategyNames(","), std::string("auto,tiled,splitk,persistent,wavefront,cluster"));
+  CHECK_EQ(StrategyChoices(), std::string("auto, tiled, splitk, persistent, wavefront or cluster"));
+  for (int i = 0; i <= static_cast<int>(Strategy::kCluster); ++i) {
     Strategy s;
     CHECK(ParseStrategy(StrategyName(static_cast<Strategy>(i)), &s));
     CHECK(s == static_cast<Strategy>(i));
@@ -109,7 +109,7 @@ TEST(AttributeErrors) {
   raw = Minimal();
   raw.strategy = "fast";
   CHECK_THROWS_MESSAGE(ResolveAttributes(raw),
-                       "attribute strategy must be auto, tiled, splitk, persistent or wavefront, got 'fast'");
+                       "attribute strategy must be auto, tiled, splitk, persistent, wavefront or cluster, got 'fast'");
 
   for (const char* bad : {"fp64", "FP16", "half", "", " tf32"}) {
     raw = Minimal();

@@ -26,7 +26,7 @@ TEST(StrategyOverrideParse) {
   CHECK(!ParseStrategyOverride("").has_value());
   CHECK(ParseStrategyOverride("splitk") == Strategy::kSplitK);
   CHECK_THROWS_MESSAGE(ParseStrategyOverride("fastest"),
-                       "LSTM_ORT_STRATEGY must be auto, tiled, splitk, persistent or wavefront, got 'fastest'");
+                       "LSTM_ORT_STRATEGY must be auto, tiled, splitk, persistent, wavefront or cluster, got 'fastest'");
 }
 
 TEST(MmaOverrideParse) {

@@ -17,7 +17,7 @@ int64_t LstmOrtFactoredOffset(int64_t L, int64_t D, int64_t I, int64_t H, const 
 TEST(StrategyNamesEntryPoint) {
   char buf[64];
   CHECK_EQ(LstmOrtStrategyNames(buf, sizeof buf), 0);
-  CHECK_EQ(std::string(buf), std::string("auto,tiled,splitk,persistent,wavefront"));
+  CHECK_EQ(std::string(buf), std::string("auto,tiled,splitk,persistent,wavefront,cluster"));
   CHECK(LstmOrtStrategyNames(buf, 8) != 0);  // cut short is an error, not a shorter list
 }
 

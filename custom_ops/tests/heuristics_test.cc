@@ -34,6 +34,23 @@ TEST(StepKernelForcedByStrategy) {
   CHECK(ChooseStepKernel(Strategy::kSplitK, ElementType::kFloat16, Sizes(1, 1025)) == StepKernel::kTiled);  // registers run out
 }
 
+TEST(ClusterKernelForSmallHiddenSizes) {
+  CHECK(RunsOnCluster(Strategy::kCluster, Sizes(1, 1024)));  // forced: the planner decides whether it fits
+  CHECK(RunsOnCluster(Strategy::kAuto, Sizes(1, kMaxHiddenForCluster)));
+  CHECK(!RunsOnCluster(Strategy::kAuto, Sizes(1, kMaxHiddenForCluster + 1)));
+  CHECK(RunsOnCluster(Strategy::kAuto, Sizes(4, 128)));
+  CHECK(!RunsOnCluster(Strategy::kAuto, Sizes(8, 128)));  // B*H past kMaxCellsForCluster
+  Dims stack = Sizes(1, 128);
+  stack.L = kMaxLayersForCluster;
+  CHECK(RunsOnCluster(Strategy::kAuto, stack));
+  stack.L = kMaxLayersForCluster + 1;
+  CHECK(!RunsOnCluster(Strategy::kAuto, stack));  // a deeper unidirectional stack: the wavefront
+  stack.D = 2;
+  CHECK(RunsOnCluster(Strategy::kAuto, stack));
+  for (Strategy s : {Strategy::kTiled, Strategy::kSplitK, Strategy::kPersistent, Strategy::kWavefront})
+    CHECK(!RunsOnCluster(s, Sizes(1, 128)));
+}
+
 TEST(SplitTf32ProjectionOnlyForLargeFloat32Inputs) {
   CHECK(!ProjectsWithSplitTf32(ElementType::kFloat32, kMinRowsForSplit - 1));
   CHECK(ProjectsWithSplitTf32(ElementType::kFloat32, kMinRowsForSplit));

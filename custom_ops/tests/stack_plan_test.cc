@@ -73,7 +73,7 @@ TEST(DescriptionNamesEachRange) {
   p.U = 8;
   p.Bb = 16;
   p.smem = 100 * 1024 + 17;
-  const std::vector<LayerRange> ranges = {{0, 1, std::nullopt}, {1, 3, p}, {4, 1, p}};
+  const std::vector<LayerRange> ranges = {{0, 1, std::nullopt, std::nullopt}, {1, 3, p, std::nullopt}, {4, 1, p, std::nullopt}};
   CHECK_EQ(DescribeRanges(ranges, StepKernel::kSplitK),
            std::string("layer 0: v1 splitk (one launch per step); "
                        "layers 1-3: wavefront (96 blocks of 8 units x 16 rows, 100 KiB shared memory); "

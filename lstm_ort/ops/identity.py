@@ -12,7 +12,7 @@ INPUTS = ("X", "W", "B", "sequence_lens", "initial_h", "initial_c", "P", "factor
 OUTPUTS = ("Y", "Y_h", "Y_c")
 
 # Values of the `strategy` attribute, in the order of the C++ enum lstm_ort::Strategy.
-STRATEGIES = ("auto", "tiled", "splitk", "persistent", "wavefront")
+STRATEGIES = ("auto", "tiled", "splitk", "persistent", "wavefront", "cluster")
 # What `lstm-ort tune` measures: every strategy but the heuristic.
 TUNABLE_STRATEGIES = STRATEGIES[1:]
 

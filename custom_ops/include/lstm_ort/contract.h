@@ -42,8 +42,10 @@ struct Activation {
 // How the CUDA kernel runs the recurrence (attribute `strategy`; the CPU kernel ignores it).
 // v1: one launch per step (kTiled, kSplitK). kPersistent: one cooperative launch per layer with
 // the weights on chip. kWavefront: as kPersistent, consecutive layers sharing one launch.
-// kAuto picks by shape. Names: custom_ops/strategy_names.h.
-enum class Strategy : int32_t { kAuto = 0, kTiled, kSplitK, kPersistent, kWavefront };
+// kCluster: one launch per layer, a thread-block cluster per direction with the weights in
+// registers (H <= 256, B <= 8; elsewhere as kAuto). kAuto picks by shape. Names:
+// custom_ops/strategy_names.h.
+enum class Strategy : int32_t { kAuto = 0, kTiled, kSplitK, kPersistent, kWavefront, kCluster };
 
 // How a kernel rounds the recurrence's operands (attribute `precision`; absent: kFp32). The
 // model's element type T is unchanged: fp32 models keep fp32 inputs and outputs. kFp32: fp32

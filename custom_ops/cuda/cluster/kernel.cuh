@@ -10,10 +10,10 @@
 // in registers. The group's lanes then push the new h into every block's next h buffer at once
 // (st.async into distributed shared memory), each push completing its bytes on that buffer's
 // mbarrier in the receiving block; a step starts when its buffer's mbarrier says all B x H values
-// have landed. No cluster barrier is on the step's path. A cluster of one block stores h directly
-// and meets at __syncthreads instead. Two buffers alternate, and no block can
-// push into buffer (t+1)%2 of another before that block has finished reading it in step t-1: the
-// pusher needed the reader's own h of step t-1 first, which the reader computes only after it read.
+// have landed. No cluster barrier is on the step's path (a cluster of one block stores h directly
+// and meets at __syncthreads instead). Two buffers alternate, and no block can push into buffer
+// (t+1)%2 of another before that block has finished reading it in step t-1: the pusher needed the
+// reader's own h of step t-1 first, which the reader computes only after it read.
 #pragma once
 
 #include <cooperative_groups.h>

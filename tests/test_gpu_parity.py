@@ -79,19 +79,23 @@ def test_gemm_step(B, direction, monkeypatch, rng):
     check_gpu(spec, 12, B, rng, "auto", seq_lens=B % 2 == 1, initial_states=B % 2 == 0)
 
 
-CLUSTER_CASES = [  # (H, B, cluster size or None for the planner's): partial last blocks, every batch variant
-    (1, 1, None), (7, 3, None), (32, 8, None), (64, 2, 1), (100, 5, 4), (128, 1, 4), (128, 1, 8), (128, 4, 16),
-    (200, 1, None), (256, 1, None), (256, 8, None),
+CLUSTER_CASES = [  # (H, B, cluster size, slices; None for the planner's): partial last blocks, every batch variant
+    (1, 1, None, None), (7, 3, None, None), (32, 8, None, None), (64, 2, 1, None), (100, 5, 4, None),
+    (128, 1, 4, None), (128, 1, 8, None), (128, 4, 16, None), (200, 1, None, None), (256, 1, None, None),
+    (256, 8, None, None), (40, 3, 16, 8), (64, 1, 4, 4), (24, 6, 1, 4),
 ]
 
 
-@pytest.mark.parametrize("H,B,cluster", CLUSTER_CASES)
+@pytest.mark.parametrize("H,B,cluster,slices", CLUSTER_CASES)
 @pytest.mark.parametrize("direction", DIRECTIONS)
-def test_cluster_kernel(H, B, cluster, direction, monkeypatch, rng):
-    """The cluster kernel at every size it plans, cluster sizes forced through the developer knob
-    (read at every call): ragged lengths and initial states on alternate cases, peepholes always."""
+def test_cluster_kernel(H, B, cluster, slices, direction, monkeypatch, rng):
+    """The cluster kernel at every size it plans, cluster sizes and slices per column forced through
+    the developer knobs (read at every call): ragged lengths and initial states on alternate cases,
+    peepholes always."""
     if cluster:
         monkeypatch.setenv("LSTM_ORT_CLUSTER_SIZE", str(cluster))
+    if slices:
+        monkeypatch.setenv("LSTM_ORT_CLUSTER_SLICES", str(slices))
     spec = LstmSpec(input_size=9, hidden_size=H, num_layers=2, direction=direction, peepholes=True)
     extras = (H + B) % 2 == 1
     check_gpu(spec, 17, B, rng, "cluster", seq_lens=extras, initial_states=not extras)

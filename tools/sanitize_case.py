@@ -17,14 +17,16 @@ def main() -> int:
     worst = 0.0
     specs = [LstmSpec(input_size=12, hidden_size=40, num_layers=2, direction="bidirectional", peepholes=True),
              LstmSpec(input_size=12, hidden_size=40, num_layers=3, direction="forward", peepholes=True)]
-    # The cluster kernel with the planner's cluster size, then forced to a single block and to 2 and 16.
-    runs = [(s, None) for s in ("tiled", "splitk", "persistent", "wavefront", "cluster")]
-    runs += [("cluster", c) for c in ("1", "2", "16")]
-    for strategy, cluster in runs:
-        if cluster:
-            os.environ["LSTM_ORT_CLUSTER_SIZE"] = cluster
-        else:
-            os.environ.pop("LSTM_ORT_CLUSTER_SIZE", None)
+    # The cluster kernel with the planner's cluster size and slices, then forced to a single block
+    # and to 2 and 16 blocks, and to 4 and 8 slices per column.
+    runs = [(s, None, None) for s in ("tiled", "splitk", "persistent", "wavefront", "cluster")]
+    runs += [("cluster", c, s) for c, s in (("1", None), ("2", None), ("16", None), ("1", "4"), ("16", "8"))]
+    for strategy, cluster, slices in runs:
+        for knob, value in (("LSTM_ORT_CLUSTER_SIZE", cluster), ("LSTM_ORT_CLUSTER_SLICES", slices)):
+            if value:
+                os.environ[knob] = value
+            else:
+                os.environ.pop(knob, None)
         for spec, dtype in itertools.product(specs, (np.float32, np.float16)):
             layers = random_layers(spec, rng)
             feeds = make_feeds(spec, 6, 5, rng, dtype, seq_lens=True, initial_states=True)
@@ -33,6 +35,7 @@ def main() -> int:
             if dtype == np.float32:
                 worst = max(worst, max_abs(got, run_stock(spec, layers, feeds, seq_lens=True, initial_states=True)))
     os.environ.pop("LSTM_ORT_CLUSTER_SIZE", None)
+    os.environ.pop("LSTM_ORT_CLUSTER_SLICES", None)
     # The tensor-core kernel in every operand type: batches that take it (16 rows for the half
     # types, 256 for tf32), a wavefront stack and a bidirectional layer, ragged lengths.
     worst_mma = {}

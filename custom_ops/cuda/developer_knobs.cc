@@ -51,6 +51,11 @@ int ClusterSizeFromEnvironment() {
   return v ? std::atoi(v) : 0;
 }
 
+int ClusterSlicesFromEnvironment() {
+  const char* v = std::getenv("LSTM_ORT_CLUSTER_SLICES");
+  return v ? std::atoi(v) : 0;
+}
+
 bool LowRankStepwiseForcedFromEnvironment() {
   const char* v = std::getenv("LSTM_ORT_LOW_RANK_STEPWISE");
   return v && std::string(v) == "1";

@@ -42,6 +42,10 @@ bool GemmStepForcedFromEnvironment();
 // measurement; read at every call). Unset, empty or not a number: 0, the planner's choice.
 int ClusterSizeFromEnvironment();
 
+// LSTM_ORT_CLUSTER_SLICES=S: the cluster kernel plans with S lanes per gate column only (2, 4
+// or 8; for measurement; read at every call). Unset or not a number: 0, the planner's choice.
+int ClusterSlicesFromEnvironment();
+
 // LSTM_ORT_LOW_RANK_STEPWISE=1: factored recurrences on the per-step path (cuBLAS h A, then one
 // launch per step) even where the persistent one plans (for tests and measurement).
 bool LowRankStepwiseForcedFromEnvironment();

@@ -16,8 +16,10 @@ Strategy StrategyForCall(Strategy configured, const std::vector<TunedStrategy>& 
 
 bool RunsOnCluster(Strategy strategy, const Dims& d) {
   if (strategy == Strategy::kCluster) return true;
-  return strategy == Strategy::kAuto && d.H <= kMaxHiddenForCluster && d.B * d.H <= kMaxCellsForCluster &&
-         (d.L <= kMaxLayersForCluster || d.D == 2);
+  if (strategy != Strategy::kAuto || d.H > kMaxHiddenForCluster || d.B > kClusterMaxBatch) return false;
+  const bool small_hidden = d.H <= kMaxHiddenForClusterAtAnyBatch;
+  if (!small_hidden && d.B * d.H > kMaxCellsForCluster) return false;
+  return d.D == 2 || d.L <= (small_hidden ? kMaxLayersForClusterAtSmallHidden : kMaxLayersForCluster);
 }
 
 StepKernel ChooseStepKernel(Strategy strategy, ElementType type, const Dims& d) {

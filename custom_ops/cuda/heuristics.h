@@ -9,6 +9,7 @@
 
 #include <optional>
 
+#include "cuda/cluster/plan.h"
 #include "cuda/element_type.h"
 #include "cuda/persistent/mma_operand.h"
 #include "lstm_ort/contract.h"
@@ -21,15 +22,19 @@ Strategy StrategyForCall(Strategy configured, const std::vector<TunedStrategy>& 
                          const Dims& d);
 
 // Whether a call's layers run on the cluster kernel (cluster/kernel.cuh) where it plans (H <= 256,
-// B <= 8): always when forced; under auto up to kMaxHiddenForCluster and kMaxCellsForCluster = B*H,
-// where the persistent kernel's step is bound by its grid barrier and h's trip through L2, and for
-// unidirectional stacks only up to kMaxLayersForCluster, beyond which the wavefront overlaps layers.
-// H100, T=100, cluster vs the persistent kernel (ms): H128 B1 0.18 vs 0.38, H128 B4 0.28 vs 0.38,
-// H256 B2 0.30 vs 0.36, L2 H128 B1 0.34 vs wavefront 0.37, L2 H128 B4 bi 0.53 vs 0.71; but H128
-// B8 0.44 vs 0.38, H256 B4 0.44 vs 0.37, L4 H128 B1 0.55 vs wavefront 0.40.
+// B <= 8): always when forced; under auto up to kMaxHiddenForCluster, at every batch it plans up to
+// kMaxHiddenForClusterAtAnyBatch and above that up to kMaxCellsForCluster = B*H, where the
+// persistent kernel's step is bound by its grid barrier and h's trip through L2; unidirectional
+// stacks only up to kMaxLayersForCluster layers (kMaxLayersForClusterAtSmallHidden up to H = 128),
+// beyond which the wavefront, which overlaps layers, wins. H100, T=100, cluster vs the best other
+// strategy (ms): H128 B8 0.24 vs 0.34, H64 B8 0.18 vs 0.35, H256 B2 0.25 vs 0.35, L4 H64 B1 0.30
+// vs wavefront 0.45, L4 H128 B1 0.33 vs 0.38, L2 H128 B1 bi 0.19 vs 0.68; but H256 B4 0.37 vs
+// 0.36, L4 H256 B1 0.64 vs wavefront 0.45.
 constexpr int64_t kMaxHiddenForCluster = 256;
+constexpr int64_t kMaxHiddenForClusterAtAnyBatch = 128;
 constexpr int64_t kMaxCellsForCluster = 512;
 constexpr int64_t kMaxLayersForCluster = 2;
+constexpr int64_t kMaxLayersForClusterAtSmallHidden = 4;
 bool RunsOnCluster(Strategy strategy, const Dims& d);
 
 // The per-step kernels v1 can use.

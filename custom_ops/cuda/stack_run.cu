@@ -70,7 +70,7 @@ std::vector<LayerRange> PlanCall(int device, Strategy strategy, Precision precis
   }
   if (RunsOnCluster(strategy, d)) {
     const auto plan = PlanCluster(static_cast<int>(d.H), static_cast<int>(d.B), MaxClusterBlocks(device),
-                                  ClusterSizeFromEnvironment());
+                                  ClusterSizeFromEnvironment(), ClusterSlicesFromEnvironment());
     if (plan) {
       *step = ChooseStepKernel(Strategy::kAuto, type, d);  // for a layer whose cluster the device refuses
       return ClusterRanges(static_cast<int>(d.L), *plan);

@@ -21,7 +21,7 @@ void CheckPlan(const ClusterPlan& p, int H, int B, int max_cluster, const std::s
   if (p.Rows() < H) fail("the slices' rows cover H");
   if (p.C * p.U < H || (p.C - 1) * p.U >= H) fail("the blocks' units cover H, every block has some");
   if (p.threads != 4 * p.U * p.S || p.threads % 32) fail("4 U S threads, whole warps");
-  if (p.threads > ClusterThreadsCap(p.KPT, p.NB)) fail("within the variant's launch bounds");
+  if (p.threads > kClusterMaxThreads) fail("within the variant's launch bounds");
   if (p.NB > 4 * p.S) fail("a group has a lane per batch row");
   if (p.smem != 2 * sizeof(float) * p.NB * p.Rows() + 16) fail("two h buffers and two mbarriers");
   if (p.cost <= 0) fail("a cost");

@@ -38,15 +38,20 @@ TEST(ClusterKernelForSmallHiddenSizes) {
   CHECK(RunsOnCluster(Strategy::kCluster, Sizes(1, 1024)));  // forced: the planner decides whether it fits
   CHECK(RunsOnCluster(Strategy::kAuto, Sizes(1, kMaxHiddenForCluster)));
   CHECK(!RunsOnCluster(Strategy::kAuto, Sizes(1, kMaxHiddenForCluster + 1)));
-  CHECK(RunsOnCluster(Strategy::kAuto, Sizes(4, 128)));
-  CHECK(!RunsOnCluster(Strategy::kAuto, Sizes(8, 128)));  // B*H past kMaxCellsForCluster
-  Dims stack = Sizes(1, 128);
-  stack.L = kMaxLayersForCluster;
-  CHECK(RunsOnCluster(Strategy::kAuto, stack));
-  stack.L = kMaxLayersForCluster + 1;
-  CHECK(!RunsOnCluster(Strategy::kAuto, stack));  // a deeper unidirectional stack: the wavefront
-  stack.D = 2;
-  CHECK(RunsOnCluster(Strategy::kAuto, stack));
+  CHECK(RunsOnCluster(Strategy::kAuto, Sizes(kClusterMaxBatch, kMaxHiddenForClusterAtAnyBatch)));
+  CHECK(!RunsOnCluster(Strategy::kAuto, Sizes(kClusterMaxBatch + 1, 64)));  // beyond what it plans
+  CHECK(RunsOnCluster(Strategy::kAuto, Sizes(2, 256)));
+  CHECK(!RunsOnCluster(Strategy::kAuto, Sizes(4, 256)));  // B*H past kMaxCellsForCluster
+  for (int64_t H : {kMaxHiddenForClusterAtAnyBatch, kMaxHiddenForCluster}) {
+    const int64_t layers = H <= kMaxHiddenForClusterAtAnyBatch ? kMaxLayersForClusterAtSmallHidden : kMaxLayersForCluster;
+    Dims stack = Sizes(1, H);
+    stack.L = layers;
+    CHECK(RunsOnCluster(Strategy::kAuto, stack));
+    stack.L = layers + 1;
+    CHECK(!RunsOnCluster(Strategy::kAuto, stack));  // a deeper unidirectional stack: the wavefront
+    stack.D = 2;
+    CHECK(RunsOnCluster(Strategy::kAuto, stack));
+  }
   for (Strategy s : {Strategy::kTiled, Strategy::kSplitK, Strategy::kPersistent, Strategy::kWavefront})
     CHECK(!RunsOnCluster(s, Sizes(1, 128)));
 }

@@ -37,11 +37,14 @@ __device__ __forceinline__ void ExpectBytes(uint64_t* bar, uint32_t bytes) {
                : "memory");
 }
 
+// Waits for phase `parity` of `bar` to complete. Acquire at CTA scope: what the waiter reads next
+// is its own block's shared memory, which the pushes' complete_tx make visible; a cluster-scope
+// acquire would also invalidate L1 (CCTL.IVALL) at every step, waiting for the loads in flight.
 __device__ __forceinline__ void WaitPhase(uint64_t* bar, uint32_t parity) {
   asm volatile(
       "{\n\t.reg .pred done;\n\t"
       "WAIT_%=:\n\t"
-      "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n\t"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n\t"
       "@!done bra WAIT_%=;\n\t}" ::"r"(SharedAddress(bar)),
       "r"(parity)
       : "memory");

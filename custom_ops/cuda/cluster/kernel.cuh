@@ -25,15 +25,20 @@
 
 namespace lstm_ort {
 
+// Steps ahead that a cell's projected gates are loaded: they come from L2 or memory, and a short
+// step does not cover that latency (H100, T1000 B1, one step ahead -> two: H32 0.80 -> 0.71 ms,
+// H64 0.87 -> 0.82). Steps of four rows and more are long enough, and their registers are not.
+__host__ __device__ constexpr int ClusterGxAhead(int nb) { return nb >= 4 ? 1 : 2; }
+
 template <typename T, int KPT, int NB>
-__global__ void __launch_bounds__(ClusterThreadsCap(KPT, NB), 1) ClusterLstm(ClusterArgs<T> a) {
+__global__ void __launch_bounds__(kClusterMaxThreads, 1) ClusterLstm(ClusterArgs<T> a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900  // clusters need sm_90; the planner never launches it below
   namespace cg = cooperative_groups;
   extern __shared__ float4 smem4[];
   const ClusterPlan& p = a.plan;
-  const int H = a.H, B = a.B, S = p.S, KS = p.Rows(), tid = threadIdx.x;
+  const int H = a.H, B = a.B, S = p.S, C = p.C, KS = p.Rows(), max_len = a.max_len, tid = threadIdx.x;
   cg::cluster_group cluster = cg::this_cluster();
-  const int q = static_cast<int>(cluster.block_rank()), d = blockIdx.x / p.C;
+  const int q = static_cast<int>(cluster.block_rank()), d = blockIdx.x / C;
   const int slice = tid % S, col = tid / S, ul = col >> 2, gate = col & 3;
   const int u = q * p.U + ul;
   const bool unit_ok = u < H;
@@ -64,12 +69,9 @@ __global__ void __launch_bounds__(ClusterThreadsCap(KPT, NB), 1) ClusterLstm(Clu
   const long long state = (static_cast<long long>(d) * B + g4) * H + u;
   const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
   float c = 0.f, h = 0.f, peep[3] = {};
-  float4 bias = zero, gx = zero;
+  constexpr int kAhead = ClusterGxAhead(NB);
+  float4 bias = zero, gx_ring[kAhead];  // projected gates of the next steps, loads in flight
   int len = 0;
-  auto time_of = [&](int step) { return a.reverse[d] ? len - 1 - step : step; };
-  auto load_gx = [&](int step) {
-    return *reinterpret_cast<const float4*>(a.gx[d] + (time_of(step) * a.gx_st + g4 * a.gx_sb) * 4LL * H + 4LL * u);
-  };
   if (owner) {
     c = a.c0[state];
     h = a.h0[state];
@@ -80,8 +82,20 @@ __global__ void __launch_bounds__(ClusterThreadsCap(KPT, NB), 1) ClusterLstm(Clu
       peep[2] = ToF(a.peep[d][2 * H + u]);
     }
     len = a.lens[g4];
-    if (len > 0) gx = load_gx(0);
   }
+  // Row pointers of step 0, moved by one step's stride each step: the address arithmetic stays
+  // off the step's critical path. Only steps < len are read or written.
+  const bool reverse = a.reverse[d];
+  const long long t0 = reverse ? len - 1 : 0, dir = reverse ? -1 : 1;
+  const float* gx_row = a.gx[d] + (t0 * a.gx_st + g4 * a.gx_sb) * 4LL * H + 4LL * u;
+  const long long gx_stride = dir * a.gx_st * 4LL * H;
+  const bool write_y = a.y != nullptr;
+  long long y_at = t0 * a.y_st + d * a.y_sd + g4 * a.y_sb + u;  // an offset: y may be absent
+  const long long y_stride = dir * a.y_st;
+#pragma unroll
+  for (int i = 0; i < kAhead; ++i)
+    gx_ring[i] = owner && i < len ? *reinterpret_cast<const float4*>(gx_row + i * gx_stride) : zero;
+  gx_row += kAhead * gx_stride;  // the row the next load reads
   const bool default_cell = IsDefaultCell(a.cell[d]);
   if (tid == 0) {
     InitBarrier(&arrived[0], 1);
@@ -96,28 +110,41 @@ __global__ void __launch_bounds__(ClusterThreadsCap(KPT, NB), 1) ClusterLstm(Clu
   // A warp whose units all lie past H (in the last block) has nothing to compute or push, and
   // nothing waits for it: it skips the steps rather than read buffers it no longer gates.
   // (A single block has none: its U rounds H up by less than a warp's units, so all reach __syncthreads.)
-  const bool warp_has_units = p.C == 1 || q * p.U + (tid & ~31) / (4 * S) < H;
-  for (int step = 0; warp_has_units && step < a.max_len; ++step) {
+  const bool warp_has_units = C == 1 || q * p.U + (tid & ~31) / (4 * S) < H;
+  // One step; `gx` holds this step's projected gates on entry and step + kAhead's on exit.
+  auto run_step = [&](int step, float4& gx) {
     const int cur = step & 1, next = cur ^ 1;
-    if (step > 0 && p.C > 1) {  // step 0 reads h0, filled above; a single block meets at __syncthreads
+    if (step > 0 && C > 1) {  // step 0 reads h0, filled above; a single block meets at __syncthreads
       WaitPhase(&arrived[cur], ((step - 1) >> 1) & 1);
       if (tid == 0) ExpectBytes(&arrived[cur], step_bytes);  // its next use, step + 2
     }
     const float* hc = hs + cur * NB * KS;
-    float acc[NB];
+    // Independent partial sums per row, so that few rows do not wait on one FMA chain of KPT.
+    constexpr int kChains = NB >= 4 ? 1 : 4 / NB;
+    float part[NB][kChains];
 #pragma unroll
-    for (int b = 0; b < NB; ++b) acc[b] = 0.f;
+    for (int b = 0; b < NB; ++b)
+#pragma unroll
+      for (int ch = 0; ch < kChains; ++ch) part[b][ch] = 0.f;
 #pragma unroll
     for (int j = 0; j < KPT / 4; ++j) {
       const int k = 4 * (j * S + slice);
 #pragma unroll
       for (int b = 0; b < NB; ++b) {
         const float4 hv = *reinterpret_cast<const float4*>(hc + b * KS + k);
-        acc[b] = fmaf(hv.x, w[4 * j], acc[b]);
-        acc[b] = fmaf(hv.y, w[4 * j + 1], acc[b]);
-        acc[b] = fmaf(hv.z, w[4 * j + 2], acc[b]);
-        acc[b] = fmaf(hv.w, w[4 * j + 3], acc[b]);
+        float& sum = part[b][j % kChains];
+        sum = fmaf(hv.x, w[4 * j], sum);
+        sum = fmaf(hv.y, w[4 * j + 1], sum);
+        sum = fmaf(hv.z, w[4 * j + 2], sum);
+        sum = fmaf(hv.w, w[4 * j + 3], sum);
       }
+    }
+    float acc[NB];
+#pragma unroll
+    for (int b = 0; b < NB; ++b) {
+      acc[b] = part[b][0];
+#pragma unroll
+      for (int ch = 1; ch < kChains; ++ch) acc[b] += part[b][ch];
     }
 #pragma unroll
     for (int off = 1; off < 8; off <<= 1)
@@ -133,32 +160,41 @@ __global__ void __launch_bounds__(ClusterThreadsCap(KPT, NB), 1) ClusterLstm(Clu
       const float gc = __shfl_sync(0xffffffffu, acc[b], group0 + 3 * S);
       if (g4 == b) mine = make_float4(gi, go, gf, gc);
     }
-    if (owner) {
-      if (step < len) {  // finished sequences keep their state
-        const float si = mine.x + gx.x + bias.x, so = mine.y + gx.y + bias.y;
-        const float sf = mine.z + gx.z + bias.z, sc = mine.w + gx.w + bias.w;
-        h = default_cell ? DefaultCellUpdate(si, so, sf, sc, peep[0], peep[1], peep[2], c)
-                         : CellUpdate(a.cell[d], si, so, sf, sc, peep[0], peep[1], peep[2], c);
-        if (a.y) a.y[time_of(step) * a.y_st + d * a.y_sd + g4 * a.y_sb + u] = FromF<T>(h);
-      }
-      if (step + 1 < len) gx = load_gx(step + 1);  // in flight while the next step's h arrives
+    const bool live = owner && step < len;  // finished sequences keep their state
+    if (live) {
+      const float si = mine.x + gx.x + bias.x, so = mine.y + gx.y + bias.y;
+      const float sf = mine.z + gx.z + bias.z, sc = mine.w + gx.w + bias.w;
+      h = default_cell ? PeepholeCell<ShortChainActivations>(si, so, sf, sc, peep[0], peep[1], peep[2], c)
+                       : CellUpdate(a.cell[d], si, so, sf, sc, peep[0], peep[1], peep[2], c);
     }
-    if (step + 1 < a.max_len && p.C == 1) {  // one block: plain stores and a block barrier are faster
+    // h goes out first: the other blocks wait for it; the output and the next loads do not.
+    if (step + 1 < max_len && C == 1) {  // one block: plain stores and a block barrier are faster
       if (owner) hs[(next * NB + g4) * KS + u] = h;
       __syncthreads();
-    } else if (step + 1 < a.max_len) {
+    } else if (step + 1 < max_len) {
       // Row b's h, from its owner, to every block: lane g4 of the group pushes to blocks g4, g4 + 4S, ...
 #pragma unroll
       for (int b = 0; b < NB; ++b) {
         const float hb = __shfl_sync(0xffffffffu, h, group0 + b);
         if (b < B && unit_ok) {
           const uint32_t at = hs_shared + sizeof(float) * ((next * NB + b) * KS + u);
-          for (int r = g4; r < p.C; r += 4 * S)
+          for (int r = g4; r < C; r += 4 * S)
             PushFloat(InBlock(at, r), hb, InBlock(arrived_shared + sizeof(uint64_t) * next, r));
         }
       }
     }
-  }
+    if (live && write_y) a.y[y_at] = FromF<T>(h);
+    if (owner && step + kAhead < len) gx = *reinterpret_cast<const float4*>(gx_row);  // in flight for several steps
+    y_at += y_stride;
+    gx_row += gx_stride;
+  };
+  // Steps in rounds of kAhead, so each step's slot of `gx_ring` is a fixed register: a
+  // rotating copy would wait for the load it moves.
+  if (warp_has_units)
+    for (int round = 0; round < max_len; round += kAhead)
+#pragma unroll
+      for (int i = 0; i < kAhead; ++i)
+        if (round + i < max_len) run_step(round + i, gx_ring[i]);
   if (owner) {
     a.h_fin[state] = h;
     a.c_fin[state] = c;

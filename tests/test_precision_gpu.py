@@ -3,12 +3,14 @@ fp32 the parity grid's 2e-5) of stock's FP32 LSTM, on shapes that take the tenso
 shapes that do not, every strategy; long sequences (T=1000) held to the same bounds; and proof that
 a reduced mode really runs reduced (its result differs from fp32's)."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
 from lstm_ort.builders import LstmSpec, random_layers
 from lstm_ort.ops.identity import PRECISIONS
-from lstm_ort.testing import CUDA, make_feeds, max_abs, run_fused, run_stock
+from lstm_ort.testing import CUDA, DIRECTIONS, make_feeds, max_abs, run_fused, run_stock
 from lstm_ort.verify import PRECISION_TOLERANCES
 
 pytestmark = pytest.mark.gpu
@@ -20,9 +22,11 @@ def bound(precision: str) -> float:
     return PRECISION_TOLERANCES[precision].atol if precision in PRECISION_TOLERANCES else FP32_TOL
 
 
-# (direction, L, H, B, T): B >= 16 takes half tensor cores, B >= 256 tf32 ones, B < 16 the FMA kernel.
+# (direction, L, H, B, T): B >= 16 takes half tensor cores, B >= 256 tf32 ones, B < 16 the FMA kernel;
+# H1024 B32 takes v1's cuBLAS step on 16-bit weights in tf32 and auto.
 SHAPES = [("forward", 3, 64, 16, 30), ("bidirectional", 2, 128, 33, 20), ("forward", 1, 256, 256, 10),
-          ("reverse", 2, 40, 64, 25), ("forward", 4, 512, 16, 12), ("forward", 2, 96, 5, 20)]
+          ("reverse", 2, 40, 64, 25), ("forward", 4, 512, 16, 12), ("forward", 2, 96, 5, 20),
+          ("forward", 2, 1024, 32, 10)]
 
 
 @pytest.mark.parametrize("precision", PRECISIONS)
@@ -74,3 +78,41 @@ def test_describe_names_the_tensor_cores():
     shape = NodeShape(layers=2, directions=1, input_size=64, hidden_size=256, dtype="float32")
     assert "tensor cores, fp16" in native.describe(shape, 100, 64, "auto", "fp16")
     assert "tensor cores" not in native.describe(shape, 100, 64, "auto", "fp32")
+
+
+@pytest.mark.parametrize("precision", ["tf32", "fp16", "bf16"])
+@pytest.mark.parametrize("B", [1, 3, 8, 9, 17])
+@pytest.mark.parametrize("direction", DIRECTIONS)
+def test_gemm_step_on_half_weights(direction, B, precision, monkeypatch, rng):
+    """v1's cuBLAS step in the reduced modes reads a 16-bit copy of R: streamed for 1-8 rows,
+    cuBLAS's 16-bit GEMM (h in 16 bits too) above; ragged lengths and initial states on alternate
+    cases, so inactive rows keep their copy of h. Forced on at H=301 (partial tiles and splits)."""
+    monkeypatch.setenv("LSTM_ORT_GEMM_STEP", "1")
+    extras = B % 2 == 1
+    spec = LstmSpec(input_size=7, hidden_size=301, num_layers=2, direction=direction)
+    layers = random_layers(spec, rng)
+    feeds = make_feeds(spec, 12, B, rng, seq_lens=extras, initial_states=not extras)
+    kw = dict(seq_lens=extras, initial_states=not extras)
+    got = run_fused(spec, layers, feeds, providers=CUDA, precision=precision, **kw)
+    err = max_abs(got, run_stock(spec, layers, feeds, **kw))
+    assert err <= bound(precision), f"{precision}: {err:.2e} > {bound(precision):.0e}"
+
+
+@pytest.mark.parametrize("B", [2, 5])
+def test_half_weights_keep_fp32_range(B, monkeypatch, rng):
+    """Recurrent weights far beyond fp16's 65504, each an fp16 value times 2^22, and inputs exact in
+    TF32: the fp16 copy's power-of-two scale makes tf32's streamed step compute what fp32's does,
+    in the same order (unscaled, they would be inf). B >= 2, where fp32 streams too."""
+    monkeypatch.setenv("LSTM_ORT_GEMM_STEP", "1")
+    spec = LstmSpec(input_size=8, hidden_size=301, num_layers=1, direction="bidirectional")
+    tf32_exact = lambda a: (a.view(np.uint32) & np.uint32(0xFFFFE000)).view(np.float32)  # noqa: E731
+    layers = [dataclasses.replace(layer, W=tf32_exact(layer.W),
+                                  R=layer.R.astype(np.float16).astype(np.float32) * np.float32(2.0**22))
+              for layer in random_layers(spec, rng)]
+    assert np.abs(layers[0].R).max() > 65504
+    feeds = make_feeds(spec, 10, B, rng)
+    feeds["X"] = tf32_exact(feeds["X"])
+    tf32 = run_fused(spec, layers, feeds, providers=CUDA, precision="tf32")
+    fp32 = run_fused(spec, layers, feeds, providers=CUDA, precision="fp32")
+    assert all(np.isfinite(out).all() for out in tf32)
+    assert max_abs(tf32, fp32) <= 1e-5

@@ -71,7 +71,7 @@ int main(int argc, char** argv) {
   io.out[kYH] = yh;
   io.out[kYC] = yc;
   void* scratch = nullptr;
-  cudaMalloc(&scratch, CudaScratchBytes<float>(d));
+  cudaMalloc(&scratch, CudaScratchBytes<float>(d, attrs.precision));
   cudaStream_t stream;
   cudaStreamCreate(&stream);
   cudaEvent_t start, stop;

@@ -50,20 +50,25 @@ def main() -> int:
     # v1's cuBLAS step (v1/gemm_step.cu): forced on every fp32 layer through its developer knob, in
     # fp32 and in tf32 (the mode that picks it on its own at large shapes). B=6 takes the
     # weight-streaming product (v1/step_stream.cuh), B=20 cuBLAS; without initial states the first
-    # step skips the product; without sequence_lens the lengths are filled on the device.
+    # step skips the product; without sequence_lens the lengths are filled on the device. From
+    # T=8 the reduced modes read 16-bit copies of the weights (v1/half_weights.cuh): streamed at
+    # B=1 and 6, cuBLAS's 16-bit GEMM at B=20.
     os.environ["LSTM_ORT_GEMM_STEP"] = "1"
-    for precision, lens, states, B in (("fp32", True, True, 6), ("fp32", False, False, 6),
-                                       ("fp32", True, False, 20), ("tf32", True, True, 6)):
+    for precision, lens, states, B, T in (("fp32", True, True, 6, 5), ("fp32", False, False, 6, 5),
+                                          ("fp32", True, False, 20, 5), ("tf32", True, True, 6, 5),
+                                          ("tf32", True, True, 1, 9), ("fp16", False, False, 6, 9),
+                                          ("tf32", True, False, 20, 9), ("bf16", True, True, 20, 9)):
         for spec in specs:
             layers = random_layers(spec, rng)
-            feeds = make_feeds(spec, 5, B, rng, seq_lens=lens, initial_states=states)
+            feeds = make_feeds(spec, T, B, rng, seq_lens=lens, initial_states=states)
             got = run_fused(spec, layers, feeds, providers=CUDA, precision=precision, seq_lens=lens,
                             initial_states=states)
             err = max_abs(got, run_stock(spec, layers, feeds, seq_lens=lens, initial_states=states))
             if precision == "fp32":
                 worst = max(worst, err)
             else:
-                worst_mma["cuBLAS step tf32"] = max(worst_mma.get("cuBLAS step tf32", 0.0), err)
+                key = f"cuBLAS step {precision}"
+                worst_mma[key] = max(worst_mma.get(key, 0.0), err)
     del os.environ["LSTM_ORT_GEMM_STEP"]
     # Factored weights (the low-rank path), against our CPU kernel: the persistent recurrence, then
     # the per-step one through its knob.

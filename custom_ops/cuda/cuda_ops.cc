@@ -68,7 +68,7 @@ struct CudaKernel {
     Ort::ThrowOnError(Ort::GetApi().KernelContext_GetAllocator(context, mem, &scratch.allocator));
     // Factored weights have a path of their own (low_rank/), which the strategies do not apply to.
     const bool factored = attrs_.ranks.Any();
-    const size_t bytes = factored ? LowRankCudaScratchBytes<T>(io.dims, attrs_.ranks) : CudaScratchBytes<T>(io.dims);
+    const size_t bytes = factored ? LowRankCudaScratchBytes<T>(io.dims, attrs_.ranks) : CudaScratchBytes<T>(io.dims, attrs_.precision);
     scratch.data = scratch.allocator->Alloc(scratch.allocator, bytes);
     if (!scratch.data) Fail("could not allocate " + std::to_string(bytes) + " bytes of scratch");
     if (factored) return RunLowRankCuda<T>(attrs_, io, ctx.GetGPUComputeStream(), scratch.data);

@@ -41,25 +41,34 @@ std::optional<MmaOverride> ParseMmaOverride(const char* value) {
   throw std::invalid_argument("LSTM_ORT_MMA must be fma, 3xtf32, tf32, fp16 or bf16, got '" + v + "'");
 }
 
-bool GemmStepForcedFromEnvironment() {
-  const char* v = std::getenv("LSTM_ORT_GEMM_STEP");
+namespace {
+
+// A knob set to exactly "1".
+bool FlagFromEnvironment(const char* name) {
+  const char* v = std::getenv(name);
   return v && std::string(v) == "1";
 }
 
-int ClusterSizeFromEnvironment() {
-  const char* v = std::getenv("LSTM_ORT_CLUSTER_SIZE");
+// A knob's number; 0 when unset or not a number.
+int IntFromEnvironment(const char* name) {
+  const char* v = std::getenv(name);
   return v ? std::atoi(v) : 0;
 }
 
-int ClusterSlicesFromEnvironment() {
-  const char* v = std::getenv("LSTM_ORT_CLUSTER_SLICES");
-  return v ? std::atoi(v) : 0;
+}  // namespace
+
+bool GemmStepForcedFromEnvironment() { return FlagFromEnvironment("LSTM_ORT_GEMM_STEP"); }
+
+bool HalfStepWeightsDisabledFromEnvironment() {
+  const char* v = std::getenv("LSTM_ORT_HALF_STEP_WEIGHTS");
+  return v && std::string(v) == "0";
 }
 
-bool LowRankStepwiseForcedFromEnvironment() {
-  const char* v = std::getenv("LSTM_ORT_LOW_RANK_STEPWISE");
-  return v && std::string(v) == "1";
-}
+int ClusterSizeFromEnvironment() { return IntFromEnvironment("LSTM_ORT_CLUSTER_SIZE"); }
+
+int ClusterSlicesFromEnvironment() { return IntFromEnvironment("LSTM_ORT_CLUSTER_SLICES"); }
+
+bool LowRankStepwiseForcedFromEnvironment() { return FlagFromEnvironment("LSTM_ORT_LOW_RANK_STEPWISE"); }
 
 std::optional<MmaOverride> MmaOverrideFromEnvironment() { return ParseMmaOverride(std::getenv("LSTM_ORT_MMA")); }
 

@@ -38,6 +38,11 @@ std::optional<MmaOverride> MmaOverrideFromEnvironment();
 // (for measuring where it wins). Anything else: no override.
 bool GemmStepForcedFromEnvironment();
 
+// LSTM_ORT_HALF_STEP_WEIGHTS=0: v1's cuBLAS step in the reduced modes reads the fp32 weights as
+// before the 16-bit copies (heuristics.h StepWeightsFor), for measuring what the copies gain.
+// The streaming step still serves the batches it would with copies. Anything else: no override.
+bool HalfStepWeightsDisabledFromEnvironment();
+
 // LSTM_ORT_CLUSTER_SIZE=C: the cluster kernel plans with clusters of C blocks only (for
 // measurement; read at every call). Unset, empty or not a number: 0, the planner's choice.
 int ClusterSizeFromEnvironment();

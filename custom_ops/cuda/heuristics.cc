@@ -53,8 +53,12 @@ std::optional<MmaOperand> MmaOperandFor(Precision precision, ElementType type, c
 
 bool PrefersGemmSteps(Strategy strategy, Precision precision, ElementType type, const Dims& d) {
   const bool tf32 = ResolvedPrecision(precision, d) == Precision::kTf32;
-  return strategy == Strategy::kAuto && type == ElementType::kFloat32 && tf32 && d.H >= kMinHiddenForTf32GemmSteps &&
-         d.B * d.H >= kMinCellsForTf32GemmSteps;
+  if (strategy != Strategy::kAuto || type != ElementType::kFloat32 || !tf32) return false;
+  const int64_t cells = d.B * d.H;
+  const bool half_weights = StepWeightsFor(ProjectionMath::kTf32, d) != StepWeights::kFp32;
+  return (d.H >= kMinHiddenForTf32GemmSteps && cells >= kMinCellsForTf32GemmSteps) ||
+         (half_weights && d.H >= kMinHiddenForTf32GemmStepsAtFewerCells &&
+          cells >= kMinCellsForTf32GemmStepsAtLargeHidden);
 }
 
 bool AutoRunsAsTf32(const Dims& d) {
@@ -66,15 +70,23 @@ Precision ResolvedPrecision(Precision precision, const Dims& d) {
   return AutoRunsAsTf32(d) ? Precision::kTf32 : Precision::kFp32;
 }
 
-bool StepStreamsWeights(const Dims& d) {
+StepWeights StepWeightsFor(ProjectionMath math, const Dims& d) {
+  if (math == ProjectionMath::kFp32 || d.T < kMinStepsForHalfWeights) return StepWeights::kFp32;
+  return math == ProjectionMath::kBf16 ? StepWeights::kBf16 : StepWeights::kFp16;
+}
+
+bool StepStreamsWeights(const Dims& d, StepWeights weights) {
   const int64_t max_hidden = static_cast<int64_t>(kStreamMaxSplits) * kStreamMaxRowsPerSplit;  // h fits a split
-  return d.B >= kStreamMinBatch && d.B <= kStreamMaxBatch && d.H <= max_hidden;
+  const int64_t min_batch = weights == StepWeights::kFp32 ? kStreamMinBatch : 1;
+  return d.B >= min_batch && d.B <= kStreamMaxBatch && d.H <= max_hidden;
 }
 
 bool StreamsStepWith(ProjectionMath math, const Dims& d) {
+  const StepWeights weights = StepWeightsFor(math, d);
+  if (weights != StepWeights::kFp32) return d.B <= kStreamMaxBatchForHalf && StepStreamsWeights(d, weights);
   const bool math_streams =
       math == ProjectionMath::kFp32 || (math == ProjectionMath::kTf32 && d.B <= kStreamMaxBatchForTf32);
-  return math_streams && StepStreamsWeights(d);
+  return math_streams && StepStreamsWeights(d, weights);
 }
 
 int StreamColumnTiles(int64_t H) {
@@ -85,10 +97,10 @@ int StreamSplitsAtMost(int64_t H) {
   return static_cast<int>(std::min<int64_t>(kStreamMaxSplits, std::max<int64_t>(1, H / 32)));
 }
 
-int StreamSplits(int H, int tiles, int D, int sm_count) {
+int StreamSplits(int H, int tiles, int D, int resident_blocks) {
   const int for_rows = (H + kStreamMaxRowsPerSplit - 1) / kStreamMaxRowsPerSplit;
-  const int for_sms = (4 * sm_count + tiles * D - 1) / (tiles * D);
-  return std::max(for_rows, std::min(for_sms, StreamSplitsAtMost(H)));
+  const int one_wave = std::max(1, resident_blocks / (tiles * D));
+  return std::max(for_rows, std::min(one_wave, StreamSplitsAtMost(H)));
 }
 
 ProjectionMath ProjectionMathFor(Precision precision, const Dims& d) {

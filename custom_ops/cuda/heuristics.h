@@ -54,13 +54,24 @@ constexpr int64_t kMinBatchForGemmStep = 256;
 // In tf32 (and `auto` where it runs as tf32), large fp32 calls run every layer on v1's cuBLAS
 // step rather than the persistent kernels under strategy auto: cuBLAS's TF32 GEMM beats the
 // tf32 WMMA kernel from H = 256 and B*H = 64K on (H100: L4 H512 B256 9.6 -> 6.5 ms, H1024 B64
-// 2.65 -> 2.0 ms), and loses below (H128 B512 0.84 -> 1.5 ms, H1024 B32 5.5 -> 6.8 ms).
+// 2.65 -> 2.0 ms), and loses below (H128 B512 0.84 -> 1.5 ms). With the 16-bit weight copies
+// (StepWeightsFor) it also wins from H = 768 and B*H = 32K, where the persistent kernel holds
+// the weights poorly (T=100 ms, persistent vs cuBLAS steps: L2 T200 H1024 B32 5.49 vs 4.50,
+// H1024 B32 1.42 vs 1.19, H1024 B48 2.57 vs 1.26, L2 H768 B64 3.67 vs 2.24), but not below
+// (H1024 B16 0.81 vs 1.16, H512 B64 0.77 vs 1.25, H256 B128 0.58 vs 1.46).
 constexpr int64_t kMinHiddenForTf32GemmSteps = 256;
 constexpr int64_t kMinCellsForTf32GemmSteps = 64 * 1024;
+constexpr int64_t kMinHiddenForTf32GemmStepsAtFewerCells = 768;
+constexpr int64_t kMinCellsForTf32GemmStepsAtLargeHidden = 32 * 1024;
 bool PrefersGemmSteps(Strategy strategy, Precision precision, ElementType type, const Dims& d);
 
 // Which per-step kernel v1 runs (also for layers the persistent strategies leave to v1).
 StepKernel ChooseStepKernel(Strategy strategy, ElementType type, const Dims& d);
+
+// The input projection's cuBLAS compute type for an fp32 model: FP32 (with the 3xTF32 split of
+// ProjectsWithSplitTf32), or the mode's fast TF32 / fp16 / bf16 conversions.
+enum class ProjectionMath { kFp32, kTf32, kFp16, kBf16 };
+ProjectionMath ProjectionMathFor(Precision precision, const Dims& d);
 
 // Inside v1's cuBLAS step, small batches take the weight-streaming step (v1/step_stream.cuh)
 // instead of cuBLAS (StreamsStepWith, below, says for which math): each weight is used by at most
@@ -75,12 +86,28 @@ constexpr int64_t kStreamMaxBatch = 16;
 constexpr int kStreamMaxSplits = 16;
 constexpr int kStreamMaxRowsPerSplit = 512;
 constexpr int kStreamTileCols = 128;  // columns of 4H per block: a warp's float4 per lane
-bool StepStreamsWeights(const Dims& d);
+
+// In the reduced modes (tf32, fp16, bf16) v1's cuBLAS step reads a 16-bit copy of a layer's
+// recurrent weights, made once per layer and call (v1/half_weights.cuh): steps there are bound
+// by reading R (H100, T=100, tf32: H2048 B8 3.65 -> 2.42 ms, B32 4.35 -> 1.98; docs/ops.md). tf32
+// takes fp16 with a power-of-two scale per direction, which keeps TF32's 10-bit significand and
+// puts the largest weight just under 2^15; bf16 takes bf16. Not for sequences shorter than
+// kMinStepsForHalfWeights, where the copy (6 bytes per weight) would not pay for itself.
+enum class StepWeights { kFp32, kFp16, kBf16 };
+constexpr int64_t kMinStepsForHalfWeights = 8;
+StepWeights StepWeightsFor(ProjectionMath math, const Dims& d);
+
+// With 16-bit weights the streaming step serves one row too (H2048 B1 tf32 1.44 ms, against
+// 3.08 for fp32 on cuBLAS's GEMV) and up to kStreamMaxBatchForHalf rows; above, cuBLAS's 16-bit
+// GEMM is faster (H2048: B16 1.65 ms on cuBLAS, B8 streamed 2.42).
+constexpr int64_t kStreamMaxBatchForHalf = 8;
+bool StepStreamsWeights(const Dims& d, StepWeights weights);
 int StreamColumnTiles(int64_t H);  // blocks along 4H per direction and split
-// K splits for H rows, `tiles` column tiles and D directions on `sm_count` SMs: enough blocks for
-// a few per SM, each split at most kStreamMaxRowsPerSplit rows and at least 32 (a warp's worth).
-// Never more than StreamSplitsAtMost(H), which sizes the partial sums' scratch.
-int StreamSplits(int H, int tiles, int D, int sm_count);
+// K splits for H rows, `tiles` column tiles and D directions when the GPU holds `resident_blocks`
+// of the kernel at once: as many as one wave of blocks takes (a second, partial wave cost ~25% at
+// H2048: 576 blocks on 396 slots), each split at most kStreamMaxRowsPerSplit rows. Never more
+// than StreamSplitsAtMost(H), which sizes the partial sums' scratch.
+int StreamSplits(int H, int tiles, int D, int resident_blocks);
 int StreamSplitsAtMost(int64_t H);
 
 // fp32 input projections run as 3xTF32 (gemm/split_tf32.cuh) from this many rows (T*B) on, in
@@ -112,16 +139,12 @@ bool AutoRunsAsTf32(const Dims& d);
 // The mode a call runs: `auto` resolved for this shape to fp32 or tf32; other modes unchanged.
 Precision ResolvedPrecision(Precision precision, const Dims& d);
 
-// The input projection's cuBLAS compute type for an fp32 model: FP32 (with the 3xTF32 split of
-// ProjectsWithSplitTf32), or the mode's fast TF32 / fp16 / bf16 conversions.
-enum class ProjectionMath { kFp32, kTf32, kFp16, kBf16 };
-ProjectionMath ProjectionMathFor(Precision precision, const Dims& d);
-
 // Whether v1's cuBLAS step streams the weights for this step's math: FP32 at StepStreamsWeights'
 // shapes; tf32 too up to kStreamMaxBatchForTf32 rows, in fp32 (within tf32's bound), where it beats
 // cuBLAS's TF32 kernels (H100, H2048 T=100: B8 3.78 vs 3.80-4.24 ms, B8 bi 6.21 vs 6.40-6.55) and
 // not above (B16 5.72 vs 3.94). With the cell fused in (one launch per step): fp32 B8 4.29 vs
 // 4.46-4.71 ms unfused.
+// With 16-bit weights (StepWeightsFor), up to kStreamMaxBatchForHalf rows in any reduced mode.
 constexpr int64_t kStreamMaxBatchForTf32 = 8;
 bool StreamsStepWith(ProjectionMath math, const Dims& d);
 

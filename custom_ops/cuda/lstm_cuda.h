@@ -12,8 +12,9 @@ namespace lstm_ort {
 
 struct CallIO;
 
+// `precision`: the node's mode, which decides whether v1's steps need 16-bit copies.
 template <typename T>
-size_t CudaScratchBytes(const Dims& d);
+size_t CudaScratchBytes(const Dims& d, Precision precision);
 
 // What RunLstmCuda<T> does for these sizes on the current device, in words (for reports).
 template <typename T>

@@ -14,7 +14,7 @@ size_t Aligned(size_t n) { return (n + kScratchAlign - 1) / kScratchAlign * kScr
 
 size_t HBufBytes(const Dims& d) { return sizeof(float) * 2 * d.L * d.D * d.H * ((d.B + 127) / 128 * 128); }
 
-Scratch CarveScratch(const Dims& d, ElementType type, void* base, size_t* total) {
+Scratch CarveScratch(const Dims& d, ElementType type, Precision precision, void* base, size_t* total) {
   Scratch s{};
   char* p = static_cast<char*>(base);
   size_t off = 0;
@@ -39,11 +39,18 @@ Scratch CarveScratch(const Dims& d, ElementType type, void* base, size_t* total)
   s.c_fin = reinterpret_cast<float*>(take(states));
   s.hbuf = reinterpret_cast<float*>(take(HBufBytes(d)));
   s.barrier = reinterpret_cast<unsigned*>(take(sizeof(unsigned)));
-  const bool fp32 = type == ElementType::kFloat32, streams = fp32 && StepStreamsWeights(d);
+  const bool fp32 = type == ElementType::kFloat32;
+  const StepWeights weights = fp32 ? StepWeightsFor(ProjectionMathFor(precision, d), d) : StepWeights::kFp32;
+  const bool streams = fp32 && StepStreamsWeights(d, weights);
   const int64_t gate_copies = streams ? StreamSplitsAtMost(d.H) : 1;  // partial sums per K split
   s.gates = reinterpret_cast<float*>(take(fp32 ? sizeof(float) * gate_copies * d.D * d.B * kGates * d.H : 0));
   unsigned* done = reinterpret_cast<unsigned*>(take(streams ? sizeof(unsigned) * d.D * StreamColumnTiles(d.H) : 0));
   s.stream_done = streams ? done : nullptr;  // take(0) would point at the next region
+  if (weights != StepWeights::kFp32) {
+    s.wh_half = take(sizeof(uint16_t) * d.D * d.H * kGates * d.H);
+    s.h_half = take(sizeof(uint16_t) * d.D * d.B * d.H);
+    s.wh_amax = reinterpret_cast<unsigned*>(take(sizeof(unsigned) * 2));
+  }
   if (ProjectsWithSplitTf32(type, d.T * d.B)) {
     const int64_t widest = std::max(d.I, d.D * d.H);  // the largest layer input
     const size_t x = sizeof(float) * std::min<int64_t>(d.T * d.B, kSplitChunkRows) * widest;
@@ -57,9 +64,9 @@ Scratch CarveScratch(const Dims& d, ElementType type, void* base, size_t* total)
   return s;
 }
 
-size_t ScratchBytes(const Dims& d, ElementType type) {
+size_t ScratchBytes(const Dims& d, ElementType type, Precision precision) {
   size_t total = 0;
-  CarveScratch(d, type, nullptr, &total);
+  CarveScratch(d, type, precision, nullptr, &total);
   return total;
 }
 

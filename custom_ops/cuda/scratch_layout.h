@@ -24,6 +24,11 @@ struct Scratch {
   unsigned* barrier;
   float* gates;    // v1's cuBLAS step: [splits][D][B][4H] recurrent products (fp32 storage only)
   unsigned* stream_done;  // its weight-streaming step: [D][column tiles] split counters
+  // Its 16-bit operands in the reduced modes (StepWeightsFor; null otherwise): a layer's
+  // recurrent weights [D][H][4H], h [D][B][H], and the largest |weight| per direction (float bits).
+  void* wh_half;
+  void* h_half;
+  unsigned* wh_amax;
   // fp32 input projections on TF32 tensor cores: the layer input (a chunk of rows) and its
   // weights, split; null when ProjectsWithSplitTf32 says no.
   float *x_hi, *x_lo, *w_hi, *w_lo;
@@ -33,8 +38,9 @@ struct Scratch {
 size_t HBufBytes(const Dims& d);
 
 // The regions inside `base` (all null when base is null); `total` (if given) gets the bytes used.
-Scratch CarveScratch(const Dims& d, ElementType type, void* base, size_t* total);
+// `precision` is the node's mode (`auto` is resolved here for the shape).
+Scratch CarveScratch(const Dims& d, ElementType type, Precision precision, void* base, size_t* total);
 
-size_t ScratchBytes(const Dims& d, ElementType type);
+size_t ScratchBytes(const Dims& d, ElementType type, Precision precision);
 
 }  // namespace lstm_ort

@@ -91,7 +91,7 @@ class StackRun {
         d_(io.dims),
         stream_(stream),
         precision_(ResolvedPrecision(attrs.precision, io.dims)),
-        s_(CarveScratch(io.dims, kElementTypeOf<T>, scratch, nullptr)) {
+        s_(CarveScratch(io.dims, kElementTypeOf<T>, attrs.precision, scratch, nullptr)) {
     T_ = static_cast<int>(d_.T);
     B_ = static_cast<int>(d_.B);
     H_ = static_cast<int>(d_.H);
@@ -204,9 +204,15 @@ class StackRun {
       a.cell[dir] = MakeCellParams(attrs_, dir);
     }
     InitLayerStates(l, s_.h[0], s_.c);
-    if (kernel == StepKernel::kGemm && s_.stream_done)
-      Check(cudaMemsetAsync(s_.stream_done, 0, sizeof(unsigned) * D_ * StreamColumnTiles(H_), stream_),
-            "zero split counters");
+    [[maybe_unused]] const GemmStepScratch gemm{s_.gates, s_.stream_done, s_.wh_half, s_.h_half, s_.wh_amax};
+    [[maybe_unused]] const ProjectionMath math = ProjectionMathFor(precision_, d_);
+    [[maybe_unused]] StepWeights weights = StepWeights::kFp32;
+    if constexpr (kElementTypeOf<T> == ElementType::kFloat32) {
+      if (kernel == StepKernel::kGemm) {
+        weights = HalfStepWeightsDisabledFromEnvironment() ? StepWeights::kFp32 : GemmStepWeights(a, d_, math);
+        PrepareGemmSteps(a, d_, weights, s_.h[0], gemm, stream_);
+      }
+    }
     int cur = 0;  // each launch below is checked right after it, so nothing foreign is pending between them
     for (int step = 0; step < io_.max_len; ++step) {
       a.step = step;
@@ -218,8 +224,7 @@ class StackRun {
         if (kernel == StepKernel::kGemm) {
           ClearPending();
           const bool h_is_zero = step == 0 && !io_.in[kInitialH];
-          LaunchGemmStep(a, D_, {s_.gates, s_.stream_done}, ProjectionMathFor(precision_, d_), h_is_zero, sm_count_,
-                         cublas_, stream_);
+          LaunchGemmStep(a, d_, gemm, math, weights, h_is_zero, sm_count_, cublas_, stream_);
           Check(cudaGetLastError(), "recurrent step");
           cur ^= 1;
           continue;
@@ -371,8 +376,8 @@ std::string DescribeStrategy(const Dims& d, Strategy strategy, Precision precisi
 }
 
 template <typename T>
-size_t CudaScratchBytes(const Dims& d) {
-  return ScratchBytes(d, kElementTypeOf<T>);
+size_t CudaScratchBytes(const Dims& d, Precision precision) {
+  return ScratchBytes(d, kElementTypeOf<T>, precision);
 }
 
 template <typename T>
@@ -384,7 +389,7 @@ void RunLstmCuda(const Attributes& attrs, const CallIO& io, void* stream, void* 
 // The element types FusedLSTM registers for CUDA (cuda_ops.cc).
 #define LSTM_ORT_INSTANTIATE(T)                                                  \
   template std::string DescribeStrategy<T>(const Dims& d, Strategy strategy, Precision precision); \
-  template size_t CudaScratchBytes<T>(const Dims& d);                            \
+  template size_t CudaScratchBytes<T>(const Dims& d, Precision precision);      \
   template void RunLstmCuda<T>(const Attributes& attrs, const CallIO& io, void* stream, void* scratch, \
                                Strategy strategy);
 LSTM_ORT_INSTANTIATE(float)

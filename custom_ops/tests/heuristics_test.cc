@@ -1,6 +1,11 @@
 // The CUDA path's named heuristics (cuda/heuristics.cc) at their boundaries.
+#include <cmath>
+#include <cstring>
+#include <limits>
+
 #include "check.h"
 #include "cuda/heuristics.h"
+#include "cuda/v1/half_scale.h"
 #include "cuda/v1/step_shapes.h"
 
 using namespace lstm_ort;
@@ -155,7 +160,15 @@ TEST(Tf32LargeCallsPreferCublasSteps) {
   CHECK(PrefersGemmSteps(Strategy::kAuto, Precision::kAuto, f32, Sizes(64, 1024)));
   CHECK(!PrefersGemmSteps(Strategy::kAuto, Precision::kAuto, f32, Sizes(128, 512)));  // auto is fp32 here
   CHECK(!PrefersGemmSteps(Strategy::kAuto, Precision::kTf32, f32, Sizes(512, 128)));   // narrow: WMMA wins
-  CHECK(!PrefersGemmSteps(Strategy::kAuto, Precision::kTf32, f32, Sizes(32, 1024)));   // small: WMMA wins
+  CHECK(!PrefersGemmSteps(Strategy::kAuto, Precision::kTf32, f32, Sizes(16, 1024)));   // small: persistent wins
+  // 16-bit weight copies: from H = 768 and B*H = 32K, not for H = 512 or short sequences.
+  CHECK(PrefersGemmSteps(Strategy::kAuto, Precision::kTf32, f32, Sizes(32, 1024)));
+  CHECK(PrefersGemmSteps(Strategy::kAuto, Precision::kAuto, f32, Sizes(32, 1024)));
+  CHECK(PrefersGemmSteps(Strategy::kAuto, Precision::kTf32, f32, Sizes(64, 768)));
+  CHECK(!PrefersGemmSteps(Strategy::kAuto, Precision::kTf32, f32, Sizes(64, 512)));
+  Dims short_seq = Sizes(32, 1024);
+  short_seq.T = kMinStepsForHalfWeights - 1;
+  CHECK(!PrefersGemmSteps(Strategy::kAuto, Precision::kTf32, f32, short_seq));
   CHECK(!PrefersGemmSteps(Strategy::kAuto, Precision::kFp32, f32, Sizes(256, 512)));
   CHECK(!PrefersGemmSteps(Strategy::kAuto, Precision::kFp16, f32, Sizes(256, 512)));
   CHECK(!PrefersGemmSteps(Strategy::kWavefront, Precision::kTf32, f32, Sizes(256, 512)));  // forced stays
@@ -217,27 +230,73 @@ TEST(AutoRunsAsTf32WhereFp32LosesToStocksDefault) {
 }
 
 TEST(SmallBatchStepsStreamTheWeights) {
-  CHECK(!StepStreamsWeights(Sizes(1, 2048)));  // cuBLAS's GEMV for one row is faster
-  CHECK(StepStreamsWeights(Sizes(2, 2048)));
-  CHECK(StepStreamsWeights(Sizes(16, 1024)));
-  CHECK(!StepStreamsWeights(Sizes(17, 1024)));  // cuBLAS: weights reused by enough rows
-  CHECK(StepStreamsWeights(Sizes(2, kStreamMaxSplits * kStreamMaxRowsPerSplit)));
-  CHECK(!StepStreamsWeights(Sizes(2, kStreamMaxSplits * kStreamMaxRowsPerSplit + 1)));  // a split would not fit
+  const StepWeights f32 = StepWeights::kFp32;
+  CHECK(!StepStreamsWeights(Sizes(1, 2048), f32));  // cuBLAS's GEMV for one row is faster
+  CHECK(StepStreamsWeights(Sizes(2, 2048), f32));
+  CHECK(StepStreamsWeights(Sizes(16, 1024), f32));
+  CHECK(!StepStreamsWeights(Sizes(17, 1024), f32));  // cuBLAS: weights reused by enough rows
+  CHECK(StepStreamsWeights(Sizes(2, kStreamMaxSplits * kStreamMaxRowsPerSplit), f32));
+  CHECK(!StepStreamsWeights(Sizes(2, kStreamMaxSplits * kStreamMaxRowsPerSplit + 1), f32));  // a split would not fit
+  CHECK(StepStreamsWeights(Sizes(1, 2048), StepWeights::kFp16));  // 16-bit weights stream from one row
   for (int H : {1, 31, 32, 100, 513, 1024, 2048, 3000, 8192}) {
     for (int D : {1, 2}) {
-      const int s = StreamSplits(H, StreamColumnTiles(H), D, 132);
+      const int s = StreamSplits(H, StreamColumnTiles(H), D, 4 * 132);
       CHECK(s >= 1);
       CHECK(s <= StreamSplitsAtMost(H));                         // the scratch holds every split
       CHECK((H + s - 1) / s <= kStreamMaxRowsPerSplit);          // a split's h fits shared memory
     }
   }
-  // FP32 streams at every such shape, tf32 only up to 8 rows (cuBLAS's TF32 wins above)
+  // FP32 streams at every such shape; the reduced modes with their 16-bit weights from 1 to 8 rows
+  // (cuBLAS's 16-bit GEMM above), and tf32 on short sequences (fp32 weights) from 2 to 8 rows.
   CHECK(StreamsStepWith(ProjectionMath::kFp32, Sizes(16, 2048)));
-  CHECK(StreamsStepWith(ProjectionMath::kTf32, Sizes(8, 2048)));
-  CHECK(!StreamsStepWith(ProjectionMath::kTf32, Sizes(16, 2048)));
-  CHECK(!StreamsStepWith(ProjectionMath::kFp16, Sizes(8, 2048)));
   CHECK(!StreamsStepWith(ProjectionMath::kFp32, Sizes(1, 2048)));
+  for (ProjectionMath m : {ProjectionMath::kTf32, ProjectionMath::kFp16, ProjectionMath::kBf16}) {
+    CHECK(StreamsStepWith(m, Sizes(1, 2048)));
+    CHECK(StreamsStepWith(m, Sizes(8, 2048)));
+    CHECK(!StreamsStepWith(m, Sizes(9, 2048)));
+  }
+  Dims short_seq = Sizes(8, 2048);
+  short_seq.T = kMinStepsForHalfWeights - 1;
+  CHECK(StreamsStepWith(ProjectionMath::kTf32, short_seq));
+  CHECK(!StreamsStepWith(ProjectionMath::kFp16, short_seq));  // cuBLAS converts fp32 operands itself
+  short_seq.B = 1;
+  CHECK(!StreamsStepWith(ProjectionMath::kTf32, short_seq));
   CHECK(StreamColumnTiles(2048) == 64 && StreamColumnTiles(301) == 10);
-  // H2048 bi on 132 SMs: 128 column tiles, 5 splits -> 640 blocks, about 5 per SM
-  CHECK(StreamSplits(2048, 64, 2, 132) == 5);
+  // H2048 on 132 SMs holding 4 blocks each: one wave of 512 blocks, uni (64 column tiles x 8
+  // splits) and bi (128 x 4); 8192 rows need 16 splits of 512 whatever the wave.
+  CHECK(StreamSplits(2048, 64, 1, 4 * 132) == 8);
+  CHECK(StreamSplits(2048, 64, 2, 4 * 132) == 4);
+  CHECK(StreamSplits(8192, 256, 2, 4 * 132) == 16);
+}
+
+TEST(ReducedModesStepOnHalfWeightsOverLongEnoughSequences) {
+  const Dims d = Sizes(32, 2048);
+  CHECK(StepWeightsFor(ProjectionMath::kFp32, d) == StepWeights::kFp32);
+  CHECK(StepWeightsFor(ProjectionMath::kTf32, d) == StepWeights::kFp16);  // TF32's significand, scaled
+  CHECK(StepWeightsFor(ProjectionMath::kFp16, d) == StepWeights::kFp16);
+  CHECK(StepWeightsFor(ProjectionMath::kBf16, d) == StepWeights::kBf16);
+  Dims short_seq = d;
+  short_seq.T = kMinStepsForHalfWeights - 1;
+  CHECK(StepWeightsFor(ProjectionMath::kTf32, short_seq) == StepWeights::kFp32);
+}
+
+namespace {
+unsigned Bits(float v) {
+  unsigned b;
+  std::memcpy(&b, &v, sizeof b);
+  return b;
+}
+}  // namespace
+
+TEST(HalfScalePutsTheLargestWeightJustUnder2To15) {
+  for (float amax : {1e-30f, 3e-5f, 0.02f, 0.5f, 1.f, 1.5f, 1000.f, 65504.f, 1e6f, 3e38f}) {
+    const float scaled = std::ldexp(amax, HalfScaleExponent(Bits(amax)));
+    CHECK(scaled >= 16384.f && scaled < 32768.f);  // normal fp16, far from its 65504 limit
+  }
+  CHECK_EQ(HalfScaleExponent(Bits(1.f)), 14);
+  CHECK_EQ(HalfScaleExponent(Bits(0.f)), 0);  // all-zero weights: nothing to scale
+  CHECK_EQ(HalfScaleExponent(Bits(std::numeric_limits<float>::infinity())), 0);
+  CHECK_EQ(HalfScaleExponent(Bits(std::numeric_limits<float>::quiet_NaN())), 0);
+  const float tiny = std::numeric_limits<float>::denorm_min();  // still a finite scale
+  CHECK(std::ldexp(tiny, HalfScaleExponent(Bits(tiny))) < 32768.f);
 }

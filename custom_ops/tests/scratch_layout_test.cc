@@ -32,14 +32,14 @@ struct Region {
   size_t need;  // bytes the region must hold
 };
 
-void CheckLayout(const Dims& d, ElementType type) {
+void CheckLayout(const Dims& d, ElementType type, Precision precision) {
   size_t total = 0;
-  CarveScratch(d, type, nullptr, &total);
-  CHECK_EQ(total, ScratchBytes(d, type));
+  CarveScratch(d, type, precision, nullptr, &total);
+  CHECK_EQ(total, ScratchBytes(d, type, precision));
   // Only addresses are compared: memory that is never touched costs no page faults.
   const std::unique_ptr<char[]> memory(new char[total + 1]);
   char* base = memory.get();
-  const Scratch s = CarveScratch(d, type, base, nullptr);
+  const Scratch s = CarveScratch(d, type, precision, base, nullptr);
 
   const size_t f = sizeof(float), state = f * d.D * d.B * d.H, states = state * d.L;
   const size_t layer = ElementBytes(type) * d.T * d.B * d.D * d.H;
@@ -60,11 +60,20 @@ void CheckLayout(const Dims& d, ElementType type) {
   };
   // v1's cuBLAS step; where it may stream the weights, a copy of the gates per K split and the
   // split counters (null otherwise).
-  const bool fp32 = type == ElementType::kFloat32, streams = fp32 && StepStreamsWeights(d);
+  // In the reduced modes, its 16-bit copies of the weights and of h, and the largest weights.
+  const bool fp32 = type == ElementType::kFloat32;
+  const StepWeights weights = fp32 ? StepWeightsFor(ProjectionMathFor(precision, d), d) : StepWeights::kFp32;
+  const bool streams = fp32 && StepStreamsWeights(d, weights), half = weights != StepWeights::kFp32;
   const size_t copies = streams ? StreamSplitsAtMost(d.H) : 1;
   regions.push_back({"gates", s.gates, fp32 ? copies * f * d.D * d.B * 4 * d.H : 0});
   CHECK_EQ(s.stream_done != nullptr, streams);
   if (streams) regions.push_back({"stream_done", s.stream_done, sizeof(unsigned) * d.D * StreamColumnTiles(d.H)});
+  CHECK_EQ(s.wh_half != nullptr, half);
+  if (half) {
+    regions.push_back({"wh_half", s.wh_half, 2 * d.D * d.H * 4 * d.H});
+    regions.push_back({"h_half", s.h_half, 2 * d.D * d.B * d.H});
+    regions.push_back({"wh_amax", s.wh_amax, sizeof(unsigned) * 2});
+  }
   const bool split = ProjectsWithSplitTf32(type, d.T * d.B);
   CHECK_EQ(s.x_hi != nullptr, split);
   if (split) {
@@ -97,28 +106,30 @@ TEST(ScratchRegionsAreAlignedAndDisjoint) {
       for (int64_t D : {1, 2})
         for (int64_t T : {0, 1, 7, 100, 2000})
           for (int64_t B : {1, 3, 16, 65})
-            for (int64_t H : {1, 5, 64, 301}) CheckLayout(Sizes(L, D, T, B, 7, H), type);
+            for (int64_t H : {1, 5, 64, 301})
+              for (Precision p : {Precision::kFp32, Precision::kTf32, Precision::kBf16, Precision::kAuto})
+                CheckLayout(Sizes(L, D, T, B, 7, H), type, p);
 }
 
 TEST(ScratchWithoutBaseIsAllNull) {
-  const Scratch s = CarveScratch(Sizes(3, 2, 2000, 4, 8, 8), ElementType::kFloat32, nullptr, nullptr);
-  CHECK(!s.gx && !s.h[0] && !s.layer[0] && !s.hbuf && !s.barrier && !s.x_hi && !s.w_lo);
+  const Scratch s = CarveScratch(Sizes(3, 2, 2000, 4, 8, 8), ElementType::kFloat32, Precision::kTf32, nullptr, nullptr);
+  CHECK(!s.gx && !s.h[0] && !s.layer[0] && !s.hbuf && !s.barrier && !s.x_hi && !s.w_lo && !s.wh_half);
 }
 
 TEST(SplitBuffersFollowTheProjectionHeuristic) {
   const Dims below = Sizes(1, 1, kMinRowsForSplit - 1, 1, 8, 8);
   const Dims at = Sizes(1, 1, kMinRowsForSplit, 1, 8, 8);
-  CHECK(ScratchBytes(at, ElementType::kFloat32) > ScratchBytes(below, ElementType::kFloat32) + 4 * 8 * 8 * 4);
+  CHECK(ScratchBytes(at, ElementType::kFloat32, Precision::kFp32) > ScratchBytes(below, ElementType::kFloat32, Precision::kFp32) + 4 * 8 * 8 * 4);
   // float16 projects on tensor cores as it is: no split copies, only the smaller layer buffers.
-  CHECK(ScratchBytes(Sizes(3, 1, 5000, 4, 8, 8), ElementType::kFloat16) <
-        ScratchBytes(Sizes(3, 1, 5000, 4, 8, 8), ElementType::kFloat32));
+  CHECK(ScratchBytes(Sizes(3, 1, 5000, 4, 8, 8), ElementType::kFloat16, Precision::kFp32) <
+        ScratchBytes(Sizes(3, 1, 5000, 4, 8, 8), ElementType::kFloat32, Precision::kFp32));
 }
 
 TEST(SplitInputIsCutInChunks) {
   // Past kSplitChunkRows rows, the x split stays one chunk: only gx and the layer buffers grow.
   const Dims a = Sizes(1, 1, kSplitChunkRows, 1, 512, 8), b = Sizes(1, 1, 4 * kSplitChunkRows, 1, 512, 8);
   const size_t gx_growth = 4 * 3 * kSplitChunkRows * 4 * 8;
-  CHECK(ScratchBytes(b, ElementType::kFloat32) - ScratchBytes(a, ElementType::kFloat32) <= gx_growth + 4 * kScratchAlign);
+  CHECK(ScratchBytes(b, ElementType::kFloat32, Precision::kFp32) - ScratchBytes(a, ElementType::kFloat32, Precision::kFp32) <= gx_growth + 4 * kScratchAlign);
 }
 
 TEST(HBufHoldsTheBatchRoundedUpTo128) {
@@ -126,4 +137,17 @@ TEST(HBufHoldsTheBatchRoundedUpTo128) {
   CHECK_EQ(HBufBytes(Sizes(2, 1, 10, 1, 4, 8)), size_t{4 * 2 * 2 * 1 * 8 * 128});
   CHECK_EQ(HBufBytes(Sizes(1, 2, 10, 128, 4, 8)), size_t{4 * 2 * 1 * 2 * 8 * 128});
   CHECK_EQ(HBufBytes(Sizes(1, 1, 10, 129, 4, 8)), size_t{4 * 2 * 1 * 1 * 8 * 256});
+}
+
+TEST(HalfStepCopiesOnlyWhereTheReducedModesTakeThem) {
+  const ElementType f32 = ElementType::kFloat32, f16 = ElementType::kFloat16;
+  const Dims d = Sizes(2, 2, kMinStepsForHalfWeights, 8, 8, 64);
+  const size_t copies = 2 * 2 * 64 * 4 * 64;  // a layer's recurrent weights, both directions, 16-bit
+  CHECK(ScratchBytes(d, f32, Precision::kTf32) >= ScratchBytes(d, f32, Precision::kFp32) + copies);
+  CHECK(ScratchBytes(d, f32, Precision::kBf16) >= ScratchBytes(d, f32, Precision::kFp32) + copies);
+  // auto runs fp32 at this size; fp16 storage has 16-bit weights already; short sequences skip it.
+  CHECK_EQ(ScratchBytes(d, f32, Precision::kAuto), ScratchBytes(d, f32, Precision::kFp32));
+  CHECK_EQ(ScratchBytes(d, f16, Precision::kTf32), ScratchBytes(d, f16, Precision::kFp32));
+  const Dims short_seq = Sizes(2, 2, kMinStepsForHalfWeights - 1, 8, 8, 64);
+  CHECK_EQ(ScratchBytes(short_seq, f32, Precision::kTf32), ScratchBytes(short_seq, f32, Precision::kFp32));
 }

@@ -21,6 +21,11 @@ class OrtRunner:
         so = ort.SessionOptions()
         providers = ([("CUDAExecutionProvider", {"use_tf32": "1" if tf32 else "0"})] if device == "cuda"
                      else ["CPUExecutionProvider"])
+        if device == "cuda":
+            # Every session's intra-op threads spin after its run; with several sessions in one
+            # process they took the CPU from the thread that launches the next session's kernels
+            # (per-step launches measured up to 2x slower right after another session ran).
+            so.add_session_config_entry("session.intra_op.allow_spinning", "0")
         if fused:
             so.add_session_config_entry(STRATEGY_KEY, strategy)
             self.sess = InferenceSession(model.SerializeToString(), so, providers=providers, precision=precision)

@@ -3,14 +3,18 @@
 // (gates[d] = h_in[d] . R[d], on tensor cores in the reduced precision modes), or at small
 // batches (heuristics.h, StreamsStepWith) the weight-streaming step (v1/step_stream.cuh, product
 // and cell in one launch); after cuBLAS, one pointwise kernel adds the input projection and bias
-// and runs the cell (v1/step_args.cuh).
+// and runs the cell (v1/step_args.cuh). In the reduced modes both read a 16-bit copy of R
+// (v1/half_weights.cuh, heuristics.h StepWeightsFor).
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
 #include "cuda/cuda_check.h"
 #include "cuda/grid_stride.h"
+#include "cuda/v1/half_weights.cuh"
 #include "cuda/v1/launch_step.h"
 #include "cuda/v1/step_args.cuh"
 #include "cuda/v1/step_stream.cuh"
@@ -18,38 +22,80 @@
 namespace lstm_ort {
 namespace {
 
-// gates: [D][B][4H] recurrent products, or null when h is zero.
-template <typename T>
-__global__ void GemmStepCell(StepArgs<T> a, const float* gates, long long gates_sd) {
+// gates: [D][B][4H] recurrent products, or null when h is zero. W: the type of the GEMM's
+// operands; a 16-bit W means the products carry the weights' scale and the next step's GEMM
+// reads h from h_copy ([D][B][H]), which this kernel writes.
+template <typename W>
+__global__ void GemmStepCell(StepArgs<float> a, const float* gates, long long gates_sd, const unsigned* amax,
+                             W* h_copy) {
   const int d = blockIdx.y;
   const long long n = static_cast<long long>(a.B) * a.H;
+  const int unscale = gates ? -StepWeightScale<W>(amax, d) : 0;
   for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<long long>(gridDim.x) * blockDim.x) {
     const int b = static_cast<int>(i / a.H), u = static_cast<int>(i - static_cast<long long>(b) * a.H);
     const UnitInputs in = LoadUnit(a, d, b, u);
-    const float4 acc =
-        in.active && gates ? *reinterpret_cast<const float4*>(gates + d * gates_sd + 4 * i) : float4{};
-    FinishUnit(a, d, b, u, acc, in);
+    float4 acc = in.active && gates ? *reinterpret_cast<const float4*>(gates + d * gates_sd + 4 * i) : float4{};
+    if (unscale) acc = make_float4(ldexpf(acc.x, unscale), ldexpf(acc.y, unscale), ldexpf(acc.z, unscale),
+                                   ldexpf(acc.w, unscale));
+    const float h = FinishUnit(a, d, b, u, acc, in);
+    if constexpr (!std::is_same_v<W, float>) h_copy[d * n + i] = ToStepWeight<W>(h);
   }
 }
 
-template <int kB>
-void LaunchStream(const StepArgs<float>& a, const StreamArgs& s, int tiles, int D, cudaStream_t stream) {
-  StreamRecurrentStep<kB><<<dim3(tiles, D, s.splits), kStreamThreads, 0, stream>>>(a, s);
+// Blocks of this variant one SM holds, with shared memory preferred over L1 (the kernel reads
+// its weights once: L1 has nothing to keep). Queried once per variant: it depends on the
+// kernel and the architecture only.
+template <int kB, typename W>
+int StreamBlocksPerSm() {
+  static const int blocks = [] {
+    cudaFuncSetAttribute(StreamRecurrentStep<kB, W>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                         cudaSharedmemCarveoutMaxShared);
+    int n = 0;
+    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, StreamRecurrentStep<kB, W>, kStreamThreads, 0);
+    return std::max(1, n);
+  }();
+  return blocks;
+}
+
+template <int kB, typename W>
+void LaunchStream(const StepArgs<float>& a, StreamArgs s, int D, int sm_count, cudaStream_t stream) {
+  const int tiles = StreamColumnTiles(a.H);
+  s.splits = StreamSplits(a.H, tiles, D, StreamBlocksPerSm<kB, W>() * sm_count);
+  s.rows_per_split = (a.H + s.splits - 1) / s.splits;
+  StreamRecurrentStep<kB, W><<<dim3(tiles, D, s.splits), kStreamThreads, 0, stream>>>(a, s);
+}
+
+template <typename W>
+void LaunchStreamFor(const StepArgs<float>& a, const StreamArgs& s, int D, int sm_count, cudaStream_t stream) {
+  if (a.B <= 2) LaunchStream<2, W>(a, s, D, sm_count, stream);  // B = 1 only with 16-bit weights
+  else if (a.B <= 4) LaunchStream<4, W>(a, s, D, sm_count, stream);
+  else if (a.B <= 8) LaunchStream<8, W>(a, s, D, sm_count, stream);
+  else LaunchStream<16, W>(a, s, D, sm_count, stream);
 }
 
 // The weight-streaming step: product and cell in one launch.
-void StreamStep(const StepArgs<float>& a, int D, const GemmStepScratch& scratch, int sm_count, cudaStream_t stream) {
+void StreamStep(const StepArgs<float>& a, int D, const GemmStepScratch& scratch, StepWeights weights, int sm_count,
+                cudaStream_t stream) {
   StreamArgs s{};
-  const int tiles = StreamColumnTiles(a.H);
-  s.splits = StreamSplits(a.H, tiles, D, sm_count);
-  s.rows_per_split = (a.H + s.splits - 1) / s.splits;
   s.partial = scratch.gates;
   s.done = scratch.stream_done;
-  if (a.B <= 2) LaunchStream<2>(a, s, tiles, D, stream);  // StreamsStepWith: B >= 2
-  else if (a.B <= 4) LaunchStream<4>(a, s, tiles, D, stream);
-  else if (a.B <= 8) LaunchStream<8>(a, s, tiles, D, stream);
-  else LaunchStream<16>(a, s, tiles, D, stream);
+  s.amax = scratch.wh_amax;
+  const long long layer = static_cast<long long>(a.H) * kGates * a.H;
+  switch (weights) {
+    case StepWeights::kFp32:
+      s.w[0] = a.wh[0];
+      s.w[1] = a.wh[1];
+      return LaunchStreamFor<float>(a, s, D, sm_count, stream);
+    case StepWeights::kFp16:
+      s.w[0] = static_cast<const __half*>(scratch.wh_half);
+      s.w[1] = static_cast<const __half*>(scratch.wh_half) + layer;
+      return LaunchStreamFor<__half>(a, s, D, sm_count, stream);
+    case StepWeights::kBf16:
+      s.w[0] = static_cast<const __nv_bfloat16*>(scratch.wh_half);
+      s.w[1] = static_cast<const __nv_bfloat16*>(scratch.wh_half) + layer;
+      return LaunchStreamFor<__nv_bfloat16>(a, s, D, sm_count, stream);
+  }
 }
 
 cublasComputeType_t ComputeTypeOf(ProjectionMath math) {
@@ -62,36 +108,101 @@ cublasComputeType_t ComputeTypeOf(ProjectionMath math) {
   return CUBLAS_COMPUTE_32F;
 }
 
+// h = o * h_act(c) stays within fp16's range only for bounded activations: the defaults are.
+bool HiddenWithinOne(const CellParams& cell) {
+  return cell.act[0].kind == ActKind::kSigmoid && cell.act[2].kind == ActKind::kTanh;
+}
+
+template <typename W>
+void LaunchCell(const StepArgs<float>& a, int D, const float* gates, long long gates_sd, const GemmStepScratch& scratch,
+                cudaStream_t stream) {
+  const long long n = static_cast<long long>(a.B) * a.H;
+  GemmStepCell<W><<<dim3(GridStrideBlocks(n), D), kGridStrideThreads, 0, stream>>>(
+      a, gates, gates_sd, scratch.wh_amax, static_cast<W*>(scratch.h_half));
+}
+
+void LaunchCellFor(StepWeights weights, const StepArgs<float>& a, int D, const float* gates, long long gates_sd,
+                   const GemmStepScratch& scratch, cudaStream_t stream) {
+  switch (weights) {
+    case StepWeights::kFp32: return LaunchCell<float>(a, D, gates, gates_sd, scratch, stream);
+    case StepWeights::kFp16: return LaunchCell<__half>(a, D, gates, gates_sd, scratch, stream);
+    case StepWeights::kBf16: return LaunchCell<__nv_bfloat16>(a, D, gates, gates_sd, scratch, stream);
+  }
+}
+
+template <typename W>
+void ConvertLayer(const StepArgs<float>& a, int D, const float* h0, const GemmStepScratch& scratch, cudaStream_t stream) {
+  const long long n = static_cast<long long>(a.H) * kGates * a.H;
+  const dim3 grid(GridStrideBlocks(n), D);
+  if constexpr (std::is_same_v<W, __half>) {
+    Check(cudaMemsetAsync(scratch.wh_amax, 0, 2 * sizeof(unsigned), stream), "zero weight maxima");
+    RecurrentAbsMax<<<grid, kGridStrideThreads, 0, stream>>>(a.wh[0], a.wh[D - 1], n, scratch.wh_amax);
+  }
+  ToStepWeights<W><<<grid, kGridStrideThreads, 0, stream>>>(a.wh[0], a.wh[D - 1], n, scratch.wh_amax,
+                                                           static_cast<W*>(scratch.wh_half));
+  const long long states = static_cast<long long>(D) * a.B * a.H;
+  ToStepStates<W><<<GridStrideBlocks(states), kGridStrideThreads, 0, stream>>>(h0, states,
+                                                                              static_cast<W*>(scratch.h_half));
+}
+
 }  // namespace
 
-void LaunchGemmStep(const StepArgs<float>& a, int D, const GemmStepScratch& scratch, ProjectionMath math,
-                    bool h_is_zero, int sm_count, cublasHandle_t cublas, cudaStream_t stream) {
-  const int G = kGates * a.H;
+StepWeights GemmStepWeights(const StepArgs<float>& a, const Dims& d, ProjectionMath math) {
+  const StepWeights weights = StepWeightsFor(math, d);
+  if (weights == StepWeights::kFp32 || StreamsStepWith(math, d)) return weights;  // streaming reads h in fp32
+  for (int dir = 0; dir < d.D; ++dir)
+    if (!HiddenWithinOne(a.cell[dir])) return StepWeights::kFp32;
+  return weights;
+}
+
+void PrepareGemmSteps(const StepArgs<float>& a, const Dims& d, StepWeights weights, const float* h0,
+                      const GemmStepScratch& scratch, cudaStream_t stream) {
+  const int D = static_cast<int>(d.D);
+  if (scratch.stream_done)
+    Check(cudaMemsetAsync(scratch.stream_done, 0, sizeof(unsigned) * D * StreamColumnTiles(d.H), stream),
+          "zero split counters");
+  switch (weights) {
+    case StepWeights::kFp32: return;
+    case StepWeights::kFp16: return ConvertLayer<__half>(a, D, h0, scratch, stream);
+    case StepWeights::kBf16: return ConvertLayer<__nv_bfloat16>(a, D, h0, scratch, stream);
+  }
+}
+
+void LaunchGemmStep(const StepArgs<float>& a, const Dims& d, const GemmStepScratch& scratch, ProjectionMath math,
+                    StepWeights weights, bool h_is_zero, int sm_count, cublasHandle_t cublas, cudaStream_t stream) {
+  const int D = static_cast<int>(d.D), G = kGates * a.H;
   const long long gates_sd = static_cast<long long>(a.B) * G;
-  const long long n = static_cast<long long>(a.B) * a.H;
-  const dim3 cell_grid(GridStrideBlocks(n), D);
+  const bool streams = StreamsStepWith(math, d);
   if (h_is_zero) {  // the first step from a zero state: no product to compute
-    GemmStepCell<float><<<cell_grid, kGridStrideThreads, 0, stream>>>(a, nullptr, gates_sd);
+    LaunchCellFor(streams ? StepWeights::kFp32 : weights, a, D, nullptr, gates_sd, scratch, stream);
     return;
   }
-  Dims d;
-  d.B = a.B;
-  d.H = a.H;
-  if (StreamsStepWith(math, d)) {
-    StreamStep(a, D, scratch, sm_count, stream);
+  if (streams) {
+    StreamStep(a, D, scratch, weights, sm_count, stream);
     return;
   }
   float* gates = scratch.gates;
   const float one = 1.f, zero = 0.f;
   // Column-major view: gates^T [4H, B] = R^T [4H, H] . h^T [H, B]; the directions as a batch.
-  const long long w_stride = D == 2 ? a.wh[1] - a.wh[0] : 0;
-  const long long h_stride = D == 2 ? a.h_in[1] - a.h_in[0] : 0;
-  const cublasStatus_t st = cublasGemmStridedBatchedEx(
-      cublas, CUBLAS_OP_N, CUBLAS_OP_N, G, a.B, a.H, &one, a.wh[0], CUDA_R_32F, G, w_stride, a.h_in[0], CUDA_R_32F,
-      a.H, h_stride, &zero, gates, CUDA_R_32F, G, gates_sd, D, ComputeTypeOf(math), CUBLAS_GEMM_DEFAULT);
+  const void *w = a.wh[0], *h = a.h_in[0];
+  long long w_stride = D == 2 ? a.wh[1] - a.wh[0] : 0, h_stride = D == 2 ? a.h_in[1] - a.h_in[0] : 0;
+  cudaDataType_t operand = CUDA_R_32F;
+  cublasComputeType_t compute = ComputeTypeOf(math);
+  if (weights != StepWeights::kFp32) {  // the 16-bit copies: [D][H][4H] and [D][B][H]
+    w = scratch.wh_half;
+    h = scratch.h_half;
+    w_stride = static_cast<long long>(a.H) * G;
+    h_stride = static_cast<long long>(a.B) * a.H;
+    operand = weights == StepWeights::kFp16 ? CUDA_R_16F : CUDA_R_16BF;
+    compute = CUBLAS_COMPUTE_32F;
+  }
+  const cublasStatus_t st =
+      cublasGemmStridedBatchedEx(cublas, CUBLAS_OP_N, CUBLAS_OP_N, G, a.B, a.H, &one, w, operand, G, w_stride, h,
+                                 operand, a.H, h_stride, &zero, gates, CUDA_R_32F, G, gates_sd, D, compute,
+                                 CUBLAS_GEMM_DEFAULT);
   if (st != CUBLAS_STATUS_SUCCESS)
     throw std::runtime_error("FusedLSTM cuBLAS: recurrent step GEMM failed with status " + std::to_string(st));
-  GemmStepCell<float><<<cell_grid, kGridStrideThreads, 0, stream>>>(a, gates, gates_sd);
+  LaunchCellFor(weights, a, D, gates, gates_sd, scratch, stream);
 }
 
 }  // namespace lstm_ort

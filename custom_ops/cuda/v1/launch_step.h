@@ -18,16 +18,28 @@ void LaunchTiledStep(const StepArgs<T>& a, int D, int device, cudaStream_t strea
 template <typename T>
 void LaunchSplitKStep(const StepArgs<T>& a, int D, int sm_count, cudaStream_t stream);
 
-// Scratch of v1's cuBLAS step: gates, [D][B][4H] floats (StreamSplitsAtMost(H) times that where
-// StepStreamsWeights); stream_done, D * StreamColumnTiles(H) counters, zero before a layer's steps.
+// Scratch of v1's cuBLAS step (scratch_layout.h): gates, [D][B][4H] floats (StreamSplitsAtMost(H)
+// times that where StepStreamsWeights); stream_done, D * StreamColumnTiles(H) counters; in the
+// reduced modes the 16-bit copies of R and h and the weights' maxima.
 struct GemmStepScratch {
   float* gates;
   unsigned* stream_done;
+  void* wh_half;
+  void* h_half;
+  unsigned* wh_amax;
 };
 
+// fp32 storage only. The weights a layer's steps read for `math` (StepWeightsFor), except that
+// cuBLAS's 16-bit GEMM reads h as fp16 too, which holds only for activations that keep |h| <= 1.
+StepWeights GemmStepWeights(const StepArgs<float>& a, const Dims& d, ProjectionMath math);
+
+// Before a layer's first step: zeroes the split counters and makes the 16-bit copies of its
+// weights and of h0 (its initial h) that `weights` asks for.
+void PrepareGemmSteps(const StepArgs<float>& a, const Dims& d, StepWeights weights, const float* h0,
+                      const GemmStepScratch& scratch, cudaStream_t stream);
+
 // h_is_zero: h_in is all zeros (the first step without initial_h), so the product is skipped.
-// fp32 storage only (the GEMM reads h as fp32).
-void LaunchGemmStep(const StepArgs<float>& a, int D, const GemmStepScratch& scratch, ProjectionMath math,
-                    bool h_is_zero, int sm_count, cublasHandle_t cublas, cudaStream_t stream);
+void LaunchGemmStep(const StepArgs<float>& a, const Dims& d, const GemmStepScratch& scratch, ProjectionMath math,
+                    StepWeights weights, bool h_is_zero, int sm_count, cublasHandle_t cublas, cudaStream_t stream);
 
 }  // namespace lstm_ort

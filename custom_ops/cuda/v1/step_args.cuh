@@ -61,14 +61,16 @@ __device__ __forceinline__ UnitInputs LoadUnit(const StepArgs<T>& a, int d, int 
   return in;
 }
 
-// The cell update of (d, b, u) from its recurrent product, sequence masking, and the writes.
+// The cell update of (d, b, u) from its recurrent product, sequence masking, and the writes;
+// returns the h written.
 template <typename T>
-__device__ __forceinline__ void FinishUnit(const StepArgs<T>& a, int d, int b, int u, float4 acc,
-                                           const UnitInputs& in) {
+__device__ __forceinline__ float FinishUnit(const StepArgs<T>& a, int d, int b, int u, float4 acc,
+                                            const UnitInputs& in) {
   const long long bu = static_cast<long long>(b) * a.H + u;
   if (!in.active) {  // finished sequences keep their state
-    a.h_out[d][bu] = a.h_in[d][bu];
-    return;
+    const float h = a.h_in[d][bu];
+    a.h_out[d][bu] = h;
+    return h;
   }
   float c = in.c;
   const float gi = acc.x + in.g.x, go = acc.y + in.g.y, gf = acc.z + in.g.z, gc = acc.w + in.g.w;
@@ -77,6 +79,7 @@ __device__ __forceinline__ void FinishUnit(const StepArgs<T>& a, int d, int b, i
   a.c[d][bu] = c;
   a.h_out[d][bu] = h;
   if (a.y) a.y[in.t * a.y_st + d * a.y_sd + b * a.y_sb + u] = FromF<T>(h);
+  return h;
 }
 
 }  // namespace lstm_ort

@@ -1,5 +1,5 @@
 // v1's recurrent step for small batches (heuristics.h, StreamsStepWith): gates = h . R with
-// B <= 16 rows, so the step is bound by reading R ([H, 4H]) once from memory. Each block takes
+// B <= 16 rows, so the step is bound by reading R ([H, 4H], fp32 or a 16-bit copy) once from memory. Each block takes
 // kStreamTileCols columns of one direction and one K split: its warps read interleaved rows of
 // R as one float4 per lane (a coalesced 512-byte row segment), multiply by the block's rows of h
 // (staged in shared memory, read as broadcasts), reduce across warps, and write their split's
@@ -10,6 +10,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda/heuristics.h"
+#include "cuda/v1/half_weights.cuh"
 #include "cuda/v1/step_args.cuh"
 
 namespace lstm_ort {
@@ -22,11 +23,18 @@ struct StreamArgs {
   int splits, rows_per_split;  // K splits (blockIdx.z) and rows per split
   float* partial;              // [splits][D][B][4H]
   unsigned* done;              // [D][column tiles]: splits finished this step; zero between steps
+  const void* w[2];            // R per direction, [H][4H] of the kernel's W (a.wh for fp32)
+  const unsigned* amax;        // the 16-bit copies' largest |weight| bits (half_weights.cuh)
 };
 
-// kB: batch rows the block computes (a power of two >= B; rows past B are zero).
-template <int kB>
-__global__ void __launch_bounds__(kStreamThreads) StreamRecurrentStep(StepArgs<float> a, StreamArgs s) {
+// kB: batch rows the block computes (a power of two >= B; rows past B are zero). W: the
+// weights' type, float or a 16-bit copy; the product is fp32 either way.
+// Four blocks per SM up to 8 rows (registers capped at 64), two at 16 (its 64 accumulators).
+constexpr int StreamMinBlocks(int rows) { return rows <= 8 ? 4 : 2; }
+
+template <int kB, typename W>
+__global__ void __launch_bounds__(kStreamThreads, StreamMinBlocks(kB)) StreamRecurrentStep(StepArgs<float> a,
+                                                                                           StreamArgs s) {
   // h of the split, [rows][kB]; afterwards the warps' partial sums, 8 batch rows at a time.
   constexpr int kRedRows = kB < 8 ? kB : 8;
   constexpr int kHFloats = kStreamMaxRowsPerSplit * kB;
@@ -50,10 +58,12 @@ __global__ void __launch_bounds__(kStreamThreads) StreamRecurrentStep(StepArgs<f
 
   float acc[kB][4] = {};
   if (col < G) {  // G % 4 == 0: a lane's float4 is all in or all out
-    const float* w = (d == 0 ? a.wh[0] : a.wh[1]) + static_cast<long long>(k0) * G + col;
-#pragma unroll 4  // 4 measured 3% faster than 8 (H2048 B2-16)
+    const W* w = static_cast<const W*>(d == 0 ? s.w[0] : s.w[1]) + static_cast<long long>(k0) * G + col;
+    // fp32: 4 rows in flight per warp measured 3% faster than 8 (H2048 B2-16); 16-bit weights
+    // need 8 for as many bytes in flight.
+#pragma unroll(sizeof(W) == 4 ? 4 : 8)
     for (int k = warp; k < rows; k += kStreamWarps) {
-      const float4 wv = __ldg(reinterpret_cast<const float4*>(w + static_cast<long long>(k) * G));
+      const float4 wv = LoadStepWeights4(w + static_cast<long long>(k) * G);
       const float* hk = smem + k * kB;
 #pragma unroll
       for (int b = 0; b < kB; ++b) {
@@ -96,6 +106,7 @@ __global__ void __launch_bounds__(kStreamThreads) StreamRecurrentStep(StepArgs<f
   if (!last) return;
   __threadfence();
   const int u0 = tile0 / kGates, units = min(kStreamTileCols / kGates, a.H - u0);
+  const int unscale = -StepWeightScale<W>(s.amax, d);
   for (int i = threadIdx.x; i < a.B * units; i += kStreamThreads) {
     const int b = i / units, u = u0 + i - b * units;
     const UnitInputs in = LoadUnit(a, d, b, u);
@@ -109,6 +120,8 @@ __global__ void __launch_bounds__(kStreamThreads) StreamRecurrentStep(StepArgs<f
         sum.z += p.z;
         sum.w += p.w;
       }
+      if (unscale) sum = make_float4(ldexpf(sum.x, unscale), ldexpf(sum.y, unscale), ldexpf(sum.z, unscale),
+                                     ldexpf(sum.w, unscale));
     }
     FinishUnit(a, d, b, u, sum, in);
   }

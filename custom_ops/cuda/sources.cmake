@@ -27,6 +27,7 @@ add_library(lstm_ort_cuda SHARED
   ${_cuda_dir}/cluster/launch.cu
   ${_cuda_dir}/gemm/input_projection.cu
   ${_cuda_dir}/gemm/cublas_handles.cc
+  ${_cuda_dir}/gemm/step_gemm.cc
   # factored weights (optimize --low-rank): their own path, chosen by the op
   ${_cuda_dir}/low_rank/run.cu
   ${_cuda_dir}/low_rank/gemm.cc
@@ -48,5 +49,5 @@ target_compile_options(lstm_ort_cuda PRIVATE
   $<$<COMPILE_LANGUAGE:CXX>:-O3 -Wall -Wextra -Wno-unused-parameter -Wno-maybe-uninitialized>
   $<$<COMPILE_LANGUAGE:CUDA>:-lineinfo -Xptxas=-v>)
 target_link_options(lstm_ort_cuda PRIVATE -Wl,--no-undefined)
-target_link_libraries(lstm_ort_cuda PRIVATE CUDA::cudart CUDA::cublas)
+target_link_libraries(lstm_ort_cuda PRIVATE CUDA::cudart CUDA::cublas CUDA::cublasLt)
 message(STATUS "lstm_ort: building the CUDA plugin for ${CMAKE_CUDA_ARCHITECTURES}")

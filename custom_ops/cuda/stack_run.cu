@@ -205,13 +205,11 @@ class StackRun {
     }
     InitLayerStates(l, s_.h[0], s_.c);
     [[maybe_unused]] const GemmStepScratch gemm{s_.gates, s_.stream_done, s_.wh_half, s_.h_half, s_.wh_amax};
-    [[maybe_unused]] const ProjectionMath math = ProjectionMathFor(precision_, d_);
-    [[maybe_unused]] StepWeights weights = StepWeights::kFp32;
+    [[maybe_unused]] GemmStepPlan plan;
     if constexpr (kElementTypeOf<T> == ElementType::kFloat32) {
-      if (kernel == StepKernel::kGemm) {
-        weights = HalfStepWeightsDisabledFromEnvironment() ? StepWeights::kFp32 : GemmStepWeights(a, d_, math);
-        PrepareGemmSteps(a, d_, weights, s_.h[0], gemm, stream_);
-      }
+      if (kernel == StepKernel::kGemm)
+        plan = PrepareGemmSteps(a, d_, ProjectionMathFor(precision_, d_), !HalfStepWeightsDisabledFromEnvironment(),
+                                s_.h[0], gemm, stream_);
     }
     int cur = 0;  // each launch below is checked right after it, so nothing foreign is pending between them
     for (int step = 0; step < io_.max_len; ++step) {
@@ -224,7 +222,7 @@ class StackRun {
         if (kernel == StepKernel::kGemm) {
           ClearPending();
           const bool h_is_zero = step == 0 && !io_.in[kInitialH];
-          LaunchGemmStep(a, d_, gemm, math, weights, h_is_zero, sm_count_, cublas_, stream_);
+          LaunchGemmStep(a, d_, gemm, plan, h_is_zero, sm_count_, cublas_, stream_);
           Check(cudaGetLastError(), "recurrent step");
           cur ^= 1;
           continue;

@@ -9,28 +9,43 @@
 
 namespace lstm_ort {
 
-cublasHandle_t CublasHandleFor(cudaStream_t stream) {
+namespace {
+
+// The handle of `create` for this (device, host thread): made on first use and kept.
+template <typename Handle, typename Create>
+Handle PerDeviceAndThread(Create create) {
   static std::mutex mutex;
-  static std::map<std::pair<int, std::thread::id>, cublasHandle_t> handles;
+  static std::map<std::pair<int, std::thread::id>, Handle> handles;
   int device = 0;
   cudaGetDevice(&device);
   const auto key = std::make_pair(device, std::this_thread::get_id());
-  cublasHandle_t handle = nullptr;
-  {
-    std::lock_guard<std::mutex> lock(mutex);
-    auto it = handles.find(key);
-    if (it != handles.end()) {
-      handle = it->second;
-    } else {
-      if (cublasCreate(&handle) != CUBLAS_STATUS_SUCCESS) throw std::runtime_error("FusedLSTM: cublasCreate failed");
-      // FP32 stays FP32: TF32 only where a call asks for it (the 3xTF32 split of split_tf32.cuh).
-      cublasSetMathMode(handle, CUBLAS_DEFAULT_MATH);
-      handles.emplace(key, handle);
-    }
-  }
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = handles.find(key);
+  if (it == handles.end()) it = handles.emplace(key, create()).first;
+  return it->second;
+}
+
+}  // namespace
+
+cublasHandle_t CublasHandleFor(cudaStream_t stream) {
+  cublasHandle_t handle = PerDeviceAndThread<cublasHandle_t>([] {
+    cublasHandle_t h = nullptr;
+    if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) throw std::runtime_error("FusedLSTM: cublasCreate failed");
+    // FP32 stays FP32: TF32 only where a call asks for it (the 3xTF32 split of split_tf32.cuh).
+    cublasSetMathMode(h, CUBLAS_DEFAULT_MATH);
+    return h;
+  });
   // Only this thread uses this handle, so pointing it at the caller's stream here is safe.
   if (cublasSetStream(handle, stream) != CUBLAS_STATUS_SUCCESS) throw std::runtime_error("FusedLSTM: cublasSetStream failed");
   return handle;
+}
+
+cublasLtHandle_t CublasLtHandle() {
+  return PerDeviceAndThread<cublasLtHandle_t>([] {
+    cublasLtHandle_t h = nullptr;
+    if (cublasLtCreate(&h) != CUBLAS_STATUS_SUCCESS) throw std::runtime_error("FusedLSTM: cublasLtCreate failed");
+    return h;
+  });
 }
 
 }  // namespace lstm_ort

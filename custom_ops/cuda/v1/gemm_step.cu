@@ -147,62 +147,85 @@ void ConvertLayer(const StepArgs<float>& a, int D, const float* h0, const GemmSt
 
 }  // namespace
 
-StepWeights GemmStepWeights(const StepArgs<float>& a, const Dims& d, ProjectionMath math) {
+namespace {
+
+StepWeights WeightsFor(const StepArgs<float>& a, const Dims& d, ProjectionMath math, bool streams) {
   const StepWeights weights = StepWeightsFor(math, d);
-  if (weights == StepWeights::kFp32 || StreamsStepWith(math, d)) return weights;  // streaming reads h in fp32
+  if (weights == StepWeights::kFp32 || streams) return weights;  // streaming reads h in fp32
   for (int dir = 0; dir < d.D; ++dir)
     if (!HiddenWithinOne(a.cell[dir])) return StepWeights::kFp32;
   return weights;
 }
 
-void PrepareGemmSteps(const StepArgs<float>& a, const Dims& d, StepWeights weights, const float* h0,
-                      const GemmStepScratch& scratch, cudaStream_t stream) {
+// The product's operands: the fp32 weights and h, or the 16-bit copies ([D][H][4H], [D][B][H]).
+struct GemmOperands {
+  const void *w, *h;
+  long long w_stride, h_stride;
+  cudaDataType_t type;
+  cublasComputeType_t compute;
+};
+
+GemmOperands OperandsOf(const StepArgs<float>& a, int D, const GemmStepScratch& scratch, const GemmStepPlan& plan) {
+  const long long states = static_cast<long long>(a.B) * a.H;  // h_in[d] = h + d * states
+  if (plan.weights == StepWeights::kFp32)
+    return {a.wh[0], a.h_in[0], D == 2 ? a.wh[1] - a.wh[0] : 0, D == 2 ? states : 0, CUDA_R_32F,
+            ComputeTypeOf(plan.math)};
+  return {scratch.wh_half, scratch.h_half, static_cast<long long>(a.H) * kGates * a.H, states, plan.weights == StepWeights::kFp16 ? CUDA_R_16F : CUDA_R_16BF,
+          CUBLAS_COMPUTE_32F};
+}
+
+}  // namespace
+
+GemmStepPlan PrepareGemmSteps(const StepArgs<float>& a, const Dims& d, ProjectionMath math, bool half_weights,
+                              const float* h0, const GemmStepScratch& scratch, cudaStream_t stream) {
   const int D = static_cast<int>(d.D);
+  GemmStepPlan plan;
+  plan.math = math;
+  plan.streams = StreamsStepWith(math, d);
+  plan.weights = half_weights ? WeightsFor(a, d, math, plan.streams) : StepWeights::kFp32;
   if (scratch.stream_done)
     Check(cudaMemsetAsync(scratch.stream_done, 0, sizeof(unsigned) * D * StreamColumnTiles(d.H), stream),
           "zero split counters");
-  switch (weights) {
-    case StepWeights::kFp32: return;
-    case StepWeights::kFp16: return ConvertLayer<__half>(a, D, h0, scratch, stream);
-    case StepWeights::kBf16: return ConvertLayer<__nv_bfloat16>(a, D, h0, scratch, stream);
+  if (plan.weights == StepWeights::kFp16) ConvertLayer<__half>(a, D, h0, scratch, stream);
+  if (plan.weights == StepWeights::kBf16) ConvertLayer<__nv_bfloat16>(a, D, h0, scratch, stream);
+  // cublasLt for the 16-bit operands only: with fp32 operands and no workspace it chose slower
+  // kernels than the legacy API at large shapes (tf32 H2048 B256 9.2 vs 7.8 ms).
+  if (!plan.streams && plan.weights != StepWeights::kFp32) {
+    const GemmOperands o = OperandsOf(a, D, scratch, plan);
+    const int G = kGates * a.H;
+    plan.gemm = std::make_unique<StepGemm>(
+        StepGemmShape{G, a.B, a.H, D, o.type, o.compute, o.w_stride, o.h_stride, static_cast<long long>(a.B) * G});
   }
+  return plan;
 }
 
-void LaunchGemmStep(const StepArgs<float>& a, const Dims& d, const GemmStepScratch& scratch, ProjectionMath math,
-                    StepWeights weights, bool h_is_zero, int sm_count, cublasHandle_t cublas, cudaStream_t stream) {
+void LaunchGemmStep(const StepArgs<float>& a, const Dims& d, const GemmStepScratch& scratch, const GemmStepPlan& plan,
+                    bool h_is_zero, int sm_count, cublasHandle_t cublas, cudaStream_t stream) {
   const int D = static_cast<int>(d.D), G = kGates * a.H;
   const long long gates_sd = static_cast<long long>(a.B) * G;
-  const bool streams = StreamsStepWith(math, d);
   if (h_is_zero) {  // the first step from a zero state: no product to compute
-    LaunchCellFor(streams ? StepWeights::kFp32 : weights, a, D, nullptr, gates_sd, scratch, stream);
+    LaunchCellFor(plan.streams ? StepWeights::kFp32 : plan.weights, a, D, nullptr, gates_sd, scratch, stream);
     return;
   }
-  if (streams) {
-    StreamStep(a, D, scratch, weights, sm_count, stream);
+  if (plan.streams) {
+    StreamStep(a, D, scratch, plan.weights, sm_count, stream);
     return;
   }
   float* gates = scratch.gates;
-  const float one = 1.f, zero = 0.f;
   // Column-major view: gates^T [4H, B] = R^T [4H, H] . h^T [H, B]; the directions as a batch.
-  const void *w = a.wh[0], *h = a.h_in[0];
-  long long w_stride = D == 2 ? a.wh[1] - a.wh[0] : 0, h_stride = D == 2 ? a.h_in[1] - a.h_in[0] : 0;
-  cudaDataType_t operand = CUDA_R_32F;
-  cublasComputeType_t compute = ComputeTypeOf(math);
-  if (weights != StepWeights::kFp32) {  // the 16-bit copies: [D][H][4H] and [D][B][H]
-    w = scratch.wh_half;
-    h = scratch.h_half;
-    w_stride = static_cast<long long>(a.H) * G;
-    h_stride = static_cast<long long>(a.B) * a.H;
-    operand = weights == StepWeights::kFp16 ? CUDA_R_16F : CUDA_R_16BF;
-    compute = CUBLAS_COMPUTE_32F;
+  const GemmOperands o = OperandsOf(a, D, scratch, plan);
+  if (plan.gemm && plan.gemm->Ready()) {
+    plan.gemm->Run(o.w, o.h, gates, stream);
+  } else {
+    const float one = 1.f, zero = 0.f;
+    const cublasStatus_t st =
+        cublasGemmStridedBatchedEx(cublas, CUBLAS_OP_N, CUBLAS_OP_N, G, a.B, a.H, &one, o.w, o.type, G, o.w_stride,
+                                   o.h, o.type, a.H, o.h_stride, &zero, gates, CUDA_R_32F, G, gates_sd, D, o.compute,
+                                   CUBLAS_GEMM_DEFAULT);
+    if (st != CUBLAS_STATUS_SUCCESS)
+      throw std::runtime_error("FusedLSTM cuBLAS: recurrent step GEMM failed with status " + std::to_string(st));
   }
-  const cublasStatus_t st =
-      cublasGemmStridedBatchedEx(cublas, CUBLAS_OP_N, CUBLAS_OP_N, G, a.B, a.H, &one, w, operand, G, w_stride, h,
-                                 operand, a.H, h_stride, &zero, gates, CUDA_R_32F, G, gates_sd, D, compute,
-                                 CUBLAS_GEMM_DEFAULT);
-  if (st != CUBLAS_STATUS_SUCCESS)
-    throw std::runtime_error("FusedLSTM cuBLAS: recurrent step GEMM failed with status " + std::to_string(st));
-  LaunchCellFor(weights, a, D, gates, gates_sd, scratch, stream);
+  LaunchCellFor(plan.weights, a, D, gates, gates_sd, scratch, stream);
 }
 
 }  // namespace lstm_ort

@@ -5,6 +5,9 @@
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
+#include <memory>
+
+#include "cuda/gemm/step_gemm.h"
 #include "cuda/heuristics.h"
 
 namespace lstm_ort {
@@ -29,17 +32,24 @@ struct GemmStepScratch {
   unsigned* wh_amax;
 };
 
-// fp32 storage only. The weights a layer's steps read for `math` (StepWeightsFor), except that
-// cuBLAS's 16-bit GEMM reads h as fp16 too, which holds only for activations that keep |h| <= 1.
-StepWeights GemmStepWeights(const StepArgs<float>& a, const Dims& d, ProjectionMath math);
+// How a layer's steps run on v1's cuBLAS step (fp32 storage only).
+struct GemmStepPlan {
+  ProjectionMath math = ProjectionMath::kFp32;
+  // The weights the steps read for `math` (StepWeightsFor), except that cuBLAS's 16-bit GEMM reads
+  // h as fp16 too, which holds only for activations that keep |h| <= 1.
+  StepWeights weights = StepWeights::kFp32;
+  bool streams = false;            // the weight-streaming step (StreamsStepWith)
+  std::unique_ptr<StepGemm> gemm;  // else the product through cublasLt, if it has an algorithm
+};
 
 // Before a layer's first step: zeroes the split counters and makes the 16-bit copies of its
-// weights and of h0 (its initial h) that `weights` asks for.
-void PrepareGemmSteps(const StepArgs<float>& a, const Dims& d, StepWeights weights, const float* h0,
-                      const GemmStepScratch& scratch, cudaStream_t stream);
+// weights and of h0 (its initial h) that the plan's weights ask for. `half_weights`: false keeps
+// the fp32 weights (the developer knob LSTM_ORT_HALF_STEP_WEIGHTS=0).
+GemmStepPlan PrepareGemmSteps(const StepArgs<float>& a, const Dims& d, ProjectionMath math, bool half_weights,
+                              const float* h0, const GemmStepScratch& scratch, cudaStream_t stream);
 
 // h_is_zero: h_in is all zeros (the first step without initial_h), so the product is skipped.
-void LaunchGemmStep(const StepArgs<float>& a, const Dims& d, const GemmStepScratch& scratch, ProjectionMath math,
-                    StepWeights weights, bool h_is_zero, int sm_count, cublasHandle_t cublas, cudaStream_t stream);
+void LaunchGemmStep(const StepArgs<float>& a, const Dims& d, const GemmStepScratch& scratch, const GemmStepPlan& plan,
+                    bool h_is_zero, int sm_count, cublasHandle_t cublas, cudaStream_t stream);
 
 }  // namespace lstm_ort

@@ -52,10 +52,13 @@ std::optional<MmaOperand> MmaOperandFor(Precision precision, ElementType type, c
 }
 
 bool PrefersGemmSteps(Strategy strategy, Precision precision, ElementType type, const Dims& d) {
-  const bool tf32 = ResolvedPrecision(precision, d) == Precision::kTf32;
-  if (strategy != Strategy::kAuto || type != ElementType::kFloat32 || !tf32) return false;
+  if (strategy != Strategy::kAuto || type != ElementType::kFloat32) return false;
+  const Precision p = ResolvedPrecision(precision, d);
+  const bool half_weights = StepWeightsFor(ProjectionMathFor(p, d), d) != StepWeights::kFp32;
   const int64_t cells = d.B * d.H;
-  const bool half_weights = StepWeightsFor(ProjectionMath::kTf32, d) != StepWeights::kFp32;
+  if (p == Precision::kFp16 || p == Precision::kBf16)
+    return half_weights && d.H >= kMinHiddenForHalfGemmSteps && kGates * cells * d.H >= kMinStepMacsForHalfGemmSteps;
+  if (p != Precision::kTf32) return false;
   return (d.H >= kMinHiddenForTf32GemmSteps && cells >= kMinCellsForTf32GemmSteps) ||
          (half_weights && d.H >= kMinHiddenForTf32GemmStepsAtFewerCells &&
           cells >= kMinCellsForTf32GemmStepsAtLargeHidden);

@@ -52,7 +52,7 @@ constexpr int64_t kMinHiddenForGemmStep = 1024;
 constexpr int64_t kMinBatchForGemmStep = 256;
 
 // In tf32 (and `auto` where it runs as tf32), large fp32 calls run every layer on v1's cuBLAS
-// step rather than the persistent kernels under strategy auto: cuBLAS's TF32 GEMM beats the
+// step rather than the persistent kernels under strategy auto (fp16 and bf16 too, below): cuBLAS's TF32 GEMM beats the
 // tf32 WMMA kernel from H = 256 and B*H = 64K on (H100: L4 H512 B256 9.6 -> 6.5 ms, H1024 B64
 // 2.65 -> 2.0 ms), and loses below (H128 B512 0.84 -> 1.5 ms). With the 16-bit weight copies
 // (StepWeightsFor) it also wins from H = 768 and B*H = 32K, where the persistent kernel holds
@@ -63,6 +63,13 @@ constexpr int64_t kMinHiddenForTf32GemmSteps = 256;
 constexpr int64_t kMinCellsForTf32GemmSteps = 64 * 1024;
 constexpr int64_t kMinHiddenForTf32GemmStepsAtFewerCells = 768;
 constexpr int64_t kMinCellsForTf32GemmStepsAtLargeHidden = 32 * 1024;
+// fp16 and bf16 (on their 16-bit copies) from H = 512 and 4*B*H^2 = 256M multiply-adds per step
+// (T=100 ms, fp16 persistent vs cuBLAS steps: H512 B256 1.47 vs 1.28, H1024 B64 1.65 vs 1.46, L4
+// H1024 B64 6.47 vs 4.95; bf16 L4 H512 B256 7.20 vs 5.39), not below, where the tensor-core
+// persistent kernel holds the weights (H512 B128 1.05 vs 1.51, H256 B256 0.77 vs 1.28, L2 T200
+// H1024 B32 3.95 vs 5.41).
+constexpr int64_t kMinHiddenForHalfGemmSteps = 512;
+constexpr int64_t kMinStepMacsForHalfGemmSteps = 256LL * 1024 * 1024;
 bool PrefersGemmSteps(Strategy strategy, Precision precision, ElementType type, const Dims& d);
 
 // Which per-step kernel v1 runs (also for layers the persistent strategies leave to v1).

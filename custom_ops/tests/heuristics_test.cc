@@ -170,7 +170,13 @@ TEST(Tf32LargeCallsPreferCublasSteps) {
   short_seq.T = kMinStepsForHalfWeights - 1;
   CHECK(!PrefersGemmSteps(Strategy::kAuto, Precision::kTf32, f32, short_seq));
   CHECK(!PrefersGemmSteps(Strategy::kAuto, Precision::kFp32, f32, Sizes(256, 512)));
-  CHECK(!PrefersGemmSteps(Strategy::kAuto, Precision::kFp16, f32, Sizes(256, 512)));
+  // fp16 and bf16 on their 16-bit copies from H = 512 and 4*B*H^2 = 256M, not below.
+  CHECK(PrefersGemmSteps(Strategy::kAuto, Precision::kFp16, f32, Sizes(256, 512)));
+  CHECK(PrefersGemmSteps(Strategy::kAuto, Precision::kBf16, f32, Sizes(64, 1024)));
+  CHECK(!PrefersGemmSteps(Strategy::kAuto, Precision::kFp16, f32, Sizes(128, 512)));
+  CHECK(!PrefersGemmSteps(Strategy::kAuto, Precision::kFp16, f32, Sizes(32, 1024)));
+  CHECK(!PrefersGemmSteps(Strategy::kAuto, Precision::kFp16, f32, Sizes(1024, 256)));  // H < 512
+  CHECK(!PrefersGemmSteps(Strategy::kAuto, Precision::kFp16, ElementType::kFloat16, Sizes(256, 512)));
   CHECK(!PrefersGemmSteps(Strategy::kWavefront, Precision::kTf32, f32, Sizes(256, 512)));  // forced stays
   CHECK(!PrefersGemmSteps(Strategy::kAuto, Precision::kTf32, ElementType::kFloat16, Sizes(256, 512)));
 }

@@ -85,14 +85,13 @@ def test_describe_names_the_tensor_cores():
 @pytest.mark.parametrize("direction", DIRECTIONS)
 def test_gemm_step_on_half_weights(direction, B, precision, monkeypatch, rng):
     """v1's cuBLAS step in the reduced modes reads a 16-bit copy of R: streamed for 1-8 rows,
-    cuBLAS's 16-bit GEMM (h in 16 bits too) above; ragged lengths and initial states on alternate
-    cases, so inactive rows keep their copy of h. Forced on at H=301 (partial tiles and splits)."""
+    cuBLAS's 16-bit GEMM (h in 16 bits too) above; ragged lengths (inactive rows keep their copy of
+    h) and initial states, together on the cuBLAS cases. Forced on at H=301 (partial tiles and splits)."""
     monkeypatch.setenv("LSTM_ORT_GEMM_STEP", "1")
-    extras = B % 2 == 1
+    kw = dict(seq_lens=B % 2 == 1, initial_states=B != 3)
     spec = LstmSpec(input_size=7, hidden_size=301, num_layers=2, direction=direction)
     layers = random_layers(spec, rng)
-    feeds = make_feeds(spec, 12, B, rng, seq_lens=extras, initial_states=not extras)
-    kw = dict(seq_lens=extras, initial_states=not extras)
+    feeds = make_feeds(spec, 12, B, rng, **kw)
     got = run_fused(spec, layers, feeds, providers=CUDA, precision=precision, **kw)
     err = max_abs(got, run_stock(spec, layers, feeds, **kw))
     assert err <= bound(precision), f"{precision}: {err:.2e} > {bound(precision):.0e}"
@@ -100,19 +99,35 @@ def test_gemm_step_on_half_weights(direction, B, precision, monkeypatch, rng):
 
 @pytest.mark.parametrize("B", [2, 5])
 def test_half_weights_keep_fp32_range(B, monkeypatch, rng):
-    """Recurrent weights far beyond fp16's 65504, each an fp16 value times 2^22, and inputs exact in
-    TF32: the fp16 copy's power-of-two scale makes tf32's streamed step compute what fp32's does,
-    in the same order (unscaled, they would be inf). B >= 2, where fp32 streams too."""
+    """One recurrent weight at 2^17, beyond fp16's 65504, the others fp16 values, and inputs exact in
+    TF32: the fp16 copy's power-of-two scale (here 2^-3 on every weight) makes tf32's streamed step
+    compute what fp32's does. Unscaled the copy would hold inf; a scale not removed would change
+    every gate 8-fold. B >= 2, where fp32 streams too."""
     monkeypatch.setenv("LSTM_ORT_GEMM_STEP", "1")
     spec = LstmSpec(input_size=8, hidden_size=301, num_layers=1, direction="bidirectional")
     tf32_exact = lambda a: (a.view(np.uint32) & np.uint32(0xFFFFE000)).view(np.float32)  # noqa: E731
-    layers = [dataclasses.replace(layer, W=tf32_exact(layer.W),
-                                  R=layer.R.astype(np.float16).astype(np.float32) * np.float32(2.0**22))
+    layers = [dataclasses.replace(layer, W=tf32_exact(layer.W), R=layer.R.astype(np.float16).astype(np.float32))
               for layer in random_layers(spec, rng)]
-    assert np.abs(layers[0].R).max() > 65504
+    layers[0].R[:, 0, 0] = 2.0**17  # one unit's input gate, from one unit of h
     feeds = make_feeds(spec, 10, B, rng)
     feeds["X"] = tf32_exact(feeds["X"])
     tf32 = run_fused(spec, layers, feeds, providers=CUDA, precision="tf32")
     fp32 = run_fused(spec, layers, feeds, providers=CUDA, precision="fp32")
     assert all(np.isfinite(out).all() for out in tf32)
     assert max_abs(tf32, fp32) <= 1e-5
+
+
+def test_large_initial_h_stays_out_of_the_half_copy(monkeypatch, rng):
+    """initial_h far beyond fp16's range, on cuBLAS's 16-bit step (B=9): the first step multiplies it
+    as fp32 operands, as the fp32-weight path does, and the cell's h (|h| <= 1) fills the 16-bit copy
+    from then on; a copy of initial_h itself would be inf."""
+    monkeypatch.setenv("LSTM_ORT_GEMM_STEP", "1")
+    spec = LstmSpec(input_size=7, hidden_size=301, num_layers=1, direction="bidirectional")
+    layers = random_layers(spec, rng)
+    feeds = make_feeds(spec, 10, 9, rng, initial_states=True)
+    feeds["initial_h"] = feeds["initial_h"] * np.float32(1e5)
+    half = run_fused(spec, layers, feeds, providers=CUDA, precision="tf32", initial_states=True)
+    monkeypatch.setenv("LSTM_ORT_HALF_STEP_WEIGHTS", "0")
+    fp32_weights = run_fused(spec, layers, feeds, providers=CUDA, precision="tf32", initial_states=True)
+    assert all(np.isfinite(out).all() for out in half)
+    assert max_abs(half, fp32_weights) <= bound("tf32")

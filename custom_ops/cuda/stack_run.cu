@@ -209,7 +209,7 @@ class StackRun {
     if constexpr (kElementTypeOf<T> == ElementType::kFloat32) {
       if (kernel == StepKernel::kGemm)
         plan = PrepareGemmSteps(a, d_, ProjectionMathFor(precision_, d_), !HalfStepWeightsDisabledFromEnvironment(),
-                                s_.h[0], gemm, stream_);
+                                gemm, stream_);
     }
     int cur = 0;  // each launch below is checked right after it, so nothing foreign is pending between them
     for (int step = 0; step < io_.max_len; ++step) {

@@ -23,14 +23,14 @@ namespace lstm_ort {
 namespace {
 
 // gates: [D][B][4H] recurrent products, or null when h is zero. W: the type of the GEMM's
-// operands; a 16-bit W means the products carry the weights' scale and the next step's GEMM
-// reads h from h_copy ([D][B][H]), which this kernel writes.
+// operands; a 16-bit W means the next step's GEMM reads h from h_copy ([D][B][H]), which this
+// kernel writes. amax: the weights' maxima when the products carry the fp16 copy's scale, else null.
 template <typename W>
 __global__ void GemmStepCell(StepArgs<float> a, const float* gates, long long gates_sd, const unsigned* amax,
                              W* h_copy) {
   const int d = blockIdx.y;
   const long long n = static_cast<long long>(a.B) * a.H;
-  const int unscale = gates ? -StepWeightScale<W>(amax, d) : 0;
+  const int unscale = gates && amax ? -StepWeightScale<W>(amax, d) : 0;
   for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<long long>(gridDim.x) * blockDim.x) {
     const int b = static_cast<int>(i / a.H), u = static_cast<int>(i - static_cast<long long>(b) * a.H);
@@ -114,24 +114,26 @@ bool HiddenWithinOne(const CellParams& cell) {
 }
 
 template <typename W>
-void LaunchCell(const StepArgs<float>& a, int D, const float* gates, long long gates_sd, const GemmStepScratch& scratch,
-                cudaStream_t stream) {
+void LaunchCell(const StepArgs<float>& a, int D, const float* gates, long long gates_sd, const unsigned* amax,
+                const GemmStepScratch& scratch, cudaStream_t stream) {
   const long long n = static_cast<long long>(a.B) * a.H;
-  GemmStepCell<W><<<dim3(GridStrideBlocks(n), D), kGridStrideThreads, 0, stream>>>(
-      a, gates, gates_sd, scratch.wh_amax, static_cast<W*>(scratch.h_half));
+  GemmStepCell<W><<<dim3(GridStrideBlocks(n), D), kGridStrideThreads, 0, stream>>>(a, gates, gates_sd, amax,
+                                                                                   static_cast<W*>(scratch.h_half));
 }
 
-void LaunchCellFor(StepWeights weights, const StepArgs<float>& a, int D, const float* gates, long long gates_sd,
-                   const GemmStepScratch& scratch, cudaStream_t stream) {
+// scaled: the products came from the fp16 copy of the weights.
+void LaunchCellFor(StepWeights weights, bool scaled, const StepArgs<float>& a, int D, const float* gates,
+                   long long gates_sd, const GemmStepScratch& scratch, cudaStream_t stream) {
+  const unsigned* amax = scaled ? scratch.wh_amax : nullptr;
   switch (weights) {
-    case StepWeights::kFp32: return LaunchCell<float>(a, D, gates, gates_sd, scratch, stream);
-    case StepWeights::kFp16: return LaunchCell<__half>(a, D, gates, gates_sd, scratch, stream);
-    case StepWeights::kBf16: return LaunchCell<__nv_bfloat16>(a, D, gates, gates_sd, scratch, stream);
+    case StepWeights::kFp32: return LaunchCell<float>(a, D, gates, gates_sd, nullptr, scratch, stream);
+    case StepWeights::kFp16: return LaunchCell<__half>(a, D, gates, gates_sd, amax, scratch, stream);
+    case StepWeights::kBf16: return LaunchCell<__nv_bfloat16>(a, D, gates, gates_sd, amax, scratch, stream);
   }
 }
 
 template <typename W>
-void ConvertLayer(const StepArgs<float>& a, int D, const float* h0, const GemmStepScratch& scratch, cudaStream_t stream) {
+void ConvertLayer(const StepArgs<float>& a, int D, const GemmStepScratch& scratch, cudaStream_t stream) {
   const long long n = static_cast<long long>(a.H) * kGates * a.H;
   const dim3 grid(GridStrideBlocks(n), D);
   if constexpr (std::is_same_v<W, __half>) {
@@ -140,9 +142,6 @@ void ConvertLayer(const StepArgs<float>& a, int D, const float* h0, const GemmSt
   }
   ToStepWeights<W><<<grid, kGridStrideThreads, 0, stream>>>(a.wh[0], a.wh[D - 1], n, scratch.wh_amax,
                                                            static_cast<W*>(scratch.wh_half));
-  const long long states = static_cast<long long>(D) * a.B * a.H;
-  ToStepStates<W><<<GridStrideBlocks(states), kGridStrideThreads, 0, stream>>>(h0, states,
-                                                                              static_cast<W*>(scratch.h_half));
 }
 
 }  // namespace
@@ -165,19 +164,20 @@ struct GemmOperands {
   cublasComputeType_t compute;
 };
 
-GemmOperands OperandsOf(const StepArgs<float>& a, int D, const GemmStepScratch& scratch, const GemmStepPlan& plan) {
+GemmOperands OperandsOf(const StepArgs<float>& a, int D, const GemmStepScratch& scratch, ProjectionMath math,
+                        StepWeights weights) {
   const long long states = static_cast<long long>(a.B) * a.H;  // h_in[d] = h + d * states
-  if (plan.weights == StepWeights::kFp32)
+  if (weights == StepWeights::kFp32)
     return {a.wh[0], a.h_in[0], D == 2 ? a.wh[1] - a.wh[0] : 0, D == 2 ? states : 0, CUDA_R_32F,
-            ComputeTypeOf(plan.math)};
-  return {scratch.wh_half, scratch.h_half, static_cast<long long>(a.H) * kGates * a.H, states, plan.weights == StepWeights::kFp16 ? CUDA_R_16F : CUDA_R_16BF,
+            ComputeTypeOf(math)};
+  return {scratch.wh_half, scratch.h_half, static_cast<long long>(a.H) * kGates * a.H, states, weights == StepWeights::kFp16 ? CUDA_R_16F : CUDA_R_16BF,
           CUBLAS_COMPUTE_32F};
 }
 
 }  // namespace
 
 GemmStepPlan PrepareGemmSteps(const StepArgs<float>& a, const Dims& d, ProjectionMath math, bool half_weights,
-                              const float* h0, const GemmStepScratch& scratch, cudaStream_t stream) {
+                              const GemmStepScratch& scratch, cudaStream_t stream) {
   const int D = static_cast<int>(d.D);
   GemmStepPlan plan;
   plan.math = math;
@@ -186,12 +186,12 @@ GemmStepPlan PrepareGemmSteps(const StepArgs<float>& a, const Dims& d, Projectio
   if (scratch.stream_done)
     Check(cudaMemsetAsync(scratch.stream_done, 0, sizeof(unsigned) * D * StreamColumnTiles(d.H), stream),
           "zero split counters");
-  if (plan.weights == StepWeights::kFp16) ConvertLayer<__half>(a, D, h0, scratch, stream);
-  if (plan.weights == StepWeights::kBf16) ConvertLayer<__nv_bfloat16>(a, D, h0, scratch, stream);
+  if (plan.weights == StepWeights::kFp16) ConvertLayer<__half>(a, D, scratch, stream);
+  if (plan.weights == StepWeights::kBf16) ConvertLayer<__nv_bfloat16>(a, D, scratch, stream);
   // cublasLt for the 16-bit operands only: with fp32 operands and no workspace it chose slower
   // kernels than the legacy API at large shapes (tf32 H2048 B256 9.2 vs 7.8 ms).
   if (!plan.streams && plan.weights != StepWeights::kFp32) {
-    const GemmOperands o = OperandsOf(a, D, scratch, plan);
+    const GemmOperands o = OperandsOf(a, D, scratch, math, plan.weights);
     const int G = kGates * a.H;
     plan.gemm = std::make_unique<StepGemm>(
         StepGemmShape{G, a.B, a.H, D, o.type, o.compute, o.w_stride, o.h_stride, static_cast<long long>(a.B) * G});
@@ -204,7 +204,7 @@ void LaunchGemmStep(const StepArgs<float>& a, const Dims& d, const GemmStepScrat
   const int D = static_cast<int>(d.D), G = kGates * a.H;
   const long long gates_sd = static_cast<long long>(a.B) * G;
   if (h_is_zero) {  // the first step from a zero state: no product to compute
-    LaunchCellFor(plan.streams ? StepWeights::kFp32 : plan.weights, a, D, nullptr, gates_sd, scratch, stream);
+    LaunchCellFor(plan.streams ? StepWeights::kFp32 : plan.weights, false, a, D, nullptr, gates_sd, scratch, stream);
     return;
   }
   if (plan.streams) {
@@ -212,9 +212,12 @@ void LaunchGemmStep(const StepArgs<float>& a, const Dims& d, const GemmStepScrat
     return;
   }
   float* gates = scratch.gates;
+  // The first step multiplies initial_h as it is (it may lie beyond fp16's range); its cell writes
+  // the 16-bit copy of h that the later steps read (|h| <= 1 then).
+  const bool first = a.step == 0;
   // Column-major view: gates^T [4H, B] = R^T [4H, H] . h^T [H, B]; the directions as a batch.
-  const GemmOperands o = OperandsOf(a, D, scratch, plan);
-  if (plan.gemm && plan.gemm->Ready()) {
+  const GemmOperands o = OperandsOf(a, D, scratch, plan.math, first ? StepWeights::kFp32 : plan.weights);
+  if (!first && plan.gemm && plan.gemm->Ready()) {
     plan.gemm->Run(o.w, o.h, gates, stream);
   } else {
     const float one = 1.f, zero = 0.f;
@@ -225,7 +228,7 @@ void LaunchGemmStep(const StepArgs<float>& a, const Dims& d, const GemmStepScrat
     if (st != CUBLAS_STATUS_SUCCESS)
       throw std::runtime_error("FusedLSTM cuBLAS: recurrent step GEMM failed with status " + std::to_string(st));
   }
-  LaunchCellFor(plan.weights, a, D, gates, gates_sd, scratch, stream);
+  LaunchCellFor(plan.weights, !first, a, D, gates, gates_sd, scratch, stream);
 }
 
 }  // namespace lstm_ort

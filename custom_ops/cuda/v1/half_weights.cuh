@@ -2,7 +2,7 @@
 // per layer and call, the largest |weight| of each direction and the weights as fp16 scaled by
 // 2^HalfScaleExponent (or as bf16, unscaled); every step then reads half the bytes. The cell
 // removes the scale from the product exactly (a power of two) and writes h's 16-bit copy for the
-// next step's GEMM.
+// next step's GEMM (v1/gemm_step.cu).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -68,14 +68,6 @@ __global__ void ToStepWeights(const float* w0, const float* w1, long long n, con
   for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<long long>(gridDim.x) * blockDim.x)
     o[i] = ToStepWeight<W>(ldexpf(w[i], s));
-}
-
-// h's 16-bit copy for cuBLAS, unscaled (|h| <= 1).
-template <typename W>
-__global__ void ToStepStates(const float* h, long long n, W* out) {
-  for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<long long>(gridDim.x) * blockDim.x)
-    out[i] = ToStepWeight<W>(h[i]);
 }
 
 }  // namespace lstm_ort

@@ -42,11 +42,11 @@ struct GemmStepPlan {
   std::unique_ptr<StepGemm> gemm;  // else the product through cublasLt, if it has an algorithm
 };
 
-// Before a layer's first step: zeroes the split counters and makes the 16-bit copies of its
-// weights and of h0 (its initial h) that the plan's weights ask for. `half_weights`: false keeps
-// the fp32 weights (the developer knob LSTM_ORT_HALF_STEP_WEIGHTS=0).
+// Before a layer's first step: zeroes the split counters and makes the 16-bit copy of its
+// weights that the plan's weights ask for (the first step's cell writes h's). `half_weights`:
+// false keeps the fp32 weights (the developer knob LSTM_ORT_HALF_STEP_WEIGHTS=0).
 GemmStepPlan PrepareGemmSteps(const StepArgs<float>& a, const Dims& d, ProjectionMath math, bool half_weights,
-                              const float* h0, const GemmStepScratch& scratch, cudaStream_t stream);
+                              const GemmStepScratch& scratch, cudaStream_t stream);
 
 // h_is_zero: h_in is all zeros (the first step without initial_h), so the product is skipped.
 void LaunchGemmStep(const StepArgs<float>& a, const Dims& d, const GemmStepScratch& scratch, const GemmStepPlan& plan,

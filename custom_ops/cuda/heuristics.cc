@@ -80,13 +80,14 @@ StepWeights StepWeightsFor(ProjectionMath math, const Dims& d) {
 
 bool StepStreamsWeights(const Dims& d, StepWeights weights) {
   const int64_t max_hidden = static_cast<int64_t>(kStreamMaxSplits) * kStreamMaxRowsPerSplit;  // h fits a split
-  const int64_t min_batch = weights == StepWeights::kFp32 ? kStreamMinBatch : 1;
-  return d.B >= min_batch && d.B <= kStreamMaxBatch && d.H <= max_hidden;
+  const bool fp32 = weights == StepWeights::kFp32;
+  const int64_t min_batch = fp32 ? kStreamMinBatch : 1, max_batch = fp32 ? kStreamMaxBatch : kStreamMaxBatchForHalf;
+  return d.B >= min_batch && d.B <= max_batch && d.H <= max_hidden;
 }
 
 bool StreamsStepWith(ProjectionMath math, const Dims& d) {
   const StepWeights weights = StepWeightsFor(math, d);
-  if (weights != StepWeights::kFp32) return d.B <= kStreamMaxBatchForHalf && StepStreamsWeights(d, weights);
+  if (weights != StepWeights::kFp32) return StepStreamsWeights(d, weights);
   const bool math_streams =
       math == ProjectionMath::kFp32 || (math == ProjectionMath::kTf32 && d.B <= kStreamMaxBatchForTf32);
   return math_streams && StepStreamsWeights(d, weights);

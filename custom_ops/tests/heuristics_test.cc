@@ -244,6 +244,8 @@ TEST(SmallBatchStepsStreamTheWeights) {
   CHECK(StepStreamsWeights(Sizes(2, kStreamMaxSplits * kStreamMaxRowsPerSplit), f32));
   CHECK(!StepStreamsWeights(Sizes(2, kStreamMaxSplits * kStreamMaxRowsPerSplit + 1), f32));  // a split would not fit
   CHECK(StepStreamsWeights(Sizes(1, 2048), StepWeights::kFp16));  // 16-bit weights stream from one row
+  CHECK(StepStreamsWeights(Sizes(8, 2048), StepWeights::kBf16));
+  CHECK(!StepStreamsWeights(Sizes(9, 2048), StepWeights::kFp16));  // to 8: no partial sums reserved above
   for (int H : {1, 31, 32, 100, 513, 1024, 2048, 3000, 8192}) {
     for (int D : {1, 2}) {
       const int s = StreamSplits(H, StreamColumnTiles(H), D, 4 * 132);

@@ -106,8 +106,7 @@ StepWeights StepWeightsFor(ProjectionMath math, const Dims& d);
 
 // With 16-bit weights the streaming step serves one row too (H2048 B1 tf32 1.44 ms, against
 // 3.08 for fp32 on cuBLAS's GEMV) and up to kStreamMaxBatchForHalf rows; above, cuBLAS's 16-bit
-// GEMM is faster (H2048: B16 1.65 ms on cuBLAS, B8 streamed 2.42). StepStreamsWeights is the
-// shape test for the weights' type (it also sizes the scratch).
+// GEMM is faster (H2048: B16 1.65 ms on cuBLAS, B8 streamed 2.42).
 constexpr int64_t kStreamMaxBatchForHalf = 8;
 bool StepStreamsWeights(const Dims& d, StepWeights weights);
 int StreamColumnTiles(int64_t H);  // blocks along 4H per direction and split

@@ -142,11 +142,8 @@ void ConvertLayer(const StepArgs<float>& a, int D, const GemmStepScratch& scratc
   }
   ToStepWeights<W><<<grid, kGridStrideThreads, 0, stream>>>(a.wh[0], a.wh[D - 1], n, scratch.wh_amax,
                                                            static_cast<W*>(scratch.wh_half));
+  Check(cudaGetLastError(), "16-bit copy of the recurrent weights");  // the steps clear what is pending
 }
-
-}  // namespace
-
-namespace {
 
 StepWeights WeightsFor(const StepArgs<float>& a, const Dims& d, ProjectionMath math, bool streams) {
   const StepWeights weights = StepWeightsFor(math, d);
@@ -170,8 +167,8 @@ GemmOperands OperandsOf(const StepArgs<float>& a, int D, const GemmStepScratch& 
   if (weights == StepWeights::kFp32)
     return {a.wh[0], a.h_in[0], D == 2 ? a.wh[1] - a.wh[0] : 0, D == 2 ? states : 0, CUDA_R_32F,
             ComputeTypeOf(math)};
-  return {scratch.wh_half, scratch.h_half, static_cast<long long>(a.H) * kGates * a.H, states, weights == StepWeights::kFp16 ? CUDA_R_16F : CUDA_R_16BF,
-          CUBLAS_COMPUTE_32F};
+  const cudaDataType_t half = weights == StepWeights::kFp16 ? CUDA_R_16F : CUDA_R_16BF;
+  return {scratch.wh_half, scratch.h_half, static_cast<long long>(a.H) * kGates * a.H, states, half, CUBLAS_COMPUTE_32F};
 }
 
 }  // namespace

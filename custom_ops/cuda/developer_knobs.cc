@@ -43,10 +43,10 @@ std::optional<MmaOverride> ParseMmaOverride(const char* value) {
 
 namespace {
 
-// A knob set to exactly "1".
-bool FlagFromEnvironment(const char* name) {
+// Whether a knob is set to exactly `value`.
+bool KnobIs(const char* name, const char* value) {
   const char* v = std::getenv(name);
-  return v && std::string(v) == "1";
+  return v && std::string(v) == value;
 }
 
 // A knob's number; 0 when unset or not a number.
@@ -57,18 +57,15 @@ int IntFromEnvironment(const char* name) {
 
 }  // namespace
 
-bool GemmStepForcedFromEnvironment() { return FlagFromEnvironment("LSTM_ORT_GEMM_STEP"); }
+bool GemmStepForcedFromEnvironment() { return KnobIs("LSTM_ORT_GEMM_STEP", "1"); }
 
-bool HalfStepWeightsDisabledFromEnvironment() {
-  const char* v = std::getenv("LSTM_ORT_HALF_STEP_WEIGHTS");
-  return v && std::string(v) == "0";
-}
+bool HalfStepWeightsDisabledFromEnvironment() { return KnobIs("LSTM_ORT_HALF_STEP_WEIGHTS", "0"); }
 
 int ClusterSizeFromEnvironment() { return IntFromEnvironment("LSTM_ORT_CLUSTER_SIZE"); }
 
 int ClusterSlicesFromEnvironment() { return IntFromEnvironment("LSTM_ORT_CLUSTER_SLICES"); }
 
-bool LowRankStepwiseForcedFromEnvironment() { return FlagFromEnvironment("LSTM_ORT_LOW_RANK_STEPWISE"); }
+bool LowRankStepwiseForcedFromEnvironment() { return KnobIs("LSTM_ORT_LOW_RANK_STEPWISE", "1"); }
 
 std::optional<MmaOverride> MmaOverrideFromEnvironment() { return ParseMmaOverride(std::getenv("LSTM_ORT_MMA")); }
 

@@ -45,6 +45,10 @@ std::optional<ClusterPlan> PlanCluster(int H, int B, int max_cluster, int only_c
   if (H < 1 || B < 1 || B > kClusterMaxBatch) return std::nullopt;
   const int S = only_s > 0 ? only_s : FewestSlices(H);
   if (S != 2 && S != 4 && S != 8) return std::nullopt;
+  int kpt = 8;  // a lane's rows of its column: the slices hold H
+  while (kpt * S < H) kpt <<= 1;
+  if (kpt > 32) return std::nullopt;
+  const int unit_step = 8 / S;  // whole warps: U S a multiple of 8
   std::optional<ClusterPlan> best;
   for (int C = 1; C <= max_cluster && C <= kClusterMaxBlocks; C <<= 1) {
     if (only_c > 0 && C != only_c) continue;
@@ -52,11 +56,7 @@ std::optional<ClusterPlan> PlanCluster(int H, int B, int max_cluster, int only_c
     p.C = C;
     p.S = S;
     p.NB = NextPowerOfTwo(B);
-    p.KPT = 8;
-    while (p.KPT * S < H) p.KPT <<= 1;
-    if (p.KPT > 32) continue;
-    // Whole warps: U S a multiple of 8.
-    const int unit_step = 8 / S;
+    p.KPT = kpt;
     p.U = ((H + C - 1) / C + unit_step - 1) / unit_step * unit_step;
     p.C = (H + p.U - 1) / p.U;  // no block without units: it would take pushes it never waits for
     p.threads = 4 * p.U * S;

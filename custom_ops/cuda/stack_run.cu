@@ -15,6 +15,7 @@
 #include "cuda/cuda_check.h"
 #include "cuda/developer_knobs.h"
 #include "cuda/device_limits.h"
+#include "cuda/direction_fields.h"
 #include "cuda/element_traits.h"
 #include "cuda/gemm/cublas_handles.h"
 #include "cuda/gemm/input_projection.h"
@@ -122,6 +123,8 @@ class StackRun {
 
  private:
   const T* Weights() const { return static_cast<const T*>(io_.in[kW]); }
+  // Layer l's recurrent rows of direction dir: they follow its input rows.
+  const T* RecurrentWeights(int l, int dir) const { return Weights() + d_.WeightOffset(l, dir) + d_.LayerInput(l) * G_; }
 
   // gx[d] = x @ Wx[d] for every row of layer l's input.
   void Project(int l) {
@@ -192,16 +195,13 @@ class StackRun {
     a.gx_st = GxStrideT(l);
     a.gx_sb = GxStrideB(l);
     Output(l, &a.y, &a.y_st, &a.y_sd, &a.y_sb);
-    const int I = static_cast<int>(d_.LayerInput(l));
+    SetDirectionFields(a, attrs_, s_.gx, rows_, G_, D_);
     for (int dir = 0; dir < D_; ++dir) {
       const int k = l * D_ + dir;
-      a.gx[dir] = s_.gx + dir * rows_ * G_;
-      a.wh[dir] = Weights() + d_.WeightOffset(l, dir) + static_cast<long long>(I) * G_;
-      a.bias[dir] = Bias(k);
-      a.peep[dir] = Peep(k);
+      a.wh[dir] = RecurrentWeights(l, dir);
+      a.bias[dir] = BiasSlice<T>(io_, k, H_);
+      a.peep[dir] = PeepSlice<T>(io_, k, H_);
       a.c[dir] = s_.c + static_cast<long long>(dir) * B_ * H_;
-      a.reverse[dir] = attrs_.reverse_only || dir == 1;
-      a.cell[dir] = MakeCellParams(attrs_, dir);
     }
     InitLayerStates(l, s_.h[0], s_.c);
     [[maybe_unused]] const GemmStepScratch gemm{s_.gates, s_.stream_done, s_.wh_half, s_.h_half, s_.wh_amax};
@@ -261,22 +261,18 @@ class StackRun {
     a.gx_sb = GxStrideB(l0);
     const long long state = static_cast<long long>(D_) * B_ * H_;
     for (int r = 0; r < range.count; ++r) {
-      const int l = l0 + r, I = static_cast<int>(d_.LayerInput(l));
-      a.in_rows[r] = r == 0 ? 0 : I;
+      const int l = l0 + r;
+      a.in_rows[r] = r == 0 ? 0 : static_cast<int>(d_.LayerInput(l));
       for (int dir = 0; dir < D_; ++dir) {
         const int k = l * D_ + dir;
         // The first layer multiplies only its recurrent rows; the others their input rows too.
-        a.w[r][dir] = Weights() + d_.WeightOffset(l, dir) + (r == 0 ? static_cast<long long>(I) * G_ : 0);
-        a.bias[r][dir] = Bias(k);
-        a.peep[r][dir] = Peep(k);
+        a.w[r][dir] = r == 0 ? RecurrentWeights(l, dir) : Weights() + d_.WeightOffset(l, dir);
+        a.bias[r][dir] = BiasSlice<T>(io_, k, H_);
+        a.peep[r][dir] = PeepSlice<T>(io_, k, H_);
       }
       InitLayerStates(l, s_.h0 + r * state, s_.c0 + r * state);
     }
-    for (int dir = 0; dir < D_; ++dir) {
-      a.gx[dir] = s_.gx + dir * rows_ * G_;
-      a.reverse[dir] = attrs_.reverse_only || dir == 1;
-      a.cell[dir] = MakeCellParams(attrs_, dir);
-    }
+    SetDirectionFields(a, attrs_, s_.gx, rows_, G_, D_);
     a.hbuf = s_.hbuf;
     a.h0 = s_.h0;
     a.c0 = s_.c0;
@@ -313,15 +309,12 @@ class StackRun {
     a.lens = s_.lens;
     a.gx_st = GxStrideT(l);
     a.gx_sb = GxStrideB(l);
-    const long long I = d_.LayerInput(l);
+    SetDirectionFields(a, attrs_, s_.gx, rows_, G_, D_);
     for (int dir = 0; dir < D_; ++dir) {
       const int k = l * D_ + dir;
-      a.gx[dir] = s_.gx + dir * rows_ * G_;
-      a.w[dir] = Weights() + d_.WeightOffset(l, dir) + I * G_;
-      a.bias[dir] = Bias(k);
-      a.peep[dir] = Peep(k);
-      a.reverse[dir] = attrs_.reverse_only || dir == 1;
-      a.cell[dir] = MakeCellParams(attrs_, dir);
+      a.w[dir] = RecurrentWeights(l, dir);
+      a.bias[dir] = BiasSlice<T>(io_, k, H_);
+      a.peep[dir] = PeepSlice<T>(io_, k, H_);
     }
     Output(l, &a.y, &a.y_st, &a.y_sd, &a.y_sb);
     InitLayerStates(l, s_.h[0], s_.c);
@@ -339,14 +332,6 @@ class StackRun {
     return true;
   }
 
-  const T* Bias(int k) const {
-    const T* b = static_cast<const T*>(io_.in[kB]);
-    return b ? b + k * G_ : nullptr;
-  }
-  const T* Peep(int k) const {
-    const T* p = static_cast<const T*>(io_.in[kP]);
-    return p ? p + k * 3LL * H_ : nullptr;
-  }
 
   const Attributes& attrs_;
   const CallIO& io_;

@@ -9,8 +9,6 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include <map>
-#include <mutex>
 #include <optional>
 #include <vector>
 
@@ -18,6 +16,7 @@
 #include "cuda/cuda_check.h"
 #include "cuda/developer_knobs.h"
 #include "cuda/device_limits.h"
+#include "cuda/direction_fields.h"
 #include "cuda/element_traits.h"
 #include "cuda/gemm/cublas_handles.h"
 #include "cuda/grid_stride.h"
@@ -48,30 +47,24 @@ const void* RecurrenceKernel() {
 // writes T, the others fp32) get the opt-in shared memory, and co-residency is the fewer blocks
 // either's registers allow.
 template <typename T>
-const DeviceLimits& RecurrenceLimits(int device) {
-  static std::mutex mu;
-  static std::map<int, DeviceLimits> cache;  // map nodes stay put: references outlive the lock
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = cache.find(device);
-  if (it != cache.end()) return it->second;
+DeviceLimits MeasureRecurrenceLimits(int device) {
   const SmAttributes sm = ReadSmAttributes(device);
-  const int smem_per_block = sm.smem_per_block, smem_per_sm = sm.smem_per_sm, reserved = sm.reserved;
-  int by_registers = 1 << 30;
-  for (const void* kernel : {RecurrenceKernel<T, T>(), RecurrenceKernel<T, float>()}) {
-    int n = 0;
-    Check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_per_block),
-          "raise the shared memory limit");
-    Check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kLrpThreads, 0),
-          "occupancy of the factored recurrence");
-    by_registers = std::min(by_registers, n);
-  }
+  const int smem_per_sm = sm.smem_per_sm, reserved = sm.reserved;
+  const int by_registers = FewestBlocksByRegisters({RecurrenceKernel<T, T>(), RecurrenceKernel<T, float>()},
+                                                   kLrpThreads, sm.smem_per_block,
+                                                   "occupancy of the factored recurrence");
   DeviceLimits dev;
   dev.sm_count = sm.sm_count;
-  dev.smem_per_block = static_cast<size_t>(smem_per_block);
+  dev.smem_per_block = static_cast<size_t>(sm.smem_per_block);
   dev.blocks_per_sm = [by_registers, smem_per_sm, reserved](size_t bytes, int) {
     return std::min<int>(by_registers, static_cast<int>(smem_per_sm / (bytes + reserved)));
   };
-  return cache.emplace(device, std::move(dev)).first->second;
+  return dev;
+}
+
+template <typename T>
+const DeviceLimits& RecurrenceLimits(int device) {
+  return CachedPerDevice(device, [](int d) { return MeasureRecurrenceLimits<T>(d); });
 }
 
 template <typename T>
@@ -164,19 +157,17 @@ class LowRankRun {
     if (y && (io_.seq_lens || io_.max_len < d_.T))  // positions past a sequence's end are zero
       Check(cudaMemsetAsync(y, 0, sizeof(TY) * rows_ * d_.D * d_.H, stream_), "zero Y");
     const long long state = d_.B * d_.H;
+    SetDirectionFields(a, attrs_, s_.gx, rows_, G_, D);
     for (int dir = 0; dir < D; ++dir) {
       const int k = K(l, dir);
       const long long r = layout_.RecurrentRank(l, dir);
-      a.gx[dir] = s_.gx + dir * rows_ * G_;
       a.K[dir] = static_cast<int>(r ? r : d_.H);
       a.w[dir] = r ? f_ + layout_.RecurrentFactorOffset(l, dir) + d_.H * r
                    : w_ + layout_.WeightOffset(l, dir) + layout_.InputRows(l, dir) * G_;
       a.ld_lhs[dir] = r ? r : d_.H;
-      a.bias[dir] = io_.in[kB] ? static_cast<const T*>(io_.in[kB]) + k * G_ : nullptr;
-      a.peep[dir] = io_.in[kP] ? static_cast<const T*>(io_.in[kP]) + k * 3LL * d_.H : nullptr;
+      a.bias[dir] = BiasSlice<T>(io_, k, d_.H);
+      a.peep[dir] = PeepSlice<T>(io_, k, d_.H);
       a.c[dir] = s_.c + dir * state;
-      a.reverse[dir] = attrs_.reverse_only || dir == 1;
-      a.cell[dir] = MakeCellParams(attrs_, dir);
     }
     ClearPending();
     InitStates<T><<<GridStrideBlocks(D * state), kGridStrideThreads, 0, stream_>>>(

@@ -2,6 +2,7 @@
 creation or (as graph inputs) per call, streaming T=1 calls, fp16 storage, and no memory growth
 across runs."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -203,3 +204,40 @@ def test_zero_first_step_matches_zero_initial_states(case, threads, rng):
     for a, b in zip(given, absent):
         np.testing.assert_array_equal(a, b)
     assert max_abs(absent, run_stock(spec, layers, zeros, seq_lens=True, initial_states=True)) <= TOL
+
+
+_SPLIT_PROBE = r"""
+import sys
+import numpy as np
+import onnxruntime as ort
+from lstm_ort.runtime.session import register
+model, feeds, out = sys.argv[1:4]
+so = ort.SessionOptions()
+so.intra_op_num_threads = 2
+register(so)
+sess = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+got = sess.run(None, dict(np.load(feeds)))
+np.savez(out, *got)
+"""
+
+
+@pytest.mark.parametrize("split", [1, 2, 3])
+@pytest.mark.parametrize("direction", ["forward", "bidirectional"])
+def test_forced_splits_agree_with_one_thread(split, direction, rng, tmp_path):
+    """LSTM_ORT_CPU_SPLIT forces each way of spreading a recurrence over threads (one thread, batch
+    rows, hidden-unit panels; with two directions on two threads, panels with the directions in
+    turn), shapes where the plan would choose otherwise included: each is exact arithmetic."""
+    spec = LstmSpec(input_size=19, hidden_size=72, num_layers=2, direction=direction)
+    layers = random_layers(spec, rng)
+    feeds = make_feeds(spec, 9, 7, rng, seq_lens=True, initial_states=True)
+    model = fused_model(spec, layers, seq_lens=True, initial_states=True)
+    onnx.save(model, tmp_path / "m.onnx")
+    np.savez(tmp_path / "feeds.npz", **feeds)
+    env = dict(os.environ, LSTM_ORT_CPU_SPLIT=str(split), LSTM_ORT_CPU_THREADS="2")
+    out = subprocess.run([sys.executable, "-c", _SPLIT_PROBE, "m.onnx", "feeds.npz", "out.npz"], capture_output=True,
+                         text=True, cwd=tmp_path, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    forced = np.load(tmp_path / "out.npz")
+    one = run(session(model, 1), feeds)
+    for k, a in enumerate(one):
+        np.testing.assert_array_equal(a, forced[f"arr_{k}"])

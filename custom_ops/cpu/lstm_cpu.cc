@@ -46,6 +46,9 @@ struct Knobs {
   int64_t split_min = EnvInt("LSTM_ORT_CPU_SPLIT_MIN", 400000);      // step flops to split units over threads
   int64_t parallel_min = EnvInt("LSTM_ORT_CPU_PARALLEL_MIN", 400000);  // flops worth another thread
   bool verbose = EnvInt("LSTM_ORT_CPU_VERBOSE", 0) != 0;
+  // How one direction's recurrence uses its threads: 0 as planned, 1 one thread, 2 batch rows
+  // split, 3 hidden-unit panels split (for measuring the plan's choices).
+  int64_t split = EnvInt("LSTM_ORT_CPU_SPLIT", 0);
 };
 const Knobs& GetKnobs() {
   static const Knobs k;
@@ -289,6 +292,16 @@ Plan PlanRecurrence(const Dims& d, int64_t np, int64_t steps, int P, double step
   const Knobs& kn = GetKnobs();
   if (P <= 1 || steps == 0) return plan;
   const int64_t per_dir = std::max<int64_t>(1, P / d.D);
+  if (kn.split == 1) return plan;
+  if (kn.split == 2) {
+    plan.batch_chunks = std::min<int64_t>(per_dir, d.B);
+    return plan;
+  }
+  if (kn.split == 3) {  // with fewer threads than directions: the directions in turn
+    plan.groups_in_turn = per_dir == 1 && d.D > 1;
+    plan.unit_chunks = std::min<int64_t>(plan.groups_in_turn ? P : per_dir, np);
+    return plan;
+  }
   if (per_dir <= 1) {
     // One thread per direction, unless the directions' weights together do not stay in cache:
     // then each step streams them from memory, and the directions are faster in turn, each

@@ -223,17 +223,24 @@ np.savez(out, *got)
 
 @pytest.mark.parametrize("split", [1, 2, 3])
 @pytest.mark.parametrize("direction", ["forward", "bidirectional"])
-def test_forced_splits_agree_with_one_thread(split, direction, rng, tmp_path):
+@pytest.mark.parametrize("planned", [2, 4])
+def test_forced_splits_agree_with_one_thread(split, direction, planned, rng, tmp_path):
     """LSTM_ORT_CPU_SPLIT forces each way of spreading a recurrence over threads (one thread, batch
     rows, hidden-unit panels; with two directions on two threads, panels with the directions in
-    turn), shapes where the plan would choose otherwise included: each is exact arithmetic."""
+    turn), shapes where the plan would choose otherwise included: each is exact arithmetic. Planned
+    for 4 threads on a pool of 2, a group's tasks run partly one after another, which the in-order
+    claiming of (step, chunk) items must survive."""
     spec = LstmSpec(input_size=19, hidden_size=72, num_layers=2, direction=direction)
     layers = random_layers(spec, rng)
-    feeds = make_feeds(spec, 9, 7, rng, seq_lens=True, initial_states=True)
+    # B = 12: every batch group keeps at least 3 rows. Tiles of 1 or 2 rows sum over k in two
+    # interleaved chains (to hide the FMA latency), so a split into such groups matches larger tiles
+    # only to rounding. (The planner splits by the cores, not by the session's threads, so a model's
+    # results do not depend on intra_op_num_threads.)
+    feeds = make_feeds(spec, 9, 12, rng, seq_lens=True, initial_states=True)
     model = fused_model(spec, layers, seq_lens=True, initial_states=True)
     onnx.save(model, tmp_path / "m.onnx")
     np.savez(tmp_path / "feeds.npz", **feeds)
-    env = dict(os.environ, LSTM_ORT_CPU_SPLIT=str(split), LSTM_ORT_CPU_THREADS="2")
+    env = dict(os.environ, LSTM_ORT_CPU_SPLIT=str(split), LSTM_ORT_CPU_THREADS=str(planned))
     out = subprocess.run([sys.executable, "-c", _SPLIT_PROBE, "m.onnx", "feeds.npz", "out.npz"], capture_output=True,
                          text=True, cwd=tmp_path, env=env, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]

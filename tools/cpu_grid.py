@@ -4,7 +4,7 @@ FusedLSTM model, on the session's intra-op pool with a given thread count.
 Each row is timed two ways: interleaved (stock and ours alternate run by run, so machine noise
 hits both alike; the median of each) and alone (each session's intra-op threads spin after a run,
 which interleaving disturbs). Alone runs come in blocks that alternate between the sessions, each
-block after a pause that lets the other session's threads stop spinning and after one untimed run:
+block after a pause and one untimed run, which together outlast the other session's spinning:
 a block of all of stock's runs and then one of all of ours let a noisy neighbour on a shared
 machine land on one side only (the same row measured 7 ms and 22 ms that way). The median of
 each side's runs. Ratio = stock / ours, above 1 means the optimized model is faster.
@@ -74,7 +74,9 @@ def _runs_for(ms: float, budget_ms: float, lo: int, hi: int) -> int:
 
 
 ALONE_BLOCKS = 6
-PAUSE_S = 0.03  # longer than ORT's spin before its idle workers sleep
+# ORT's idle workers spin ~35 ms after a run before they block (process CPU time after a run of
+# stock at 2 threads, this box): the pause and the untimed run together outlast it.
+PAUSE_S = 0.03
 
 
 def alone_in_blocks(stock: Runner, ours: Runner, runs: int) -> tuple[list[float], list[float]]:

@@ -10,6 +10,7 @@
 #include "cuda/developer_knobs.h"
 #include "cuda/persistent/launch.h"
 #include "cuda/persistent/plan.h"
+#include "cuda/process_cache.h"
 
 namespace lstm_ort {
 
@@ -70,7 +71,7 @@ DeviceLimits PersistentLimits(int device) {
 
 template <typename T>
 const DeviceLimits& CachedDeviceLimits(int device) {
-  return CachedPerDevice(device, [](int d) { return PersistentLimits<T>(d); });
+  return ProcessCached(device, [device] { return PersistentLimits<T>(device); });
 }
 
 template const DeviceLimits& CachedDeviceLimits<float>(int device);

@@ -6,8 +6,6 @@
 #include <cstddef>
 #include <functional>
 #include <initializer_list>
-#include <map>
-#include <mutex>
 #include <string>
 
 namespace lstm_ort {
@@ -27,18 +25,6 @@ struct SmAttributes {
   int sm_count = 0, smem_per_block = 0, smem_per_sm = 0, reserved = 0;
 };
 SmAttributes ReadSmAttributes(int device);
-
-// `make(device)` once per device, kept for the process. Each `make` is its own cache (every
-// lambda is a type of its own), so one per kernel family and element type.
-template <typename Make>
-const DeviceLimits& CachedPerDevice(int device, Make make) {
-  static std::mutex mu;
-  static std::map<int, DeviceLimits> cache;  // map nodes stay put: references outlive the lock
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = cache.find(device);
-  if (it == cache.end()) it = cache.emplace(device, make(device)).first;
-  return it->second;
-}
 
 // The fewest co-resident blocks of `threads` that any of `kernels`' registers allow, after each
 // kernel's dynamic shared memory limit is raised to the opt-in `smem_per_block`.

@@ -1,34 +1,28 @@
 #include "cuda/gemm/cublas_handles.h"
 
-#include <map>
-#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <thread>
 #include <utility>
+
+#include "cuda/process_cache.h"
 
 namespace lstm_ort {
 
 namespace {
 
 // The handle of `create` for this (device, host thread): made on first use and kept.
-template <typename Handle, typename Create>
-Handle PerDeviceAndThread(Create create) {
-  static std::mutex mutex;
-  static std::map<std::pair<int, std::thread::id>, Handle> handles;
+template <typename Create>
+auto PerDeviceAndThread(Create create) {
   int device = 0;
   cudaGetDevice(&device);
-  const auto key = std::make_pair(device, std::this_thread::get_id());
-  std::lock_guard<std::mutex> lock(mutex);
-  auto it = handles.find(key);
-  if (it == handles.end()) it = handles.emplace(key, create()).first;
-  return it->second;
+  return ProcessCached(std::make_pair(device, std::this_thread::get_id()), create);
 }
 
 }  // namespace
 
 cublasHandle_t CublasHandleFor(cudaStream_t stream) {
-  cublasHandle_t handle = PerDeviceAndThread<cublasHandle_t>([] {
+  cublasHandle_t handle = PerDeviceAndThread([] {
     cublasHandle_t h = nullptr;
     if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) throw std::runtime_error("FusedLSTM: cublasCreate failed");
     // FP32 stays FP32: TF32 only where a call asks for it (the 3xTF32 split of split_tf32.cuh).
@@ -41,7 +35,7 @@ cublasHandle_t CublasHandleFor(cudaStream_t stream) {
 }
 
 cublasLtHandle_t CublasLtHandle() {
-  return PerDeviceAndThread<cublasLtHandle_t>([] {
+  return PerDeviceAndThread([] {
     cublasLtHandle_t h = nullptr;
     if (cublasLtCreate(&h) != CUBLAS_STATUS_SUCCESS) throw std::runtime_error("FusedLSTM: cublasLtCreate failed");
     return h;

@@ -1,14 +1,13 @@
 #include "cuda/gemm/step_gemm.h"
 
 #include <cstdint>
-#include <map>
-#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <tuple>
 #include <utility>
 
 #include "cuda/gemm/cublas_handles.h"
+#include "cuda/process_cache.h"
 
 namespace lstm_ort {
 namespace {
@@ -35,15 +34,11 @@ StepGemm::StepGemm(const StepGemmShape& s) {
   c_ = Layout(CUDA_R_32F, s.G, s.B, s.batch, s.c_stride);
   if (!a_ || !b_ || !c_) return;
 
-  static std::mutex mutex;
-  static std::map<ShapeKey, std::pair<bool, cublasLtMatmulAlgo_t>> chosen;
   int device = 0;
   cudaGetDevice(&device);
   const ShapeKey key{device, s.G, s.B, s.K, s.batch, static_cast<int>(s.operand), static_cast<int>(s.compute),
                      s.a_stride, s.b_stride, s.c_stride};
-  std::lock_guard<std::mutex> lock(mutex);
-  auto it = chosen.find(key);
-  if (it == chosen.end()) {
+  const auto& chosen = ProcessCached(key, [this] {
     cublasLtMatmulPreference_t pref = nullptr;
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
@@ -56,10 +51,10 @@ StepGemm::StepGemm(const StepGemmShape& s) {
         found = 0;
       cublasLtMatmulPreferenceDestroy(pref);
     }
-    it = chosen.emplace(key, std::make_pair(found > 0, result.algo)).first;
-  }
-  ready_ = it->second.first;
-  algo_ = it->second.second;
+    return std::make_pair(found > 0, result.algo);
+  });
+  ready_ = chosen.first;
+  algo_ = chosen.second;
 }
 
 StepGemm::~StepGemm() {

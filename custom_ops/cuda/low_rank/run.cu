@@ -26,6 +26,7 @@
 #include "cuda/low_rank/run.h"
 #include "cuda/low_rank/scratch.h"
 #include "cuda/low_rank/step_kernel.cuh"
+#include "cuda/process_cache.h"
 #include "cuda/state_kernels.cuh"
 
 namespace lstm_ort {
@@ -64,7 +65,7 @@ DeviceLimits MeasureRecurrenceLimits(int device) {
 
 template <typename T>
 const DeviceLimits& RecurrenceLimits(int device) {
-  return CachedPerDevice(device, [](int d) { return MeasureRecurrenceLimits<T>(d); });
+  return ProcessCached(device, [device] { return MeasureRecurrenceLimits<T>(device); });
 }
 
 template <typename T>

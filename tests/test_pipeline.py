@@ -323,13 +323,13 @@ def test_no_stage_reads_before_its_producer(rng, monkeypatch):
 def test_buffers_are_reused(rng):
     _, model, feeds = model_and_feeds(rng, "forward", 0, B=8, T=12)
     be = FakeBackend()
-    sess = PipelineSession(model, devices=(0, 1), micro_batch=1, time_chunk=3, backend=be)
+    sess = PipelineSession(model, devices=(0, 1), micro_batch=1, time_chunk=3, backend=be, threads=True)
     sess.run(None, feeds)
     assert sess.last_plan.num_items == 32
     bufs = stage_buffers_in_use(sess.executor)
-    # 2 slots on each side of the boundary, 2 h and 2 c buffers per stage, 2 input slots: whatever
-    # the item count.
-    assert len(bufs) == 2 * 2 + 2 * 2 * 2 + 2
+    # 2 slots on each side of the boundary, 2 h and 2 c buffers per stage, 2 input slots, one zero
+    # initial state per stage: whatever the item count.
+    assert len(bufs) == 2 * 2 + 2 * 2 * 2 + 2 + 2
     runs = be.runs()
     slots_of = {op.meta["slot"] for op in runs}
     assert slots_of == {0, 1}
@@ -338,6 +338,25 @@ def test_buffers_are_reused(rng):
     sess.run(None, feeds)
     assert sess.executor.workers.threads == threads  # one host thread per stage for the session's life
     sess.run(None, {"X": feeds["X"][:, :4]})
+    assert be.allocations == allocated
+
+
+def test_given_initial_states_are_uploaded_per_micro_batch(rng):
+    """Initial states reach each stage as device buffers (one per micro-batch, H0 and C0), written
+    on the stage's own stream before its first item: no host array goes into a stage's Run."""
+    _, model, feeds = model_and_feeds(rng, "bidirectional", 1, B=6, initial_states=True)
+    be = FakeBackend()
+    seen = []
+    sess = PipelineSession(model, devices=(0, 1), micro_batch=2, backend=be)
+    for st in sess.executor.stages:
+        run_stage = st.runner.run
+        st.runner.run = lambda inputs, outputs, run_stage=run_stage: (seen.append(inputs), run_stage(inputs, outputs))[1]
+    assert max_diff(run(model, feeds), sess.run(None, feeds)) <= 1e-6
+    assert seen and not any(isinstance(v, np.ndarray) for inputs in seen for v in inputs.values())
+    assert len(stage_buffers_in_use(sess.executor)) == 2 * 2 + 2 * 2 * 2 + 2 + 2 + 2 * 3 * 2
+    allocated = be.allocations
+    feeds = {k: v * 0.5 if k != "X" else v for k, v in feeds.items()}  # new states, same buffers
+    assert max_diff(run(model, feeds), sess.run(None, feeds)) <= 1e-6
     assert be.allocations == allocated
 
 
@@ -387,6 +406,16 @@ def test_profile_on_the_fake(rng):
     assert prof["items"] == 4 and prof["stage_busy_ms"] == pytest.approx([4.0, 4.0])
     assert prof["gpipe_bubble"] == pytest.approx(1 / 5)
     assert prof["copy_bytes"][0] == 9 * 4 * 4 * 4
+    tl = {(e["stage"], e["item"]): e for e in prof["timeline"]}
+    assert sorted(tl) == [(k, i) for k in range(2) for i in range(4)]
+    for i in range(4):
+        assert tl[(0, i)]["gpu"][1] <= tl[(0, i)]["copy"][0] <= tl[(0, i)]["copy"][1] <= tl[(1, i)]["gpu"][0]
+        assert tl[(1, i)]["gpu"][1] - tl[(1, i)]["gpu"][0] == pytest.approx(1.0)
+        for k in range(2):
+            enter, call, done = tl[(k, i)]["host"]
+            assert 0 <= enter <= call <= done <= prof["wall_ms"]
+    assert tl[(0, 1)]["gpu"][0] < tl[(1, 0)]["gpu"][1]  # stage 0 runs item 1 while stage 1 runs item 0
+    assert sess.last_profile.render(40).count("|") == 8
 
 
 def test_package_imports_without_cuda_python():

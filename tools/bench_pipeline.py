@@ -148,9 +148,11 @@ def bench_case(name, model, feeds, devices, args, kind: str, backend) -> dict:
                             ("best", (best["micro_batch"], best["time_chunk"]) if best else (None, None))):
         sess.set_schedule(mb, tc)
         sess.profile = True
+        sess.run(None, feeds)  # warm: a new plan's first call sizes buffers and ORT's arenas
         sess.run(None, feeds)
         prof = sess.last_profile.as_dict()
         prof["plan"] = sess.last_plan.describe()
+        prof["render"] = sess.last_profile.render(100)
         profiles[label] = prof
         sess.profile = False
     sess.set_schedule(None, None)
@@ -237,6 +239,8 @@ def main(argv=None) -> int:
         print(f"  bubble measured {prof['measured_bubble']:.1%} vs GPipe {prof['gpipe_bubble']:.1%}; "
               f"copy per item {[round(c, 4) for c in prof['copy_ms_per_item']]} ms, "
               f"{[round(g, 1) if g else None for g in prof['copy_gb_per_s']]} GB/s; max-abs {r['auto']['max_abs_vs_single_gpu']:.2e}")
+        print("  timeline of one call (GPU: item index mod 10; host: the thread's Run calls):")
+        print("\n".join("    " + line for line in prof["render"].splitlines()))
         if r["best"]:
             print(f"  best swept: micro_batch={r['best']['micro_batch']} time_chunk={r['best']['time_chunk']} "
                   f"{r['best']['ms']:.2f} ms")

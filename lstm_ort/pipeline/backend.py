@@ -148,6 +148,10 @@ class CudaBackend:
         self.set_device(stream.device)
         self._check(self.rt.cudaStreamSynchronize(stream.handle))
 
+    def event_synchronize(self, event: Event) -> None:
+        """Blocks the host until the work before the event's last record is done."""
+        self._check(self.rt.cudaEventSynchronize(event.handle))
+
     def elapsed_ms(self, start: Event, end: Event) -> float:
         return float(self._check(self.rt.cudaEventElapsedTime(start.handle, end.handle)))
 
@@ -161,6 +165,10 @@ class CudaBackend:
             self.set_device(buffer.device)
             self._check(self.rt.cudaFree(buffer.ptr))
             buffer.ptr = 0
+
+    def memset(self, buffer: DeviceBuffer, value: int, stream: Stream) -> None:
+        self.set_device(stream.device)
+        self._check(self.rt.cudaMemsetAsync(buffer.ptr, value, buffer.nbytes, stream.handle))
 
     def alloc_host(self, shape, dtype) -> np.ndarray:
         """Pinned host memory as a numpy array (async copies need it)."""

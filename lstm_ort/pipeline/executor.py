@@ -9,6 +9,11 @@ thread that waits on an event block until the thread that records it has recorde
 item (a wait on an event not yet recorded would wait on nothing). A copy between devices runs on
 a copy stream of the receiving device (a peer copy where the devices can access each other,
 else through pinned host memory with one stream on each side), so it overlaps both stages' work.
+
+Host threads: one thread enqueues every stage's items in ``host_order`` (or, with ``threads``,
+one per stage); a feeder thread copies each item's inputs into pinned memory ahead of it; the
+calling thread moves each item's outputs into the call's arrays as soon as they reach the host,
+so neither the input slicing nor the output assembly waits for the GPUs to finish.
 """
 
 from __future__ import annotations
@@ -38,27 +43,50 @@ class Aborted(RuntimeError):
     pass
 
 
-class Signal:
-    """An event plus the generation (item) it was last recorded for, so a waiting thread can
-    block until the recording thread has enqueued that record."""
+class Progress:
+    """How far a host thread has got through the call's items (the last index it finished a step
+    for); another thread blocks in ``wait_for`` until it has got that far, or the call aborts."""
 
-    def __init__(self, event: Event, cond: threading.Condition, flag: dict):
-        self.event, self.cond, self.flag, self.gen = event, cond, flag, -1
+    def __init__(self, cond: threading.Condition, flag: dict):
+        self.cond, self.flag, self.done = cond, flag, -1
 
-    def record(self, backend, stream: Stream, gen: int) -> None:
-        backend.record(self.event, stream)
+    def advance(self, index: int) -> None:
         with self.cond:
-            self.gen = gen
+            self.done = index
             self.cond.notify_all()
 
-    def wait(self, backend, stream: Stream, gen: int) -> None:
+    def wait_for(self, index: int) -> None:
         with self.cond:
-            while self.gen < gen and not self.flag["abort"]:
+            while self.done < index and not self.flag["abort"]:
                 self.cond.wait(timeout=1.0)
             if self.flag["abort"]:
                 raise Aborted("another stage failed")
-            if self.gen != gen:
-                raise RuntimeError(f"pipeline ordering broken: waited for item {gen}, event holds item {self.gen}")
+
+
+class Signal(Progress):
+    """An event plus the item it was last recorded for, so a waiting thread can block until the
+    recording thread has enqueued that record (a wait on an event not yet recorded waits on nothing)."""
+
+    def __init__(self, event: Event, cond: threading.Condition, flag: dict):
+        super().__init__(cond, flag)
+        self.event = event
+
+    @property
+    def gen(self) -> int:
+        return self.done
+
+    @gen.setter
+    def gen(self, value: int) -> None:
+        self.done = value
+
+    def record(self, backend, stream: Stream, gen: int) -> None:
+        backend.record(self.event, stream)
+        self.advance(gen)
+
+    def wait(self, backend, stream: Stream, gen: int) -> None:
+        self.wait_for(gen)
+        if self.done != gen:
+            raise RuntimeError(f"pipeline ordering broken: waited for item {gen}, event holds item {self.done}")
         backend.wait(stream, self.event)
 
 
@@ -73,6 +101,9 @@ class StageRuntime:
     h: list = field(default_factory=list)  # 2 state buffers each (chunk c writes slot c % 2)
     c: list = field(default_factory=list)
     state_bytes: int = 0
+    zeros: DeviceBuffer | None = None  # the initial state of a model without initial_h / initial_c
+    zero_bytes: int = 0
+    init: dict = field(default_factory=dict)  # H0 / C0 -> a buffer per micro-batch (given initial states)
 
 
 @dataclass
@@ -101,6 +132,10 @@ class RunProfile:
     copy_bytes: list  # per boundary: bytes moved
     items: int
     stages: int
+    # Per (stage, item): GPU start/end of its Run (ms from the call's start, one origin event per
+    # stage recorded while every GPU is idle, so stages share a clock to a few µs), its copy to
+    # the next stage, and the host thread's span: entering the task, calling Run, Run returning.
+    timeline: list = field(default_factory=list)
 
     @property
     def gpipe_bubble(self) -> float:
@@ -116,11 +151,32 @@ class RunProfile:
         gbps = [b / (t * 1e6) if t else None for b, t in zip(self.copy_bytes, self.copy_ms)]
         return {"wall_ms": self.wall_ms, "stage_busy_ms": self.stage_busy_ms, "measured_bubble": self.measured_bubble,
                     "gpipe_bubble": self.gpipe_bubble, "copy_ms_total": self.copy_ms, "copy_ms_per_item": per_copy,
-                    "copy_bytes": self.copy_bytes, "copy_gb_per_s": gbps, "items": self.items, "stages": self.stages}
+                    "copy_bytes": self.copy_bytes, "copy_gb_per_s": gbps, "items": self.items, "stages": self.stages,
+                    "timeline": self.timeline}
+
+    def render(self, width: int = 100) -> str:
+        """The timeline as text: a row per stage for the GPU (digits: item index mod 10) and one
+        for its host thread's Run calls ('='), so gaps and serialisation show at a glance."""
+        if not self.timeline or self.wall_ms <= 0:
+            return ""
+        scale = width / self.wall_ms
+        rows = []
+        for k in range(self.stages):
+            gpu, host = [" "] * width, [" "] * width
+            for e in (e for e in self.timeline if e["stage"] == k):
+                a, b = int(e["gpu"][0] * scale), max(int(e["gpu"][0] * scale) + 1, int(e["gpu"][1] * scale))
+                for x in range(max(a, 0), min(b, width)):
+                    gpu[x] = str(e["item"] % 10)
+                a, b = int(e["host"][1] * scale), max(int(e["host"][1] * scale) + 1, int(e["host"][2] * scale))
+                for x in range(max(a, 0), min(b, width)):
+                    host[x] = "="
+            rows.append(f"stage {k} gpu  |{''.join(gpu)}|")
+            rows.append(f"stage {k} host |{''.join(host)}|")
+        return "\n".join(rows) + f"\n({self.wall_ms:.2f} ms across)"
 
 
 class Executor:
-    def __init__(self, backend, pm: PipelineModel, stages: list[StageRuntime], slots: int = 2, threads: bool = True,
+    def __init__(self, backend, pm: PipelineModel, stages: list[StageRuntime], slots: int = 2, threads: bool = False,
                  transfer: str = "auto"):
         if transfer not in ("auto", "peer", "staged"):
             raise ValueError(f"transfer must be auto, peer or staged, got {transfer!r}")
@@ -165,6 +221,7 @@ class Executor:
         last = stages[-1]
         last.out_stream = backend.create_stream(last.device, "outputs")
         last.out_event = backend.create_event(last.device)
+        self.out_done: list[Event] = []  # per item: its outputs are on the host
         self.workers: _Workers | None = None
         self.host_cache: dict = {}
         self.last_profile: RunProfile | None = None
@@ -256,9 +313,9 @@ class Executor:
                 be.free_host(arr)
             bd.send, bd.recv, bd.pinned, bd.slot_bytes = [], [], [], 0
         for st in self.stages:
-            for buf in st.h + st.c:
+            for buf in st.h + st.c + _init_buffers(st):
                 be.free(buf)
-            st.h, st.c, st.state_bytes = [], [], 0
+            st.h, st.c, st.state_bytes, st.zeros, st.zero_bytes, st.init = [], [], 0, None, 0, {}
         for arr in self.host_cache.values():
             be.free_host(arr)
         self.host_cache.clear()
@@ -275,63 +332,47 @@ class Executor:
                 sig.gen = -1
         want_post = [o for o in pm.outputs if o.kind == "post" and o.name in want]
         want_states = {o.kind for o in pm.outputs if o.kind != "post" and o.name in want}
-        # Pinned staging for the whole call's inputs, one region per item, filled by stage 0's
-        # thread just before it sends the item (so the host copy overlaps the GPUs' work).
-        staging, offsets = {}, {}
-        for name in pm.inputs:
-            v = feeds[name]
-            staging[name] = self._host(("in", name), (v.nbytes,), np.uint8, grow=True)
-            off = 0
-            for it in items:
-                offsets[(name, it.index)] = off
-                off += int(np.prod(self._item_shape(name, v.shape, it.rows[1] - it.rows[0],
-                                                    it.steps[1] - it.steps[0]))) * v.itemsize
-        lens_parts, init_parts = {}, {}
-        for j in range(plan.num_micro_batches):
-            b0, b1 = j * plan.micro_batch, min(plan.batch, (j + 1) * plan.micro_batch)
-            if pm.sequence_lens:
+        if plan.num_chunks > 1:
+            for o in want_post:
+                if o.axes.time is None:
+                    raise RuntimeError(f"output {o.name!r} has no time axis to join chunks along")
+        lens_parts = {}
+        if pm.sequence_lens:
+            for j in range(plan.num_micro_batches):
+                b0, b1 = j * plan.micro_batch, min(plan.batch, (j + 1) * plan.micro_batch)
                 lens_parts[j] = np.ascontiguousarray(feeds[pm.sequence_lens][b0:b1])
-            for k, st in enumerate(self.stages):
-                a, b = st.model.layers
-                for key, src in ((H0, pm.initial_h), (C0, pm.initial_c)):
-                    if src:
-                        v = slice_states(pm, feeds[src], a, b)
-                        v = np.ascontiguousarray(np.take(v, np.arange(b0, b1), axis=1 if pm.layout == 0 else 0))
-                    else:
-                        v = np.zeros(self._state_shape(k, b1 - b0), pm.np_dtype)
-                    init_parts[(k, j, key)] = v
-        timing = {}
+        initial = self._upload_initial_states(plan, feeds)
+        feeder = _Feeder(self, items, feeds)
+        timing, host_spans = {}, {}
         if profile:
             for k, st in enumerate(self.stages):
+                timing[("origin", k)] = be.create_event(st.device, True)
                 for it in items:
                     timing[("run", k, it.index)] = (be.create_event(st.device, True), be.create_event(st.device, True))
             for k, bd in enumerate(self.boundaries):
                 if bd.mode != "same":
                     for it in items:
                         timing[("copy", k, it.index)] = (be.create_event(bd.dst, True), be.create_event(bd.dst, True))
+        last = self.stages[-1]
+        while len(self.out_done) < len(items):
+            self.out_done.append(be.create_event(last.device))
+        out_progress = Progress(self.cond, self.flag)
         results: dict = {}
         keep: list = []
         lock = threading.Lock()
 
         def task(k: int, it: Item) -> None:
+            entered = time.perf_counter()
             st = self.stages[k]
             s = it.index % self.slots
             rows, steps = it.rows[1] - it.rows[0], it.steps[1] - it.steps[0]
             inputs, outputs = {}, {}
             if k == 0:
-                for name, ax in pm.inputs.items():
-                    v = feeds[name]
-                    index = [slice(None)] * v.ndim
-                    index[ax.batch] = slice(*it.rows)
-                    if ax.time is not None:
-                        index[ax.time] = slice(*it.steps)
-                    part = v[tuple(index)]
-                    off = offsets[(name, it.index)]
-                    region = staging[name][off:off + part.nbytes].view(part.dtype).reshape(part.shape)
-                    np.copyto(region, part)
+                feeder.wait_staged(it.index)
+                for name, region in feeder.regions(it).items():
                     if it.index >= self.slots:
                         be.wait(self.in_stream, self.in_free[s])
-                    dev = DeviceView(self.in_bufs[name][s], part.shape, part.dtype)
+                    dev = DeviceView(self.in_bufs[name][s], region.shape, region.dtype)
                     be.copy_h2d(dev, region, self.in_stream)
                     inputs[name] = dev
                 be.record(self.in_ready, self.in_stream)
@@ -342,8 +383,8 @@ class Executor:
                 inputs[STAGE_IN] = DeviceView(bd.recv[s], self._y_shape(rows, steps), pm.np_dtype)
             sshape = self._state_shape(k, rows)
             if it.first_chunk:
-                inputs[H0] = init_parts[(k, it.micro_batch, H0)]
-                inputs[C0] = init_parts[(k, it.micro_batch, C0)]
+                inputs[H0] = initial[(k, it.micro_batch, H0)]
+                inputs[C0] = initial[(k, it.micro_batch, C0)]
             else:
                 prev = (it.chunk - 1) % 2
                 inputs[H0] = DeviceView(st.h[prev], sshape, pm.np_dtype)
@@ -366,8 +407,10 @@ class Executor:
                                  "rows": rows, "steps": steps, "slot": s}
             if profile:
                 be.record(timing[("run", k, it.index)][0], st.stream)
+            called = time.perf_counter()
             allocated = st.runner.run(inputs, outputs)
             if profile:
+                host_spans[(k, it.index)] = (entered, called, time.perf_counter())
                 be.record(timing[("run", k, it.index)][1], st.stream)
             if k == 0:
                 be.record(self.in_free[s], st.stream)
@@ -375,47 +418,60 @@ class Executor:
                 self.boundaries[k - 1].free[s].record(be, st.stream, it.index)
             if k < K - 1:
                 self._send(k, s, it, outputs[STAGE_Y], timing.get(("copy", k, it.index)))
-            last_chunk = it.chunk == plan.num_chunks - 1
-            if last_chunk:
+            if it.chunk == plan.num_chunks - 1:
                 for kind, bufs in (("Y_h", st.h), ("Y_c", st.c)):
                     if kind in want_states:
                         host = self._host((kind, k, it.micro_batch), sshape, pm.np_dtype)
                         be.copy_d2h(host, DeviceView(bufs[cur], sshape, pm.np_dtype), st.stream)
                         with lock:
                             results[(kind, k, it.micro_batch)] = host
-            if k == K - 1 and want_post:
+            if k == K - 1:
                 # ORT allocated these for this call only (kept referenced until the end of the
-                # call), so their copy to the host can run beside the next item's work.
+                # call); their copy to the host runs beside the next item's work, and the calling
+                # thread moves each into the call's outputs once ``out_done`` says it arrived.
                 be.record(st.out_event, st.stream)
                 be.wait(st.out_stream, st.out_event)
+                parts = {}
                 for o in want_post:
                     view = allocated[o.name]
                     host = self._host(("post", o.name, it.index), view.shape, view.dtype)
                     be.copy_d2h(host, view, st.out_stream)
-                    with lock:
-                        results[("post", o.name, it.index)] = host
-                        keep.append(view)
+                    parts[o.name] = host
+                    keep.append(view)
+                be.record(self.out_done[it.index], st.out_stream)
+                with lock:
+                    results[("post", it.index)] = parts
+                out_progress.advance(it.index)
 
         start = time.perf_counter()
+        if profile:
+            for k, st in enumerate(self.stages):
+                be.record(timing[("origin", k)], st.stream)
         errors: list = []
+
+        def guarded(fn):
+            try:
+                fn()
+            except BaseException as e:  # noqa: BLE001 - handed to the caller
+                with self.cond:
+                    errors.append(e)
+                    self.flag["abort"] = True
+                    self.cond.notify_all()
+
+        feeder.start(guarded)
         if self.threads and K > 1:
             def loop(k):
-                try:
-                    for it in items:
-                        task(k, it)
-                except BaseException as e:  # noqa: BLE001 - handed to the caller
-                    with self.cond:
-                        errors.append(e)
-                        self.flag["abort"] = True
-                        self.cond.notify_all()
-
-            self._workers().run_all([lambda k=k: loop(k) for k in range(K)])
+                for it in items:
+                    task(k, it)
+            dones = self._workers().submit([lambda k=k: guarded(lambda: loop(k)) for k in range(K)])
         else:
-            try:
-                for k, i in host_order(len(items), K):
-                    task(k, items[i])
-            except BaseException as e:  # noqa: BLE001
-                errors.append(e)
+            dones = []
+            guarded(lambda: [task(k, items[i]) for k, i in host_order(len(items), K)])
+        outputs: dict = {}
+        guarded(lambda: self._gather(plan, items, want_post, results, out_progress, outputs, lock))
+        for done in dones:
+            done.wait()
+        feeder.join()
         be.synchronize(self.in_stream)
         for st in self.stages:
             be.synchronize(st.stream)
@@ -430,21 +486,107 @@ class Executor:
             real = [e for e in errors if not isinstance(e, Aborted)]
             raise (real or errors)[0]
         if profile:
-            busy = [sum(be.elapsed_ms(*timing[("run", k, it.index)]) for it in items) for k in range(K)]
-            copy_ms, copies, nbytes = [], [], []
-            for k, bd in enumerate(self.boundaries):
-                if bd.mode == "same":
-                    copy_ms.append(0.0), copies.append(0), nbytes.append(0)
-                    continue
-                copy_ms.append(sum(be.elapsed_ms(*timing[("copy", k, it.index)]) for it in items))
-                copies.append(len(items))
-                nbytes.append(sum(int(np.prod(self._y_shape(it.rows[1] - it.rows[0], it.steps[1] - it.steps[0])))
-                                  * self.itemsize for it in items))
-            self.last_profile = RunProfile(wall_ms, busy, copy_ms, copies, nbytes, len(items), K)
+            self.last_profile = self._profile(items, timing, host_spans, start, wall_ms)
         for pair in timing.values():
-            for ev in pair:
+            for ev in pair if isinstance(pair, tuple) else (pair,):
                 be.destroy_event(ev)
-        return self._assemble(plan, items, results, want)
+        for o in pm.outputs:
+            if o.kind != "post" and o.name in want:
+                per_mb = [np.concatenate([results[(o.kind, k, j)] for k in range(K)], axis=pm.state_axis)
+                          for j in range(plan.num_micro_batches)]
+                outputs[o.name] = np.concatenate(per_mb, axis=o.axes.batch)
+        return outputs
+
+    def _upload_initial_states(self, plan: Plan, feeds: dict) -> dict:
+        """(stage, micro-batch, H0/C0) -> a device view of that micro-batch's initial state for
+        the stage's layers. A state the model does not take is zeros: one buffer per stage, set
+        once when allocated. A given one is uploaded on the stage's stream (from pinned memory)
+        ahead of its first item, so ORT never copies a host input inside a stage's Run."""
+        pm, be = self.pm, self.backend
+        views = {}
+        for k, st in enumerate(self.stages):
+            full = self._state_shape(k, plan.micro_batch)
+            nbytes = int(np.prod(full)) * self.itemsize
+            if st.zero_bytes < nbytes:
+                if st.zeros is not None:
+                    be.free(st.zeros)
+                st.zeros = be.alloc(st.device, nbytes, f"zeros{k}")
+                be.memset(st.zeros, 0, st.stream)
+                st.zero_bytes = nbytes
+            a, b = st.model.layers
+            for key, src in ((H0, pm.initial_h), (C0, pm.initial_c)):
+                given = slice_states(pm, feeds[src], a, b) if src else None
+                bufs = st.init.setdefault(key, [])
+                for j in range(plan.num_micro_batches):
+                    b0, b1 = j * plan.micro_batch, min(plan.batch, (j + 1) * plan.micro_batch)
+                    shape = self._state_shape(k, b1 - b0)
+                    if given is None:
+                        views[(k, j, key)] = DeviceView(st.zeros, shape, pm.np_dtype)
+                        continue
+                    while len(bufs) <= j:
+                        bufs.append(None)
+                    if bufs[j] is None or bufs[j].nbytes < nbytes:
+                        if bufs[j] is not None:
+                            be.free(bufs[j])
+                        bufs[j] = be.alloc(st.device, nbytes, f"{key}{k}.{j}")
+                    host = self._host(("init", k, j, key), shape, pm.np_dtype)
+                    np.copyto(host, np.take(given, np.arange(b0, b1), axis=1 if pm.layout == 0 else 0))
+                    view = DeviceView(bufs[j], shape, pm.np_dtype)
+                    be.copy_h2d(view, host, st.stream)
+                    views[(k, j, key)] = view
+        return views
+
+    def _gather(self, plan: Plan, items: list[Item], want_post: list, results: dict, progress: Progress,
+                outputs: dict, lock) -> None:
+        """The calling thread moves each item's outputs into the call's arrays as soon as their copy
+        to the host is done, while the GPUs work on later items: only the last item's move is left
+        after the GPUs finish."""
+        be = self.backend
+        for it in items:
+            progress.wait_for(it.index)
+            be.event_synchronize(self.out_done[it.index])
+            with lock:
+                parts = results.pop(("post", it.index))
+            for o in want_post:
+                part = parts[o.name]
+                if o.name not in outputs:
+                    shape = list(part.shape)
+                    shape[o.axes.batch] = plan.batch
+                    if o.axes.time is not None:
+                        shape[o.axes.time] = plan.steps
+                    outputs[o.name] = np.empty(shape, part.dtype)
+                index = [slice(None)] * part.ndim
+                index[o.axes.batch] = slice(*it.rows)
+                if o.axes.time is not None:
+                    index[o.axes.time] = slice(*it.steps)
+                np.copyto(outputs[o.name][tuple(index)], part)
+
+    def _profile(self, items: list[Item], timing: dict, host_spans: dict, start: float, wall_ms: float) -> RunProfile:
+        be, K = self.backend, len(self.stages)
+        busy = [sum(be.elapsed_ms(*timing[("run", k, it.index)]) for it in items) for k in range(K)]
+        copy_ms, copies, nbytes = [], [], []
+        for k, bd in enumerate(self.boundaries):
+            if bd.mode == "same":
+                copy_ms.append(0.0), copies.append(0), nbytes.append(0)
+                continue
+            copy_ms.append(sum(be.elapsed_ms(*timing[("copy", k, it.index)]) for it in items))
+            copies.append(len(items))
+            nbytes.append(sum(int(np.prod(self._y_shape(it.rows[1] - it.rows[0], it.steps[1] - it.steps[0])))
+                              * self.itemsize for it in items))
+        timeline = []
+        for k in range(K):
+            origin = timing[("origin", k)]
+            for it in items:
+                run = timing[("run", k, it.index)]
+                entry = {"stage": k, "item": it.index,
+                         "gpu": [be.elapsed_ms(origin, run[0]), be.elapsed_ms(origin, run[1])],
+                         "host": [(t - start) * 1e3 for t in host_spans[(k, it.index)]]}
+                copy = timing.get(("copy", k, it.index))
+                if copy:  # on the receiving device: stage k+1's clock
+                    nxt = timing[("origin", k + 1)]
+                    entry["copy"] = [be.elapsed_ms(nxt, copy[0]), be.elapsed_ms(nxt, copy[1])]
+                timeline.append(entry)
+        return RunProfile(wall_ms, busy, copy_ms, copies, nbytes, len(items), K, timeline)
 
     def _send(self, k: int, s: int, it: Item, y: DeviceView, timing) -> None:
         """Item ``it``'s Y from stage k's slot s to stage k+1's, then ``ready``."""
@@ -472,30 +614,8 @@ class Executor:
             be.record(timing[1], bd.copy_stream)
         bd.ready[s].record(be, bd.copy_stream, it.index)
 
-    def _assemble(self, plan: Plan, items: list[Item], results: dict, want: list[str]) -> dict[str, np.ndarray]:
-        pm = self.pm
-        out = {}
-        M, C, K = plan.num_micro_batches, plan.num_chunks, len(self.stages)
-        for o in pm.outputs:
-            if o.name not in want:
-                continue
-            if o.kind == "post":
-                per_mb = []
-                for j in range(M):
-                    parts = [results[("post", o.name, j * C + c)] for c in range(C)]
-                    if C > 1 and o.axes.time is None:
-                        raise RuntimeError(f"output {o.name!r} has no time axis to join chunks along")
-                    per_mb.append(np.concatenate(parts, axis=o.axes.time) if C > 1 else parts[0].copy())
-                out[o.name] = np.concatenate(per_mb, axis=o.axes.batch) if M > 1 else per_mb[0]
-            else:
-                per_mb = [np.concatenate([results[(o.kind, k, j)] for k in range(K)], axis=pm.state_axis)
-                          for j in range(M)]
-                out[o.name] = np.concatenate(per_mb, axis=o.axes.batch) if M > 1 else per_mb[0]
-        return out
-
-
 class _Workers:
-    """One long-lived thread per stage, its device current; ``run_all`` runs one job on each."""
+    """One long-lived thread per stage, its device current; ``submit`` runs one job on each."""
 
     def __init__(self, devices: list[int], backend):
         import queue
@@ -524,14 +644,14 @@ class _Workers:
             finally:
                 done.set()
 
-    def run_all(self, jobs: list) -> None:
+    def submit(self, jobs: list) -> list[threading.Event]:
+        """Hands job k to thread k; each returned event is set when its job is done."""
         dones = []
         for q, fn in zip(self.queues, jobs):
             done = threading.Event()
             q.put((fn, done))
             dones.append(done)
-        for done in dones:
-            done.wait()
+        return dones
 
     def stop(self) -> None:
         for q in self.queues:
@@ -544,7 +664,66 @@ def stage_buffers_in_use(executor: Executor) -> list[DeviceBuffer]:
     for bd in executor.boundaries:
         bufs += bd.send + [r for r in bd.recv if r not in bd.send]
     for st in executor.stages:
-        bufs += st.h + st.c
+        bufs += st.h + st.c + _init_buffers(st)
     for slots in executor.in_bufs.values():
         bufs += slots
     return bufs
+
+
+def _init_buffers(st: StageRuntime) -> list[DeviceBuffer]:
+    return ([st.zeros] if st.zeros is not None else []) + [b for bufs in st.init.values() for b in bufs if b is not None]
+
+
+class _Feeder:
+    """Copies each item's slice of the call's inputs into pinned memory (one region per item, kept
+    from call to call), in item order, on a thread of its own: the thread enqueueing stage 0 only
+    waits for an item's region and sends it, and numpy's copy runs without the GIL."""
+
+    def __init__(self, ex: Executor, items: list[Item], feeds: dict):
+        self.ex, self.items, self.feeds = ex, items, feeds
+        self.progress = Progress(ex.cond, ex.flag)
+        self.thread: threading.Thread | None = None
+        self.staging, self.offsets = {}, {}
+        for name in ex.pm.inputs:
+            v = feeds[name]
+            self.staging[name] = ex._host(("in", name), (v.nbytes,), np.uint8, grow=True)
+            off = 0
+            for it in items:
+                self.offsets[(name, it.index)] = off
+                off += int(np.prod(self._shape(name, it))) * v.itemsize
+
+    def _shape(self, name: str, it: Item) -> tuple:
+        return self.ex._item_shape(name, self.feeds[name].shape, it.rows[1] - it.rows[0], it.steps[1] - it.steps[0])
+
+    def regions(self, it: Item) -> dict[str, np.ndarray]:
+        out = {}
+        for name in self.ex.pm.inputs:
+            v, shape = self.feeds[name], self._shape(name, it)
+            off = self.offsets[(name, it.index)]
+            nbytes = int(np.prod(shape)) * v.itemsize
+            out[name] = self.staging[name][off:off + nbytes].view(v.dtype).reshape(shape)
+        return out
+
+    def _fill(self) -> None:
+        for it in self.items:
+            if self.ex.flag["abort"]:
+                return
+            for name, region in self.regions(it).items():
+                ax, v = self.ex.pm.inputs[name], self.feeds[name]
+                index = [slice(None)] * v.ndim
+                index[ax.batch] = slice(*it.rows)
+                if ax.time is not None:
+                    index[ax.time] = slice(*it.steps)
+                np.copyto(region, v[tuple(index)])
+            self.progress.advance(it.index)
+
+    def start(self, guarded) -> None:
+        self.thread = threading.Thread(target=guarded, args=(self._fill,), daemon=True, name="lstm-ort-feeder")
+        self.thread.start()
+
+    def wait_staged(self, index: int) -> None:
+        self.progress.wait_for(index)
+
+    def join(self) -> None:
+        if self.thread is not None:
+            self.thread.join()

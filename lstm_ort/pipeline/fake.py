@@ -27,7 +27,7 @@ class Hazard(AssertionError):
 
 @dataclass
 class Op:
-    kind: str  # "run", "copy_peer", "copy_d2h", "copy_h2d", "record", "wait", "alloc", "sync"
+    kind: str  # "run", "copy_peer", "copy_d2h", "copy_h2d", "memset", "record", "wait", "alloc", "sync", "event_sync"
     stream: str | None
     start: float = 0.0
     end: float = 0.0
@@ -120,6 +120,14 @@ class FakeBackend:
             vc[k] = max(vc.get(k, 0), v)
         self._time[sid] = max(self._time[sid], self._host_time)
 
+    def event_synchronize(self, event: Event) -> None:
+        # Only the thread that waits is ordered after the event; the executor's waiting thread
+        # enqueues no device work after it, so the host clock (one for every thread) stays put.
+        with self.lock:
+            if event.handle["vc"] is None:
+                raise Hazard(f"the host waits on event {event.handle['id']}, never recorded")
+            self.log.append(Op("event_sync", None, meta={"event": event.handle["id"]}))
+
     def elapsed_ms(self, start: Event, end: Event) -> float:
         return end.handle["time"] - start.handle["time"]
 
@@ -135,6 +143,12 @@ class FakeBackend:
 
     def free(self, buffer: DeviceBuffer) -> None:
         pass
+
+    def memset(self, buffer: DeviceBuffer, value: int, stream: Stream) -> None:
+        with self.lock:
+            view = DeviceView(buffer, (buffer.nbytes,), np.uint8)
+            self._access(stream, "memset", [], [view], 0.0, {"dst": buffer.name, "bytes": buffer.nbytes})
+            self.array(view)[...] = value
 
     def alloc_host(self, shape, dtype) -> np.ndarray:
         return np.zeros(shape, dtype)

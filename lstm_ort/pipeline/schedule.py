@@ -92,18 +92,21 @@ def host_order(num_items: int, num_stages: int) -> list[tuple[int, int]]:
 
 @dataclass(frozen=True)
 class CostModel:
-    """The modelled cost of a stage call on an H100/H200-class GPU (fp32). Rough by design: it
-    only ranks plans; ``tools/bench_pipeline.py`` measures them."""
+    """The modelled cost of a stage call on an H100/H200-class GPU (fp32), fitted to stage calls
+    timed on an H200 (8 x H1024 stack: a layer-step takes 4.2 µs at B=1, 31 µs at B=64, 86 µs at
+    B=256; a 4-layer call adds 0.16-0.40 ms; one host thread enqueues a stage's Run in 0.3-0.6 ms).
+    Rough by design (within ~20% there): it ranks plans; ``tools/bench_pipeline.py`` measures them."""
 
-    flops_per_s: float = 40e12  # what the projection and the recurrence reach per GPU
-    step_floor_s: float = 4e-6  # a recurrent step of one layer never takes less (grid barrier, latency)
-    layer_call_s: float = 25e-6  # per layer and call: projection GEMM, launches, weights into shared memory
-    stage_call_s: float = 20e-6  # per stage call: ORT's Run and the glue ops, GPU side
+    flops_per_s: float = 45e12  # what the projection and the recurrence reach per GPU
+    step_floor_s: float = 4.2e-6  # a recurrent step of one layer at one row (grid barrier, latency)
+    layer_call_s: float = 60e-6  # per layer and call: projection GEMM launch, recurrence launch, states
+    stage_call_s: float = 40e-6  # per stage call: ORT's Run and the glue ops, GPU side
+    host_run_s: float = 0.4e-3  # host time to enqueue one stage call (I/O binding + Run), one host thread
     link_bytes_per_s: float = 300e9  # peer copy (NVLink)
     link_latency_s: float = 20e-6
 
     def layer_step_s(self, flops_per_row_step: float, rows: int) -> float:
-        return max(self.step_floor_s, flops_per_row_step * rows / self.flops_per_s)
+        return self.step_floor_s + flops_per_row_step * rows / self.flops_per_s
 
     def call_s(self, layer_flops: list[float], rows: int, steps: int, extra_flops: float = 0.0) -> float:
         return (sum(steps * self.layer_step_s(f, rows) + self.layer_call_s for f in layer_flops)
@@ -113,13 +116,16 @@ class CostModel:
 def modelled_ms(cost: CostModel, layer_flops, ranges, rows: int, steps: int, batch: int, total_steps: int,
                 boundary_bytes_per_row_step: float, extra: tuple[float, float] = (0.0, 0.0)) -> float:
     """Modelled wall time of a plan: (N + K - 1) slots of the slowest stage's item, plus the
-    transfers on the critical path."""
+    transfers on the critical path; or, where enqueueing is slower than the GPUs, the host's
+    N x K stage calls plus the last item."""
     K = len(ranges)
     n = math.ceil(batch / rows) * math.ceil(total_steps / steps)
     per = max(cost.call_s(layer_flops[a:b], rows, steps, (extra[0] if k == 0 else 0) + (extra[1] if k == K - 1 else 0))
               for k, (a, b) in enumerate(ranges))
     link = cost.link_latency_s + boundary_bytes_per_row_step * rows * steps / cost.link_bytes_per_s
-    return 1e3 * ((n + K - 1) * per + (K - 1) * link)
+    gpus = (n + K - 1) * per + (K - 1) * link
+    host = n * K * cost.host_run_s + per
+    return 1e3 * max(gpus, host)
 
 
 def choose(layer_flops: list[float], ranges, batch: int, steps: int, *, chunkable: bool,

@@ -52,15 +52,17 @@ class PipelineSession:
     time_chunk: rows per micro-batch and steps per chunk; None lets each call's plan pick (by B
     and T; time chunks only where they are exact: forward stacks without sequence_lens).
     providers_options: extra CUDA EP options for every stage. backend: the device layer
-    (default: CudaBackend; tests pass lstm_ort.pipeline.fake.FakeBackend). threads: one host
-    thread per stage (True) or one thread enqueueing every stage (False). profile: time every
+    (default: CudaBackend; tests pass lstm_ort.pipeline.fake.FakeBackend). threads: one thread
+    enqueueing every stage in a wavefront order (False, the default: Run only enqueues, and one
+    thread measured faster than a thread per stage, whose Python work contends for the GIL) or
+    one host thread per stage (True). profile: time every
     stage call and copy with events (``last_profile``). transfer: "auto" (peer copies where the
     devices can access each other, else through pinned host memory), "peer" or "staged".
     """
 
     def __init__(self, model, devices=(0, 1), stages="auto", micro_batch: int | None = None,
                  time_chunk: int | None = None, providers_options: dict | None = None, *, backend=None,
-                 sess_options: ort.SessionOptions | None = None, threads: bool = True, profile: bool = False,
+                 sess_options: ort.SessionOptions | None = None, threads: bool = False, profile: bool = False,
                  cost_model: CostModel | None = None, slots: int = 2, transfer: str = "auto"):
         if isinstance(model, os.PathLike):
             model = os.fspath(model)

@@ -220,6 +220,12 @@ class OrtCudaRunner:
         from lstm_ort.runtime.session import InferenceSession
 
         self.device = device
+        if sess_options is None:
+            # Every op of a stage runs on the GPU; ORT's intra-op threads would only spin after
+            # each Run, taking cores from the thread that enqueues the next stage's kernels.
+            sess_options = ort.SessionOptions()
+            sess_options.intra_op_num_threads = 1
+            sess_options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         options = {str(k): str(v) for k, v in (providers_options or {}).items()}
         options.update(device_id=str(device), user_compute_stream=str(stream_handle))
         providers = [("CUDAExecutionProvider", options), "CPUExecutionProvider"]

@@ -341,6 +341,48 @@ def test_buffers_are_reused(rng):
     assert be.allocations == allocated
 
 
+@pytest.mark.parametrize("direction,layout", [("forward", 0), ("bidirectional", 1)])
+def test_run_batches_equals_a_run_per_call(rng, direction, layout):
+    """Calls of one length go through the stages as one stream (one fill and drain), in
+    micro-batches of the largest call's rows; a call of another length starts a new stream."""
+    spec, model, _ = model_and_feeds(rng, direction, layout, seq_lens=True, initial_states=True)
+    calls = [make_feeds(spec, T, B, rng, seq_lens=True, initial_states=True) for T, B in ((9, 3), (9, 3), (9, 2), (6, 3))]
+    be = FakeBackend()
+    sess = PipelineSession(model, devices=(0, 1), backend=be)
+    got = sess.run_batches(None, calls)
+    assert len(got) == 4
+    for feeds, outs in zip(calls, got):
+        assert max_diff(run(model, feeds), outs) <= 1e-6
+    firsts = [(op.meta["item"], op.meta["rows"]) for op in be.runs() if op.meta["stage"] == 0]
+    assert firsts == [(0, 3), (1, 3), (2, 2), (0, 3)]  # one stream of 3 items, then the T=6 call
+    assert sess.last_plan.batch == 3 and sess.last_plan.steps == 6  # the last group: the one call of T=6
+    with pytest.raises(ValueError, match="missing"):
+        sess.run_batches(None, [calls[0], {}])
+
+
+@pytest.mark.parametrize("direction,layout", [("forward", 0), ("bidirectional", 1)])
+def test_bucketing_batcher_drives_a_pipeline(rng, direction, layout):
+    """The batcher takes a PipelineSession and hands it each bucket's batches as one stream
+    (run_batches): every sequence's outputs equal the batcher's on the unsplit model."""
+    from lstm_ort.serving import BucketingBatcher
+
+    spec = LstmSpec(input_size=5, hidden_size=4, num_layers=4, direction=direction, layout=layout)
+    model = fused_model(spec, random_layers(spec, rng), seq_lens=True)
+    seqs = [rng.standard_normal((n, 5)).astype(np.float32) for n in (1, 9, 3, 7, 7, 2, 12, 5, 6, 11)]
+    reference = BucketingBatcher(model, buckets=3, max_batch_size=2).run(seqs)
+    be = FakeBackend()
+    sess = PipelineSession(model, devices=(0, 1), backend=be)
+    calls = []
+    run_batches = sess.run_batches
+    sess.run_batches = lambda names, feeds: (calls.append(len(feeds)), run_batches(names, feeds))[1]
+    got = BucketingBatcher(sess, buckets=3, max_batch_size=2).run(seqs)
+    assert [sorted(r) for r in got] == [sorted(r) for r in reference]
+    for r, g in zip(reference, got):
+        for name in r:
+            assert np.abs(r[name] - g[name]).max() <= 1e-6, name
+    assert len(calls) <= 3 and sum(calls) >= 5  # a stream per bucket, not a call per batch
+
+
 def test_given_initial_states_are_uploaded_per_micro_batch(rng):
     """Initial states reach each stage as device buffers (one per micro-batch, H0 and C0), written
     on the stage's own stream before its first item: no host array goes into a stage's Run."""

@@ -156,11 +156,13 @@ def choose(layer_flops: list[float], ranges, batch: int, steps: int, *, chunkabl
             if best is None or key < best[0]:
                 best = (key, rows, tau, ms)
     _, rows, tau, ms = best
-    if micro_batch or time_chunk:
+    if micro_batch and time_chunk:
         reason = "as asked" + (f"; {chunk_refusal}" if chunk_refusal and not chunkable else "")
     else:
         reason = (f"modelled best of {len(rows_options)} micro-batch x {len(step_options)} chunk sizes: "
                   f"{ms:.3g} ms vs {single:.3g} ms on one GPU")
+        if micro_batch or time_chunk:
+            reason += f"; {'micro_batch' if micro_batch else 'time_chunk'} as asked"
         if not chunkable and chunk_refusal:
             reason += f"; no time chunks: {chunk_refusal}"
     return Plan(tuple(ranges), batch, steps, rows, tau, reason, ms, single)

@@ -146,13 +146,14 @@ class PipelineSession:
         self.micro_batch, self.time_chunk = micro_batch, time_chunk
 
     # -- planning ------------------------------------------------------------------------------
-    def plan(self, batch: int, steps: int) -> Plan:
-        """The plan a call with this batch size and length runs."""
+    def plan(self, batch: int, steps: int, micro_batch: int | None = None) -> Plan:
+        """The plan a call with this batch size and length runs (``micro_batch``: unless the
+        session fixes one, rows per micro-batch for this call)."""
         pm = self.pm
         boundary_bytes = pm.directions * pm.hidden * np.dtype(pm.np_dtype).itemsize
         extra = (pm.extra_costs["pre"], pm.extra_costs["post"])
         return choose(self.layer_flops, self.ranges, batch, steps, chunkable=pm.chunk_refusal is None,
-                      micro_batch=self.micro_batch, time_chunk=self.time_chunk, cost=self.cost_model,
+                      micro_batch=self.micro_batch or micro_batch, time_chunk=self.time_chunk, cost=self.cost_model,
                       boundary_bytes_per_row_step=boundary_bytes, extra=extra, chunk_refusal=pm.chunk_refusal)
 
     def _sizes(self, feeds: dict) -> tuple[int, int]:
@@ -185,7 +186,7 @@ class PipelineSession:
                     raise ValueError(f"{name} has shape {v.shape}, expected {expected}")
         return B, T
 
-    def run(self, output_names, input_feed: dict, run_options=None) -> list[np.ndarray]:
+    def _checked_feeds(self, output_names, input_feed: dict) -> tuple[list[str], dict]:
         names = [o.name for o in self._outputs] if not output_names else list(output_names)
         known = {o.name for o in self._outputs}
         unknown = [n for n in names if n not in known]
@@ -199,12 +200,64 @@ class PipelineSession:
         for name in self.pm.inputs:
             want = self.pm.np_dtype if feeds[name].dtype.kind == "f" else feeds[name].dtype
             feeds[name] = feeds[name].astype(want, copy=False)
+        return names, feeds
+
+    def run(self, output_names, input_feed: dict, run_options=None) -> list[np.ndarray]:
+        names, feeds = self._checked_feeds(output_names, input_feed)
+        return self._run(names, feeds)
+
+    def _run(self, names: list[str], feeds: dict, micro_batch: int | None = None) -> list[np.ndarray]:
         B, T = self._sizes(feeds)
         with self._lock:
-            plan = self.plan(B, T)
+            plan = self.plan(B, T, micro_batch)
             self.last_plan = plan
             out = self.executor.run(plan, feeds, names, profile=self.profile)
         return [out[n] for n in names]
+
+    def run_batches(self, output_names, feeds_list: list[dict], run_options=None) -> list[list[np.ndarray]]:
+        """``run`` for each of several calls' feeds, pipelined across them: consecutive calls
+        whose inputs agree in all but the batch size go through the stages as one stream of
+        items (each call's rows in micro-batches of the largest call's batch size, unless the
+        session fixes ``micro_batch``), so the pipeline fills and drains once per group instead of
+        once per call. Rows are independent, so every call's outputs equal its own ``run``'s."""
+        checked = [self._checked_feeds(output_names, f) for f in feeds_list]
+        results: list[list[np.ndarray]] = []
+        i = 0
+        while i < len(checked):
+            names, first = checked[i]
+            j = i + 1
+            while j < len(checked) and checked[j][0] == names and self._same_but_batch(first, checked[j][1]):
+                j += 1
+            group = [f for _, f in checked[i:j]]
+            sizes = [self._sizes(f)[0] for f in group]
+            if len(group) == 1:
+                results.append(self._run(names, group[0]))
+            else:
+                merged = {n: np.concatenate([f[n] for f in group], axis=self._batch_axis(n)) for n in group[0]}
+                out = self._run(names, merged, micro_batch=max(sizes))
+                bounds = np.cumsum([0] + sizes)
+                axes = {o.name: o.axes.batch for o in self.pm.outputs}
+                for g in range(len(group)):
+                    results.append([np.take(v, np.arange(bounds[g], bounds[g + 1]), axis=axes[n])
+                                    for n, v in zip(names, out)])
+            i = j
+        return results
+
+    def _batch_axis(self, name: str) -> int:
+        pm = self.pm
+        if name in pm.inputs:
+            return pm.inputs[name].batch
+        if name == pm.sequence_lens:
+            return 0
+        return 1 if pm.layout == 0 else 0  # initial_h / initial_c
+
+    def _same_but_batch(self, a: dict, b: dict) -> bool:
+        for name, v in a.items():
+            w = b[name]
+            ax = self._batch_axis(name)
+            if v.dtype != w.dtype or v.ndim != w.ndim or v.shape[:ax] + v.shape[ax + 1:] != w.shape[:ax] + w.shape[ax + 1:]:
+                return False
+        return True
 
     @property
     def last_profile(self):

@@ -100,10 +100,15 @@ def normalize_providers(providers) -> list | None:
     return [_PROVIDERS.get(p.lower(), p) if isinstance(p, str) else p for p in providers]
 
 
+STREAM_BATCHES = 16  # batches handed to a pipelining session's run_batches at once
+
+
 class BucketingBatcher:
     """Runs ragged sequences through a FusedLSTM model in length buckets (docs/serving.md).
 
-    model: a path, an onnx.ModelProto or an lstm_ort.InferenceSession. buckets: "auto" (greedy,
+    model: a path, an onnx.ModelProto, an lstm_ort.InferenceSession or another session object
+    with ``run`` and ``get_providers`` (lstm_ort.pipeline.PipelineSession: its ``run_batches``
+    then runs the batches of a bucket as one pipelined stream). buckets: "auto" (greedy,
     from the data), an int (that many buckets, optimal by dynamic programming), or a list of
     boundaries (longer sequences get one more bucket, up to the longest). Batches hold at most
     ``max_batch_size`` sequences and ``max_batch_tokens`` padded time steps (64 sequences if
@@ -115,7 +120,7 @@ class BucketingBatcher:
     def __init__(self, model, *, providers=None, buckets="auto", max_batch_tokens: int | None = None,
                  max_batch_size: int | None = None, session_options: ort.SessionOptions | None = None,
                  allow_padding: bool = False, input_name: str | None = None):
-        if isinstance(model, ort.InferenceSession):
+        if isinstance(model, ort.InferenceSession) or (hasattr(model, "run") and hasattr(model, "get_providers")):
             self.session = model
             proto = _session_model(model)
         else:
@@ -132,7 +137,9 @@ class BucketingBatcher:
         self._layouts: dict[str | None, RaggedLayout] = {}
         self._default_input = input_name
         self.stats = BatchStats()
-        self.on_cuda = "CUDAExecutionProvider" in self.session.get_providers()
+        # A session that pipelines several calls (PipelineSession) takes a bucket's batches at once.
+        self.streams = hasattr(self.session, "run_batches")
+        self.on_cuda = "CUDAExecutionProvider" in self.session.get_providers() and not self.streams
 
     # -- the model -----------------------------------------------------------------------------
     def layout(self, input_name: str | None = None) -> RaggedLayout:
@@ -266,7 +273,7 @@ class BucketingBatcher:
             opts = self.session.get_provider_options().get("CUDAExecutionProvider", {})
             device = int(opts.get("device_id", 0))
 
-        def prepare(item):
+        def host_feed(item):
             steps, idx, rows = item
             shape = [0, 0, *feature]
             shape[layout.time_axis], shape[layout.batch_axis] = steps, rows
@@ -281,6 +288,10 @@ class BucketingBatcher:
             feed = {layout.input: x, **extra}
             if layout.sequence_lens:
                 feed[layout.sequence_lens] = lens
+            return feed
+
+        def prepare(item):
+            idx, feed = item[1], host_feed(item)
             if self.on_cuda:  # the host->device copy happens here, beside the previous batch's compute
                 binding = self.session.io_binding()
                 for name, value in feed.items():
@@ -293,6 +304,21 @@ class BucketingBatcher:
             return idx, feed
 
         done = 0
+        if self.streams:
+            # Consecutive batches of one bucket (same steps), up to STREAM_BATCHES at a time.
+            k = 0
+            while k < len(plan):
+                end = k + 1
+                while end < len(plan) and end - k < STREAM_BATCHES and plan[end][0] == plan[k][0]:
+                    end += 1
+                group = plan[k:end]
+                for (_, idx, _), outs in zip(group, self.session.run_batches(outputs, [host_feed(it) for it in group])):
+                    self._scatter(idx, outs, outputs, lengths, layout, results)
+                    done += idx.size
+                if progress is not None:
+                    progress(done, len(seqs))
+                k = end
+            return
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="lstm-ort-batch") as pool:
             pending = pool.submit(prepare, plan[0])
             for k in range(len(plan)):

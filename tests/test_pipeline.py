@@ -360,6 +360,16 @@ def test_run_batches_equals_a_run_per_call(rng, direction, layout):
         sess.run_batches(None, [calls[0], {}])
 
 
+def test_row_stack_reads_rows_across_calls(rng):
+    from lstm_ort.pipeline.session import RowStack
+
+    parts = [rng.standard_normal((5, n, 3)).astype(np.float32) for n in (2, 3, 1)]
+    stack, full = RowStack(parts, 1), np.concatenate(parts, axis=1)
+    assert stack.shape == full.shape and stack.nbytes == full.nbytes and stack.itemsize == 4
+    for a, b in ((0, 2), (1, 4), (2, 6), (0, 6), (5, 6)):
+        assert np.array_equal(stack[(slice(1, 4), slice(a, b), slice(None))], full[1:4, a:b])
+
+
 @pytest.mark.parametrize("direction,layout", [("forward", 0), ("bidirectional", 1)])
 def test_bucketing_batcher_drives_a_pipeline(rng, direction, layout):
     """The batcher takes a PipelineSession and hands it each bucket's batches as one stream

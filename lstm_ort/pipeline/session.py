@@ -219,7 +219,9 @@ class PipelineSession:
         whose inputs agree in all but the batch size go through the stages as one stream of
         items (each call's rows in micro-batches of the largest call's batch size, unless the
         session fixes ``micro_batch``), so the pipeline fills and drains once per group instead of
-        once per call. Rows are independent, so every call's outputs equal its own ``run``'s."""
+        once per call. Rows are independent, so every call's outputs equal its own ``run``'s; they
+        are views of the group's joined outputs, and the joined inputs are never copied whole (the
+        feeder reads each item's rows from the calls that hold them)."""
         checked = [self._checked_feeds(output_names, f) for f in feeds_list]
         results: list[list[np.ndarray]] = []
         i = 0
@@ -233,13 +235,20 @@ class PipelineSession:
             if len(group) == 1:
                 results.append(self._run(names, group[0]))
             else:
-                merged = {n: np.concatenate([f[n] for f in group], axis=self._batch_axis(n)) for n in group[0]}
+                # The sequence inputs are joined lazily (the feeder reads each item's rows from
+                # the call that holds them); the small ones (lengths, states) are concatenated.
+                merged = {n: RowStack([f[n] for f in group], self._batch_axis(n)) if n in self.pm.inputs
+                          else np.concatenate([f[n] for f in group], axis=self._batch_axis(n)) for n in group[0]}
                 out = self._run(names, merged, micro_batch=max(sizes))
                 bounds = np.cumsum([0] + sizes)
                 axes = {o.name: o.axes.batch for o in self.pm.outputs}
                 for g in range(len(group)):
-                    results.append([np.take(v, np.arange(bounds[g], bounds[g + 1]), axis=axes[n])
-                                    for n, v in zip(names, out)])
+                    parts = []
+                    for n, v in zip(names, out):  # views: each call's rows of the joined outputs
+                        index = [slice(None)] * v.ndim
+                        index[axes[n]] = slice(int(bounds[g]), int(bounds[g + 1]))
+                        parts.append(v[tuple(index)])
+                    results.append(parts)
             i = j
         return results
 
@@ -285,6 +294,31 @@ class PipelineSession:
             self.close()
         except Exception:  # noqa: BLE001 - interpreter shutdown
             pass
+
+
+class RowStack:
+    """Several calls' arrays joined along the batch axis without a copy, for the executor's
+    feeder: indexing with slices reads the rows from the arrays that hold them."""
+
+    def __init__(self, parts: list[np.ndarray], axis: int):
+        self.parts, self.axis = parts, axis
+        self.bounds = np.cumsum([0] + [p.shape[axis] for p in parts])
+        shape = list(parts[0].shape)
+        shape[axis] = int(self.bounds[-1])
+        self.shape, self.dtype, self.ndim = tuple(shape), parts[0].dtype, len(shape)
+        self.itemsize = self.dtype.itemsize
+        self.nbytes = int(np.prod(shape)) * self.itemsize
+
+    def __getitem__(self, index: tuple) -> np.ndarray:
+        rows = index[self.axis]
+        pieces = []
+        for part, lo, hi in zip(self.parts, self.bounds[:-1], self.bounds[1:]):
+            a, b = max(rows.start, lo), min(rows.stop, hi)
+            if a < b:
+                where = list(index)
+                where[self.axis] = slice(int(a - lo), int(b - lo))
+                pieces.append(part[tuple(where)])
+        return pieces[0] if len(pieces) == 1 else np.concatenate(pieces, axis=self.axis)
 
 
 class PipelineIOBinding:

@@ -339,7 +339,7 @@ class Executor:
         lens_parts = {}
         if pm.sequence_lens:
             for j in range(plan.num_micro_batches):
-                b0, b1 = j * plan.micro_batch, min(plan.batch, (j + 1) * plan.micro_batch)
+                b0, b1 = plan.micro_batch_rows(j)
                 lens_parts[j] = np.ascontiguousarray(feeds[pm.sequence_lens][b0:b1])
         initial = self._upload_initial_states(plan, feeds)
         feeder = _Feeder(self, items, feeds)
@@ -518,7 +518,7 @@ class Executor:
                 given = slice_states(pm, feeds[src], a, b) if src else None
                 bufs = st.init.setdefault(key, [])
                 for j in range(plan.num_micro_batches):
-                    b0, b1 = j * plan.micro_batch, min(plan.batch, (j + 1) * plan.micro_batch)
+                    b0, b1 = plan.micro_batch_rows(j)
                     shape = self._state_shape(k, b1 - b0)
                     if given is None:
                         views[(k, j, key)] = DeviceView(st.zeros, shape, pm.np_dtype)
@@ -530,7 +530,7 @@ class Executor:
                             be.free(bufs[j])
                         bufs[j] = be.alloc(st.device, nbytes, f"{key}{k}.{j}")
                     host = self._host(("init", k, j, key), shape, pm.np_dtype)
-                    np.copyto(host, np.take(given, np.arange(b0, b1), axis=1 if pm.layout == 0 else 0))
+                    np.copyto(host, np.take(given, np.arange(b0, b1), axis=pm.state_batch_axis))
                     view = DeviceView(bufs[j], shape, pm.np_dtype)
                     be.copy_h2d(view, host, st.stream)
                     views[(k, j, key)] = view

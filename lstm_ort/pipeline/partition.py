@@ -65,7 +65,12 @@ class PipelineModel:
 
     @property
     def state_axis(self) -> int:
+        """initial_h / initial_c / Y_h / Y_c: the axis of layers x directions."""
         return 0 if self.layout == 0 else 1
+
+    @property
+    def state_batch_axis(self) -> int:
+        return 1 - self.state_axis
 
     @property
     def np_dtype(self):

@@ -61,10 +61,14 @@ class Plan:
         K, N = self.stages, self.num_items
         return (K - 1) / (N + K - 1)
 
+    def micro_batch_rows(self, j: int) -> tuple[int, int]:
+        """[b0, b1) of the call's batch that micro-batch j holds."""
+        return j * self.micro_batch, min(self.batch, (j + 1) * self.micro_batch)
+
     def items(self) -> list[Item]:
         out = []
         for j in range(self.num_micro_batches):
-            rows = (j * self.micro_batch, min(self.batch, (j + 1) * self.micro_batch))
+            rows = self.micro_batch_rows(j)
             for c in range(self.num_chunks):
                 steps = (c * self.time_chunk, min(self.steps, (c + 1) * self.time_chunk))
                 out.append(Item(len(out), j, c, rows, steps))

@@ -258,7 +258,7 @@ class PipelineSession:
             return pm.inputs[name].batch
         if name == pm.sequence_lens:
             return 0
-        return 1 if pm.layout == 0 else 0  # initial_h / initial_c
+        return pm.state_batch_axis  # initial_h / initial_c
 
     def _same_but_batch(self, a: dict, b: dict) -> bool:
         for name, v in a.items():

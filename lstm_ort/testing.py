@@ -105,6 +105,17 @@ def run_fused(spec: LstmSpec, layers: list[LayerWeights], feeds: dict, dtype=np.
     return run(fused_model(spec, layers, dtype, **model_kw), feeds, providers, strategy=strategy, precision=precision)
 
 
+def weights_as_graph_input(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """A copy of `model` whose FusedLSTM reads its W from a graph input instead of an initializer
+    (no constant, as when weights are fed at run time), and the feed that gives W its value."""
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    name = next(n for n in model.graph.node if n.op_type == "FusedLSTM").input[1]
+    init = next(i for i in model.graph.initializer if i.name == name)
+    model.graph.initializer.remove(init)
+    model.graph.input.append(onnx.helper.make_tensor_value_info(name, init.data_type, list(init.dims)))
+    return model, {name: onnx.numpy_helper.to_array(init)}
+
+
 def factored_layers(layers: list[LayerWeights], rank_input: int = 0, rank_recurrent: int = 0) -> list[LayerWeights]:
     """Copies of `layers` whose input (W) and recurrent (R) matrices are replaced by truncated-SVD
     factors of these ranks (0: kept whole; a rank beyond a matrix's side is cut to it)."""

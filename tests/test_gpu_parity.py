@@ -2,6 +2,7 @@
 path takes the case, CPU otherwise) and against our own CPU kernel, for every strategy (forced
 through the lstm_ort.strategy session option)."""
 
+import dataclasses
 import threading
 
 import numpy as np
@@ -11,7 +12,7 @@ import pytest
 from lstm_ort.builders import LstmSpec, random_layers
 from lstm_ort.ops.identity import TUNABLE_STRATEGIES
 from lstm_ort.testing import (CPU, CUDA, DIRECTIONS, FEATURE_GRID, NON_DEFAULT_ACTS, SHAPE_GRID, make_feeds, max_abs,
-                              run_fused, run_stock)
+                              run_fused, run_stock, weights_as_graph_input)
 
 pytestmark = pytest.mark.gpu
 
@@ -115,6 +116,57 @@ def test_split_tf32_projection_in_chunks(strategy, rng):
     """T*B = 16640 > 16384: the split input runs through the GEMMs in two row chunks."""
     spec = LstmSpec(input_size=8, hidden_size=16, num_layers=2)
     check_gpu(spec, 130, 128, rng, strategy, seq_lens=True)
+
+
+@pytest.mark.parametrize("direction", DIRECTIONS)
+def test_kept_split_weights_across_calls_and_threads(direction, rng):
+    """A constant W is split for 3xTF32 once per session and kept (gemm/kept_split.h): calls of
+    sizes that split (T*B = 1280, and 40 x 16 rows of a 256-wide input) and that do not (32 rows),
+    in turns and from two threads at once on a fresh session (the first fill), each match stock."""
+    from lstm_ort.builders import fused_model
+    from lstm_ort.runtime.session import InferenceSession
+
+    spec = LstmSpec(input_size=1024, hidden_size=128, num_layers=2, direction=direction, peepholes=True)
+    layers = random_layers(spec, rng)
+    model = fused_model(spec, layers, seq_lens=True, initial_states=True).SerializeToString()
+    cases = []
+    for T, B in ((40, 32), (4, 8), (20, 64), (40, 16)):
+        feeds = make_feeds(spec, T, B, rng, seq_lens=True, initial_states=True)
+        cases.append((feeds, run_stock(spec, layers, feeds, seq_lens=True, initial_states=True)))
+    sess = InferenceSession(model, providers=CUDA)
+    for feeds, expect in cases + cases:
+        assert max_abs(sess.run(None, feeds), expect) <= TOL
+    fresh = InferenceSession(model, providers=CUDA)
+    errors = []
+
+    def work(feeds, expect):
+        errors.extend(max_abs(fresh.run(None, feeds), expect) for _ in range(5))
+
+    threads = [threading.Thread(target=work, args=case) for case in (cases[0], cases[2])]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(errors) == 10 and max(errors) <= TOL, errors
+
+
+@pytest.mark.parametrize("direction", DIRECTIONS)
+def test_split_weights_given_as_graph_input(direction, rng):
+    """W fed at run time is no constant: each call splits its input rows itself (nothing kept),
+    and a changed W gives the changed answer."""
+    from lstm_ort.builders import fused_model
+    from lstm_ort.runtime.session import InferenceSession
+
+    spec = LstmSpec(input_size=24, hidden_size=64, num_layers=2, direction=direction)
+    layers = random_layers(spec, rng)
+    model, weights = weights_as_graph_input(fused_model(spec, layers))
+    sess = InferenceSession(model.SerializeToString(), providers=CUDA)
+    feeds = make_feeds(spec, 40, 32, rng)
+    assert max_abs(sess.run(None, {**feeds, **weights}), run_stock(spec, layers, feeds)) <= TOL
+    # New W and R, the same biases (they stay initializers of the model).
+    other = [dataclasses.replace(lw, W=o.W, R=o.R) for lw, o in zip(layers, random_layers(spec, rng))]
+    _, other_weights = weights_as_graph_input(fused_model(spec, other))
+    assert max_abs(sess.run(None, {**feeds, **other_weights}), run_stock(spec, other, feeds)) <= TOL
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)

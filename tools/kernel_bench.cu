@@ -71,17 +71,17 @@ int main(int argc, char** argv) {
   io.out[kYH] = yh;
   io.out[kYC] = yc;
   void* scratch = nullptr;
-  cudaMalloc(&scratch, CudaScratchBytes<float>(d, attrs.precision));
+  cudaMalloc(&scratch, CudaScratchBytes<float>(d, attrs.precision, false));
   cudaStream_t stream;
   cudaStreamCreate(&stream);
   cudaEvent_t start, stop;
   cudaEventCreate(&start);
   cudaEventCreate(&stop);
-  for (int i = 0; i < 3; ++i) RunLstmCuda<float>(attrs, io, stream, scratch, strategy);
+  for (int i = 0; i < 3; ++i) RunLstmCuda<float>(attrs, io, stream, scratch, strategy, {});
   std::vector<float> times;
   for (int i = 0; i < runs; ++i) {
     cudaEventRecord(start, stream);
-    RunLstmCuda<float>(attrs, io, stream, scratch, strategy);
+    RunLstmCuda<float>(attrs, io, stream, scratch, strategy, {});
     cudaEventRecord(stop, stream);
     cudaEventSynchronize(stop);
     float ms = 0;
@@ -93,7 +93,7 @@ int main(int argc, char** argv) {
   const size_t ny = d.T * d.D * d.B * d.H;
   std::vector<float> got(ny), ref(ny);
   cudaMemcpy(got.data(), y, ny * sizeof(float), cudaMemcpyDeviceToHost);
-  RunLstmCuda<float>(attrs, io, stream, scratch, Strategy::kTiled);
+  RunLstmCuda<float>(attrs, io, stream, scratch, Strategy::kTiled, {});
   cudaMemcpy(ref.data(), y, ny * sizeof(float), cudaMemcpyDeviceToHost);
   float err = 0;
   for (size_t i = 0; i < ny; ++i) err = std::max(err, std::fabs(got[i] - ref[i]));

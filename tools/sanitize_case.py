@@ -9,7 +9,8 @@ import sys
 import numpy as np
 
 from lstm_ort.builders import LstmSpec, fused_model, random_layers
-from lstm_ort.testing import CPU, CUDA, factored_layers, make_feeds, max_abs, run, run_fused, run_stock
+from lstm_ort.testing import (CPU, CUDA, factored_layers, make_feeds, max_abs, run, run_fused, run_stock,
+                              weights_as_graph_input)
 
 
 def main() -> int:
@@ -70,6 +71,20 @@ def main() -> int:
                 key = f"cuBLAS step {precision}"
                 worst_mma[key] = max(worst_mma.get(key, 0.0), err)
     del os.environ["LSTM_ORT_GEMM_STEP"]
+    # fp32 input projections on 3xTF32 (gemm/input_projection.cu): T*B = 1024 rows, W kept across
+    # calls (gemm/kept_split.h; the first call splits it), then W fed at run time (split per call).
+    from lstm_ort.runtime.session import InferenceSession
+    for spec in specs:
+        layers = random_layers(spec, rng)
+        feeds = make_feeds(spec, 64, 16, rng, seq_lens=True, initial_states=True)
+        expect = run_stock(spec, layers, feeds, seq_lens=True, initial_states=True)
+        model = fused_model(spec, layers, seq_lens=True, initial_states=True)
+        sess = InferenceSession(model.SerializeToString(), providers=CUDA)
+        for _ in range(2):
+            worst = max(worst, max_abs(sess.run(None, feeds), expect))
+        model, weights = weights_as_graph_input(model)
+        sess = InferenceSession(model.SerializeToString(), providers=CUDA)
+        worst = max(worst, max_abs(sess.run(None, {**feeds, **weights}), expect))
     # Factored weights (the low-rank path), against our CPU kernel: the persistent recurrence, then
     # the per-step one through its knob.
     for stepwise, spec, dtype in itertools.product((False, True), specs, (np.float32, np.float16)):

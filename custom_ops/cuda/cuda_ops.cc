@@ -5,13 +5,18 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include "cuda/developer_knobs.h"
 #include "cuda/device_limits.h"
+#include "cuda/element_traits.h"
+#include "cuda/gemm/kept_split.h"
 #include "cuda/heuristics.h"
 #include "cuda/low_rank/run.h"
 #include "cuda/lstm_cuda.h"
@@ -50,12 +55,48 @@ struct OnnxElementType<__half> {
   static constexpr ONNXTensorElementDataType value = ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16;
 };
 
+// W's 3xTF32 halves kept for the kernel's life, where W is a constant initializer of an fp32
+// node (null otherwise: the calls split W themselves where they split). The memory comes from
+// onnxruntime's allocator for the kernel's device, and goes back when the session ends.
+template <typename T>
+std::unique_ptr<KeptSplitWeights> KeptSplitFor(const OrtKernelInfo* info) {
+  if constexpr (!std::is_same_v<T, float>) {
+    return nullptr;
+  } else {
+    const OrtApi& api = Ort::GetApi();
+    int constant = 0;
+    const OrtValue* value = nullptr;
+    OrtStatus* status = api.KernelInfoGetConstantInput_tensor(info, kW, &constant, &value);
+    if (status) api.ReleaseStatus(status);
+    if (status || !constant) return nullptr;
+    OrtAllocator* allocator = nullptr;
+    status = api.KernelInfoGetAllocator(info, OrtMemTypeDefault, &allocator);
+    if (status) {
+      api.ReleaseStatus(status);
+      return nullptr;
+    }
+    std::shared_ptr<OrtAllocator> owner(allocator, [](OrtAllocator* a) { Ort::GetApi().ReleaseAllocator(a); });
+    return std::make_unique<KeptSplitWeights>(
+        [owner](size_t bytes) -> void* {
+          void* p = owner->Alloc(owner.get(), bytes);
+          cudaPointerAttributes where{};
+          if (p && (cudaPointerGetAttributes(&where, p) != cudaSuccess || where.type != cudaMemoryTypeDevice)) {
+            owner->Free(owner.get(), p);  // not the device's memory: keep nothing
+            return nullptr;
+          }
+          return p;
+        },
+        [owner](void* p) { owner->Free(owner.get(), p); });
+  }
+}
+
 template <typename T>
 struct CudaKernel {
   static constexpr ONNXTensorElementDataType kType = OnnxElementType<T>::value;
   static constexpr const char* kProvider = "CUDAExecutionProvider";
 
-  explicit CudaKernel(const OrtKernelInfo* info) : attrs_(ParseAttributes(info)), strategy_(StrategyFor(attrs_)) {}
+  explicit CudaKernel(const OrtKernelInfo* info)
+      : attrs_(ParseAttributes(info)), strategy_(StrategyFor(attrs_)), kept_split_(KeptSplitFor<T>(info)) {}
 
   void Compute(OrtKernelContext* context) {
     Ort::KernelContext ctx(context);
@@ -68,16 +109,30 @@ struct CudaKernel {
     Ort::ThrowOnError(Ort::GetApi().KernelContext_GetAllocator(context, mem, &scratch.allocator));
     // Factored weights have a path of their own (low_rank/), which the strategies do not apply to.
     const bool factored = attrs_.ranks.Any();
-    const size_t bytes = factored ? LowRankCudaScratchBytes<T>(io.dims, attrs_.ranks) : CudaScratchBytes<T>(io.dims, attrs_.precision);
+    void* stream = ctx.GetGPUComputeStream();
+    const KeptSplit kept = factored ? KeptSplit{} : KeptSplitForCall(io, static_cast<cudaStream_t>(stream));
+    const size_t bytes = factored ? LowRankCudaScratchBytes<T>(io.dims, attrs_.ranks)
+                                  : CudaScratchBytes<T>(io.dims, attrs_.precision, kept.Kept());
     scratch.data = scratch.allocator->Alloc(scratch.allocator, bytes);
     if (!scratch.data) Fail("could not allocate " + std::to_string(bytes) + " bytes of scratch");
-    if (factored) return RunLowRankCuda<T>(attrs_, io, ctx.GetGPUComputeStream(), scratch.data);
+    if (factored) return RunLowRankCuda<T>(attrs_, io, stream, scratch.data);
     const Strategy strategy =
         attrs_.tuned.empty() ? strategy_ : StrategyForCall(strategy_, attrs_.tuned, GpuName(device), io.dims);
-    RunLstmCuda<T>(attrs_, io, ctx.GetGPUComputeStream(), scratch.data, strategy);
+    RunLstmCuda<T>(attrs_, io, stream, scratch.data, strategy, kept);
   }
 
  private:
+  // The kept halves where this call projects with the 3xTF32 split (heuristics.h).
+  KeptSplit KeptSplitForCall(const CallIO& io, cudaStream_t stream) {
+    const Dims& d = io.dims;
+    const int64_t widest = std::max(d.I, d.D * d.H);
+    if (!kept_split_ ||
+        !ProjectsWithSplitTf32(kElementTypeOf<T>, ProjectionMathFor(attrs_.precision, d), d.T * d.B, widest, true))
+      return {};
+    if constexpr (std::is_same_v<T, float>) return kept_split_->For(static_cast<const float*>(io.in[kW]), d, stream);
+    return {};
+  }
+
   const std::string& GpuName(int device) {
     std::lock_guard<std::mutex> lock(names_mutex_);
     auto it = gpu_names_.find(device);
@@ -87,6 +142,7 @@ struct CudaKernel {
 
   Attributes attrs_;
   Strategy strategy_;
+  std::unique_ptr<KeptSplitWeights> kept_split_;
   std::mutex names_mutex_;
   std::map<int, std::string> gpu_names_;
 };

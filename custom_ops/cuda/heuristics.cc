@@ -31,8 +31,9 @@ StepKernel ChooseStepKernel(Strategy strategy, ElementType type, const Dims& d) 
   return StepKernel::kTiled;
 }
 
-bool ProjectsWithSplitTf32(ElementType type, int64_t rows) {
-  return type == ElementType::kFloat32 && rows >= kMinRowsForSplit;
+bool ProjectsWithSplitTf32(ElementType type, ProjectionMath math, int64_t rows, int64_t input, bool weights_kept) {
+  if (type != ElementType::kFloat32 || math != ProjectionMath::kFp32) return false;
+  return rows >= kMinRowsForSplit || (weights_kept && rows * input >= kMinRowsTimesInputForKeptSplit);
 }
 
 std::optional<MmaOperand> MmaOperandFor(Precision precision, ElementType type, const Dims& d) {

@@ -119,11 +119,18 @@ int StreamSplitsAtMost(int64_t H);
 
 // fp32 input projections run as 3xTF32 (gemm/split_tf32.cuh) from this many rows (T*B) on, in
 // chunks of at most kSplitChunkRows rows so the split copies stay small. B=1 (100 rows) lost 3%
-// with the split, B=64 (6400 rows) gained 10-15%.
+// with the split, B=64 (6400 rows) gained 10-15%. Where the node's W is a constant, its halves
+// are split once and kept (gemm/kept_split.h); a call then splits only x, and the split also pays
+// for fewer rows once rows x layer input reaches kMinRowsTimesInputForKeptSplit (H100, 4 x H1024
+// whole op, kept split against SGEMM: B64 T10 0.91x, B256 T2 0.77x, B16 T32 0.92x, 1 x H2048 B64
+// T4 0.86x; below it, B64 T5 at H1024 1.19x, H512 B8 T64 1.20x, H256 B64 T4 1.22x).
 constexpr int64_t kMinRowsForSplit = 1024;
+constexpr int64_t kMinRowsTimesInputForKeptSplit = 512 * 1024;
 constexpr int64_t kSplitChunkRows = 16384;
 
-bool ProjectsWithSplitTf32(ElementType type, int64_t rows);
+// `input`: the layer's input width; `weights_kept`: W's halves are kept across calls. Monotone
+// in `input`, so the widest layer input answers for a call's scratch.
+bool ProjectsWithSplitTf32(ElementType type, ProjectionMath math, int64_t rows, int64_t input, bool weights_kept);
 
 // The tensor-core product the persistent ranges use for `precision`, or none for the FP32 FMA
 // kernel. Measured on an H100 (tools/mma_probe.py, T=100, H 256-1024, docs/ops.md): fp16 and

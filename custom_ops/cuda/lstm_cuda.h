@@ -6,23 +6,26 @@
 #include <cstddef>
 #include <string>
 
+#include "cuda/gemm/kept_split.h"
 #include "lstm_ort/contract.h"
 
 namespace lstm_ort {
 
 struct CallIO;
 
-// `precision`: the node's mode, which decides whether v1's steps need 16-bit copies.
+// `precision`: the node's mode, which decides whether v1's steps need 16-bit copies;
+// `weights_kept`: the call gets W's 3xTF32 halves (KeptSplit) and needs no room to split them.
 template <typename T>
-size_t CudaScratchBytes(const Dims& d, Precision precision);
+size_t CudaScratchBytes(const Dims& d, Precision precision, bool weights_kept);
 
 // What RunLstmCuda<T> does for these sizes on the current device, in words (for reports).
 template <typename T>
 std::string DescribeStrategy(const Dims& d, Strategy strategy, Precision precision);
 
-// Enqueues the whole stack on `stream` (a cudaStream_t); `scratch` holds CudaScratchBytes<T>(...)
-// bytes of device memory.
+// Enqueues the whole stack on `stream` (a cudaStream_t); `scratch` holds CudaScratchBytes<T>(...,
+// kept.Kept()) bytes of device memory.
 template <typename T>
-void RunLstmCuda(const Attributes& attrs, const CallIO& io, void* stream, void* scratch, Strategy strategy);
+void RunLstmCuda(const Attributes& attrs, const CallIO& io, void* stream, void* scratch, Strategy strategy,
+                 KeptSplit kept);
 
 }  // namespace lstm_ort

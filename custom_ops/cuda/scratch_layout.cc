@@ -14,7 +14,8 @@ size_t Aligned(size_t n) { return (n + kScratchAlign - 1) / kScratchAlign * kScr
 
 size_t HBufBytes(const Dims& d) { return sizeof(float) * 2 * d.L * d.D * d.H * ((d.B + 127) / 128 * 128); }
 
-Scratch CarveScratch(const Dims& d, ElementType type, Precision precision, void* base, size_t* total) {
+Scratch CarveScratch(const Dims& d, ElementType type, Precision precision, bool weights_kept, void* base,
+                     size_t* total) {
   Scratch s{};
   char* p = static_cast<char*>(base);
   size_t off = 0;
@@ -51,22 +52,26 @@ Scratch CarveScratch(const Dims& d, ElementType type, Precision precision, void*
     s.h_half = take(sizeof(uint16_t) * d.D * d.B * d.H);
     s.wh_amax = reinterpret_cast<unsigned*>(take(sizeof(unsigned) * 2));
   }
-  if (ProjectsWithSplitTf32(type, d.T * d.B)) {
-    const int64_t widest = std::max(d.I, d.D * d.H);  // the largest layer input
+  const int64_t widest = std::max(d.I, d.D * d.H);  // the largest layer input
+  if (ProjectsWithSplitTf32(type, ProjectionMathFor(precision, d), d.T * d.B, widest, weights_kept)) {
     const size_t x = sizeof(float) * std::min<int64_t>(d.T * d.B, kSplitChunkRows) * widest;
-    const size_t w = sizeof(float) * d.D * (widest + d.H) * kGates * d.H;
+    const size_t w = weights_kept ? 0 : sizeof(float) * d.D * widest * kGates * d.H;
     s.x_hi = reinterpret_cast<float*>(take(x));
     s.x_lo = reinterpret_cast<float*>(take(x));
-    s.w_hi = reinterpret_cast<float*>(take(w));
-    s.w_lo = reinterpret_cast<float*>(take(w));
+    float* w_hi = reinterpret_cast<float*>(take(w));
+    float* w_lo = reinterpret_cast<float*>(take(w));
+    if (!weights_kept) {  // take(0) would point at the next region
+      s.w_hi = w_hi;
+      s.w_lo = w_lo;
+    }
   }
   if (total) *total = off;
   return s;
 }
 
-size_t ScratchBytes(const Dims& d, ElementType type, Precision precision) {
+size_t ScratchBytes(const Dims& d, ElementType type, Precision precision, bool weights_kept) {
   size_t total = 0;
-  CarveScratch(d, type, precision, nullptr, &total);
+  CarveScratch(d, type, precision, weights_kept, nullptr, &total);
   return total;
 }
 

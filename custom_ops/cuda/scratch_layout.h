@@ -29,8 +29,9 @@ struct Scratch {
   void* wh_half;
   void* h_half;
   unsigned* wh_amax;
-  // fp32 input projections on TF32 tensor cores: the layer input (a chunk of rows) and its
-  // weights, split; null when ProjectsWithSplitTf32 says no.
+  // fp32 input projections on TF32 tensor cores: the layer input (a chunk of rows) and the
+  // input rows of its weights, split; null when ProjectsWithSplitTf32 says no, and the weights'
+  // also where they are kept across calls (gemm/kept_split.h).
   float *x_hi, *x_lo, *w_hi, *w_lo;
 };
 
@@ -38,9 +39,11 @@ struct Scratch {
 size_t HBufBytes(const Dims& d);
 
 // The regions inside `base` (all null when base is null); `total` (if given) gets the bytes used.
-// `precision` is the node's mode (`auto` is resolved here for the shape).
-Scratch CarveScratch(const Dims& d, ElementType type, Precision precision, void* base, size_t* total);
+// `precision` is the node's mode (`auto` is resolved here for the shape); `weights_kept`: the
+// weights' 3xTF32 halves are kept across calls.
+Scratch CarveScratch(const Dims& d, ElementType type, Precision precision, bool weights_kept, void* base,
+                     size_t* total);
 
-size_t ScratchBytes(const Dims& d, ElementType type, Precision precision);
+size_t ScratchBytes(const Dims& d, ElementType type, Precision precision, bool weights_kept);
 
 }  // namespace lstm_ort

@@ -26,6 +26,7 @@ add_library(lstm_ort_cuda SHARED
   ${_cuda_dir}/cluster/plan.cc
   ${_cuda_dir}/cluster/launch.cu
   ${_cuda_dir}/gemm/input_projection.cu
+  ${_cuda_dir}/gemm/kept_split.cc
   ${_cuda_dir}/gemm/cublas_handles.cc
   ${_cuda_dir}/gemm/step_gemm.cc
   # factored weights (optimize --low-rank): their own path, chosen by the op

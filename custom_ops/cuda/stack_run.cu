@@ -86,13 +86,14 @@ std::vector<LayerRange> PlanCall(int device, Strategy strategy, Precision precis
 template <typename T>
 class StackRun {
  public:
-  StackRun(const Attributes& attrs, const CallIO& io, cudaStream_t stream, void* scratch)
+  StackRun(const Attributes& attrs, const CallIO& io, cudaStream_t stream, void* scratch, KeptSplit kept)
       : attrs_(attrs),
         io_(io),
         d_(io.dims),
         stream_(stream),
         precision_(ResolvedPrecision(attrs.precision, io.dims)),
-        s_(CarveScratch(io.dims, kElementTypeOf<T>, attrs.precision, scratch, nullptr)) {
+        kept_(kept),
+        s_(CarveScratch(io.dims, kElementTypeOf<T>, attrs.precision, kept.Kept(), scratch, nullptr)) {
     T_ = static_cast<int>(d_.T);
     B_ = static_cast<int>(d_.B);
     H_ = static_cast<int>(d_.H);
@@ -141,6 +142,7 @@ class StackRun {
     p.x_lo = s_.x_lo;
     p.w_hi = s_.w_hi;
     p.w_lo = s_.w_lo;
+    if (kept_.Kept()) p.kept = {kept_.hi + KeptSplitOffset(d_, l, 0), kept_.lo + KeptSplitOffset(d_, l, 0)};
     p.math = ProjectionMathFor(precision_, d_);
     ProjectInput(p, cublas_, stream_);
   }
@@ -338,6 +340,7 @@ class StackRun {
   const Dims& d_;
   cudaStream_t stream_;
   Precision precision_;  // `auto` resolved for this call's shape
+  KeptSplit kept_;       // W's 3xTF32 halves kept across calls, or none
   Scratch s_;
   cublasHandle_t cublas_ = nullptr;
   int T_ = 0, B_ = 0, H_ = 0, D_ = 1, L_ = 1, device_ = 0, sm_count_ = 132;
@@ -359,22 +362,23 @@ std::string DescribeStrategy(const Dims& d, Strategy strategy, Precision precisi
 }
 
 template <typename T>
-size_t CudaScratchBytes(const Dims& d, Precision precision) {
-  return ScratchBytes(d, kElementTypeOf<T>, precision);
+size_t CudaScratchBytes(const Dims& d, Precision precision, bool weights_kept) {
+  return ScratchBytes(d, kElementTypeOf<T>, precision, weights_kept);
 }
 
 template <typename T>
-void RunLstmCuda(const Attributes& attrs, const CallIO& io, void* stream, void* scratch, Strategy strategy) {
+void RunLstmCuda(const Attributes& attrs, const CallIO& io, void* stream, void* scratch, Strategy strategy,
+                 KeptSplit kept) {
   if (io.dims.B == 0) return;
-  StackRun<T>(attrs, io, static_cast<cudaStream_t>(stream), scratch).Run(strategy);
+  StackRun<T>(attrs, io, static_cast<cudaStream_t>(stream), scratch, kept).Run(strategy);
 }
 
 // The element types FusedLSTM registers for CUDA (cuda_ops.cc).
 #define LSTM_ORT_INSTANTIATE(T)                                                  \
   template std::string DescribeStrategy<T>(const Dims& d, Strategy strategy, Precision precision); \
-  template size_t CudaScratchBytes<T>(const Dims& d, Precision precision);      \
+  template size_t CudaScratchBytes<T>(const Dims& d, Precision precision, bool weights_kept); \
   template void RunLstmCuda<T>(const Attributes& attrs, const CallIO& io, void* stream, void* scratch, \
-                               Strategy strategy);
+                               Strategy strategy, KeptSplit kept);
 LSTM_ORT_INSTANTIATE(float)
 LSTM_ORT_INSTANTIATE(__half)
 #undef LSTM_ORT_INSTANTIATE

@@ -62,9 +62,20 @@ TEST(ClusterKernelForSmallHiddenSizes) {
 }
 
 TEST(SplitTf32ProjectionOnlyForLargeFloat32Inputs) {
-  CHECK(!ProjectsWithSplitTf32(ElementType::kFloat32, kMinRowsForSplit - 1));
-  CHECK(ProjectsWithSplitTf32(ElementType::kFloat32, kMinRowsForSplit));
-  CHECK(!ProjectsWithSplitTf32(ElementType::kFloat16, 1 << 20));
+  const ProjectionMath fp32 = ProjectionMath::kFp32;
+  const ElementType f32 = ElementType::kFloat32;
+  for (bool kept : {false, true}) {
+    CHECK(!ProjectsWithSplitTf32(f32, fp32, kMinRowsForSplit - 1, 8, kept));
+    CHECK(ProjectsWithSplitTf32(f32, fp32, kMinRowsForSplit, 8, kept));
+  }
+  // Kept halves: fewer rows of a wide input split too; split per call they do not.
+  CHECK(ProjectsWithSplitTf32(f32, fp32, 512, 1024, true));
+  CHECK(!ProjectsWithSplitTf32(f32, fp32, 512, 1023, true));
+  CHECK(!ProjectsWithSplitTf32(f32, fp32, 512, 1024, false));
+  CHECK(!ProjectsWithSplitTf32(ElementType::kFloat16, fp32, 1 << 20, 1024, true));
+  // The reduced modes round as they are, never split.
+  for (ProjectionMath m : {ProjectionMath::kTf32, ProjectionMath::kFp16, ProjectionMath::kBf16})
+    CHECK(!ProjectsWithSplitTf32(f32, m, 1 << 20, 1024, true));
   CHECK(kSplitChunkRows >= kMinRowsForSplit);
 }
 

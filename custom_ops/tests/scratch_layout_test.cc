@@ -26,20 +26,22 @@ Dims Sizes(int64_t L, int64_t D, int64_t T, int64_t B, int64_t I, int64_t H) {
   return d;
 }
 
+int64_t WidestInput(const Dims& d) { return std::max(d.I, d.D * d.H); }
+
 struct Region {
   const char* name;
   const void* start;
   size_t need;  // bytes the region must hold
 };
 
-void CheckLayout(const Dims& d, ElementType type, Precision precision) {
+void CheckLayout(const Dims& d, ElementType type, Precision precision, bool kept) {
   size_t total = 0;
-  CarveScratch(d, type, precision, nullptr, &total);
-  CHECK_EQ(total, ScratchBytes(d, type, precision));
+  CarveScratch(d, type, precision, kept, nullptr, &total);
+  CHECK_EQ(total, ScratchBytes(d, type, precision, kept));
   // Only addresses are compared: memory that is never touched costs no page faults.
   const std::unique_ptr<char[]> memory(new char[total + 1]);
   char* base = memory.get();
-  const Scratch s = CarveScratch(d, type, precision, base, nullptr);
+  const Scratch s = CarveScratch(d, type, precision, kept, base, nullptr);
 
   const size_t f = sizeof(float), state = f * d.D * d.B * d.H, states = state * d.L;
   const size_t layer = ElementBytes(type) * d.T * d.B * d.D * d.H;
@@ -74,14 +76,17 @@ void CheckLayout(const Dims& d, ElementType type, Precision precision) {
     regions.push_back({"h_half", s.h_half, 2 * d.D * d.B * d.H});
     regions.push_back({"wh_amax", s.wh_amax, sizeof(unsigned) * 2});
   }
-  const bool split = ProjectsWithSplitTf32(type, d.T * d.B);
+  const bool split = ProjectsWithSplitTf32(type, ProjectionMathFor(precision, d), d.T * d.B, WidestInput(d), kept);
   CHECK_EQ(s.x_hi != nullptr, split);
+  CHECK_EQ(s.w_hi != nullptr, split && !kept);  // kept halves live outside the scratch
   if (split) {
     const int64_t widest = std::max(d.I, d.D * d.H);
     const size_t x = f * std::min<int64_t>(d.T * d.B, kSplitChunkRows) * widest;
-    const size_t w = f * d.D * (widest + d.H) * 4 * d.H;  // any layer's D blocks of K x 4H
     regions.push_back({"x_hi", s.x_hi, x});
     regions.push_back({"x_lo", s.x_lo, x});
+  }
+  if (split && !kept) {
+    const size_t w = f * d.D * WidestInput(d) * 4 * d.H;  // any layer's D blocks of input rows x 4H
     regions.push_back({"w_hi", s.w_hi, w});
     regions.push_back({"w_lo", s.w_lo, w});
   }
@@ -108,28 +113,42 @@ TEST(ScratchRegionsAreAlignedAndDisjoint) {
           for (int64_t B : {1, 3, 16, 65})
             for (int64_t H : {1, 5, 64, 301})
               for (Precision p : {Precision::kFp32, Precision::kTf32, Precision::kBf16, Precision::kAuto})
-                CheckLayout(Sizes(L, D, T, B, 7, H), type, p);
+                for (bool kept : {false, true}) CheckLayout(Sizes(L, D, T, B, 7, H), type, p, kept);
 }
 
 TEST(ScratchWithoutBaseIsAllNull) {
-  const Scratch s = CarveScratch(Sizes(3, 2, 2000, 4, 8, 8), ElementType::kFloat32, Precision::kTf32, nullptr, nullptr);
+  const Scratch s =
+      CarveScratch(Sizes(3, 2, 2000, 4, 8, 8), ElementType::kFloat32, Precision::kFp32, false, nullptr, nullptr);
   CHECK(!s.gx && !s.h[0] && !s.layer[0] && !s.hbuf && !s.barrier && !s.x_hi && !s.w_lo && !s.wh_half);
 }
 
 TEST(SplitBuffersFollowTheProjectionHeuristic) {
   const Dims below = Sizes(1, 1, kMinRowsForSplit - 1, 1, 8, 8);
   const Dims at = Sizes(1, 1, kMinRowsForSplit, 1, 8, 8);
-  CHECK(ScratchBytes(at, ElementType::kFloat32, Precision::kFp32) > ScratchBytes(below, ElementType::kFloat32, Precision::kFp32) + 4 * 8 * 8 * 4);
+  CHECK(ScratchBytes(at, ElementType::kFloat32, Precision::kFp32, false) > ScratchBytes(below, ElementType::kFloat32, Precision::kFp32, false) + 4 * 8 * 8 * 4);
   // float16 projects on tensor cores as it is: no split copies, only the smaller layer buffers.
-  CHECK(ScratchBytes(Sizes(3, 1, 5000, 4, 8, 8), ElementType::kFloat16, Precision::kFp32) <
-        ScratchBytes(Sizes(3, 1, 5000, 4, 8, 8), ElementType::kFloat32, Precision::kFp32));
+  CHECK(ScratchBytes(Sizes(3, 1, 5000, 4, 8, 8), ElementType::kFloat16, Precision::kFp32, false) <
+        ScratchBytes(Sizes(3, 1, 5000, 4, 8, 8), ElementType::kFloat32, Precision::kFp32, false));
+}
+
+TEST(KeptWeightsSplitFromFewerRowsAndLeaveTheScratch) {
+  const ElementType f32 = ElementType::kFloat32;
+  // 512 rows of a 1024-wide layer input (L2 bidirectional H512): split with kept halves (room for
+  // x's halves only), not split per call.
+  const Dims d = Sizes(2, 2, 512, 1, 8, 512);
+  CHECK(ScratchBytes(d, f32, Precision::kFp32, false) < ScratchBytes(d, f32, Precision::kFp32, true));
+  const Dims big = Sizes(2, 2, kMinRowsForSplit, 1, 8, 8);
+  const size_t w = 4 * 2 * 16 * 4 * 8;  // D blocks of the widest input (D*H = 16 rows) x 4H, each half
+  CHECK(ScratchBytes(big, f32, Precision::kFp32, false) >= ScratchBytes(big, f32, Precision::kFp32, true) + 2 * w);
+  // Modes that do not split keep nothing either.
+  CHECK_EQ(ScratchBytes(big, f32, Precision::kTf32, true), ScratchBytes(big, f32, Precision::kTf32, false));
 }
 
 TEST(SplitInputIsCutInChunks) {
   // Past kSplitChunkRows rows, the x split stays one chunk: only gx and the layer buffers grow.
   const Dims a = Sizes(1, 1, kSplitChunkRows, 1, 512, 8), b = Sizes(1, 1, 4 * kSplitChunkRows, 1, 512, 8);
   const size_t gx_growth = 4 * 3 * kSplitChunkRows * 4 * 8;
-  CHECK(ScratchBytes(b, ElementType::kFloat32, Precision::kFp32) - ScratchBytes(a, ElementType::kFloat32, Precision::kFp32) <= gx_growth + 4 * kScratchAlign);
+  CHECK(ScratchBytes(b, ElementType::kFloat32, Precision::kFp32, false) - ScratchBytes(a, ElementType::kFloat32, Precision::kFp32, false) <= gx_growth + 4 * kScratchAlign);
 }
 
 TEST(HBufHoldsTheBatchRoundedUpTo128) {
@@ -143,11 +162,11 @@ TEST(HalfStepCopiesOnlyWhereTheReducedModesTakeThem) {
   const ElementType f32 = ElementType::kFloat32, f16 = ElementType::kFloat16;
   const Dims d = Sizes(2, 2, kMinStepsForHalfWeights, 8, 8, 64);
   const size_t copies = 2 * 2 * 64 * 4 * 64;  // a layer's recurrent weights, both directions, 16-bit
-  CHECK(ScratchBytes(d, f32, Precision::kTf32) >= ScratchBytes(d, f32, Precision::kFp32) + copies);
-  CHECK(ScratchBytes(d, f32, Precision::kBf16) >= ScratchBytes(d, f32, Precision::kFp32) + copies);
+  CHECK(ScratchBytes(d, f32, Precision::kTf32, false) >= ScratchBytes(d, f32, Precision::kFp32, false) + copies);
+  CHECK(ScratchBytes(d, f32, Precision::kBf16, false) >= ScratchBytes(d, f32, Precision::kFp32, false) + copies);
   // auto runs fp32 at this size; fp16 storage has 16-bit weights already; short sequences skip it.
-  CHECK_EQ(ScratchBytes(d, f32, Precision::kAuto), ScratchBytes(d, f32, Precision::kFp32));
-  CHECK_EQ(ScratchBytes(d, f16, Precision::kTf32), ScratchBytes(d, f16, Precision::kFp32));
+  CHECK_EQ(ScratchBytes(d, f32, Precision::kAuto, false), ScratchBytes(d, f32, Precision::kFp32, false));
+  CHECK_EQ(ScratchBytes(d, f16, Precision::kTf32, false), ScratchBytes(d, f16, Precision::kFp32, false));
   const Dims short_seq = Sizes(2, 2, kMinStepsForHalfWeights - 1, 8, 8, 64);
-  CHECK_EQ(ScratchBytes(short_seq, f32, Precision::kTf32), ScratchBytes(short_seq, f32, Precision::kFp32));
+  CHECK_EQ(ScratchBytes(short_seq, f32, Precision::kTf32, false), ScratchBytes(short_seq, f32, Precision::kFp32, false));
 }

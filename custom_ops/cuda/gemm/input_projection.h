@@ -5,6 +5,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
+#include "cuda/gemm/kept_split.h"
 #include "cuda/heuristics.h"
 
 namespace lstm_ort {
@@ -17,10 +18,15 @@ struct ProjectionArgs {
   int I, D, G;          // input width, directions, 4H
   long long rows;       // T*B
   float* gx;            // out: [D][rows][G]
-  // Split copies of w and of a chunk of x rows, for the 3xTF32 path (scratch_layout.h).
+  // For the 3xTF32 path: room for a chunk of x rows split (scratch_layout.h), and W's input rows
+  // split as [D][I][G], either kept across calls (`kept`, this layer's) or split into w_hi, w_lo.
   float *x_hi, *x_lo, *w_hi, *w_lo;
+  KeptSplit kept;
   ProjectionMath math = ProjectionMath::kFp32;  // fp32 models only: the precision mode's GEMM
 };
+
+// hi, lo = x split for 3xTF32 (gemm/split_tf32.cuh), n elements, enqueued on `stream`.
+void SplitTf32Async(const float* x, float* hi, float* lo, long long n, cudaStream_t stream);
 
 // gx[d] = x @ Wx[d]. float16 runs on tensor cores with fp32 accumulation as it is; float32 as
 // plain SGEMM or, where heuristics.h says so, as three TF32 GEMMs on split halves.

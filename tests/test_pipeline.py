@@ -341,6 +341,21 @@ def test_buffers_are_reused(rng):
     assert be.allocations == allocated
 
 
+def test_close_releases_buffers_events_and_streams(rng):
+    _, model, feeds = model_and_feeds(rng, "forward", 0, B=8, T=12, initial_states=True)
+    for devices, be in (((0, 1), FakeBackend()), ((0, 1), FakeBackend(peer=False)), ((0, 0), FakeBackend())):
+        sess = PipelineSession(model, devices=devices, micro_batch=2, time_chunk=4, backend=be)
+        sess.profile = True
+        sess.run(None, feeds)
+        assert be.live_buffers and be.live_events and be.live_streams
+        sess.close()
+        assert not be.live_buffers and not be.live_events and not be.live_streams
+        assert all(st.runner is None for st in sess.executor.stages)
+        sess.close()  # once only
+        with pytest.raises(RuntimeError, match="closed"):
+            sess.run(None, feeds)
+
+
 @pytest.mark.parametrize("direction,layout", [("forward", 0), ("bidirectional", 1)])
 def test_run_batches_equals_a_run_per_call(rng, direction, layout):
     """Calls of one length go through the stages as one stream (one fill and drain), in

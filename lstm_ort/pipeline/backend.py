@@ -124,6 +124,10 @@ class CudaBackend:
         self.set_device(device)
         return Stream(self._check(self.rt.cudaStreamCreateWithFlags(self.rt.cudaStreamNonBlocking)), device, name)
 
+    def destroy_stream(self, stream: Stream) -> None:
+        self.set_device(stream.device)
+        self._check(self.rt.cudaStreamDestroy(stream.handle))
+
     def stream_handle(self, stream: Stream) -> int:
         return int(stream.handle)
 

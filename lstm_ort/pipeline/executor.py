@@ -225,6 +225,7 @@ class Executor:
         self.workers: _Workers | None = None
         self.host_cache: dict = {}
         self.last_profile: RunProfile | None = None
+        self.closed = False
 
     # -- buffers -----------------------------------------------------------------------------
     def _y_shape(self, rows: int, steps: int) -> tuple:
@@ -298,30 +299,52 @@ class Executor:
         return self.workers
 
     def close(self) -> None:
+        """Waits for the streams, then frees the buffers and pinned memory, destroys the events and
+        streams, and lets the stage sessions go (they compute on the stage streams). Once only."""
+        if self.closed:
+            return
         be = self.backend
         if self.workers is not None:
             self.workers.stop()
             self.workers = None
+        streams = [st.stream for st in self.stages] + [self.in_stream]
+        streams += [s for st in self.stages for s in (st.out_stream,) if s is not None]
+        streams += [s for bd in self.boundaries for s in (bd.copy_stream, bd.send_stream) if s is not None]
+        for s in streams:
+            be.synchronize(s)
         for bufs in self.in_bufs.values():
             for buf in bufs:
                 be.free(buf)
         self.in_bufs, self.in_bytes = {}, {}
+        events = [self.in_ready, *self.in_free, *self.out_done]
         for bd in self.boundaries:
             for buf in bd.send + [r for r in bd.recv if r not in bd.send]:
                 be.free(buf)
             for arr in bd.pinned:
                 be.free_host(arr)
             bd.send, bd.recv, bd.pinned, bd.slot_bytes = [], [], [], 0
+            events += [sig.event for sig in bd.ready + bd.free] + bd.prod + bd.mid
         for st in self.stages:
             for buf in st.h + st.c + _init_buffers(st):
                 be.free(buf)
             st.h, st.c, st.state_bytes, st.zeros, st.zero_bytes, st.init = [], [], 0, None, 0, {}
+            if st.out_event is not None:
+                events.append(st.out_event)
+            st.runner = None
         for arr in self.host_cache.values():
             be.free_host(arr)
         self.host_cache.clear()
+        for ev in events:
+            be.destroy_event(ev)
+        for s in streams:
+            be.destroy_stream(s)
+        self.out_done = []
+        self.closed = True
 
     # -- one call ----------------------------------------------------------------------------
     def run(self, plan: Plan, feeds: dict, want: list[str], profile: bool = False) -> dict[str, np.ndarray]:
+        if self.closed:
+            raise RuntimeError("this pipeline session is closed")
         pm, be = self.pm, self.backend
         K = len(self.stages)
         items = plan.items()

@@ -48,6 +48,9 @@ class FakeBackend:
         self._reads: dict[int, list[tuple[int, int]]] = {}
         self._streams: dict[int, Stream] = {}
         self.allocations = 0
+        self.live_buffers: set[int] = set()  # counted ones, allocated and not freed, for tests of close()
+        self.live_events: set[int] = set()
+        self.live_streams: set[int] = set()
         # What the host has seen complete (cudaStreamSynchronize): work it enqueues later is ordered after it.
         self._host_vc: dict[int, int] = {}
         self._host_time = 0.0
@@ -74,17 +77,25 @@ class FakeBackend:
             sid = next(self._ids)
             s = Stream(sid, device, name or f"s{sid}")
             self._vc[sid], self._time[sid], self._streams[sid] = {sid: 0}, 0.0, s
+            self.live_streams.add(sid)
             return s
+
+    def destroy_stream(self, stream: Stream) -> None:
+        with self.lock:
+            self.live_streams.remove(stream.handle)
 
     def stream_handle(self, stream: Stream) -> int:
         return stream.handle
 
     def create_event(self, device: int, timing: bool = False) -> Event:
         e = Event({"vc": None, "time": 0.0, "id": next(self._ids)}, device, timing)
+        with self.lock:
+            self.live_events.add(e.handle["id"])
         return e
 
     def destroy_event(self, event: Event) -> None:
-        pass
+        with self.lock:
+            self.live_events.remove(event.handle["id"])
 
     def record(self, event: Event, stream: Stream) -> None:
         with self.lock:
@@ -138,11 +149,15 @@ class FakeBackend:
             self.allocations += int(counted)
             data = np.zeros(max(int(nbytes), 1), np.uint8)
             buf = DeviceBuffer(next(self._ids), device, int(nbytes), data, name)
+            if counted:
+                self.live_buffers.add(buf.ptr)
             self.log.append(Op("alloc", None, meta={"buffer": buf.ptr, "name": name, "device": device, "bytes": nbytes}))
             return buf
 
     def free(self, buffer: DeviceBuffer) -> None:
-        pass
+        with self.lock:
+            assert buffer.ptr in self.live_buffers, f"{buffer.name} freed twice, or never allocated by the executor"
+            self.live_buffers.remove(buffer.ptr)
 
     def memset(self, buffer: DeviceBuffer, value: int, stream: Stream) -> None:
         with self.lock:

@@ -94,19 +94,27 @@ def stream_calls(B: int) -> int:
 
 def run_blocks_probe(sess: PipelineSession, feeds) -> dict:
     """Does ORT's Run return before the GPU is done, with disable_synchronize_execution_providers?
-    One stage-0 call: host time of ``run`` against the GPU time between events around it."""
+    One stage-0 call on device buffers, as the executor makes it (a numpy input would add ORT's
+    own host-to-device copy, which waits): host time of ``run`` against the GPU time between
+    events around it."""
     be, ex = sess.backend, sess.executor
     st = ex.stages[0]
     plan = sess.last_plan
     rows, steps = plan.micro_batch, plan.time_chunk
+    dtype = sess.pm.np_dtype
     x = feeds[next(iter(sess.pm.inputs))]
     x = np.ascontiguousarray(x[:steps, :rows] if sess.pm.layout == 0 else x[:rows, :steps])
     sshape = ex._state_shape(0, rows)
-    zeros = np.zeros(sshape, sess.pm.np_dtype)
-    inputs = {next(iter(sess.pm.inputs)): x, H0: zeros, C0: zeros}
-    outputs = {YH: DeviceView(st.h[0], sshape, sess.pm.np_dtype), YC: DeviceView(st.c[0], sshape, sess.pm.np_dtype)}
+    x_buf = be.alloc(st.device, x.nbytes, "probe x")
+    zero_buf = be.alloc(st.device, int(np.prod(sshape)) * np.dtype(dtype).itemsize, "probe zeros")
+    x_view = DeviceView(x_buf, x.shape, dtype)
+    be.copy_h2d(x_view, x, st.stream)
+    be.memset(zero_buf, 0, st.stream)
+    zeros = DeviceView(zero_buf, sshape, dtype)
+    inputs = {next(iter(sess.pm.inputs)): x_view, H0: zeros, C0: zeros}
+    outputs = {YH: DeviceView(st.h[0], sshape, dtype), YC: DeviceView(st.c[0], sshape, dtype)}
     if len(ex.stages) > 1:
-        outputs[STAGE_Y] = DeviceView(ex.boundaries[0].send[0], ex._y_shape(rows, steps), sess.pm.np_dtype)
+        outputs[STAGE_Y] = DeviceView(ex.boundaries[0].send[0], ex._y_shape(rows, steps), dtype)
     else:
         outputs.update({o.name: None for o in sess.pm.outputs if o.kind == "post"})
     a, b = be.create_event(st.device, True), be.create_event(st.device, True)
@@ -119,6 +127,10 @@ def run_blocks_probe(sess: PipelineSession, feeds) -> dict:
     be.record(b, st.stream)
     be.synchronize(st.stream)
     gpu_ms = be.elapsed_ms(a, b)
+    for ev in (a, b):
+        be.destroy_event(ev)
+    be.free(x_buf)
+    be.free(zero_buf)
     return {"run_host_ms": host_ms, "run_gpu_ms": gpu_ms, "run_blocks": host_ms >= 0.9 * gpu_ms,
             "note": "run_blocks false: Run only enqueues (the run option took effect); true: it synchronised"}
 

@@ -98,14 +98,16 @@ def host_order(num_items: int, num_stages: int) -> list[tuple[int, int]]:
 class CostModel:
     """The modelled cost of a stage call on an H100/H200-class GPU (fp32), fitted to stage calls
     timed on an H200 (8 x H1024 stack: a layer-step takes 4.2 µs at B=1, 31 µs at B=64, 86 µs at
-    B=256; a 4-layer call adds 0.16-0.40 ms; one host thread enqueues a stage's Run in 0.3-0.6 ms).
+    B=256; a 4-layer call adds 0.16-0.40 ms). One host thread enqueued a 4 x H1024 stage's Run in
+    0.73-0.93 ms at B=64, 1.5 ms at B=256 (v1's launches per step) and 0.45-0.68 ms at B=1, on an
+    H100 host (``tools/bench_pipeline.py``'s Run probe on device buffers).
     Rough by design (within ~20% there): it ranks plans; ``tools/bench_pipeline.py`` measures them."""
 
     flops_per_s: float = 45e12  # what the projection and the recurrence reach per GPU
     step_floor_s: float = 4.2e-6  # a recurrent step of one layer at one row (grid barrier, latency)
     layer_call_s: float = 60e-6  # per layer and call: projection GEMM launch, recurrence launch, states
     stage_call_s: float = 40e-6  # per stage call: ORT's Run and the glue ops, GPU side
-    host_run_s: float = 0.4e-3  # host time to enqueue one stage call (I/O binding + Run), one host thread
+    host_run_s: float = 0.75e-3  # host time to enqueue one stage call (I/O binding + Run), one host thread
     link_bytes_per_s: float = 300e9  # peer copy (NVLink)
     link_latency_s: float = 20e-6
 

@@ -5,7 +5,6 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
-#include <algorithm>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -124,12 +123,9 @@ struct CudaKernel {
  private:
   // The kept halves where this call projects with the 3xTF32 split (heuristics.h).
   KeptSplit KeptSplitForCall(const CallIO& io, cudaStream_t stream) {
-    const Dims& d = io.dims;
-    const int64_t widest = std::max(d.I, d.D * d.H);
-    if (!kept_split_ ||
-        !ProjectsWithSplitTf32(kElementTypeOf<T>, ProjectionMathFor(attrs_.precision, d), d.T * d.B, widest, true))
-      return {};
-    if constexpr (std::is_same_v<T, float>) return kept_split_->For(static_cast<const float*>(io.in[kW]), d, stream);
+    if (!kept_split_ || !CallProjectsWithSplitTf32(kElementTypeOf<T>, attrs_.precision, io.dims, true)) return {};
+    if constexpr (std::is_same_v<T, float>)
+      return kept_split_->For(static_cast<const float*>(io.in[kW]), io.dims, stream);
     return {};
   }
 

@@ -36,6 +36,11 @@ bool ProjectsWithSplitTf32(ElementType type, ProjectionMath math, int64_t rows, 
   return rows >= kMinRowsForSplit || (weights_kept && rows * input >= kMinRowsTimesInputForKeptSplit);
 }
 
+bool CallProjectsWithSplitTf32(ElementType type, Precision precision, const Dims& d, bool weights_kept) {
+  return ProjectsWithSplitTf32(type, ProjectionMathFor(precision, d), d.T * d.B, std::max(d.I, d.D * d.H),
+                               weights_kept);
+}
+
 std::optional<MmaOperand> MmaOperandFor(Precision precision, ElementType type, const Dims& d) {
   const bool half_batch = d.B >= kMinBatchForHalfMma;
   if (type == ElementType::kFloat16) {

@@ -131,6 +131,9 @@ constexpr int64_t kSplitChunkRows = 16384;
 // `input`: the layer's input width; `weights_kept`: W's halves are kept across calls. Monotone
 // in `input`, so the widest layer input answers for a call's scratch.
 bool ProjectsWithSplitTf32(ElementType type, ProjectionMath math, int64_t rows, int64_t input, bool weights_kept);
+// Whether any layer of a call splits: asked with the widest layer input. Sizes the scratch, and
+// decides whether the call takes kept halves.
+bool CallProjectsWithSplitTf32(ElementType type, Precision precision, const Dims& d, bool weights_kept);
 
 // The tensor-core product the persistent ranges use for `precision`, or none for the FP32 FMA
 // kernel. Measured on an H100 (tools/mma_probe.py, T=100, H 256-1024, docs/ops.md): fp16 and

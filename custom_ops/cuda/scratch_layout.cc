@@ -52,8 +52,8 @@ Scratch CarveScratch(const Dims& d, ElementType type, Precision precision, bool 
     s.h_half = take(sizeof(uint16_t) * d.D * d.B * d.H);
     s.wh_amax = reinterpret_cast<unsigned*>(take(sizeof(unsigned) * 2));
   }
-  const int64_t widest = std::max(d.I, d.D * d.H);  // the largest layer input
-  if (ProjectsWithSplitTf32(type, ProjectionMathFor(precision, d), d.T * d.B, widest, weights_kept)) {
+  if (CallProjectsWithSplitTf32(type, precision, d, weights_kept)) {
+    const int64_t widest = std::max(d.I, d.D * d.H);  // the largest layer input
     const size_t x = sizeof(float) * std::min<int64_t>(d.T * d.B, kSplitChunkRows) * widest;
     const size_t w = weights_kept ? 0 : sizeof(float) * d.D * widest * kGates * d.H;
     s.x_hi = reinterpret_cast<float*>(take(x));

@@ -80,8 +80,7 @@ void CheckLayout(const Dims& d, ElementType type, Precision precision, bool kept
   CHECK_EQ(s.x_hi != nullptr, split);
   CHECK_EQ(s.w_hi != nullptr, split && !kept);  // kept halves live outside the scratch
   if (split) {
-    const int64_t widest = std::max(d.I, d.D * d.H);
-    const size_t x = f * std::min<int64_t>(d.T * d.B, kSplitChunkRows) * widest;
+    const size_t x = f * std::min<int64_t>(d.T * d.B, kSplitChunkRows) * WidestInput(d);
     regions.push_back({"x_hi", s.x_hi, x});
     regions.push_back({"x_lo", s.x_lo, x});
   }

@@ -4,13 +4,23 @@ shapes that do not, every strategy; long sequences (T=1000) held to the same bou
 a reduced mode really runs reduced (its result differs from fp32's)."""
 
 import dataclasses
+import threading
 
 import numpy as np
 import pytest
 
-from lstm_ort.builders import LstmSpec, random_layers
+from lstm_ort.builders import LstmSpec, fused_model, random_layers
 from lstm_ort.ops.identity import PRECISIONS
-from lstm_ort.testing import CUDA, DIRECTIONS, make_feeds, max_abs, run_fused, run_stock
+from lstm_ort.runtime.session import InferenceSession
+from lstm_ort.testing import (
+    CUDA,
+    DIRECTIONS,
+    make_feeds,
+    max_abs,
+    run_fused,
+    run_stock,
+    weights_as_graph_input,
+)
 from lstm_ort.verify import PRECISION_TOLERANCES
 
 pytestmark = pytest.mark.gpu
@@ -131,3 +141,54 @@ def test_large_initial_h_stays_out_of_the_half_copy(monkeypatch, rng):
     fp32_weights = run_fused(spec, layers, feeds, providers=CUDA, precision="tf32", initial_states=True)
     assert all(np.isfinite(out).all() for out in half)
     assert max_abs(half, fp32_weights) <= bound("tf32")
+
+
+def _tf32_exact(a: np.ndarray) -> np.ndarray:
+    return (a.view(np.uint32) & np.uint32(0xFFFFE000)).view(np.float32)
+
+
+@pytest.mark.parametrize("direction", DIRECTIONS)
+def test_tf32_reads_kept_weights_as_stored_ones(direction, rng):
+    """tf32 with a constant W reads the kept hi half, transposed to K-major (gemm/kept_split.h),
+    where rows x layer input >= 512 x 1024 (both layers here: 640 rows of 1024 inputs); W fed at run
+    time is read as stored. On W and X that TF32 holds exactly, both must agree to accumulation
+    order: a misplaced row or direction of the transposed copy would be off by O(1)."""
+    spec = LstmSpec(input_size=1024, hidden_size=512 if direction == "bidirectional" else 1024, num_layers=2,
+                    direction=direction)
+    layers = [dataclasses.replace(lw, W=_tf32_exact(lw.W)) for lw in random_layers(spec, rng)]
+    feeds = make_feeds(spec, 40, 16, rng, seq_lens=True, initial_states=True)
+    feeds["X"] = _tf32_exact(feeds["X"])
+    kw = {"seq_lens": True, "initial_states": True}
+    kept = InferenceSession(fused_model(spec, layers, **kw), providers=CUDA, precision="tf32").run(None, feeds)
+    model, weights = weights_as_graph_input(fused_model(spec, layers, **kw))
+    stored = InferenceSession(model, providers=CUDA, precision="tf32").run(None, {**feeds, **weights})
+    assert max_abs(kept, stored) <= 1e-5
+    assert max_abs(kept, run_stock(spec, layers, feeds, **kw)) <= bound("tf32")
+
+
+def test_kept_halves_made_as_calls_ask(rng):
+    """auto runs tf32 at B >= 256 (the kept hi half only) and fp32 below (3xTF32 from 1024 rows:
+    hi and lo): lo is made by the first call that needs it, after hi, and on a fresh session by
+    two threads at once; every call stays within its mode's bound of stock FP32."""
+    spec = LstmSpec(input_size=1024, hidden_size=128, num_layers=2, direction="bidirectional")
+    layers = random_layers(spec, rng)
+    model = fused_model(spec, layers)
+    cases = []
+    for T, B, mode in ((4, 256, "tf32"), (40, 32, "fp32"), (2, 512, "tf32")):
+        feeds = make_feeds(spec, T, B, rng)
+        cases.append((feeds, run_stock(spec, layers, feeds), bound(mode)))
+    sess = InferenceSession(model, providers=CUDA, precision="auto")
+    for feeds, expect, tol in cases + cases:
+        assert max_abs(sess.run(None, feeds), expect) <= tol
+    fresh = InferenceSession(model, providers=CUDA, precision="auto")
+    excess = []
+
+    def work(feeds, expect, tol):
+        excess.extend(max_abs(fresh.run(None, feeds), expect) - tol for _ in range(5))
+
+    threads = [threading.Thread(target=work, args=case) for case in cases[:2]]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(excess) == 10 and max(excess) <= 0, excess

@@ -54,8 +54,8 @@ struct OnnxElementType<__half> {
   static constexpr ONNXTensorElementDataType value = ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16;
 };
 
-// W's 3xTF32 halves kept for the kernel's life, where W is a constant initializer of an fp32
-// node (null otherwise: the calls split W themselves where they split). The memory comes from
+// W's TF32 halves kept for the kernel's life, where W is a constant initializer of an fp32 node
+// (null otherwise: the calls read W as it is, and split it themselves where they split). The memory comes from
 // onnxruntime's allocator for the kernel's device, and goes back when the session ends.
 template <typename T>
 std::unique_ptr<KeptSplitWeights> KeptSplitFor(const OrtKernelInfo* info) {
@@ -121,11 +121,12 @@ struct CudaKernel {
   }
 
  private:
-  // The kept halves where this call projects with the 3xTF32 split (heuristics.h).
+  // The kept halves this call's projections read (heuristics.h CallReadsKeptHalves).
   KeptSplit KeptSplitForCall(const CallIO& io, cudaStream_t stream) {
-    if (!kept_split_ || !CallProjectsWithSplitTf32(kElementTypeOf<T>, attrs_.precision, io.dims, true)) return {};
+    const KeptHalves halves = CallReadsKeptHalves(kElementTypeOf<T>, attrs_.precision, io.dims);
+    if (!kept_split_ || halves == KeptHalves::kNone) return {};
     if constexpr (std::is_same_v<T, float>)
-      return kept_split_->For(static_cast<const float*>(io.in[kW]), io.dims, stream);
+      return kept_split_->For(static_cast<const float*>(io.in[kW]), io.dims, stream, halves == KeptHalves::kBoth);
     return {};
   }
 

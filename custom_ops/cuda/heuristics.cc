@@ -36,9 +36,22 @@ bool ProjectsWithSplitTf32(ElementType type, ProjectionMath math, int64_t rows, 
   return rows >= kMinRowsForSplit || (weights_kept && rows * input >= kMinRowsTimesInputForKeptSplit);
 }
 
+int64_t WidestLayerInput(const Dims& d) { return std::max(d.I, d.D * d.H); }
+
 bool CallProjectsWithSplitTf32(ElementType type, Precision precision, const Dims& d, bool weights_kept) {
-  return ProjectsWithSplitTf32(type, ProjectionMathFor(precision, d), d.T * d.B, std::max(d.I, d.D * d.H),
-                               weights_kept);
+  return ProjectsWithSplitTf32(type, ProjectionMathFor(precision, d), d.T * d.B, WidestLayerInput(d), weights_kept);
+}
+
+bool ProjectsFromKeptTf32(ElementType type, ProjectionMath math, int64_t rows, int64_t input) {
+  return type == ElementType::kFloat32 && math == ProjectionMath::kTf32 &&
+         rows * input >= kMinRowsTimesInputForKeptTf32;
+}
+
+KeptHalves CallReadsKeptHalves(ElementType type, Precision precision, const Dims& d) {
+  if (CallProjectsWithSplitTf32(type, precision, d, true)) return KeptHalves::kBoth;
+  if (ProjectsFromKeptTf32(type, ProjectionMathFor(precision, d), d.T * d.B, WidestLayerInput(d)))
+    return KeptHalves::kHi;
+  return KeptHalves::kNone;
 }
 
 std::optional<MmaOperand> MmaOperandFor(Precision precision, ElementType type, const Dims& d) {

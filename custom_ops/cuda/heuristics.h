@@ -128,12 +128,28 @@ constexpr int64_t kMinRowsForSplit = 1024;
 constexpr int64_t kMinRowsTimesInputForKeptSplit = 512 * 1024;
 constexpr int64_t kSplitChunkRows = 16384;
 
+// The widest layer input a call can have, for the rules below that answer for a whole call.
+int64_t WidestLayerInput(const Dims& d);
+
 // `input`: the layer's input width; `weights_kept`: W's halves are kept across calls. Monotone
 // in `input`, so the widest layer input answers for a call's scratch.
 bool ProjectsWithSplitTf32(ElementType type, ProjectionMath math, int64_t rows, int64_t input, bool weights_kept);
 // Whether any layer of a call splits: asked with the widest layer input. Sizes the scratch, and
 // decides whether the call takes kept halves.
 bool CallProjectsWithSplitTf32(ElementType type, Precision precision, const Dims& d, bool weights_kept);
+
+// TF32 projections (precision tf32, or auto resolved to it) read W's kept hi half, K-major
+// (gemm/kept_split.h), once rows x layer input reaches kMinRowsTimesInputForKeptTf32 (H100,
+// cuBLAS TF32, W K-major against W as stored: 512 x 2048 rows x input 1.17x, 640 x 1024 1.08x,
+// 6400 x 512 1.15x, 51200 x 2048 1.15x; below it, 64 x 1024 0.77x, 512 x 128 0.81x).
+constexpr int64_t kMinRowsTimesInputForKeptTf32 = 512 * 1024;
+bool ProjectsFromKeptTf32(ElementType type, ProjectionMath math, int64_t rows, int64_t input);
+
+// Which kept halves a call reads: both where a layer splits for 3xTF32 with them, hi where a
+// layer's TF32 projection reads it, else none. Asked with the widest layer input (both rules
+// are monotone in it).
+enum class KeptHalves { kNone, kHi, kBoth };
+KeptHalves CallReadsKeptHalves(ElementType type, Precision precision, const Dims& d);
 
 // The tensor-core product the persistent ranges use for `precision`, or none for the FP32 FMA
 // kernel. Measured on an H100 (tools/mma_probe.py, T=100, H 256-1024, docs/ops.md): fp16 and

@@ -53,7 +53,7 @@ Scratch CarveScratch(const Dims& d, ElementType type, Precision precision, bool 
     s.wh_amax = reinterpret_cast<unsigned*>(take(sizeof(unsigned) * 2));
   }
   if (CallProjectsWithSplitTf32(type, precision, d, weights_kept)) {
-    const int64_t widest = std::max(d.I, d.D * d.H);  // the largest layer input
+    const int64_t widest = WidestLayerInput(d);
     const size_t x = sizeof(float) * std::min<int64_t>(d.T * d.B, kSplitChunkRows) * widest;
     const size_t w = weights_kept ? 0 : sizeof(float) * d.D * widest * kGates * d.H;
     s.x_hi = reinterpret_cast<float*>(take(x));

@@ -142,7 +142,8 @@ class StackRun {
     p.x_lo = s_.x_lo;
     p.w_hi = s_.w_hi;
     p.w_lo = s_.w_lo;
-    if (kept_.Kept()) p.kept = {kept_.hi + KeptSplitOffset(d_, l, 0), kept_.lo + KeptSplitOffset(d_, l, 0)};
+    const int64_t kept_at = KeptSplitOffset(d_, l, 0);
+    if (kept_.hi) p.kept = {kept_.hi + kept_at, kept_.lo ? kept_.lo + kept_at : nullptr};
     p.math = ProjectionMathFor(precision_, d_);
     ProjectInput(p, cublas_, stream_);
   }
@@ -171,20 +172,13 @@ class StackRun {
   }
 
   void InitLayerStates(int l, float* h, float* c) {
-    const long long n = static_cast<long long>(D_) * B_ * H_;
-    ClearPending();
-    InitStates<T><<<GridStrideBlocks(n), kGridStrideThreads, 0, stream_>>>(
-        static_cast<const T*>(io_.in[kInitialH]), static_cast<const T*>(io_.in[kInitialC]), h, c, l, D_, L_ * D_, B_,
-        H_, static_cast<int>(attrs_.layout));
-    Check(cudaGetLastError(), "init states");
+    LaunchInitStates<T>(static_cast<const T*>(io_.in[kInitialH]), static_cast<const T*>(io_.in[kInitialC]), h, c, l,
+                        D_, L_ * D_, B_, H_, static_cast<int>(attrs_.layout), stream_);
   }
 
   void WriteFinalStates(int l, const float* h, const float* c) {
-    const long long n = static_cast<long long>(D_) * B_ * H_;
-    FinalStates<T><<<GridStrideBlocks(n), kGridStrideThreads, 0, stream_>>>(
-        h, c, s_.lens, static_cast<T*>(io_.out[kYH]), static_cast<T*>(io_.out[kYC]), l, D_, L_ * D_, B_, H_,
-        static_cast<int>(attrs_.layout));
-    Check(cudaGetLastError(), "final states");
+    LaunchFinalStates<T>(h, c, s_.lens, static_cast<T*>(io_.out[kYH]), static_cast<T*>(io_.out[kYC]), l, D_, L_ * D_,
+                         B_, H_, static_cast<int>(attrs_.layout), stream_);
   }
 
   // v1: one launch of a fused step kernel per timestep.
@@ -340,7 +334,7 @@ class StackRun {
   const Dims& d_;
   cudaStream_t stream_;
   Precision precision_;  // `auto` resolved for this call's shape
-  KeptSplit kept_;       // W's 3xTF32 halves kept across calls, or none
+  KeptSplit kept_;       // W's TF32 halves kept across calls, or none
   Scratch s_;
   cublasHandle_t cublas_ = nullptr;
   int T_ = 0, B_ = 0, H_ = 0, D_ = 1, L_ = 1, device_ = 0, sm_count_ = 132;

@@ -79,6 +79,39 @@ TEST(SplitTf32ProjectionOnlyForLargeFloat32Inputs) {
   CHECK(kSplitChunkRows >= kMinRowsForSplit);
 }
 
+TEST(KeptTf32HalfForLargeTf32ProjectionsOnly) {
+  const ElementType f32 = ElementType::kFloat32;
+  const ProjectionMath tf32 = ProjectionMath::kTf32;
+  CHECK(ProjectsFromKeptTf32(f32, tf32, 512, 1024));
+  CHECK(!ProjectsFromKeptTf32(f32, tf32, 512, 1023));
+  CHECK(ProjectsFromKeptTf32(f32, tf32, 1, kMinRowsTimesInputForKeptTf32));
+  CHECK(!ProjectsFromKeptTf32(ElementType::kFloat16, tf32, 1 << 20, 1024));
+  for (ProjectionMath m : {ProjectionMath::kFp32, ProjectionMath::kFp16, ProjectionMath::kBf16})
+    CHECK(!ProjectsFromKeptTf32(f32, m, 1 << 20, 1024));
+}
+
+TEST(CallReadsKeptHalvesAsItsWidestLayerDoes) {
+  const ElementType f32 = ElementType::kFloat32;
+  Dims d = Sizes(512, 1024);  // T 10: 5120 rows
+  d.L = 2;
+  // fp32 splits from kMinRowsForSplit rows on: both halves.
+  CHECK(CallReadsKeptHalves(f32, Precision::kFp32, d) == KeptHalves::kBoth);
+  // tf32 reads hi, from rows x widest layer input (D*H past the first layer) on.
+  CHECK(CallReadsKeptHalves(f32, Precision::kTf32, d) == KeptHalves::kHi);
+  CHECK(CallReadsKeptHalves(f32, Precision::kFp16, d) == KeptHalves::kNone);
+  CHECK(CallReadsKeptHalves(ElementType::kFloat16, Precision::kFp32, d) == KeptHalves::kNone);
+  d.T = 1;
+  d.B = kMinRowsTimesInputForKeptTf32 / 1024;
+  CHECK(CallReadsKeptHalves(f32, Precision::kTf32, d) == KeptHalves::kHi);
+  d.H = 1023;  // the first layer's input is 8 wide; a deeper layer's 1023
+  CHECK(CallReadsKeptHalves(f32, Precision::kTf32, d) == KeptHalves::kNone);
+  d.D = 2;  // ... and 2046 both ways
+  CHECK(CallReadsKeptHalves(f32, Precision::kTf32, d) == KeptHalves::kHi);
+  // auto is tf32 at this batch (AutoRunsAsTf32).
+  CHECK(AutoRunsAsTf32(d));
+  CHECK(CallReadsKeptHalves(f32, Precision::kAuto, d) == KeptHalves::kHi);
+}
+
 TEST(TiledRowGroupsByBatch) {
   CHECK_EQ(TiledRowGroups(1), 8);
   CHECK_EQ(TiledRowGroups(32), 8);

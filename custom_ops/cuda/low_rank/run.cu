@@ -170,18 +170,13 @@ class LowRankRun {
       a.peep[dir] = PeepSlice<T>(io_, k, d_.H);
       a.c[dir] = s_.c + dir * state;
     }
-    ClearPending();
-    InitStates<T><<<GridStrideBlocks(D * state), kGridStrideThreads, 0, stream_>>>(
-        static_cast<const T*>(io_.in[kInitialH]), static_cast<const T*>(io_.in[kInitialC]), s_.h[0], s_.c, l, D,
-        static_cast<int>(d_.L) * D, B, H, static_cast<int>(attrs_.layout));
-    Check(cudaGetLastError(), "init states");
+    LaunchInitStates<T>(static_cast<const T*>(io_.in[kInitialH]), static_cast<const T*>(io_.in[kInitialC]), s_.h[0],
+                        s_.c, l, D, static_cast<int>(d_.L) * D, B, H, static_cast<int>(attrs_.layout), stream_);
     int cur = 0;  // the buffer of the final h
     const auto plan = RecurrencePlan(l);
     if (!plan || !RunRecurrence<TY>(l, *plan, a)) cur = StepByStep<TY>(l, a);
-    FinalStates<T><<<GridStrideBlocks(D * state), kGridStrideThreads, 0, stream_>>>(
-        s_.h[cur], s_.c, s_.lens, static_cast<T*>(io_.out[kYH]), static_cast<T*>(io_.out[kYC]), l, D,
-        static_cast<int>(d_.L) * D, B, H, static_cast<int>(attrs_.layout));
-    Check(cudaGetLastError(), "final states");
+    LaunchFinalStates<T>(s_.h[cur], s_.c, s_.lens, static_cast<T*>(io_.out[kYH]), static_cast<T*>(io_.out[kYC]), l, D,
+                         static_cast<int>(d_.L) * D, B, H, static_cast<int>(attrs_.layout), stream_);
   }
 
   // The persistent recurrence's plan for layer l, or none: a direction keeps its recurrence whole,

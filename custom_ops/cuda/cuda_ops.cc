@@ -55,8 +55,9 @@ struct OnnxElementType<__half> {
 };
 
 // W's TF32 halves kept for the kernel's life, where W is a constant initializer of an fp32 node
-// (null otherwise: the calls read W as it is, and split it themselves where they split). The memory comes from
-// onnxruntime's allocator for the kernel's device, and goes back when the session ends.
+// (null otherwise: the calls read W as it is, and split it themselves where they split). The
+// memory comes from onnxruntime's allocator for the kernel's device, and goes back when the
+// session ends.
 template <typename T>
 std::unique_ptr<KeptSplitWeights> KeptSplitFor(const OrtKernelInfo* info) {
   if constexpr (!std::is_same_v<T, float>) {

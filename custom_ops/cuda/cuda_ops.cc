@@ -78,7 +78,12 @@ std::unique_ptr<KeptSplitWeights> KeptSplitFor(const OrtKernelInfo* info) {
     std::shared_ptr<OrtAllocator> owner(allocator, [](OrtAllocator* a) { Ort::GetApi().ReleaseAllocator(a); });
     return std::make_unique<KeptSplitWeights>(
         [owner](size_t bytes) -> void* {
-          void* p = owner->Alloc(owner.get(), bytes);
+          void* p = nullptr;
+          try {  // onnxruntime's arena throws when the device is full: the calls then read W as it is
+            p = owner->Alloc(owner.get(), bytes);
+          } catch (...) {
+            return nullptr;
+          }
           cudaPointerAttributes where{};
           if (p && (cudaPointerGetAttributes(&where, p) != cudaSuccess || where.type != cudaMemoryTypeDevice)) {
             owner->Free(owner.get(), p);  // not the device's memory: keep nothing

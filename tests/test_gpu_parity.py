@@ -11,8 +11,20 @@ import pytest
 
 from lstm_ort.builders import LstmSpec, random_layers
 from lstm_ort.ops.identity import TUNABLE_STRATEGIES
-from lstm_ort.testing import (CPU, CUDA, DIRECTIONS, FEATURE_GRID, NON_DEFAULT_ACTS, SHAPE_GRID, make_feeds, max_abs,
-                              run_fused, run_stock, weights_as_graph_input)
+from lstm_ort.testing import (
+    CPU,
+    CUDA,
+    DIRECTIONS,
+    FEATURE_GRID,
+    NON_DEFAULT_ACTS,
+    SHAPE_GRID,
+    make_feeds,
+    max_abs,
+    run_fused,
+    run_stock,
+    weights_as_graph_input,
+)
+from lstm_ort.verify import PRECISION_TOLERANCES
 
 pytestmark = pytest.mark.gpu
 
@@ -78,6 +90,49 @@ def test_gemm_step(B, direction, monkeypatch, rng):
     monkeypatch.setenv("LSTM_ORT_GEMM_STEP", "1")
     spec = LstmSpec(input_size=7, hidden_size=301, num_layers=2, direction=direction)
     check_gpu(spec, 12, B, rng, "auto", seq_lens=B % 2 == 1, initial_states=B % 2 == 0)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "tf32"])
+@pytest.mark.parametrize("direction", DIRECTIONS)
+def test_gemm_step_graph_replays_new_inputs(direction, precision, monkeypatch, rng):
+    """v1's cuBLAS steps are replayed as a CUDA graph when a call repeats the buffers of an earlier
+    one (v1/step_graphs.h; captured on the second sighting). Calls into the same bound buffers with
+    new X, new sequence lengths below the longest and new initial states each match stock, as do
+    calls of another length in between (another graph) and with the outputs bound elsewhere."""
+    from lstm_ort.builders import fused_model
+    from lstm_ort.runtime.session import InferenceSession
+
+    monkeypatch.setenv("LSTM_ORT_GEMM_STEP", "1")
+    spec = LstmSpec(input_size=24, hidden_size=96, num_layers=2, direction=direction)
+    layers = random_layers(spec, rng)
+    kw = {"seq_lens": True, "initial_states": True}
+    sess = InferenceSession(fused_model(spec, layers, **kw).SerializeToString(), providers=CUDA, precision=precision)
+    tol = TOL if precision == "fp32" else PRECISION_TOLERANCES[precision].atol
+    bound = {}
+
+    def bind(T):
+        feeds = make_feeds(spec, T, 16, rng, **kw)
+        binding = sess.io_binding()
+        values = {name: ort.OrtValue.ortvalue_from_numpy(v, "cuda", 0) for name, v in feeds.items()
+                  if name != "sequence_lens"}
+        for name, value in values.items():
+            binding.bind_ortvalue_input(name, value)
+        D, LD, H = spec.num_directions, spec.num_layers * spec.num_directions, spec.hidden_size
+        for name, shape in (("Y", (T, D, 16, H)), ("Y_h", (LD, 16, H)), ("Y_c", (LD, 16, H))):
+            binding.bind_ortvalue_output(name, ort.OrtValue.ortvalue_from_shape_and_type(shape, np.float32, "cuda", 0))
+        return binding, values
+
+    for T in (12, 12, 12, 7, 12, 7, 12):
+        if T not in bound:
+            bound[T] = bind(T)
+        binding, values = bound[T]
+        feeds = make_feeds(spec, T, 16, rng, **kw)
+        feeds["sequence_lens"][0] = T  # the longest stays T: one step count, one graph per length
+        for name, value in values.items():
+            value.update_inplace(feeds[name])
+        binding.bind_cpu_input("sequence_lens", feeds["sequence_lens"])
+        sess.run_with_iobinding(binding)
+        assert max_abs(binding.copy_outputs_to_cpu(), run_stock(spec, layers, feeds, **kw)) <= tol
 
 
 CLUSTER_CASES = [  # (H, B, cluster size, slices; None for the planner's): partial last blocks, every batch variant

@@ -123,7 +123,7 @@ struct CudaKernel {
     if (factored) return RunLowRankCuda<T>(attrs_, io, stream, scratch.data);
     const Strategy strategy =
         attrs_.tuned.empty() ? strategy_ : StrategyForCall(strategy_, attrs_.tuned, GpuName(device), io.dims);
-    RunLstmCuda<T>(attrs_, io, stream, scratch.data, strategy, kept);
+    RunLstmCuda<T>(attrs_, io, stream, scratch.data, strategy, kept, &step_graphs_);
   }
 
  private:
@@ -146,6 +146,7 @@ struct CudaKernel {
   Attributes attrs_;
   Strategy strategy_;
   std::unique_ptr<KeptSplitWeights> kept_split_;
+  StepGraphs step_graphs_;
   std::mutex names_mutex_;
   std::map<int, std::string> gpu_names_;
 };

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "cuda/gemm/kept_split.h"
+#include "cuda/v1/step_graphs.h"
 #include "lstm_ort/contract.h"
 
 namespace lstm_ort {
@@ -23,9 +24,10 @@ template <typename T>
 std::string DescribeStrategy(const Dims& d, Strategy strategy, Precision precision);
 
 // Enqueues the whole stack on `stream` (a cudaStream_t); `scratch` holds CudaScratchBytes<T>(...,
-// kept.Kept()) bytes of device memory.
+// kept.Kept()) bytes of device memory; `graphs`: the node's cached step graphs (v1/step_graphs.h),
+// or null to launch every step.
 template <typename T>
 void RunLstmCuda(const Attributes& attrs, const CallIO& io, void* stream, void* scratch, Strategy strategy,
-                 KeptSplit kept);
+                 KeptSplit kept, StepGraphs* graphs = nullptr);
 
 }  // namespace lstm_ort

@@ -20,6 +20,7 @@ add_library(lstm_ort_cuda SHARED
   ${_cuda_dir}/v1/launch_tiled.cu
   ${_cuda_dir}/v1/launch_splitk.cu
   ${_cuda_dir}/v1/gemm_step.cu
+  ${_cuda_dir}/v1/step_graphs.cc
   ${_cuda_dir}/persistent/plan.cc
   ${_cuda_dir}/persistent/mma_plan.cc
   ${_cuda_dir}/persistent/launch.cu

@@ -86,13 +86,15 @@ std::vector<LayerRange> PlanCall(int device, Strategy strategy, Precision precis
 template <typename T>
 class StackRun {
  public:
-  StackRun(const Attributes& attrs, const CallIO& io, cudaStream_t stream, void* scratch, KeptSplit kept)
+  StackRun(const Attributes& attrs, const CallIO& io, cudaStream_t stream, void* scratch, KeptSplit kept,
+           StepGraphs* graphs)
       : attrs_(attrs),
         io_(io),
         d_(io.dims),
         stream_(stream),
         precision_(ResolvedPrecision(attrs.precision, io.dims)),
         kept_(kept),
+        graphs_(graphs),
         s_(CarveScratch(io.dims, kElementTypeOf<T>, attrs.precision, kept.Kept(), scratch, nullptr)) {
     T_ = static_cast<int>(d_.T);
     B_ = static_cast<int>(d_.B);
@@ -207,29 +209,60 @@ class StackRun {
         plan = PrepareGemmSteps(a, d_, ProjectionMathFor(precision_, d_), !HalfStepWeightsDisabledFromEnvironment(),
                                 gemm, stream_);
     }
-    int cur = 0;  // each launch below is checked right after it, so nothing foreign is pending between them
-    for (int step = 0; step < io_.max_len; ++step) {
-      a.step = step;
-      for (int dir = 0; dir < D_; ++dir) {
-        a.h_in[dir] = s_.h[cur] + static_cast<long long>(dir) * B_ * H_;
-        a.h_out[dir] = s_.h[cur ^ 1] + static_cast<long long>(dir) * B_ * H_;
-      }
-      if constexpr (kElementTypeOf<T> == ElementType::kFloat32) {
-        if (kernel == StepKernel::kGemm) {
-          ClearPending();
-          const bool h_is_zero = step == 0 && !io_.in[kInitialH];
-          LaunchGemmStep(a, d_, gemm, plan, h_is_zero, sm_count_, cublas_, stream_);
-          Check(cudaGetLastError(), "recurrent step");
-          cur ^= 1;
-          continue;
+    // Each launch below is checked right after it, so nothing foreign is pending between them.
+    // The loop works on its own copy of the arguments: a replayed graph skips it.
+    auto enqueue_steps = [&, a]() mutable {
+      int cur = 0;
+      for (int step = 0; step < io_.max_len; ++step) {
+        a.step = step;
+        for (int dir = 0; dir < D_; ++dir) {
+          a.h_in[dir] = s_.h[cur] + static_cast<long long>(dir) * B_ * H_;
+          a.h_out[dir] = s_.h[cur ^ 1] + static_cast<long long>(dir) * B_ * H_;
         }
+        if constexpr (kElementTypeOf<T> == ElementType::kFloat32) {
+          if (kernel == StepKernel::kGemm) {
+            ClearPending();
+            const bool h_is_zero = step == 0 && !io_.in[kInitialH];
+            LaunchGemmStep(a, d_, gemm, plan, h_is_zero, sm_count_, cublas_, stream_);
+            Check(cudaGetLastError(), "recurrent step");
+            cur ^= 1;
+            continue;
+          }
+        }
+        if (kernel == StepKernel::kSplitK) LaunchSplitKStep(a, D_, sm_count_, stream_);
+        else LaunchTiledStep(a, D_, device_, stream_);
+        Check(cudaGetLastError(), "recurrent step");
+        cur ^= 1;
       }
-      if (kernel == StepKernel::kSplitK) LaunchSplitKStep(a, D_, sm_count_, stream_);
-      else LaunchTiledStep(a, D_, device_, stream_);
-      Check(cudaGetLastError(), "recurrent step");
-      cur ^= 1;
+    };
+    bool replayable = false;
+    if constexpr (kElementTypeOf<T> == ElementType::kFloat32)
+      replayable = kernel == StepKernel::kGemm && graphs_ && io_.max_len >= kMinStepsForStepGraph;
+    if (replayable) {
+      if constexpr (kElementTypeOf<T> == ElementType::kFloat32)
+        graphs_->Run(GemmStepLoopKey(a, gemm, plan), stream_, enqueue_steps);
+    } else {
+      enqueue_steps();
     }
-    WriteFinalStates(l, s_.h[cur], s_.c);
+    WriteFinalStates(l, s_.h[io_.max_len % 2], s_.c);
+  }
+
+  // What the cuBLAS step loop of a layer captures by value (v1/step_graphs.h).
+  StepLoopKey GemmStepLoopKey(const StepArgs<float>& a, const GemmStepScratch& gemm, const GemmStepPlan& plan) const {
+    StepLoopKey key;
+    key.Add(device_).Add(sm_count_).Add(static_cast<const void*>(cublas_)).Add(io_.max_len).Add(D_).Add(a.B).Add(a.H);
+    key.Add(io_.in[kInitialH] != nullptr).Add(a.lens).Add(a.gx_st).Add(a.gx_sb).Add(a.y).Add(a.y_st).Add(a.y_sd);
+    key.Add(a.y_sb).Add(s_.h[0]).Add(s_.h[1]);
+    for (int dir = 0; dir < D_; ++dir) {
+      key.Add(a.gx[dir]).Add(a.wh[dir]).Add(a.bias[dir]).Add(a.peep[dir]).Add(a.c[dir]).Add(a.reverse[dir]);
+      const CellParams& cell = a.cell[dir];
+      for (const Activation& act : cell.act) key.Add(static_cast<int>(act.kind)).Add(act.alpha).Add(act.beta);
+      key.Add(cell.has_clip).Add(cell.clip).Add(cell.input_forget);
+    }
+    key.Add(gemm.gates).Add(gemm.stream_done).Add(gemm.wh_half).Add(gemm.h_half).Add(gemm.wh_amax);
+    key.Add(static_cast<int>(plan.math)).Add(static_cast<int>(plan.weights)).Add(plan.streams);
+    key.Add(plan.gemm && plan.gemm->Ready());
+    return key;
   }
 
   // The persistent kernel over a range; false when the device cannot launch its grid
@@ -335,6 +368,7 @@ class StackRun {
   cudaStream_t stream_;
   Precision precision_;  // `auto` resolved for this call's shape
   KeptSplit kept_;       // W's TF32 halves kept across calls, or none
+  StepGraphs* graphs_;   // the node's cached step graphs, or null
   Scratch s_;
   cublasHandle_t cublas_ = nullptr;
   int T_ = 0, B_ = 0, H_ = 0, D_ = 1, L_ = 1, device_ = 0, sm_count_ = 132;
@@ -362,9 +396,9 @@ size_t CudaScratchBytes(const Dims& d, Precision precision, bool weights_kept) {
 
 template <typename T>
 void RunLstmCuda(const Attributes& attrs, const CallIO& io, void* stream, void* scratch, Strategy strategy,
-                 KeptSplit kept) {
+                 KeptSplit kept, StepGraphs* graphs) {
   if (io.dims.B == 0) return;
-  StackRun<T>(attrs, io, static_cast<cudaStream_t>(stream), scratch, kept).Run(strategy);
+  StackRun<T>(attrs, io, static_cast<cudaStream_t>(stream), scratch, kept, graphs).Run(strategy);
 }
 
 // The element types FusedLSTM registers for CUDA (cuda_ops.cc).
@@ -372,7 +406,7 @@ void RunLstmCuda(const Attributes& attrs, const CallIO& io, void* stream, void* 
   template std::string DescribeStrategy<T>(const Dims& d, Strategy strategy, Precision precision); \
   template size_t CudaScratchBytes<T>(const Dims& d, Precision precision, bool weights_kept); \
   template void RunLstmCuda<T>(const Attributes& attrs, const CallIO& io, void* stream, void* scratch, \
-                               Strategy strategy, KeptSplit kept);
+                               Strategy strategy, KeptSplit kept, StepGraphs* graphs);
 LSTM_ORT_INSTANTIATE(float)
 LSTM_ORT_INSTANTIATE(__half)
 #undef LSTM_ORT_INSTANTIATE

@@ -22,6 +22,7 @@ void StepGraphs::Run(const StepLoopKey& key, cudaStream_t stream, const std::fun
       Check(cudaGraphLaunch(found->second, stream), "replay the step graph");
       return;
     }
+    if (evictions_ >= kMaxStepGraphs) return enqueue();  // the keys cycle: captures would not pay
     if (seen_.insert(key).second) {
       if (seen_.size() > 4 * kMaxStepGraphs) seen_.clear();  // keys that never repeat do not pile up
       return enqueue();
@@ -65,6 +66,7 @@ bool StepGraphs::CaptureAndLaunch(const StepLoopKey& key, cudaStream_t stream, c
   }
   order_.push_back(key);
   if (graphs_.size() > kMaxStepGraphs) {
+    ++evictions_;
     cudaGraphExecDestroy(graphs_.at(order_.front()));
     graphs_.erase(order_.front());
     order_.pop_front();

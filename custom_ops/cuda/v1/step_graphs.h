@@ -48,10 +48,13 @@ class StepLoopKey {
   std::vector<uint64_t> words_;
 };
 
-// The graphs of one kernel instance (a node of a session), at most kMaxStepGraphs of them.
+// The graphs of one kernel instance (a node of a session), at most kMaxStepGraphs of them. A
+// node whose calls cycle through more keys than that (each eviction then costs a capture) stops
+// capturing after kMaxStepGraphs evictions and launches new keys directly; the layer pipeline's
+// stages see a few keys per layer (two buffer slots, and the last stage's per-item outputs).
 class StepGraphs {
  public:
-  static constexpr size_t kMaxStepGraphs = 16;
+  static constexpr size_t kMaxStepGraphs = 64;
   StepGraphs() = default;
   ~StepGraphs();
   StepGraphs(const StepGraphs&) = delete;
@@ -70,6 +73,7 @@ class StepGraphs {
   std::map<StepLoopKey, cudaGraphExec_t> graphs_;
   std::list<StepLoopKey> order_;  // oldest first, for eviction
   std::set<StepLoopKey> seen_;    // keys met once, not captured yet
+  size_t evictions_ = 0;
 };
 
 }  // namespace lstm_ort

@@ -55,14 +55,12 @@ Scratch CarveScratch(const Dims& d, ElementType type, Precision precision, bool 
   if (CallProjectsWithSplitTf32(type, precision, d, weights_kept)) {
     const int64_t widest = WidestLayerInput(d);
     const size_t x = sizeof(float) * std::min<int64_t>(d.T * d.B, kSplitChunkRows) * widest;
-    const size_t w = weights_kept ? 0 : sizeof(float) * d.D * widest * kGates * d.H;
     s.x_hi = reinterpret_cast<float*>(take(x));
     s.x_lo = reinterpret_cast<float*>(take(x));
-    float* w_hi = reinterpret_cast<float*>(take(w));
-    float* w_lo = reinterpret_cast<float*>(take(w));
-    if (!weights_kept) {  // take(0) would point at the next region
-      s.w_hi = w_hi;
-      s.w_lo = w_lo;
+    if (!weights_kept) {  // kept halves need no room here
+      const size_t w = sizeof(float) * d.D * widest * kGates * d.H;
+      s.w_hi = reinterpret_cast<float*>(take(w));
+      s.w_lo = reinterpret_cast<float*>(take(w));
     }
   }
   if (total) *total = off;

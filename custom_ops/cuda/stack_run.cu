@@ -235,15 +235,12 @@ class StackRun {
         cur ^= 1;
       }
     };
-    bool replayable = false;
-    if constexpr (kElementTypeOf<T> == ElementType::kFloat32)
-      replayable = kernel == StepKernel::kGemm && graphs_ && io_.max_len >= kMinStepsForStepGraph;
-    if (replayable) {
-      if constexpr (kElementTypeOf<T> == ElementType::kFloat32)
-        graphs_->Run(GemmStepLoopKey(a, gemm, plan), stream_, enqueue_steps);
-    } else {
-      enqueue_steps();
+    bool through_graph = false;
+    if constexpr (kElementTypeOf<T> == ElementType::kFloat32) {
+      through_graph = kernel == StepKernel::kGemm && graphs_ && io_.max_len >= kMinStepsForStepGraph;
+      if (through_graph) graphs_->Run(GemmStepLoopKey(a, gemm, plan), stream_, enqueue_steps);
     }
+    if (!through_graph) enqueue_steps();
     WriteFinalStates(l, s_.h[io_.max_len % 2], s_.c);
   }
 

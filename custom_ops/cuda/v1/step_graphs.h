@@ -42,7 +42,6 @@ class StepLoopKey {
     return Add(static_cast<uint64_t>(bits));
   }
   bool operator<(const StepLoopKey& o) const { return words_ < o.words_; }
-  bool operator==(const StepLoopKey& o) const { return words_ == o.words_; }
 
  private:
   std::vector<uint64_t> words_;

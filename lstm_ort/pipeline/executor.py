@@ -71,14 +71,6 @@ class Signal(Progress):
         super().__init__(cond, flag)
         self.event = event
 
-    @property
-    def gen(self) -> int:
-        return self.done
-
-    @gen.setter
-    def gen(self, value: int) -> None:
-        self.done = value
-
     def record(self, backend, stream: Stream, gen: int) -> None:
         backend.record(self.event, stream)
         self.advance(gen)
@@ -352,7 +344,7 @@ class Executor:
         self.flag["abort"] = False
         for bd in self.boundaries:
             for sig in bd.ready + bd.free:
-                sig.gen = -1
+                sig.done = -1
         want_post = [o for o in pm.outputs if o.kind == "post" and o.name in want]
         want_states = {o.kind for o in pm.outputs if o.kind != "post" and o.name in want}
         if plan.num_chunks > 1:
@@ -578,11 +570,7 @@ class Executor:
                     if o.axes.time is not None:
                         shape[o.axes.time] = plan.steps
                     outputs[o.name] = np.empty(shape, part.dtype)
-                index = [slice(None)] * part.ndim
-                index[o.axes.batch] = slice(*it.rows)
-                if o.axes.time is not None:
-                    index[o.axes.time] = slice(*it.steps)
-                np.copyto(outputs[o.name][tuple(index)], part)
+                np.copyto(outputs[o.name][_item_index(part.ndim, o.axes, it)], part)
 
     def _profile(self, items: list[Item], timing: dict, host_spans: dict, start: float, wall_ms: float) -> RunProfile:
         be, K = self.backend, len(self.stages)
@@ -693,6 +681,15 @@ def stage_buffers_in_use(executor: Executor) -> list[DeviceBuffer]:
     return bufs
 
 
+def _item_index(ndim: int, axes, it: Item) -> tuple:
+    """The part of a call-wide array (batch and time on ``axes``) that item ``it`` covers."""
+    index = [slice(None)] * ndim
+    index[axes.batch] = slice(*it.rows)
+    if axes.time is not None:
+        index[axes.time] = slice(*it.steps)
+    return tuple(index)
+
+
 def _init_buffers(st: StageRuntime) -> list[DeviceBuffer]:
     return ([st.zeros] if st.zeros is not None else []) + [b for bufs in st.init.values() for b in bufs if b is not None]
 
@@ -732,12 +729,8 @@ class _Feeder:
             if self.ex.flag["abort"]:
                 return
             for name, region in self.regions(it).items():
-                ax, v = self.ex.pm.inputs[name], self.feeds[name]
-                index = [slice(None)] * v.ndim
-                index[ax.batch] = slice(*it.rows)
-                if ax.time is not None:
-                    index[ax.time] = slice(*it.steps)
-                np.copyto(region, v[tuple(index)])
+                v = self.feeds[name]
+                np.copyto(region, v[_item_index(v.ndim, self.ex.pm.inputs[name], it)])
             self.progress.advance(it.index)
 
     def start(self, guarded) -> None:

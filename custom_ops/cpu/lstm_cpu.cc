@@ -331,23 +331,33 @@ Plan PlanRecurrence(const Dims& d, int64_t np, int64_t steps, int P, double step
 
 // How the input projection [M rows] x [Q panels] is cut into items for `workers` threads.
 struct ProjectSplit {
-  int64_t row_blocks = 1, panel_blocks = 1, rows_per_block = 0;
-  int64_t RowStart(int64_t r, int64_t M) const { return std::min(M, r * rows_per_block); }
+  int64_t row_blocks = 1, panel_blocks = 1, tiles = 1;
+  // Row blocks are whole 6-row tiles, their counts as even as the tiles allow.
+  int64_t RowStart(int64_t r, int64_t M) const { return std::min(M, 6 * (tiles * r / row_blocks)); }
 };
 
 // About four items per thread (claimed in order, so a slow thread takes fewer). Each row block reads
 // all the weights of its panels and each panel block all the input rows of its row block, so the
 // split minimises row_blocks * weight bytes + panel_blocks * input bytes (pb = sqrt(want * W / A)).
+// The items are of one size and their count a multiple of the threads where the shape allows:
+// 9 items on 2 threads (3 panel blocks of 21 and 22 panels, 3 row blocks) left one thread a ninth
+// of the projection alone at the end.
 ProjectSplit SplitProjection(int64_t M, int64_t I, int64_t Q, int64_t workers) {
   ProjectSplit sp;
-  const int64_t want = 4 * workers, tiles = (M + 5) / 6;
+  const int64_t want = 4 * workers;
+  sp.tiles = (M + 5) / 6;
   const double weight_bytes = double(Q) * I * kPanel, input_bytes = double(M) * I;
   const double best_pb = std::sqrt(want * weight_bytes / std::max(1.0, input_bytes));
-  sp.panel_blocks = std::clamp<int64_t>(std::llround(best_pb), std::min(std::min(Q, want), std::max<int64_t>(1, want / tiles)),
-                                         std::min(Q, want));
-  sp.row_blocks = std::min<int64_t>((want + sp.panel_blocks - 1) / sp.panel_blocks, tiles);
-  sp.rows_per_block = ((M + sp.row_blocks - 1) / sp.row_blocks + 5) / 6 * 6;  // whole 6-row tiles
-  sp.row_blocks = (M + sp.rows_per_block - 1) / sp.rows_per_block;
+  const int64_t lo = std::min(std::min(Q, want), std::max<int64_t>(1, want / sp.tiles)), hi = std::min(Q, want);
+  sp.panel_blocks = std::clamp<int64_t>(std::llround(best_pb), lo, hi);
+  double best_miss = 1e30;  // a divisor of Q in [lo, hi] nearest best_pb (by ratio): panel blocks of one width
+  for (int64_t pb = lo; pb <= hi; ++pb) {
+    const double miss = std::abs(std::log(pb / best_pb));
+    if (Q % pb == 0 && miss < best_miss) best_miss = miss, sp.panel_blocks = pb;
+  }
+  sp.row_blocks = (want + sp.panel_blocks - 1) / sp.panel_blocks;
+  while ((sp.row_blocks * sp.panel_blocks) % workers) ++sp.row_blocks;
+  sp.row_blocks = std::min(sp.row_blocks, sp.tiles);
   return sp;
 }
 

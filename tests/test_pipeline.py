@@ -242,6 +242,24 @@ def test_pipeline_equals_the_stack(rng, case, threads):
 
 
 @pytest.mark.parametrize("layout", [0, 1])
+def test_host_copies_cut_over_threads(rng, monkeypatch, layout):
+    """Inputs staged and outputs gathered in pieces on the copy threads (forced here at 64 bytes a
+    piece): the same answer, and the copy threads are gone after close."""
+    from lstm_ort.pipeline import executor
+
+    monkeypatch.setattr(executor, "COPY_PIECE_BYTES", 64)
+    monkeypatch.setattr(executor, "COPY_THREADS", 3)
+    _, model, feeds = model_and_feeds(rng, "forward", layout, T=12, B=8, initial_states=True)
+    ref = run(model, feeds)
+    sess = PipelineSession(model, devices=(0, 1), micro_batch=4, time_chunk=5, backend=FakeBackend())
+    for _ in range(2):
+        assert max_diff(ref, sess.run(None, feeds)) <= 1e-6
+    assert sess.executor.copiers is not None
+    sess.close()
+    assert sess.executor.copiers is None
+
+
+@pytest.mark.parametrize("layout", [0, 1])
 @pytest.mark.parametrize("direction", ["forward", "bidirectional"])
 def test_ops_before_and_after(rng, layout, direction):
     spec = LstmSpec(input_size=5, hidden_size=4, num_layers=3, layout=layout, direction=direction)

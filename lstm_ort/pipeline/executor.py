@@ -48,6 +48,7 @@ from lstm_ort.pipeline.schedule import Item, Plan, host_order
 COPY_PIECE_BYTES = 2 << 20
 COPY_THREADS = max(1, min(4, (os.cpu_count() or 1) // 2))
 
+
 class Aborted(RuntimeError):
     pass
 
@@ -224,7 +225,8 @@ class Executor:
         last.out_event = backend.create_event(last.device)
         self.out_done: list[Event] = []  # per item: its outputs are on the host
         self.workers: _Workers | None = None
-        self.copiers: ThreadPoolExecutor | None = None
+        self.copiers: ThreadPoolExecutor | None = None  # made by the first large copy (feeder or gather)
+        self.copiers_lock = threading.Lock()
         self.host_cache: dict = {}
         self.last_profile: RunProfile | None = None
         self.closed = False
@@ -307,8 +309,9 @@ class Executor:
         if n <= 1:
             np.copyto(dst, src)
             return
-        if self.copiers is None:
-            self.copiers = ThreadPoolExecutor(COPY_THREADS, thread_name_prefix="lstm-ort-copy")
+        with self.copiers_lock:
+            if self.copiers is None:
+                self.copiers = ThreadPoolExecutor(COPY_THREADS, thread_name_prefix="lstm-ort-copy")
         m = dst.shape[0]
         pieces = [slice(m * j // n, m * (j + 1) // n) for j in range(n)]
         for f in [self.copiers.submit(np.copyto, dst[p], src[p]) for p in pieces]:

@@ -18,17 +18,21 @@ __device__ __forceinline__ long long StateRow(int layout, int LD, int B, int k, 
   return layout == 0 ? static_cast<long long>(k) * B + b : static_cast<long long>(b) * LD + k;
 }
 
-// Without initial_h and initial_c, zeros four at a time where h and c are 16-byte aligned (a
-// persistent range's later layers are not when D*B*H is odd): the per-element row arithmetic
-// made the kernel three times a memset's time at D2 B512 H2048.
+// Both fp32 state buffers can be read or written a float4 at a time (a persistent range's later
+// layers are not 16-byte aligned when D*B*H is odd).
+inline bool Float4Aligned(const float* h, const float* c) {
+  return ((reinterpret_cast<uintptr_t>(h) | reinterpret_cast<uintptr_t>(c)) & 15) == 0;
+}
+
+// `zero4` (no initial_h nor initial_c, h and c Float4Aligned): zeros four at a time; the
+// per-element row arithmetic made the kernel three times a memset's time at D2 B512 H2048.
 template <typename T>
 __global__ void InitStates(const T* h0, const T* c0, float* h, float* c, int layer, int D, int LD, int B, int H,
-                           int layout) {
+                           int layout, bool zero4) {
   const long long n = static_cast<long long>(D) * B * H;
   const long long first = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x;
   const long long stride = static_cast<long long>(gridDim.x) * blockDim.x;
-  const bool aligned = ((reinterpret_cast<uintptr_t>(h) | reinterpret_cast<uintptr_t>(c)) & 15) == 0;
-  if (!h0 && !c0 && aligned) {
+  if (zero4) {
     for (long long i = first; i < n / 4; i += stride) {
       reinterpret_cast<float4*>(h)[i] = float4{};
       reinterpret_cast<float4*>(c)[i] = float4{};
@@ -81,9 +85,10 @@ template <typename T>
 void LaunchInitStates(const T* h0, const T* c0, float* h, float* c, int layer, int D, int LD, int B, int H,
                       int layout, cudaStream_t stream) {
   const long long n = static_cast<long long>(D) * B * H;
+  const bool zero4 = !h0 && !c0 && Float4Aligned(h, c);
   ClearPending();
-  InitStates<T><<<GridStrideBlocks(h0 || c0 ? n : n / 4 + 1), kGridStrideThreads, 0, stream>>>(h0, c0, h, c, layer,
-                                                                                                D, LD, B, H, layout);
+  InitStates<T><<<GridStrideBlocks(zero4 ? n / 4 + 1 : n), kGridStrideThreads, 0, stream>>>(h0, c0, h, c, layer, D,
+                                                                                            LD, B, H, layout, zero4);
   Check(cudaGetLastError(), "init states");
 }
 
@@ -94,8 +99,7 @@ void LaunchFinalStates(const float* h, const float* c, const int* lens, T* y_h, 
   if (!y_h && !y_c) return;
   const long long n = static_cast<long long>(D) * B * H;
   ClearPending();
-  const bool aligned = ((reinterpret_cast<uintptr_t>(h) | reinterpret_cast<uintptr_t>(c)) & 15) == 0;
-  if (H % 4 == 0 && aligned)
+  if (H % 4 == 0 && Float4Aligned(h, c))
     FinalStates<T, 4><<<GridStrideBlocks(n / 4), kGridStrideThreads, 0, stream>>>(h, c, lens, y_h, y_c, layer, D,
                                                                                   LD, B, H, layout);
   else

@@ -6,6 +6,7 @@
 #include <sstream>
 #include <tuple>
 
+#include "cpu_kernel_names.h"
 #include "precision_names.h"
 #include "strategy_names.h"
 
@@ -70,6 +71,12 @@ const ActSpec* FindActivation(const std::string& name) {
   return nullptr;
 }
 
+const ActSpec& SpecOf(ActKind kind) {
+  for (const ActSpec& s : kActs)
+    if (s.kind == kind) return s;
+  throw std::logic_error("no activation of this kind");
+}
+
 std::string ActivationNames() {
   std::string out;
   for (const ActSpec& s : kActs) out += std::string(out.empty() ? "" : ", ") + s.name;
@@ -101,6 +108,13 @@ Strategy ResolveStrategy(const std::string& name) {
   return s;
 }
 
+CpuKernel ResolveCpuKernel(const std::string& name) {
+  CpuKernel k;
+  if (!ParseCpuKernel(name.c_str(), &k))
+    Reject("attribute cpu_kernel must be " + CpuKernelChoices() + ", got '" + name + "'");
+  return k;
+}
+
 Precision ResolvePrecision(const std::string& name) {
   Precision p;
   if (!ParsePrecision(name.c_str(), &p))
@@ -114,9 +128,12 @@ std::vector<TunedStrategy> ParseTuned(const std::string& text) {
     if (Trim(entry).empty()) continue;
     const std::vector<std::string> f = Split(entry, '|');
     TunedStrategy t;
+    const bool cpu = f.size() == 4 && f[0].rfind(kTunedCpuPrefix, 0) == 0;
     const bool ok = f.size() == 4 && !f[0].empty() && ParseInt(f[1], &t.T) && ParseInt(f[2], &t.B) &&
-                    ParseStrategy(f[3].c_str(), &t.strategy);
-    if (!ok) Reject("attribute tuned must hold 'gpu|T|B|strategy' entries separated by ';', got '" + entry + "'");
+                    (cpu ? ParseCpuKernel(f[3].c_str(), &t.cpu_kernel) : ParseStrategy(f[3].c_str(), &t.strategy));
+    if (!ok)
+      Reject("attribute tuned must hold 'gpu|T|B|strategy' (or 'cpu:NAME|T|B|cpu_kernel') entries separated by ';', got '" +
+             entry + "'");
     t.gpu = f[0];
     out.push_back(t);
   }
@@ -127,9 +144,18 @@ std::string FormatTuned(const std::vector<TunedStrategy>& entries) {
   std::string out;
   for (const TunedStrategy& t : entries) {
     if (!out.empty()) out += ';';
-    out += t.gpu + '|' + std::to_string(t.T) + '|' + std::to_string(t.B) + '|' + StrategyName(t.strategy);
+    const bool cpu = t.gpu.rfind(kTunedCpuPrefix, 0) == 0;
+    out += t.gpu + '|' + std::to_string(t.T) + '|' + std::to_string(t.B) + '|' +
+           (cpu ? CpuKernelName(t.cpu_kernel) : StrategyName(t.strategy));
   }
   return out;
+}
+
+const char* ActivationName(ActKind kind) { return SpecOf(kind).name; }
+
+void ActivationTakes(ActKind kind, bool* alpha, bool* beta) {
+  *alpha = SpecOf(kind).alpha;
+  *beta = SpecOf(kind).beta;
 }
 
 void ResolveActivations(const std::optional<std::string>& names, const std::vector<float>& alphas,
@@ -198,6 +224,8 @@ Attributes ResolveAttributes(const RawAttributes& raw) {
 
   if (raw.strategy) a.strategy = ResolveStrategy(*raw.strategy);
   if (raw.precision) a.precision = ResolvePrecision(*raw.precision);
+  if (raw.cpu_kernel) a.cpu_kernel = ResolveCpuKernel(*raw.cpu_kernel);
+  a.cpu_kernel_set = raw.cpu_kernel.has_value();
   if (raw.tuned) a.tuned = ParseTuned(*raw.tuned);
 
   const int64_t input_forget = raw.input_forget.value_or(0);

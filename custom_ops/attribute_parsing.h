@@ -23,7 +23,7 @@ struct AttributeError : std::invalid_argument {
 struct RawAttributes {
   std::optional<int64_t> hidden_size, num_layers, layout, input_forget;
   std::optional<float> clip;
-  std::optional<std::string> direction, strategy, precision, tuned, activations;
+  std::optional<std::string> direction, strategy, precision, cpu_kernel, tuned, activations;
   std::vector<float> activation_alpha, activation_beta;
   std::optional<std::vector<int64_t>> rank_input, rank_recurrent;
 };
@@ -40,11 +40,14 @@ void ValidateLayout(int64_t layout);
 // The `strategy` attribute.
 Strategy ResolveStrategy(const std::string& name);
 
+// The `cpu_kernel` attribute: auto, fused, stock or stock_split.
+CpuKernel ResolveCpuKernel(const std::string& name);
+
 // The `precision` attribute: fp32, tf32, fp16, bf16 or auto.
 Precision ResolvePrecision(const std::string& name);
 
 // The `tuned` attribute: "gpu|T|B|strategy" entries separated by ';' (blank entries skipped),
-// as lstm_ort.tuning writes them.
+// as lstm_ort.tuning writes them; an entry whose device starts with "cpu:" names a CpuKernel.
 std::vector<TunedStrategy> ParseTuned(const std::string& text);
 
 // The canonical `tuned` text of `entries`: what ParseTuned reads back as the same entries.
@@ -54,6 +57,11 @@ std::string FormatTuned(const std::vector<TunedStrategy>& entries);
 // holds one rank >= 0 per layer and direction (L*D).
 Ranks ResolveRanks(const std::optional<std::vector<int64_t>>& input,
                    const std::optional<std::vector<int64_t>>& recurrent, int64_t layers, int num_directions);
+
+// The name stock onnxruntime gives an activation ("Sigmoid", "HardSigmoid", ...), and whether it
+// takes an alpha and a beta (which it then consumes from activation_alpha / activation_beta).
+const char* ActivationName(ActKind kind);
+void ActivationTakes(ActKind kind, bool* alpha, bool* beta);
 
 // f, g, h of each direction from the `activations` attribute (comma-separated names,
 // case-insensitive; absent: Sigmoid, Tanh, Tanh) and the alphas and betas, which the activations

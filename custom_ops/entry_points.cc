@@ -7,6 +7,7 @@
 
 #include "attribute_parsing.h"
 #include "c_entry_point.h"
+#include "cpu_kernel_names.h"
 #include "lstm_ort/contract.h"
 #include "precision_names.h"
 #include "strategy_names.h"
@@ -19,6 +20,11 @@ LSTM_ORT_C_ENTRY int LstmOrtStrategyNames(char* out, int size) {
 // The precision names in enum order, comma-separated: "fp32,tf32,fp16,bf16,auto".
 LSTM_ORT_C_ENTRY int LstmOrtPrecisionNames(char* out, int size) {
   return lstm_ort::CopyOutWhole(lstm_ort::PrecisionNames(","), out, size);
+}
+
+// The CPU kernel names in enum order, comma-separated: "auto,fused,stock,stock_split".
+LSTM_ORT_C_ENTRY int LstmOrtCpuKernelNames(char* out, int size) {
+  return lstm_ort::CopyOutWhole(lstm_ort::CpuKernelNames(","), out, size);
 }
 
 // Offset in elements of the packed W block of (layer l, direction d) for these sizes;

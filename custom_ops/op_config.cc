@@ -80,6 +80,7 @@ RawAttributes ReadAttributes(const OrtKernelInfo* info) {
   raw.clip = FloatAttribute(info, "clip");
   raw.strategy = StringAttribute(info, "strategy");
   raw.precision = StringAttribute(info, "precision");
+  raw.cpu_kernel = StringAttribute(info, "cpu_kernel");
   raw.tuned = StringAttribute(info, "tuned");
   raw.input_forget = IntAttribute(info, "input_forget");
   raw.activations = StringAttribute(info, "activations");

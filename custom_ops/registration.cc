@@ -16,8 +16,8 @@ namespace {
 std::mutex g_mutex;
 std::vector<Ort::CustomOpDomain> g_domains;
 
-const lstm_ort::FusedLstmOp<lstm_ort::CpuKernel<float>> g_cpu_f32;
-const lstm_ort::FusedLstmOp<lstm_ort::CpuKernel<Ort::Float16_t>> g_cpu_f16;
+const lstm_ort::FusedLstmOp<lstm_ort::CpuOpKernel<float>> g_cpu_f32;
+const lstm_ort::FusedLstmOp<lstm_ort::CpuOpKernel<Ort::Float16_t>> g_cpu_f16;
 
 // onnxruntime dlcloses a custom-op library with the session options that loaded it. Unloading
 // this one would unregister its CUDA kernels and leave cached cuBLAS handles dangling for the

@@ -1,8 +1,16 @@
+import os
 import zlib
 
 import numpy as np
 import onnxruntime as ort
 import pytest
+
+
+# The suite tests FusedLSTM's own CPU kernel: nodes that name no cpu_kernel run it alone, not the
+# per-shape choice between it and onnxruntime's kernel (which would make a case's kernel depend on
+# timing). tests/test_cpu_kernel_choice.py names the choice on its nodes. Read once per process,
+# so set before any session is made.
+os.environ.setdefault("LSTM_ORT_CPU_KERNEL", "fused")
 
 
 def cuda_available() -> bool:

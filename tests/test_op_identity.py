@@ -10,7 +10,7 @@ import pytest
 
 from lstm_ort.builders import LstmSpec, fused_model, random_layers
 from lstm_ort.ops import packing
-from lstm_ort.ops.identity import DEFAULT_PRECISION, ELEMENT_TYPES, PRECISIONS, STRATEGIES
+from lstm_ort.ops.identity import CPU_KERNELS, DEFAULT_PRECISION, ELEMENT_TYPES, PRECISIONS, STRATEGIES
 from lstm_ort.ops.tuned import TunedEntry, format_tuned
 from lstm_ort.runtime import native
 from lstm_ort.testing import make_feeds, run
@@ -18,6 +18,10 @@ from lstm_ort.testing import make_feeds, run
 
 def test_strategy_names_are_the_kernels():
     assert native.strategy_names() == list(STRATEGIES)
+
+
+def test_cpu_kernel_names_are_the_kernels():
+    assert native.cpu_kernel_names() == list(CPU_KERNELS)
 
 
 def test_precision_names_are_the_kernels():

@@ -142,7 +142,7 @@ def test_bad_tuned_attribute_is_refused(rng):
     spec = LstmSpec(input_size=5, hidden_size=8)
     model = fused_model(spec, random_layers(spec, rng))
     model.graph.node[0].attribute.append(onnx.helper.make_attribute("tuned", "GPU|100|x|wavefront"))
-    with pytest.raises(Exception, match="attribute tuned must hold 'gpu\\|T\\|B\\|strategy' entries"):
+    with pytest.raises(Exception, match=r"attribute tuned must hold 'gpu\|T\|B\|strategy' \(or 'cpu:NAME\|T\|B\|cpu_kernel'\) entries"):
         run(model, make_feeds(spec, 4, 2, rng))
 
 

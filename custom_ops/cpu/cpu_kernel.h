@@ -6,13 +6,13 @@
 namespace lstm_ort {
 
 template <typename T>
-struct CpuKernel {
+struct CpuOpKernel {
   static constexpr ONNXTensorElementDataType kType = std::is_same_v<T, float>
                                                          ? ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT
                                                          : ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16;
   static constexpr const char* kProvider = nullptr;  // the CPU execution provider
 
-  explicit CpuKernel(const OrtKernelInfo* info) : attrs_(ParseAttributes(info)), lstm_(info, attrs_) {}
+  explicit CpuOpKernel(const OrtKernelInfo* info) : attrs_(ParseAttributes(info)), lstm_(info, attrs_) {}
 
   void Compute(OrtKernelContext* context) {
     Ort::KernelContext ctx(context);

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -21,7 +22,12 @@
 #endif
 #include <sched.h>
 
+#include "cpu/kernel_report.h"
+#include "cpu/kernel_tuner.h"
 #include "cpu/kernels.h"
+#include "cpu/stock_stack.h"
+#include "attribute_parsing.h"
+#include "cpu_kernel_names.h"
 #include "lstm_ort/cell.h"
 
 namespace lstm_ort {
@@ -49,6 +55,9 @@ struct Knobs {
   // How one direction's recurrence uses its threads: 0 as planned, 1 one thread, 2 batch rows
   // split, 3 hidden-unit panels split (for measuring the plan's choices).
   int64_t split = EnvInt("LSTM_ORT_CPU_SPLIT", 0);
+  // The kernel of nodes that name none (cpu_kernel attribute absent): a development alias, read by
+  // the attribute's own parser (a bad value fails every session's kernels with its message).
+  const char* cpu_kernel = std::getenv("LSTM_ORT_CPU_KERNEL");
 };
 const Knobs& GetKnobs() {
   static const Knobs k;
@@ -395,19 +404,82 @@ struct alignas(64) GroupSync {
 
 // ---- the kernel ----
 
+// The node's constant weights as the session holds them (KernelInfoGetConstantInput_tensor: they
+// live as long as the session), to pack them again, or build stock's session, after either was
+// dropped.
+struct ConstantWeights {
+  Dims dims;  // I, H, L, D; I = -1: W is not a constant (packed on every call)
+  const void *w = nullptr, *b = nullptr, *p = nullptr, *f = nullptr;
+};
+
 template <typename T>
 struct CpuLstm<T>::State {
   Attributes attrs;
-  Packed prepacked;           // from constant initializers, at kernel creation (I = -1 if none)
+  ConstantWeights constants;
   std::mutex scratch_mutex;
   Buffer scratch;
   const cpu::KernelTable* kernels = &cpu::Kernels();
+  std::string node_name;
+
+  // Either kernel's weights, made when first needed and dropped once the tuner has settled on
+  // the other for every shape class seen (KernelTuner::Settled); a call holds its own reference.
+  std::mutex weights_mutex;
+  std::shared_ptr<const Packed> packed;
+  std::shared_ptr<const StockStack> stock;
+  // Why onnxruntime could not make stock's session: the fused kernel runs every call from then on.
+  // Written once, before the flag is set.
+  std::string stock_refused;
+  std::atomic<bool> stock_failed{false};
+  KernelTuner tuner;
+
+  std::shared_ptr<const Packed> PackedWeights() {
+    std::lock_guard<std::mutex> lock(weights_mutex);
+    if (!packed) {
+      auto pk = std::make_shared<Packed>();
+      const ConstantWeights& c = constants;
+      Pack(*pk, c.dims, attrs.ranks, static_cast<const T*>(c.w), static_cast<const T*>(c.b),
+           static_cast<const T*>(c.p), static_cast<const T*>(c.f));
+      pk->w_src = c.w, pk->b_src = c.b, pk->p_src = c.p, pk->f_src = c.f;
+      packed = std::move(pk);
+    }
+    return packed;
+  }
+
+  // Stock's session for calls of this signature, or null (and stock_refused says why).
+  std::shared_ptr<const StockStack> StockWeights(const StockSignature& sig) {
+    std::lock_guard<std::mutex> lock(weights_mutex);
+    if (stock && stock->signature() == sig) return stock;
+    if (stock_failed.load(std::memory_order_acquire)) return nullptr;
+    try {
+      const ConstantWeights& c = constants;
+      stock = std::make_shared<StockStack>(attrs, c.dims, sig, static_cast<const float*>(c.w),
+                                           static_cast<const float*>(c.b), static_cast<const float*>(c.p));
+    } catch (const std::exception& e) {
+      stock_refused = std::string("onnxruntime could not make stock's LSTM session: ") + e.what();
+      stock_failed.store(true, std::memory_order_release);
+      return nullptr;
+    }
+    return stock;
+  }
+
+  // Drops the weights of a kernel no shape class runs any more.
+  void DropUnused() {
+    if (!tuner.Settled()) return;
+    const bool fused = tuner.Uses(CpuKernel::kFused);
+    const bool stock_used = tuner.Uses(CpuKernel::kStock) || tuner.Uses(CpuKernel::kStockSplit);
+    std::lock_guard<std::mutex> lock(weights_mutex);
+    if (!fused) packed.reset();
+    if (!stock_used) stock.reset();
+  }
 };
 
 template <typename T>
 CpuLstm<T>::CpuLstm(const OrtKernelInfo* info, const Attributes& attrs) : state_(std::make_unique<State>()) {
   State& st = *state_;
   st.attrs = attrs;
+  if (!attrs.cpu_kernel_set && GetKnobs().cpu_kernel && *GetKnobs().cpu_kernel)
+    st.attrs.cpu_kernel = ResolveCpuKernel(GetKnobs().cpu_kernel);
+  st.node_name = NodeName(info);
   size_t nw = 0, nb = 0, np = 0, nf = 0;
   bool w16 = false, b16 = false, p16 = false, f16 = false, w_found = false;
   // W is empty when every part is factored: still a constant.
@@ -424,17 +496,21 @@ CpuLstm<T>::CpuLstm(const OrtKernelInfo* info, const Attributes& attrs) : state_
   d.I = w_found && (f || !factored)
             ? InputSizeFromCounts(d, attrs.ranks, static_cast<int64_t>(nw), f ? static_cast<int64_t>(nf) : 0)
             : -1;
+  st.constants.dims = d;
+  st.constants.dims.I = -1;
+  for (const TunedStrategy& t : attrs.tuned)
+    if (t.gpu == std::string(kTunedCpuPrefix) + CpuName()) st.tuner.Preset(ClassOf(t.T, t.B), t.cpu_kernel);
+  RegisterKernel(this, st.node_name, &st.tuner, [&st] {
+    std::lock_guard<std::mutex> lock(st.weights_mutex);
+    return std::string(st.packed ? "fused" : "") + (st.packed && st.stock ? "," : "") + (st.stock ? "stock" : "");
+  });
   if (!w_found || d.I <= 0 || (nw && w16 != fp16) || (factored && f16 != fp16)) return;  // packed on every call
   for (int64_t k = 0; k < d.L * d.D; ++k)  // ranks the call would refuse: leave them to its message
     if (attrs.ranks.Input(k) > std::min(d.LayerInput(k / d.D), kGates * d.H) || attrs.ranks.Recurrent(k) > d.H) return;
   if (b && (b16 != fp16 || static_cast<int64_t>(nb) != d.BiasCount())) b = nullptr;
   if (p && (p16 != fp16 || static_cast<int64_t>(np) != d.PeepholeCount())) p = nullptr;
-  Pack(st.prepacked, d, attrs.ranks, static_cast<const T*>(w), static_cast<const T*>(b), static_cast<const T*>(p),
-       static_cast<const T*>(f));
-  st.prepacked.w_src = w;
-  st.prepacked.b_src = b;
-  st.prepacked.p_src = p;
-  st.prepacked.f_src = f;
+  st.constants = {d, w, b, p, f};
+  st.PackedWeights();
   if (GetKnobs().verbose)
     std::fprintf(stderr, "lstm_ort cpu: packed constant weights at kernel creation (I=%lld, H=%lld, L=%lld, D=%lld, %s)\n",
                  static_cast<long long>(d.I), static_cast<long long>(d.H), static_cast<long long>(d.L),
@@ -442,10 +518,83 @@ CpuLstm<T>::CpuLstm(const OrtKernelInfo* info, const Attributes& attrs) : state_
 }
 
 template <typename T>
-CpuLstm<T>::~CpuLstm() = default;
+CpuLstm<T>::~CpuLstm() { UnregisterKernel(this); }
+
+// Why stock's kernel cannot run this call of the node, or null when it can.
+template <typename T>
+const char* CpuLstm<T>::WhyNotStock(const CallIO& io) const {
+  const State& st = *state_;
+  const ConstantWeights& c = st.constants;
+  if (!std::is_same_v<T, float>) return "onnxruntime's CPU LSTM has no float16 kernel";
+  if (st.attrs.ranks.Any()) return "the node has factored weights, which stock's LSTM does not take";
+  if (c.dims.I != io.dims.I || c.w != io.in[kW] || c.b != io.in[kB] || c.p != io.in[kP])
+    return "the weights are not constant initializers";
+  if (io.dims.T < 1 || io.dims.B < 1) return "an empty call";
+  if (st.stock_failed.load(std::memory_order_acquire)) return st.stock_refused.c_str();
+  return nullptr;
+}
 
 template <typename T>
 void CpuLstm<T>::Compute(OrtKernelContext* ctx, const CallIO& io) {
+  State& st = *state_;
+  const CpuKernel forced = st.attrs.cpu_kernel;
+  const char* why_not = WhyNotStock(io);
+  if (forced == CpuKernel::kFused || (forced == CpuKernel::kAuto && why_not)) {
+    RunFused(ctx, io);
+    return;
+  }
+  if (why_not) Fail(std::string("cpu_kernel=") + CpuKernelName(forced) + " cannot run this call: " + why_not);
+  const ShapeClass shape = ClassOf(io.dims.T, io.dims.B);
+  const int pieces = static_cast<int>(std::min<int64_t>(io.dims.B, PlanThreads()));
+  CpuKernel kernel = forced;
+  if (forced == CpuKernel::kAuto) {
+    std::vector<CpuKernel> candidates = {CpuKernel::kFused, CpuKernel::kStock};
+    if (pieces > 1) candidates.push_back(CpuKernel::kStockSplit);
+    kernel = st.tuner.Choose(shape, candidates);
+  }
+  const auto start = std::chrono::steady_clock::now();
+  if (kernel == CpuKernel::kFused || !RunStock(ctx, io, kernel == CpuKernel::kStockSplit ? pieces : 1)) {
+    if (kernel != CpuKernel::kFused && forced != CpuKernel::kAuto) Fail(st.stock_refused);
+    kernel = CpuKernel::kFused;
+    RunFused(ctx, io);
+  }
+  if (forced == CpuKernel::kAuto) {
+    st.tuner.Record(shape, kernel, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+    st.DropUnused();
+  }
+}
+
+// Stock's kernel on this call in `pieces` batch pieces on the session's threads; false when
+// onnxruntime could not make its session (stock_refused says why).
+template <typename T>
+bool CpuLstm<T>::RunStock(OrtKernelContext* ctx, const CallIO& io, int pieces) {
+  State& st = *state_;
+  const StockSignature sig{io.seq_lens != nullptr, io.in[kInitialH] != nullptr, io.in[kInitialC] != nullptr};
+  const std::shared_ptr<const StockStack> stock = st.StockWeights(sig);
+  if (!stock) return false;
+  const int64_t B = io.dims.B;
+  std::vector<size_t> at(pieces + 1, 0);
+  for (int k = 0; k < pieces; ++k) at[k + 1] = at[k] + stock->ScratchFloats(io, B * (k + 1) / pieces - B * k / pieces);
+  std::unique_lock<std::mutex> lock(st.scratch_mutex, std::try_to_lock);
+  Buffer private_scratch;
+  float* scratch = (lock.owns_lock() ? st.scratch : private_scratch).Reserve(std::max<size_t>(at[pieces], 16));
+  std::exception_ptr failure;
+  std::mutex failure_mutex;
+  auto piece = [&](int64_t k) {
+    try {
+      stock->Run(io, B * k / pieces, B * (k + 1) / pieces, scratch + at[k]);
+    } catch (...) {
+      std::lock_guard<std::mutex> g(failure_mutex);
+      failure = std::current_exception();
+    }
+  };
+  Parallel(ctx, pieces, piece);
+  if (failure) std::rethrow_exception(failure);
+  return true;
+}
+
+template <typename T>
+void CpuLstm<T>::RunFused(OrtKernelContext* ctx, const CallIO& io) {
   State& st = *state_;
   const Attributes& attrs = st.attrs;
   const cpu::KernelTable& K = *st.kernels;
@@ -456,14 +605,17 @@ void CpuLstm<T>::Compute(OrtKernelContext* ctx, const CallIO& io) {
 
   const int P = PlanThreads();
 
-  // Weights: the ones packed at creation when these are those initializers, else packed now.
-  const Packed* pk = &st.prepacked;
+  // Weights: the ones packed from the constant initializers when these are those, else packed now.
+  const ConstantWeights& c = st.constants;
+  std::shared_ptr<const Packed> held;
   Packed local;
-  if (!(pk->I == d.I && pk->w_src == io.in[kW] && pk->b_src == io.in[kB] && pk->p_src == io.in[kP] &&
-        pk->f_src == io.in[kFactors])) {
+  const Packed* pk = &local;
+  if (c.dims.I == d.I && c.w == io.in[kW] && c.b == io.in[kB] && c.p == io.in[kP] && c.f == io.in[kFactors]) {
+    held = st.PackedWeights();
+    pk = held.get();
+  } else {
     Pack(local, d, attrs.ranks, static_cast<const T*>(io.in[kW]), static_cast<const T*>(io.in[kB]),
          static_cast<const T*>(io.in[kP]), static_cast<const T*>(io.in[kFactors]));
-    pk = &local;
   }
   const int64_t np = pk->np, Hp = pk->Hp, Gp = np * kPanel;
 

@@ -11,7 +11,11 @@ namespace lstm_ort {
 
 // One per kernel instance (node and session). Weights that are constant initializers are packed
 // when the kernel is created; threads come from the session's intra-op pool. Compute may run
-// concurrently from several threads (concurrent Run calls on one session).
+// concurrently from several threads (concurrent Run calls on one session). Each call runs either
+// this project's kernel (RunFused) or onnxruntime's own LSTM kernel on the same weights
+// (RunStock), as the `cpu_kernel` attribute says or, by default, as measured per shape class
+// (cpu/kernel_tuner.h): the optimized model is then never slower than the original on the CPU,
+// beyond the cost of the choice.
 template <typename T>  // float or Ort::Float16_t
 class CpuLstm {
  public:
@@ -22,6 +26,10 @@ class CpuLstm {
   struct State;
 
  private:
+  const char* WhyNotStock(const CallIO& io) const;
+  bool RunStock(OrtKernelContext* context, const CallIO& io, int pieces);
+  void RunFused(OrtKernelContext* context, const CallIO& io);
+
   std::unique_ptr<State> state_;
 };
 

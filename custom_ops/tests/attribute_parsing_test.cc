@@ -170,12 +170,12 @@ TEST(TunedErrors) {
                        "gpu|1x|2|tiled", "gpu|1|2|fast", "gpu|1|2|Tiled"};
   for (const char* entry : bad)
     CHECK_THROWS_MESSAGE(ParseTuned(std::string("ok|1|1|auto;") + entry),
-                         std::string("attribute tuned must hold 'gpu|T|B|strategy' entries separated by ';', got '") +
+                         std::string("attribute tuned must hold 'gpu|T|B|strategy' (or 'cpu:NAME|T|B|cpu_kernel') entries separated by ';', got '") +
                              entry + "'");
   RawAttributes raw = Minimal();
   raw.tuned = "gpu|1|2";
   CHECK_THROWS_MESSAGE(ResolveAttributes(raw),
-                       "attribute tuned must hold 'gpu|T|B|strategy' entries separated by ';', got 'gpu|1|2'");
+                       "attribute tuned must hold 'gpu|T|B|strategy' (or 'cpu:NAME|T|B|cpu_kernel') entries separated by ';', got 'gpu|1|2'");
 }
 
 TEST(TunedFormatIsCanonicalAndRoundTrips) {

@@ -85,6 +85,6 @@ TEST(NormalizeTunedEntryPoint) {
   CHECK_EQ(std::string(buf), std::string("GPU A|10|2|tiled;GPU B|3|4|wavefront"));
   CHECK(LstmOrtNormalizeTuned("GPU|1|2|warp", buf, sizeof buf) != 0);
   CHECK_EQ(std::string(buf),
-           std::string("attribute tuned must hold 'gpu|T|B|strategy' entries separated by ';', got 'GPU|1|2|warp'"));
+           std::string("attribute tuned must hold 'gpu|T|B|strategy' (or 'cpu:NAME|T|B|cpu_kernel') entries separated by ';', got 'GPU|1|2|warp'"));
   CHECK(LstmOrtNormalizeTuned(nullptr, buf, sizeof buf) != 0);
 }

@@ -16,6 +16,12 @@ STRATEGIES = ("auto", "tiled", "splitk", "persistent", "wavefront", "cluster")
 # What `lstm-ort tune` measures: every strategy but the heuristic.
 TUNABLE_STRATEGIES = STRATEGIES[1:]
 
+# Values of the `cpu_kernel` attribute, in the order of the C++ enum lstm_ort::CpuKernel: which
+# kernel runs a call on the CPU (docs/cpu.md, "The floor"). auto measures per shape class.
+CPU_KERNELS = ("auto", "fused", "stock", "stock_split")
+# The device of a CPU entry of the `tuned` attribute: this prefix and the CPU's name.
+TUNED_CPU_PREFIX = "cpu:"
+
 # Values of the `precision` attribute, in the order of the C++ enum lstm_ort::Precision
 # (docs/ops.md, "Precision modes"). Absent means DEFAULT_PRECISION.
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "auto")

@@ -4,6 +4,7 @@ packing, the tuned format and, on a CUDA build, the device and the plan for a ca
 from __future__ import annotations
 
 import ctypes
+from dataclasses import dataclass
 
 from lstm_ort.ops.packing import Ranks
 from lstm_ort.runtime.library import call_for_text, cuda_native, native
@@ -18,6 +19,40 @@ def strategy_names() -> list[str]:
 def precision_names() -> list[str]:
     """The precision names the C++ attribute parser accepts, in the order of its enum."""
     return call_for_text(native().LstmOrtPrecisionNames).split(",")
+
+
+def cpu_kernel_names() -> list[str]:
+    """The cpu_kernel names the C++ attribute parser accepts, in the order of its enum."""
+    return call_for_text(native().LstmOrtCpuKernelNames).split(",")
+
+
+def cpu_name() -> str:
+    """This CPU's name as the kernels key their `tuned` entries ("cpu:" + it)."""
+    return call_for_text(native().LstmOrtCpuName)
+
+
+@dataclass(frozen=True)
+class CpuChoice:
+    """One shape class of one live CPU kernel: the kernel its calls run and what was measured."""
+
+    node: str
+    T: int  # the class's bucket: calls of T in (T/2, T]
+    B: int
+    chosen: str  # a CPU_KERNELS name; "auto" while still measuring
+    preset: bool  # from the tuned attribute, not measured in this process
+    median_ms: dict[str, float]
+    held: tuple[str, ...]  # whose weights the kernel holds now: "fused" (packed), "stock" (its session)
+
+
+def cpu_kernel_report() -> list[CpuChoice]:
+    """What every live CPU kernel of this process has chosen, per node and shape class."""
+    out = []
+    text = call_for_text(native().LstmOrtCpuKernelReport, size=1 << 20)
+    for line in text.splitlines():
+        node, T, B, chosen, preset, fused, stock, split, held = line.split("\t")
+        medians = {k: float(v) for k, v in zip(("fused", "stock", "stock_split"), (fused, stock, split)) if v}
+        out.append(CpuChoice(node, int(T), int(B), chosen, preset == "1", medians, tuple(filter(None, held.split(",")))))
+    return out
 
 
 def weight_offset(L: int, D: int, I: int, H: int, layer: int, direction: int) -> int:

@@ -9,7 +9,7 @@ from typing import Any
 import onnx
 import onnxruntime as ort
 
-from lstm_ort.ops.identity import PRECISIONS, STRATEGIES, require_choice
+from lstm_ort.ops.identity import CPU_KERNELS, PRECISIONS, STRATEGIES, require_choice
 from lstm_ort.runtime.library import cuda_status, get_library_path, preload_cuda_libraries
 from lstm_ort.runtime.model_io import load_model
 from lstm_ort.runtime.nodes import fused_nodes, set_attribute
@@ -23,10 +23,15 @@ STRATEGY_KEY = "lstm_ort.strategy"
 # "Precision modes"), e.g. so.add_session_config_entry("lstm_ort.precision", "tf32"), or
 # InferenceSession(..., precision="tf32").
 PRECISION_KEY = "lstm_ort.precision"
+# Session option: which kernel runs FusedLSTM on the CPU (one of CPU_KERNELS; default auto, the
+# faster per shape class of the fused kernel and onnxruntime's own, docs/cpu.md), e.g.
+# so.add_session_config_entry("lstm_ort.cpu_kernel", "fused").
+CPU_KERNEL_KEY = "lstm_ort.cpu_kernel"
 
 # The session options that set one attribute on every FusedLSTM node, subgraphs included:
 # attribute -> (its session config key, the values it takes).
-NODE_OPTIONS = {"strategy": (STRATEGY_KEY, STRATEGIES), "precision": (PRECISION_KEY, PRECISIONS)}
+NODE_OPTIONS = {"strategy": (STRATEGY_KEY, STRATEGIES), "precision": (PRECISION_KEY, PRECISIONS),
+                "cpu_kernel": (CPU_KERNEL_KEY, CPU_KERNELS)}
 
 
 def _config_entry(sess_options: ort.SessionOptions, key: str) -> str | None:

@@ -56,11 +56,22 @@ enum class Strategy : int32_t { kAuto = 0, kTiled, kSplitK, kPersistent, kWavefr
 // (docs/ops.md, "Precision modes"). Names: custom_ops/precision_names.h.
 enum class Precision : int32_t { kFp32 = 0, kTf32, kFp16, kBf16, kAuto };
 
-// A measured winner from `lstm-ort tune`, for one GPU model and one (T, B) of this node.
+// Which kernel runs a call on the CPU (attribute `cpu_kernel`; the CUDA kernels ignore it).
+// kFused: FusedLSTM's own kernel. kStock: onnxruntime's LSTM kernel on the same weights, the
+// stack run as the original model's LSTM nodes run it (cpu/stock_stack.h). kStockSplit: the same,
+// batch rows split over the session's threads, one run each. kAuto: measured per shape class on
+// the first calls (cpu/kernel_tuner.h). Names: custom_ops/cpu_kernel_names.h.
+enum class CpuKernel : int32_t { kAuto = 0, kFused, kStock, kStockSplit };
+
+// A measured winner from `lstm-ort tune`, for one GPU model and one (T, B) of this node, or for
+// one CPU ("cpu:" + its model name, as LstmOrtCpuName gives it) and a shape class of the CPU
+// kernel (T the class's bucket).
+constexpr const char* kTunedCpuPrefix = "cpu:";
 struct TunedStrategy {
   std::string gpu;
   int64_t T = 0, B = 0;
-  Strategy strategy = Strategy::kAuto;
+  Strategy strategy = Strategy::kAuto;     // GPU entries
+  CpuKernel cpu_kernel = CpuKernel::kAuto;  // CPU entries
 };
 
 // Ranks of the factored parts, per (layer, direction) k = l*D + d (attributes rank_input and
@@ -91,6 +102,8 @@ struct Attributes {
   Activation act[2][3];  // [direction][f, g, h]
   Strategy strategy = Strategy::kAuto;
   Precision precision = Precision::kFp32;
+  CpuKernel cpu_kernel = CpuKernel::kAuto;
+  bool cpu_kernel_set = false;  // the node names one (else LSTM_ORT_CPU_KERNEL may, docs/cpu.md)
   std::vector<TunedStrategy> tuned;  // attribute `tuned`: "gpu|T|B|strategy;..."; used when strategy is auto
   Ranks ranks;                       // factored parts; none by default
 };

@@ -215,6 +215,9 @@ def main(argv=None) -> int:
                    "comma-separated (fp32, tf32, fp16, bf16, auto)")
     p.add_argument("--threads", default="2", help="--cpu: intra_op_num_threads, comma-separated (e.g. 1,2)")
     p.add_argument("--quick", action="store_true", help="--cpu: a small subset of the grid, for development")
+    p.add_argument("--odd", action="store_true", help="--cpu: the odd-shape grid (tools/cpu_grid.py ODD_AXES, "
+                   "ODD_ROWS rows) and the corpus models at their call shapes, instead of the power-of-two grid")
+    p.add_argument("--odd-rows", type=int, default=None, help="--cpu --odd: the first N rows of the odd grid only")
     p.add_argument("--no-grid", action="store_true", help="--cpu: the reference configs only")
     p.add_argument("--budget-ms", type=float, default=300.0, help="--cpu: time per row and mode (sets run counts)")
     p.add_argument("--max-gflop", type=float, default=60.0, help="--cpu: skip grid rows heavier than this")
@@ -252,20 +255,31 @@ def cpu_main(args) -> int:
     import cpu_grid
 
     threads = [int(t) for t in args.threads.split(",")]
-    configs = [(H, B, T, L, 2 if bi else 1) for (L, T, H, B, bi) in (args.config or REFERENCE)]
-    if not args.config and not args.no_grid:
-        configs += [c for c in (cpu_grid.QUICK if args.quick else cpu_grid.GRID) if c not in configs]
-    gflop = lambda H, B, T, L, D: 2 * T * B * 4 * H * 2 * H * L * D / 1e9  # noqa: E731
+    if args.odd:
+        configs = cpu_grid.odd_grid()[: args.odd_rows]
+    else:
+        configs = [(H, B, T, L, 2 if bi else 1) for (L, T, H, B, bi) in (args.config or REFERENCE)]
+        if not args.config and not args.no_grid:
+            configs += [c for c in (cpu_grid.QUICK if args.quick else cpu_grid.GRID) if c not in configs]
+    gflop = lambda H, B, T, L, D, I=None: 2 * T * B * 4 * H * ((I or H) + H) * L * D / 1e9  # noqa: E731
     rows = []
+
+    def show(r):
+        print(f"  {r.config} x{r.threads}: stock {r.stock_ms:.3f} ms, ours {r.ours_ms:.3f} ms ({r.chosen}), "
+              f"{r.ratio:.2f}x (alone {r.ratio_alone:.2f}x); fused kernel {r.fused_ratio:.2f}x", flush=True)
+
     for cfg in configs:
         if gflop(*cfg) > args.max_gflop:
             print(f"  {cpu_grid.label(*cfg)}: skipped ({gflop(*cfg):.0f} GFLOP > --max-gflop)", flush=True)
             continue
         for t in threads:
-            r = cpu_grid.bench_row(*cfg, threads=t, budget_ms=args.budget_ms)
-            rows.append(r)
-            print(f"  {r.config} x{t}: ours {r.ours_ms:.3f} ms, stock {r.stock_ms:.3f} ms, {r.ratio:.2f}x "
-                  f"(alone {r.ratio_alone:.2f}x)", flush=True)
+            rows.append(cpu_grid.bench_row(*cfg[:5], threads=t, budget_ms=args.budget_ms, I=cfg[5] if len(cfg) > 5 else None))
+            show(rows[-1])
+    if args.odd:
+        for t in threads:
+            for r in cpu_grid.bench_corpus(t, args.budget_ms):
+                rows.append(r)
+                show(r)
     print("\nFusedLSTM (optimized model) vs the original stock-LSTM model, CPU EP; ratio = stock / ours.")
     cpu_grid.print_rows(rows)
     print(cpu_grid.summary(rows))

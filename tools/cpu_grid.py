@@ -14,31 +14,53 @@ from __future__ import annotations
 
 import itertools
 import statistics
+import sys
 import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
 
 from lstm_ort.builders import LstmSpec, fused_model, random_layers, stock_model
-from lstm_ort.runtime.session import register
+from lstm_ort.runtime import native
+from lstm_ort.runtime.session import register, with_attributes
 
 # (H, B, T, L, D)
 GRID = list(itertools.product([32, 64, 128, 256, 512, 1024], [1, 8, 64], [1, 32, 100], [1, 2], [1, 2]))
 QUICK = list(itertools.product([32, 128, 512], [1, 64], [1, 32], [1, 2], [1, 2]))
 
 
+# The odd-shape grid (issue 34): the widths, batches and lengths the shipped models have, not
+# powers of two with I = H. A fixed sample of ODD_ROWS rows (seeded) from the product below.
+ODD_AXES = dict(H=[40, 72, 100, 200, 320, 640], I=[13, 28, 40, 80, 161, 257], B=[1, 3, 5, 8, 16, 32, 64],
+                T=[1, 7, 24, 50, 150], D=[1, 2], L=[1, 2])
+ODD_ROWS = 120
+
+
+def odd_grid(rows: int = ODD_ROWS, seed: int = 34) -> list[tuple[int, int, int, int, int, int]]:
+    """(H, B, T, L, D, I) rows sampled without repeats from ODD_AXES, in a fixed order."""
+    full = list(itertools.product(*ODD_AXES.values()))
+    picks = np.random.default_rng(seed).choice(len(full), size=min(rows, len(full)), replace=False)
+    return [(H, B, T, L, D, I) for (H, I, B, T, D, L) in (full[k] for k in sorted(picks))]
+
+
 @dataclass
 class GridRow:
     config: str
     threads: int
-    ours_ms: float        # interleaved medians
+    ours_ms: float        # interleaved medians; ours = the optimized model as it ships (cpu_kernel auto)
     stock_ms: float
     ratio: float
     ours_alone_ms: float  # each session alone
     stock_alone_ms: float
     ratio_alone: float
     max_abs: float
+    chosen: str = ""      # what auto chose for the row's shape class (fused, stock, stock_split)
+    fused_ms: float = 0.0  # FusedLSTM's own kernel alone (cpu_kernel fused), interleaved and alone
+    fused_alone_ms: float = 0.0
+    fused_ratio: float = 0.0
+    fused_ratio_alone: float = 0.0
 
 
 def label(H, B, T, L, D, I=None) -> str:
@@ -46,13 +68,16 @@ def label(H, B, T, L, D, I=None) -> str:
 
 
 class Runner:
-    def __init__(self, model, feeds, threads: int, fused: bool):
+    def __init__(self, model, feeds, threads: int, fused: bool, cpu_kernel: str | None = None):
         so = ort.SessionOptions()
         so.intra_op_num_threads = threads
         so.inter_op_num_threads = 1
+        data = model.SerializeToString()
         if fused:
             register(so)
-        self.sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+            if cpu_kernel:
+                data = with_attributes(data, {"cpu_kernel": cpu_kernel})
+        self.sess = ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
         self.binding = self.sess.io_binding()
         for name, value in feeds.items():
             self.binding.bind_ortvalue_input(name, ort.OrtValue.ortvalue_from_numpy(value))
@@ -77,19 +102,68 @@ ALONE_BLOCKS = 6
 # ORT's idle workers spin ~35 ms after a run before they block (process CPU time after a run of
 # stock at 2 threads, this box): the pause and the untimed run together outlast it.
 PAUSE_S = 0.03
+# Runs that let auto measure a shape class (three candidates, a warm-up and three timed runs each)
+# before any is timed here.
+TUNING_RUNS = 16
 
 
-def alone_in_blocks(stock: Runner, ours: Runner, runs: int) -> tuple[list[float], list[float]]:
-    """Each session's runs back to back, in blocks that alternate (stock first in even blocks)."""
+def alone_in_blocks(runners: list[Runner], runs: int) -> list[list[float]]:
+    """Each session's runs back to back, in blocks that rotate which session goes first."""
     per = max(1, -(-runs // ALONE_BLOCKS))
-    times: dict[int, list[float]] = {0: [], 1: []}
+    times: list[list[float]] = [[] for _ in runners]
     for k in range(ALONE_BLOCKS):
-        for side in (0, 1) if k % 2 == 0 else (1, 0):
-            run = (stock, ours)[side]
+        for side in (list(range(len(runners)))[k % len(runners):] + list(range(len(runners)))[:k % len(runners)]):
+            run = runners[side]
             time.sleep(PAUSE_S)
             run()
             times[side] += [run() for _ in range(per)]
-    return times[0], times[1]
+    return times
+
+
+def _choice(node: str) -> str:
+    """What auto chose for the one shape class the row's auto session has run."""
+    chosen = [c.chosen for c in native.cpu_kernel_report() if c.node == node and c.B > 0]
+    return chosen[0] if len(chosen) == 1 else ",".join(chosen)
+
+
+def bench_models(name: str, original, optimized, feeds: dict, threads: int, budget_ms: float = 300.0) -> GridRow:
+    """The original model against the optimized one as it ships (auto) and with the fused kernel
+    alone, on the same feeds, interleaved and each alone."""
+    node = "lstm_ort_bench_auto"
+    optimized = _renamed_fused_nodes(optimized, node)
+    stock = Runner(original, feeds, threads, fused=False)
+    ours = Runner(optimized, feeds, threads, fused=True, cpu_kernel="auto")
+    fused = Runner(optimized, feeds, threads, fused=True, cpu_kernel="fused")
+    err = max(float(np.max(np.abs(a - b))) for a, b in zip(ours.outputs(), stock.outputs()))
+    for _ in range(TUNING_RUNS):
+        ours()
+    chosen = _choice(node)
+    first = min(stock(), stock()) + min(ours(), ours()) + min(fused(), fused())
+    runs = _runs_for(first, budget_ms, 5, 400)
+    runners = [stock, ours, fused]
+    inter: list[list[float]] = [[] for _ in runners]
+    for i in range(runs):  # interleaved, rotating which goes first
+        for k in range(3):
+            side = (i + k) % 3
+            inter[side].append(runners[side]())
+    alone = alone_in_blocks(runners, runs)
+    med = statistics.median
+    s, o, f = (med(t) for t in inter)
+    sa, oa, fa = (med(t) for t in alone)
+    return GridRow(name, threads, o, s, s / o, oa, sa, sa / oa, err, chosen, f, fa, s / f, sa / fa)
+
+
+def _renamed_fused_nodes(model, name: str):
+    """A copy whose FusedLSTM nodes carry `name` (numbered after the first), so the kernel report
+    tells this row's session from others alive in the process."""
+    import copy
+
+    from lstm_ort.runtime.nodes import fused_nodes
+
+    out = copy.deepcopy(model)
+    for k, n in enumerate(fused_nodes(out)):
+        n.name = name if k == 0 else f"{name}_{k}"
+    return out
 
 
 def bench_row(H, B, T, L, D, threads: int, budget_ms: float = 300.0, I: int | None = None, seed: int = 0) -> GridRow:
@@ -98,34 +172,20 @@ def bench_row(H, B, T, L, D, threads: int, budget_ms: float = 300.0, I: int | No
     rng = np.random.default_rng(seed)
     layers = random_layers(spec, rng)
     feeds = {"X": rng.standard_normal((T, B, I)).astype(np.float32)}
-    stock = Runner(stock_model(spec, layers), feeds, threads, fused=False)
-    ours = Runner(fused_model(spec, layers), feeds, threads, fused=True)
-    err = max(float(np.max(np.abs(a - b))) for a, b in zip(ours.outputs(), stock.outputs()))
-    first = min(stock(), stock()), min(ours(), ours())  # warm-up, and a size for the run counts
-    runs = _runs_for(first[0] + first[1], budget_ms, 5, 400)
-    # Interleaved, alternating which goes first.
-    s_times, o_times = [], []
-    for i in range(runs):
-        if i % 2:
-            s_times.append(stock())
-            o_times.append(ours())
-        else:
-            o_times.append(ours())
-            s_times.append(stock())
-    s_alone, o_alone = alone_in_blocks(stock, ours, runs)
-    med = statistics.median
-    return GridRow(label(H, B, T, L, D, I), threads, med(o_times), med(s_times), med(s_times) / med(o_times),
-                   med(o_alone), med(s_alone), med(s_alone) / med(o_alone), err)
+    return bench_models(label(H, B, T, L, D, I), stock_model(spec, layers), fused_model(spec, layers), feeds, threads,
+                        budget_ms)
 
 
 def print_rows(rows: list[GridRow]) -> None:
-    head = (f"{'config':<24}{'thr':>4}{'ours ms':>10}{'stock ms':>10}{'ratio':>7}"
-            f"{'ours alone':>11}{'stock alone':>12}{'ratio':>7}{'max-abs':>10}")
+    head = (f"{'config':<26}{'thr':>4}{'stock ms':>10}{'ours ms':>10}{'ratio':>7}{'chosen':>13}"
+            f"{'fused ms':>10}{'ratio':>7}{'stock alone':>12}{'ours alone':>11}{'ratio':>7}{'fused alone':>12}{'ratio':>7}"
+            f"{'max-abs':>10}")
     print(head)
     print("-" * len(head))
     for r in rows:
-        print(f"{r.config:<24}{r.threads:>4}{r.ours_ms:>10.3f}{r.stock_ms:>10.3f}{r.ratio:>7.2f}"
-              f"{r.ours_alone_ms:>11.3f}{r.stock_alone_ms:>12.3f}{r.ratio_alone:>7.2f}{r.max_abs:>10.1e}")
+        print(f"{r.config:<26}{r.threads:>4}{r.stock_ms:>10.3f}{r.ours_ms:>10.3f}{r.ratio:>7.2f}{r.chosen:>13}"
+              f"{r.fused_ms:>10.3f}{r.fused_ratio:>7.2f}{r.stock_alone_ms:>12.3f}{r.ours_alone_ms:>11.3f}"
+              f"{r.ratio_alone:>7.2f}{r.fused_alone_ms:>12.3f}{r.fused_ratio_alone:>7.2f}{r.max_abs:>10.1e}")
 
 
 def summary(rows: list[GridRow]) -> str:
@@ -137,9 +197,14 @@ def summary(rows: list[GridRow]) -> str:
         ratios = [r.ratio for r in sel]
         alone = [r.ratio_alone for r in sel]
         worst = min(sel, key=lambda r: r.ratio)
+        fused = [r.fused_ratio for r in sel if r.fused_ratio]
+        shares = {k: sum(r.chosen == k for r in sel) for k in ("fused", "stock", "stock_split")}
         lines.append(f"threads {t}: {len(sel)} rows, ratio median {statistics.median(ratios):.2f} "
                      f"(alone {statistics.median(alone):.2f}), worst {worst.ratio:.2f} ({worst.config}), "
-                     f"rows < 1.0: {sum(x < 1.0 for x in ratios)} (alone {sum(x < 1.0 for x in alone)})")
+                     f"rows < 1.0: {sum(x < 1.0 for x in ratios)} (alone {sum(x < 1.0 for x in alone)}); "
+                     f"fused kernel alone: median {statistics.median(fused) if fused else 0:.2f}, "
+                     f"rows < 1.0: {sum(x < 1.0 for x in fused)}; chosen: "
+                     + ", ".join(f"{k} {v}" for k, v in shares.items()))
     return "\n".join(lines)
 
 
@@ -172,3 +237,44 @@ def plot(rows: list[GridRow], path: str) -> None:
 
 def as_dicts(rows: list[GridRow]) -> list[dict]:
     return [asdict(r) for r in rows]
+
+
+# The corpus models at the shapes they are called with (silero-vad: a 512-sample chunk with its
+# state, one stream per call and 64 streams per call; the g2p-id encoder over a word of 32 letters
+# and its decoder one step at a time, at batches 1, 8 and 64).
+def corpus_cases() -> list[tuple[str, str, dict]]:
+    """(row name, corpus entry name, feeds) for each corpus row."""
+    rng = np.random.default_rng(0)
+    f32 = lambda *shape: (0.1 * rng.standard_normal(shape)).astype(np.float32)  # noqa: E731
+    cases = []
+    for streams in (1, 64):
+        cases.append((f"silero-vad 16k B{streams} (chunk 512)", "silero_vad 16k",
+                      {"input": f32(streams, 512), "sr": np.array(16000, np.int64), "state": f32(2, streams, 128)}))
+    for B in (1, 8, 64):
+        cases.append((f"g2p-id encoder B{B} T32", "g2p_id encoder (tf2onnx)", {"input_1": f32(B, 32, 28)}))
+        cases.append((f"g2p-id decoder B{B} T1", "g2p_id decoder (tf2onnx)",
+                      {"input_2": f32(B, 1, 32), "input_3": f32(B, 256), "input_4": f32(B, 256)}))
+    return cases
+
+
+def bench_corpus(threads: int, budget_ms: float = 300.0) -> list[GridRow]:
+    """The corpus rows (corpus_cases) at `threads`; rows whose model cannot be had are skipped with a
+    line saying why."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "models"))
+    import corpus
+
+    import lstm_ort
+
+    entries = {e.name: e for e in corpus.ENTRIES}
+    rows, built = [], {}
+    for name, entry, feeds in corpus_cases():
+        try:
+            if entry not in built:
+                original = entries[entry].build()
+                built[entry] = (original, lstm_ort.optimize(original))
+        except corpus.Unavailable as e:
+            print(f"  {name}: skipped ({e})", flush=True)
+            continue
+        original, optimized = built[entry]
+        rows.append(bench_models(name, original, optimized, feeds, threads, budget_ms))
+    return rows

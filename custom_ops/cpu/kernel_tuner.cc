@@ -26,7 +26,7 @@ void KernelTuner::Preset(ShapeClass shape, CpuKernel kernel) {
   s.preset = true;
 }
 
-CpuKernel KernelTuner::Choose(ShapeClass shape, const std::vector<CpuKernel>& candidates) {
+KernelTuner::Pick KernelTuner::Choose(ShapeClass shape, const std::vector<CpuKernel>& candidates) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto [it, added] = classes_.try_emplace(shape);
   ClassState& s = it->second;
@@ -34,14 +34,14 @@ CpuKernel KernelTuner::Choose(ShapeClass shape, const std::vector<CpuKernel>& ca
   if (added) s.candidates = candidates;
   if (s.chosen != CpuKernel::kAuto) {
     // A preset kernel this call cannot run (stock's on weights it cannot take) gives way.
-    if (std::find(candidates.begin(), candidates.end(), s.chosen) != candidates.end()) return s.chosen;
-    return candidates.front();
+    if (std::find(candidates.begin(), candidates.end(), s.chosen) != candidates.end()) return {s.chosen, false};
+    return {candidates.front(), false};
   }
   if (s.candidates.size() == 1) {
     s.chosen = s.candidates.front();
-    return s.chosen;
+    return {s.chosen, false};
   }
-  return s.candidates[s.issued++ % s.candidates.size()];
+  return {s.candidates[s.issued++ % s.candidates.size()], true};
 }
 
 void KernelTuner::Record(ShapeClass shape, CpuKernel kernel, double ms) {

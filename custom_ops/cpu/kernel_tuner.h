@@ -47,9 +47,13 @@ class KernelTuner {
 
   void Preset(ShapeClass shape, CpuKernel kernel);
 
+  struct Pick {
+    CpuKernel kernel;
+    bool measuring;  // the class is undecided: time the call and Record it
+  };
   // The kernel the next call of `shape` runs, among `candidates` (non-empty, fixed per class).
   // Undecided classes take the candidates in turn.
-  CpuKernel Choose(ShapeClass shape, const std::vector<CpuKernel>& candidates);
+  Pick Choose(ShapeClass shape, const std::vector<CpuKernel>& candidates);
 
   // A run of `kernel` on `shape` took `ms`.
   void Record(ShapeClass shape, CpuKernel kernel, double ms);

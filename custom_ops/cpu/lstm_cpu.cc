@@ -464,6 +464,10 @@ struct CpuLstm<T>::State {
 
   // Drops the weights of a kernel no shape class runs any more.
   void DropUnused() {
+    {
+      std::lock_guard<std::mutex> lock(weights_mutex);
+      if (!packed || !stock) return;  // one kernel's weights held: nothing to drop
+    }
     if (!tuner.Settled()) return;
     const bool fused = tuner.Uses(CpuKernel::kFused);
     const bool stock_used = tuner.Uses(CpuKernel::kStock) || tuner.Uses(CpuKernel::kStockSplit);
@@ -546,22 +550,23 @@ void CpuLstm<T>::Compute(OrtKernelContext* ctx, const CallIO& io) {
   if (why_not) Fail(std::string("cpu_kernel=") + CpuKernelName(forced) + " cannot run this call: " + why_not);
   const ShapeClass shape = ClassOf(io.dims.T, io.dims.B);
   const int pieces = static_cast<int>(std::min<int64_t>(io.dims.B, PlanThreads()));
-  CpuKernel kernel = forced;
+  KernelTuner::Pick pick{forced, false};
   if (forced == CpuKernel::kAuto) {
     std::vector<CpuKernel> candidates = {CpuKernel::kFused, CpuKernel::kStock};
     if (pieces > 1) candidates.push_back(CpuKernel::kStockSplit);
-    kernel = st.tuner.Choose(shape, candidates);
+    pick = st.tuner.Choose(shape, candidates);
   }
+  CpuKernel kernel = pick.kernel;
   const auto start = std::chrono::steady_clock::now();
   if (kernel == CpuKernel::kFused || !RunStock(ctx, io, kernel == CpuKernel::kStockSplit ? pieces : 1)) {
     if (kernel != CpuKernel::kFused && forced != CpuKernel::kAuto) Fail(st.stock_refused);
     kernel = CpuKernel::kFused;
     RunFused(ctx, io);
   }
-  if (forced == CpuKernel::kAuto) {
+  if (pick.measuring)
     st.tuner.Record(shape, kernel, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+  else if (forced == CpuKernel::kAuto)
     st.DropUnused();
-  }
 }
 
 // Stock's kernel on this call in `pieces` batch pieces on the session's threads; false when

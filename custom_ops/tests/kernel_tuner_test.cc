@@ -19,7 +19,7 @@ const std::vector<CpuKernel> kThree = {CpuKernel::kFused, CpuKernel::kStock, Cpu
 template <typename Ms>
 int RunUntilDecided(KernelTuner& t, ShapeClass shape, const std::vector<CpuKernel>& candidates, Ms ms) {
   for (int call = 0; call < 1000; ++call) {
-    const CpuKernel k = t.Choose(shape, candidates);
+    const CpuKernel k = t.Choose(shape, candidates).kernel;
     t.Record(shape, k, ms(k, call));
     if (t.Report().front().chosen != CpuKernel::kAuto) return call + 1;
   }
@@ -69,7 +69,8 @@ TEST(TunerTakesCandidatesInTurnAndKeepsTheLowestMedian) {
   KernelTuner t(TunerConfig{1, 3, 64});
   const ShapeClass shape{32, 8};
   std::vector<CpuKernel> order;
-  for (int i = 0; i < 6; ++i) order.push_back(t.Choose(shape, kThree));
+  CHECK(t.Choose({2, 2}, kThree).measuring);
+  for (int i = 0; i < 6; ++i) order.push_back(t.Choose(shape, kThree).kernel);
   CHECK(order == std::vector<CpuKernel>({CpuKernel::kFused, CpuKernel::kStock, CpuKernel::kStockSplit,
                                          CpuKernel::kFused, CpuKernel::kStock, CpuKernel::kStockSplit}));
   // Warm-up runs are not counted: a slow first stock run does not decide.
@@ -80,7 +81,8 @@ TEST(TunerTakesCandidatesInTurnAndKeepsTheLowestMedian) {
   });
   CHECK_EQ(calls, 12);  // (1 warm-up + 3 samples) x 3 candidates
   CHECK(u.Report().front().chosen == CpuKernel::kStock);
-  CHECK(u.Choose(shape, kThree) == CpuKernel::kStock);
+  CHECK(u.Choose(shape, kThree).kernel == CpuKernel::kStock);
+  CHECK(!u.Choose(shape, kThree).measuring);
   // One outlier among three samples does not move the median.
   KernelTuner v(TunerConfig{1, 3, 64});
   RunUntilDecided(v, shape, kThree, [](CpuKernel k, int call) {
@@ -98,19 +100,20 @@ TEST(TunerTiesGoToTheFirstCandidate) {
 
 TEST(OneCandidateIsDecidedAtOnce) {
   KernelTuner t;
-  CHECK(t.Choose({8, 1}, {CpuKernel::kFused}) == CpuKernel::kFused);
+  CHECK(t.Choose({8, 1}, {CpuKernel::kFused}).kernel == CpuKernel::kFused);
   CHECK(t.Report().front().chosen == CpuKernel::kFused);
 }
 
 TEST(PresetClassesAreNotMeasured) {
   KernelTuner t;
   t.Preset({32, 8}, CpuKernel::kStockSplit);
-  CHECK(t.Choose({32, 8}, kThree) == CpuKernel::kStockSplit);
+  CHECK(t.Choose({32, 8}, kThree).kernel == CpuKernel::kStockSplit);
+  CHECK(!t.Choose({32, 8}, kThree).measuring);
   t.Record({32, 8}, CpuKernel::kFused, 0.001);
   CHECK(t.Report().front().chosen == CpuKernel::kStockSplit);
   CHECK(t.Report().front().preset);
   // A preset the call cannot run gives way to the first candidate.
-  CHECK(t.Choose({32, 8}, {CpuKernel::kFused}) == CpuKernel::kFused);
+  CHECK(t.Choose({32, 8}, {CpuKernel::kFused}).kernel == CpuKernel::kFused);
 }
 
 TEST(TunerSettlesAfterQuietCallsAndSaysWhichKernelsAreUsed) {

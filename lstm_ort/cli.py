@@ -391,6 +391,8 @@ def cmd_tune(args) -> int:
     except ModelError as e:
         print(f"lstm-ort: {args.model}: {e}", file=sys.stderr)
         return EXIT_INPUT
+    if args.cpu:
+        return tune_cpu(model, args)
     try:
         import onnxruntime as ort
 
@@ -398,7 +400,7 @@ def cmd_tune(args) -> int:
             raise RuntimeError("onnxruntime's CUDA execution provider is not available")
         gpu = native.device_name()
     except (OSError, RuntimeError) as e:
-        print(f"lstm-ort tune needs a CUDA GPU: {e}", file=sys.stderr)
+        print(f"lstm-ort tune needs a CUDA GPU: {e} (--cpu tunes the CPU kernel's choice)", file=sys.stderr)
         return EXIT_USAGE
     try:
         targets = tune_targets(model, args.precision)
@@ -422,6 +424,44 @@ def cmd_tune(args) -> int:
         print(json.dumps([{"shape": r.shape.key, "precision": r.precision, "T": r.T, "B": r.B, "ms": r.ms,
                            "winner": r.winner, "plan": r.plan} for r in results], indent=2))
     print(f"cached for {gpu} in {path}", file=sys.stderr)
+    return EXIT_OK
+
+
+def tune_cpu(model: onnx.ModelProto, args) -> int:
+    """`tune --cpu`: which CPU kernel (FusedLSTM's own or stock's, docs/cpu.md) wins each shape
+    class of each float32 node, at each thread count; cached for this CPU."""
+    from lstm_ort.ops.identity import TUNED_CPU_PREFIX
+    from lstm_ort.runtime.session import session_threads
+    from lstm_ort.tuning.measure import tune_cpu_shape
+
+    device = TUNED_CPU_PREFIX + native.cpu_name()
+    shapes = []
+    for node, shape in node_shapes(model):
+        why = ("factored weights have no stock kernel" if node_ranks(node).any else
+               "W is not an initializer, sizes unknown" if shape is None else
+               "onnxruntime's CPU LSTM has no float16 kernel" if shape.dtype != "float32" else None)
+        if why:
+            print(f"lstm-ort: {node.name}: {why}; skipped", file=sys.stderr)
+        elif shape not in shapes:
+            shapes.append(shape)
+    if not shapes:
+        print("lstm-ort: no FusedLSTM node whose CPU kernel can be chosen", file=sys.stderr)
+        return EXIT_INPUT
+    results, path = [], None
+    for threads in args.threads or [session_threads(None)]:
+        for shape in shapes:
+            for T in args.seq_len:
+                for B in args.batch:
+                    r = tune_cpu_shape(shape, T, B, threads, runs=args.runs)
+                    path = record(device, shape, r.T, B, r.winner, r.ms, threads=threads)
+                    results.append((threads, r))
+                    timings = "  ".join(f"{k} {v:.3f}" for k, v in r.ms.items())
+                    print(f"{shape.key} T={T} (class T<={r.T}) B={B} threads={threads}: {timings} ms -> {r.winner}",
+                          flush=True)
+    if args.json:
+        print(json.dumps([{"shape": r.shape.key, "threads": t, "T": r.T, "B": r.B, "ms": r.ms, "winner": r.winner}
+                          for t, r in results], indent=2))
+    print(f"cached for {device} in {path}", file=sys.stderr)
     return EXIT_OK
 
 
@@ -565,6 +605,10 @@ def parser() -> argparse.ArgumentParser:
     t.add_argument("--precision", choices=PRECISIONS, default=None,
                    help="tune for this precision mode (winners are cached per precision); default: each node's own")
     t.add_argument("--json", action="store_true", help="also print the measurements as JSON")
+    t.add_argument("--cpu", action="store_true", help="tune the CPU kernel's choice instead: FusedLSTM's own "
+                   "kernel or onnxruntime's, per shape class and thread count (docs/cpu.md, 'The floor')")
+    t.add_argument("--threads", type=int, nargs="+", default=None,
+                   help="--cpu: intra-op thread counts to tune for (default: the cores)")
     add_batch_parser(sub)
     return p
 

@@ -189,3 +189,51 @@ def test_tuned_entries_preset_the_choice(T, B, rng):
     assert choice.preset and choice.chosen == "stock" and choice.median_ms == {}
     for g, e in zip(got, run_stock(spec, layers, feeds)):
         np.testing.assert_array_equal(g, e)
+
+
+def test_tune_cpu_caches_winners_that_sessions_attach(tmp_path, rng, capsys):
+    """`lstm-ort tune --cpu` times the CPU kernels per shape class and thread count; a session with
+    that thread count gets the winners as presets (nothing measured), one with another does not."""
+    import json
+
+    from lstm_ort.cli import main
+    from lstm_ort.runtime.session import InferenceSession
+    from lstm_ort.runtime.tuned_cache import load_cache
+
+    spec = LstmSpec(input_size=12, hidden_size=16)
+    layers = random_layers(spec, rng)
+    path = tmp_path / "m.onnx"
+    path.write_bytes(fused_model(spec, layers).SerializeToString())
+    assert main(["tune", str(path), "--cpu", "--seq-len", "5", "--batch", "3", "--threads", "1", "--runs", "3",
+                 "--json"]) == 0
+    out = capsys.readouterr().out
+    [measured] = json.loads(out[out.index("\n[") + 1:])  # after the line per measurement
+    assert (measured["T"], measured["B"], measured["threads"]) == (8, 3, 1)
+    assert set(measured["ms"]) == {"fused", "stock", "stock_split"}
+    [(device, shapes)] = load_cache().items()
+    assert device == "cpu:" + native.cpu_name()
+    assert shapes["L1 D1 I12 H16 float32"]["T8 B3 threads1"]["strategy"] == measured["winner"]
+
+    feeds = make_feeds(spec, 7, 3, rng)  # T = 7 is in the class T <= 8
+    for threads, preset in ((1, True), (2, False)):
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = threads
+        so.add_session_config_entry("lstm_ort.cpu_kernel", "auto")
+        sess = InferenceSession(fused_model(spec, layers), so, providers=["CPUExecutionProvider"])
+        np.testing.assert_allclose(sess.run(None, feeds)[0], run_stock(spec, layers, feeds)[0], atol=1e-5)
+        [choice] = report_for()
+        assert choice.preset == preset
+        if preset:
+            assert choice.chosen == measured["winner"]
+        del sess
+        gc.collect()
+
+
+def test_tune_cpu_skips_what_stock_cannot_run(tmp_path, rng, capsys):
+    from lstm_ort.cli import main
+
+    spec = LstmSpec(input_size=12, hidden_size=16)
+    path = tmp_path / "m16.onnx"
+    path.write_bytes(fused_model(spec, random_layers(spec, rng), np.float16).SerializeToString())
+    assert main(["tune", str(path), "--cpu", "--seq-len", "5", "--batch", "3"]) == 1
+    assert "no float16 kernel; skipped" in capsys.readouterr().err

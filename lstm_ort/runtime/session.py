@@ -81,9 +81,9 @@ class InferenceSession(ort.InferenceSession):
         if wants_cuda:
             preload_cuda_libraries()  # before registering: the CUDA plugin needs them to load
         forced = node_options(sess_options) if sess_options is not None else {}
-        # A forced strategy leaves nothing for tuned winners to decide.
-        cache = load_cache() if "strategy" not in forced else {}
-        path_or_bytes = with_attributes(path_or_bytes, forced, cache)
+        # A forced strategy and cpu_kernel leave nothing for tuned winners to decide.
+        cache = load_cache() if not {"strategy", "cpu_kernel"} <= forced.keys() else {}
+        path_or_bytes = with_attributes(path_or_bytes, forced, cache, cpu_threads=session_threads(sess_options))
         if not own_options and _config_entry(sess_options, _REGISTERED_KEY) != "1":
             # The caller's options may hold the library already (registered by hand with
             # register_custom_ops_library): a second registration makes onnxruntime refuse the
@@ -144,12 +144,19 @@ def node_options(sess_options: ort.SessionOptions) -> dict[str, str]:
     return forced
 
 
-def with_attributes(path_or_bytes: str | bytes, attributes: dict[str, str], cache: dict | None = None) -> str | bytes:
+def session_threads(sess_options: ort.SessionOptions | None) -> int:
+    """The intra-op threads a session with these options runs on (onnxruntime's 0: the cores)."""
+    threads = sess_options.intra_op_num_threads if sess_options is not None else 0
+    return threads if threads > 0 else (os.cpu_count() or 1)
+
+
+def with_attributes(path_or_bytes: str | bytes, attributes: dict[str, str], cache: dict | None = None,
+                    cpu_threads: int | None = None) -> str | bytes:
     """The model with ``attributes`` (NODE_OPTIONS names) set on every FusedLSTM node, subgraphs
     included, replacing what the nodes had; with a ``cache``, also `lstm-ort tune`'s winners
     attached to the nodes without a forced strategy (read after the precision is set: winners are
-    cached per precision). ``path_or_bytes`` itself when nothing changes. One parse of the model
-    serves both."""
+    cached per precision), and the CPU kernel's for ``cpu_threads`` to those without a forced
+    cpu_kernel. ``path_or_bytes`` itself when nothing changes. One parse of the model serves both."""
     for attribute, value in attributes.items():
         key, choices = NODE_OPTIONS[attribute]
         require_choice(key, value, choices)
@@ -160,7 +167,7 @@ def with_attributes(path_or_bytes: str | bytes, attributes: dict[str, str], cach
     for node in nodes:
         for attribute, value in attributes.items():
             set_attribute(node, attribute, value)
-    tuned = bool(cache) and apply_tuned(model, cache)
+    tuned = bool(cache) and apply_tuned(model, cache, cpu_threads)
     if not (nodes and attributes) and not tuned:
         return path_or_bytes
     try:

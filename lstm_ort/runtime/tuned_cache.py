@@ -9,22 +9,31 @@ The cache is one JSON file, ``strategies.json`` in ``$LSTM_ORT_CACHE_DIR`` (defa
 Winners are kept per precision mode, which changes what each strategy costs: the key of a node
 is its shape and, unless it runs fp32, its precision (cache_key). fp32's key is the shape alone,
 so caches written before precision modes keep serving fp32 nodes.
+
+`lstm-ort tune --cpu` keeps the CPU kernel's winners under ``"cpu:<CPU name>"``, per thread count
+(the CPU kernel computes in fp32 whatever the precision, so its key is the shape alone)::
+
+    {"cpu:AMD EPYC": {"L1 D1 I28 H256 float32": {"T32 B8 threads2": {"strategy": "stock_split", "ms": {...}}}}}
+
+T is the shape class's bucket (the power of two at or above the T measured), as the kernel looks it up.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from pathlib import Path
 
 import onnx
 
-from lstm_ort.ops.identity import DEFAULT_PRECISION, PRECISIONS, require_choice
+from lstm_ort.ops.identity import DEFAULT_PRECISION, PRECISIONS, TUNED_CPU_PREFIX, require_choice
 from lstm_ort.ops.tuned import TunedEntry, format_tuned
-from lstm_ort.runtime.nodes import NodeShape, node_precision, node_shapes, set_attribute
+from lstm_ort.runtime.nodes import NodeShape, node_precision, node_shapes, set_attribute, string_attribute
 
 CACHE_ENV = "LSTM_ORT_CACHE_DIR"
+_TB = re.compile(r"T(\d+) B(\d+)(?: threads(\d+))?")  # an entry's key: "T100 B64", "T32 B8 threads2"
 
 
 def cache_file() -> Path:
@@ -55,12 +64,12 @@ def load_cache() -> dict:
 
 
 def record(gpu: str, shape: NodeShape, T: int, B: int, strategy: str, timings: dict[str, float], *,
-           precision: str = DEFAULT_PRECISION) -> Path:
-    """Store one winner, measured in ``precision``; the file is replaced atomically so readers
-    never see half of it."""
+           precision: str = DEFAULT_PRECISION, threads: int | None = None) -> Path:
+    """Store one winner, measured in ``precision`` (on a CPU: with ``threads`` intra-op threads);
+    the file is replaced atomically so readers never see half of it."""
     data = load_cache()
-    data.setdefault(gpu, {}).setdefault(cache_key(shape, precision), {})[f"T{T} B{B}"] = {"strategy": strategy,
-                                                                                        "ms": timings}
+    key = f"T{T} B{B}" + (f" threads{threads}" if threads else "")
+    data.setdefault(gpu, {}).setdefault(cache_key(shape, precision), {})[key] = {"strategy": strategy, "ms": timings}
     path = cache_file()
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
@@ -70,26 +79,36 @@ def record(gpu: str, shape: NodeShape, T: int, B: int, strategy: str, timings: d
     return path
 
 
-def tuned_entries(cache: dict, shape: NodeShape, precision: str = DEFAULT_PRECISION) -> list[TunedEntry]:
-    """The cached winners for a node of this shape running in ``precision``, on every GPU in the cache."""
-    key = cache_key(shape, precision)
+def tuned_entries(cache: dict, shape: NodeShape, precision: str = DEFAULT_PRECISION, *,
+                  cpu_threads: int | None = None, gpu: bool = True) -> list[TunedEntry]:
+    """The cached winners for a node of this shape running in ``precision``: on every GPU in the
+    cache (unless ``gpu`` is False) and, with ``cpu_threads``, the CPU kernel's for that thread count."""
     entries = []
-    for gpu, shapes in sorted(cache.items()):
-        for tb, entry in sorted(shapes.get(key, {}).items()):
-            T, B = (int(part[1:]) for part in tb.split())
-            entries.append(TunedEntry(gpu, T, B, entry["strategy"]))
+    for device, shapes in sorted(cache.items()):
+        cpu = device.startswith(TUNED_CPU_PREFIX)
+        if (cpu and cpu_threads is None) or (not cpu and not gpu):
+            continue
+        for tb, entry in sorted(shapes.get(shape.key if cpu else cache_key(shape, precision), {}).items()):
+            T, B, threads = _TB.fullmatch(tb).groups()
+            if cpu and threads != str(cpu_threads):
+                continue
+            entries.append(TunedEntry(device, int(T), int(B), entry["strategy"]))
     return entries
 
 
-def apply_tuned(model: onnx.ModelProto, cache: dict) -> bool:
-    """Give every FusedLSTM node without a forced strategy its cached winners for its shape and
-    precision; True if any changed."""
+def apply_tuned(model: onnx.ModelProto, cache: dict, cpu_threads: int | None = None) -> bool:
+    """Give every FusedLSTM node its cached winners for its shape and precision: the GPU ones where
+    it forces no strategy, the CPU kernel's for ``cpu_threads`` where its cpu_kernel is auto;
+    True if any changed."""
     changed = False
     for node, shape in node_shapes(model):
         precision = node_precision(node)
-        if shape is None or any(a.name == "strategy" for a in node.attribute) or precision not in PRECISIONS:
+        if shape is None or precision not in PRECISIONS:
             continue  # an unknown precision: the kernel refuses the node, naming the allowed values
-        entries = tuned_entries(cache, shape, precision)
+        forced = {a.name for a in node.attribute}
+        cpu_auto = string_attribute(node, "cpu_kernel", "auto") == "auto"
+        entries = tuned_entries(cache, shape, precision, gpu="strategy" not in forced,
+                                cpu_threads=cpu_threads if cpu_auto else None)
         if entries:
             set_attribute(node, "tuned", format_tuned(entries))
             changed = True

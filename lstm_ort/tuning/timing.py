@@ -8,17 +8,20 @@ import time
 import onnx
 import onnxruntime as ort
 
-from lstm_ort.runtime.session import STRATEGY_KEY, InferenceSession
+from lstm_ort.runtime.session import CPU_KERNEL_KEY, STRATEGY_KEY, InferenceSession
 
 
 class OrtRunner:
     """One session with inputs and outputs bound where the provider computes, so host copies stay out."""
 
     def __init__(self, model: onnx.ModelProto, feeds: dict, device: str, fused: bool, tf32: bool = False,
-                 strategy: str = "auto", precision: str | None = None):
-        """``tf32``: stock's CUDA provider may use TF32. ``strategy``, ``precision``: FusedLSTM's
-        session options (precision None: as the model's nodes say)."""
+                 strategy: str = "auto", precision: str | None = None, cpu_kernel: str | None = None,
+                 threads: int = 0):
+        """``tf32``: stock's CUDA provider may use TF32. ``strategy``, ``precision``, ``cpu_kernel``:
+        FusedLSTM's session options (precision None: as the model's nodes say). ``threads``: the
+        intra-op threads (0: onnxruntime's default)."""
         so = ort.SessionOptions()
+        so.intra_op_num_threads = threads
         providers = ([("CUDAExecutionProvider", {"use_tf32": "1" if tf32 else "0"})] if device == "cuda"
                      else ["CPUExecutionProvider"])
         if device == "cuda":
@@ -28,6 +31,8 @@ class OrtRunner:
             so.add_session_config_entry("session.intra_op.allow_spinning", "0")
         if fused:
             so.add_session_config_entry(STRATEGY_KEY, strategy)
+            if cpu_kernel is not None:
+                so.add_session_config_entry(CPU_KERNEL_KEY, cpu_kernel)
             self.sess = InferenceSession(model.SerializeToString(), so, providers=providers, precision=precision)
         else:
             self.sess = ort.InferenceSession(model.SerializeToString(), so, providers=providers)

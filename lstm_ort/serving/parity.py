@@ -1,45 +1,90 @@
-"""`lstm-ort optimize --check --sequence-lens-input`: the parity run of lstm_ort.verify, with the
-added ``sequence_lens`` input fed. Each batch entry gets its own length (full, 1, and in between),
-and the original model, which knows no lengths, runs each entry alone on its own prefix."""
+"""`lstm-ort optimize --check --sequence-lens-input`: lstm_ort.verify's parity run (stock
+onnxruntime on the original, layout-1 LSTMs as their layout-0 twins, feeds valid for their role,
+refusals as CheckUnavailable / CheckFailed), with the added ``sequence_lens`` input fed.
+
+Two comparisons. The whole batch at full length (every entry of length T): every output, as the
+plain --check. Then, where the model is ragged-exact, each batch entry with its own length (T
+down to 1) against the original run alone on its prefix, its initial states and lengths (inputs
+with a batch axis) sliced to that entry. A model that is not ragged-exact is compared at full
+length only, and the result says so; a model without a sequence input gained no sequence_lens
+and is compared as the plain --check does."""
 
 from __future__ import annotations
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 
-from lstm_ort.runtime.session import InferenceSession
-from lstm_ort.serving.ragged import analyze
-from lstm_ort.verify import CPU, max_abs, random_feeds
+from lstm_ort.serving.ragged import NoSequenceInput, RaggedLayout, analyze
+from lstm_ort.verify import (FLOAT32_TOLERANCE, Comparison, ParityResult, Tolerance, input_batch_axes,
+                             optimized_session, output_names, parity, random_feeds, require_values, run_optimized,
+                             run_stock, stock_session)
 
 
-def ragged_parity(original: onnx.ModelProto, optimized: onnx.ModelProto, dim: int = 3) -> float:
-    """Max-abs difference over every output, each batch entry compared with the original run alone
-    on its first `length` steps (outputs with a time axis compared on those steps)."""
-    layout = analyze(optimized)
-    feeds = random_feeds(original, np.random.default_rng(0), dim)
-    got_session = InferenceSession(optimized.SerializeToString(), providers=CPU)
-    if layout.sequence_lens is None or layout.sequence_lens not in {i.name for i in got_session.get_inputs()}:
-        from lstm_ort.verify import parity
-
-        return parity(original, optimized)
+def ragged_parity(original: onnx.ModelProto, optimized: onnx.ModelProto, feeds: dict[str, np.ndarray] | None = None,
+                  tolerance: Tolerance | None = None) -> ParityResult:
+    """The comparisons above on `feeds` (random_feeds of the original if not given). Raises
+    CheckUnavailable (stock cannot run the original, nothing to compare) or CheckFailed."""
+    feeds = dict(feeds) if feeds is not None else random_feeds(original, np.random.default_rng(0))
+    layout = _ragged_layout(optimized)
+    if layout is None:
+        result = parity(original, optimized, feeds, tolerance)
+        result.compared_with += ": no sequence input, so no sequence_lens added; compared as the plain --check"
+        return result
+    require_values(feeds)
     x = feeds[layout.input]
     T, B = x.shape[layout.time_axis], x.shape[layout.batch_axis]
-    lens = np.array([max(1, T - k) for k in range(B)], np.int32)
-    got = got_session.run(None, {**feeds, layout.sequence_lens: lens})
-    ref_session = ort.InferenceSession(original.SerializeToString(), providers=CPU)
-    names = [o.name for o in ref_session.get_outputs()]
-    worst = 0.0
+    lens_name = layout.sequence_lens
+    own_lengths = lens_name in {i.name for i in original.graph.input}
+    full = dict(feeds) if own_lengths else {**feeds, lens_name: np.full(B, T, np.int32)}
+    comparison = Comparison((tolerance or FLOAT32_TOLERANCE).rtol)
+    stock, compared_with = stock_session(original)
+    ours = optimized_session(optimized)
+    names = output_names(stock, ours)
+    for name, a, b in zip(names, run_stock(stock, full), run_optimized(ours, full)):
+        comparison.add(name, a, b)
+    if not layout.exact:
+        return comparison.result(f"{compared_with}: the batch at full length only (entries alone not compared: not "
+                                 f"ragged-exact, {'; '.join(layout.reasons)})")
+    lens = np.linspace(T, 1, num=B).round().astype(full[lens_name].dtype if own_lengths else np.int32)
+    batch = {**full, lens_name: lens}
+    got = run_optimized(ours, batch, " with sequence_lens")
+    axes = {**input_batch_axes(original), layout.input: layout.batch_axis}
     for b in range(B):
-        one = {**feeds, layout.input: np.take(np.take(x, [b], axis=layout.batch_axis), np.arange(lens[b]),
-                                               axis=layout.time_axis)}
-        ref = ref_session.run(None, one)
+        where = f" of entry {b} (length {lens[b]})"
+        ref = run_stock(stock, _entry(batch, axes, b, layout, int(lens[b])), f" on entry {b} alone")
         for name, r, g in zip(names, ref, got):
-            axes = layout.outputs.get(name)
-            if axes is None or axes.batch is None:
+            out = layout.outputs.get(name)
+            if out is None:  # not computed from the sequences: whole, where the shapes agree
+                if np.shape(r) == np.shape(g):
+                    comparison.add(name, r, g, where)
                 continue
-            g = np.take(g, [b], axis=axes.batch)
-            if axes.time is not None:
-                g = np.take(g, np.arange(lens[b]), axis=axes.time)
-            worst = max(worst, max_abs([r], [g]))
-    return worst
+            g = np.take(g, [b], axis=out.batch)
+            if out.time is not None:
+                g = np.take(g, np.arange(lens[b]), axis=out.time)
+            comparison.add(name, r, g, where)
+    return comparison.result(f"{compared_with}: the batch at full length, and each of its {B} entries run alone at "
+                             f"its own length ({', '.join(str(n) for n in lens)} steps)")
+
+
+def _ragged_layout(optimized: onnx.ModelProto) -> RaggedLayout | None:
+    """The analysis of the optimized model, where it has a sequence_lens input; else None."""
+    try:
+        layout = analyze(optimized)
+    except NoSequenceInput:
+        return None
+    if layout.sequence_lens is None or layout.sequence_lens not in {i.name for i in optimized.graph.input}:
+        return None
+    return layout
+
+
+def _entry(feeds: dict, axes: dict[str, int], b: int, layout: RaggedLayout, length: int) -> dict:
+    """Batch entry `b` of `feeds` as a batch of one: inputs with a batch axis sliced to it, the
+    sequences cut to `length` steps (the original knows no lengths unless it had its own)."""
+    one = {}
+    for name, value in feeds.items():
+        if name in axes:
+            value = np.take(value, [b], axis=axes[name])
+        if name == layout.input:
+            value = np.take(value, np.arange(length), axis=layout.time_axis)
+        one[name] = value
+    return one

@@ -59,12 +59,24 @@ def _invalid_graph(rng):
     return model
 
 
+def _fixed(rng, param, value):
+    """Dimension `param` ("T" or "B") a fixed number on every input and output."""
+    model = _model(rng, initial_states=True)
+    for vi in [*model.graph.input, *model.graph.output]:
+        for dim in vi.type.tensor_type.shape.dim:
+            if dim.dim_param == param:
+                dim.dim_value = value
+    return model
+
+
 # case -> (model, exit code, what --check says)
 CASES = {
     "layout 1": (lambda rng: _model(rng, layout=1), EXIT_OK, "each of its 3 entries run alone"),
     "initial_h/initial_c inputs": (lambda rng: _model(rng, initial_states=True, num_layers=2), EXIT_OK,
                                    "each of its 3 entries run alone"),
     "sequence_lens already": (lambda rng: _model(rng, seq_lens=True), EXIT_OK, "each of its 3 entries run alone"),
+    "a fixed batch": (lambda rng: _fixed(rng, "B", 3), EXIT_OK, "each of its 3 entries run alone"),
+    "a fixed time": (lambda rng: _fixed(rng, "T", 5), EXIT_OK, "the original's time dimension is fixed at 5"),
     "Slice of Y[-1]": (_last_step_slice, EXIT_OK, "entries alone not compared: not ragged-exact"),
     "CumSum before": (_cumsum_before, EXIT_OK, "no sequence input"),
     "Transpose + Flatten": (_flatten_after, EXIT_OK, "entries alone not compared: not ragged-exact"),

@@ -27,8 +27,19 @@ def sequences_from_arrow(column) -> list[np.ndarray]:
     if step is not None:  # a null would read as NaN (or 0): refused like a null sequence
         k = int(np.searchsorted(offsets, step, side="right")) - 1
         raise ValueError(f"sequence {k} holds a null at step {step - offsets[k]}")
-    steps = _steps(values)
+    try:
+        steps = _steps(values)
+    except _StepWidth as e:
+        k = int(np.searchsorted(offsets, e.step, side="right")) - 1
+        raise ValueError(f"sequence {k}: step {e.step - offsets[k]} has {e.width} values, the first sequence's "
+                         f"steps {e.first}") from None
     return [steps[offsets[k]: offsets[k + 1]] for k in range(len(column))]
+
+
+class _StepWidth(ValueError):
+    def __init__(self, step: int, width: int, first: int):
+        super().__init__(f"step {step} has {width} values, the first {first}")
+        self.step, self.width, self.first = step, width, first
 
 
 def _offsets(column) -> np.ndarray:
@@ -70,7 +81,8 @@ def _steps(values) -> np.ndarray:
     if pa.types.is_list(t) or pa.types.is_large_list(t):
         widths = np.diff(np.asarray(values.offsets))
         if widths.size and (widths != widths[0]).any():
-            raise ValueError("the steps of the sequences differ in width")
+            step = int(np.flatnonzero(widths != widths[0])[0])
+            raise _StepWidth(step, int(widths[step]), int(widths[0]))
         flat = np.asarray(values.flatten().to_numpy(zero_copy_only=False))
         return flat.reshape(len(values), int(widths[0]) if widths.size else 0)
     return np.asarray(values.to_numpy(zero_copy_only=False))

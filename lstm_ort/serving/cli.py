@@ -91,7 +91,6 @@ def _batch(args) -> int:
         raise CliError(f"{args.model}: {e}", EXIT_INPUT) from None
     except OutputRefused as e:
         raise CliError(str(e), EXIT_USAGE) from None
-    keys, seqs, table, _ = _read(src, args.column)
     try:
         batcher = BucketingBatcher(proto, providers=providers, buckets=buckets,
                                    max_batch_tokens=args.max_batch_tokens, max_batch_size=args.max_batch_size,
@@ -107,6 +106,7 @@ def _batch(args) -> int:
         raise CliError(f"{args.model}: not ragged-exact, padding would change its results: "
                        f"{'; '.join(layout.reasons)} (--allow-padding runs it anyway)", EXIT_USAGE)
     names = _output_names(args.outputs, [o.name for o in batcher.session.get_outputs()])
+    keys, seqs, table, _ = _read(src, args.column)  # after every option is known good
     bar = None if args.no_progress else _progress(len(seqs))
     try:
         results = batcher.run(seqs, output_names=names, progress=bar.update if bar else None)

@@ -42,25 +42,31 @@ def ragged_parity(original: onnx.ModelProto, optimized: onnx.ModelProto, feeds: 
     names = output_names(stock, ours)
     for name, a, b in zip(names, run_stock(stock, full), run_optimized(ours, full)):
         comparison.add(name, a, b)
-    if not layout.exact:
-        return comparison.result(f"{compared_with}: the batch at full length only (entries alone not compared: not "
-                                 f"ragged-exact, {'; '.join(layout.reasons)})")
+    fixed_time, fixed_batch = _fixed(original, layout)
+    why_not = (f"not ragged-exact, {'; '.join(layout.reasons)}" if not layout.exact else
+               f"the original's time dimension is fixed at {fixed_time}, so no entry runs alone on a shorter prefix"
+               if fixed_time and not own_lengths else "")
+    if why_not:
+        return comparison.result(f"{compared_with}: the batch at full length only (entries alone not compared: "
+                                 f"{why_not})")
     lens = np.linspace(T, 1, num=B).round().astype(full[lens_name].dtype if own_lengths else np.int32)
     batch = {**full, lens_name: lens}
     got = run_optimized(ours, batch, " with sequence_lens")
     axes = {**input_batch_axes(original), layout.input: layout.batch_axis}
     for b in range(B):
         where = f" of entry {b} (length {lens[b]})"
-        ref = run_stock(stock, _entry(batch, axes, b, layout, int(lens[b])), f" on entry {b} alone")
+        # A fixed batch dimension: the entry fills every row (each row's outputs are the same).
+        alone = _entry(batch, axes, [b] * (fixed_batch or 1), layout, None if fixed_time else int(lens[b]))
+        ref = run_stock(stock, alone, f" on entry {b} alone")
         for name, r, g in zip(names, ref, got):
             out = layout.outputs.get(name)
             if out is None:  # not computed from the sequences: whole, where the shapes agree
                 if np.shape(r) == np.shape(g):
                     comparison.add(name, r, g, where)
                 continue
-            g = np.take(g, [b], axis=out.batch)
+            r, g = np.take(r, [0], axis=out.batch), np.take(g, [b], axis=out.batch)
             if out.time is not None:
-                g = np.take(g, np.arange(lens[b]), axis=out.time)
+                r, g = (np.take(v, np.arange(lens[b]), axis=out.time) for v in (r, g))
             comparison.add(name, r, g, where)
     return comparison.result(f"{compared_with}: the batch at full length, and each of its {B} entries run alone at "
                              f"its own length ({', '.join(str(n) for n in lens)} steps)")
@@ -77,14 +83,23 @@ def _ragged_layout(optimized: onnx.ModelProto) -> RaggedLayout | None:
     return layout
 
 
-def _entry(feeds: dict, axes: dict[str, int], b: int, layout: RaggedLayout, length: int) -> dict:
-    """Batch entry `b` of `feeds` as a batch of one: inputs with a batch axis sliced to it, the
-    sequences cut to `length` steps (the original knows no lengths unless it had its own)."""
+def _fixed(original: onnx.ModelProto, layout: RaggedLayout) -> tuple[int | None, int | None]:
+    """The original's sequence input's time and batch dimensions where they are fixed numbers."""
+    vi = next((i for i in original.graph.input if i.name == layout.input), None)
+    dims = list(vi.type.tensor_type.shape.dim) if vi is not None else []
+    fixed = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None for d in dims]
+    return tuple(fixed[a] if a < len(fixed) else None for a in (layout.time_axis, layout.batch_axis))
+
+
+def _entry(feeds: dict, axes: dict[str, int], rows: list[int], layout: RaggedLayout, length: int | None) -> dict:
+    """The batch made of entries `rows` of `feeds` (inputs with a batch axis sliced to them), the
+    sequences cut to `length` steps (the original knows no lengths unless it has its own; None:
+    the whole time axis, which the entry's own lengths then limit)."""
     one = {}
     for name, value in feeds.items():
         if name in axes:
-            value = np.take(value, [b], axis=axes[name])
-        if name == layout.input:
+            value = np.take(value, rows, axis=axes[name])
+        if name == layout.input and length is not None:
             value = np.take(value, np.arange(length), axis=layout.time_axis)
         one[name] = value
     return one

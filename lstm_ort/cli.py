@@ -5,13 +5,16 @@ Exit codes:
   0  done (optimize: the model was written; LSTMs left as they were are listed with the reason)
   1  input or output: the input could not be read (not ONNX, truncated, an IR version the
      installed onnxruntime does not read, missing external data), the output could not be
-     written, or --check had nothing to compare against (stock onnxruntime cannot run the input)
+     written, or --check had nothing to compare (stock onnxruntime cannot run the input, or the
+     inputs hold no values)
   2  usage: bad arguments; -o empty, "-", the input model or one of its external data files, or
      an existing path that is not a regular file (a directory, a device); tune without a CUDA GPU;
      --low-rank R larger than every matrix it targets, a calibration file that cannot feed the model
+     (wrong width, values that do not convert exactly, NaN or infinity)
   3  --check: the optimized model does not run, or its outputs differ from stock onnxruntime's on
      the original beyond the tolerance; --max-error: the low-rank model's outputs differ from the
-     unfactored model's beyond it; nothing written
+     unfactored model's beyond it, or the low-rank error is not a finite number; nothing written
+  130, 143  interrupted by SIGINT, SIGTERM: one line on stderr, partial outputs removed
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 import onnxruntime as ort
+from onnx import numpy_helper
 
 from lstm_ort.ops.identity import DEFAULT_PRECISION, PRECISIONS, require_choice
 from lstm_ort.runtime.model_io import iter_graphs
@@ -98,40 +99,112 @@ def cast_exactly(values, dtype) -> np.ndarray:
     return out
 
 
-def input_batch_axes(model: onnx.ModelProto) -> dict[str, int]:
-    """Where graph inputs other than the sequences hold their batch entries, from what reads them:
-    an LSTM/GRU/RNN's sequence_lens ([batch]) or initial state ([D, batch, H]; [batch, D, H] in
-    layout 1), through ops that keep the axes (Cast, Identity, Slice, Split) or permute them
-    (Transpose). Inputs not read so are absent."""
-    uses = _uses(model)
-    inits = {t.name for t in model.graph.initializer}
-    found = {}
-    for vi in model.graph.input:
-        if vi.name in inits:
-            continue
-        pending, seen = [(vi.name, None)], set()
-        while pending and vi.name not in found:
-            value, where = pending.pop()  # where[k]: the input's axis that is axis k of value (None: the same)
-            if value in seen:
+def input_batch_axes(*models: onnx.ModelProto) -> dict[str, int | None]:
+    """Where the graph inputs hold their batch entries (None: they hold none), from what reads them
+    in any of `models` (an original and its optimized form share input names): a recurrent node's
+    lengths ([batch]) or initial states ([D, batch, H]; [batch, D, H] in layout 1), or its weights
+    (no batch axis), through ops that keep the axes (Cast, Identity, Slice, Split) or move them
+    (Transpose, Unsqueeze, Squeeze with constant axes); scalars hold none. Inputs found neither way
+    are absent: where their batch entries are is unknown."""
+    found: dict[str, int | None] = {}
+    for model in models:
+        uses, consts = _uses(model), _int_constants(model)
+        inits = {t.name for t in model.graph.initializer}
+        for vi in model.graph.input:
+            if vi.name in inits or vi.name in found:
                 continue
-            seen.add(value)
-            for node in uses.get(value, []):
-                index = [k for k, n in enumerate(node.input) if n == value]
-                if node.domain not in ("", "ai.onnx"):
+            tt = vi.type.tensor_type
+            rank = len(tt.shape.dim) if tt.HasField("shape") else None
+            if rank == 0:
+                found[vi.name] = None
+                continue
+            pending, seen = [(vi.name, list(range(rank)) if rank is not None else None)], set()
+            while pending and vi.name not in found:
+                value, where = pending.pop()  # where[k]: the input's axis that is axis k of value (None: not one)
+                if value in seen:
                     continue
-                if node.op_type in _RECURRENT:
-                    layout = next((a.i for a in node.attribute if a.name == "layout"), 0)
-                    axis = 0 if 4 in index else (1 - layout if {5, 6} & set(index) else None)
-                    if axis is not None:
-                        found[vi.name] = where[axis] if where else axis
-                        break
-                elif node.op_type in _KEEPS_AXES and index[0] == 0:
-                    pending.extend((out, where) for out in node.output if out)
-                elif node.op_type == "Transpose" and node.output:
-                    perm = next((list(a.ints) for a in node.attribute if a.name == "perm"), None)
-                    if perm:
-                        pending.append((node.output[0], [(where or list(range(len(perm))))[p] for p in perm]))
+                seen.add(value)
+                for node in uses.get(value, []):
+                    index = next(k for k, n in enumerate(node.input) if n == value)
+                    role = _recurrent_role(node, index)
+                    if role is not None:
+                        axis = role[1]
+                        if role[0] == "weights":
+                            found[vi.name] = None
+                        elif where is None:
+                            found[vi.name] = axis
+                        elif axis < len(where) and where[axis] is not None:
+                            found[vi.name] = where[axis]
+                        if vi.name in found:
+                            break
+                        continue
+                    moved = _moved_axes(node, index, where, consts)
+                    if moved is not _STOP:
+                        pending.extend((out, moved) for out in node.output[:None if node.op_type == "Split" else 1]
+                                       if out)
     return found
+
+
+_STOP = object()
+
+
+def _recurrent_role(node: onnx.NodeProto, index: int):
+    """("lengths" | "states", the batch axis) or ("weights", None) for input `index` of a
+    recurrent node (stock LSTM/GRU/RNN or FusedLSTM), else None."""
+    stock = node.domain in ("", "ai.onnx") and node.op_type in _RECURRENT
+    fused = node.domain == "lstm_ort" and node.op_type == "FusedLSTM"
+    if not (stock or fused) or index == 0:
+        return None
+    layout = next((a.i for a in node.attribute if a.name == "layout"), 0)
+    lengths, states = (4, (5, 6)) if stock else (3, (4, 5))
+    if index == lengths:
+        return "lengths", 0
+    if index in states:
+        return "states", 1 - layout
+    return "weights", None
+
+
+def _moved_axes(node: onnx.NodeProto, index: int, where: list | None, consts: dict):
+    """Where the input's axes are in `node`'s output (as input_batch_axes tracks them), or _STOP
+    where the op is not one that keeps or moves axes knowably."""
+    if node.domain not in ("", "ai.onnx") or index != 0:
+        return _STOP
+    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    if node.op_type in _KEEPS_AXES:
+        return where
+    if where is None:
+        return _STOP
+    if node.op_type == "Transpose":
+        perm = list(attrs.get("perm") or reversed(range(len(where))))
+        return [where[p] for p in perm] if sorted(perm) == list(range(len(where))) else _STOP
+    if node.op_type in ("Unsqueeze", "Squeeze"):
+        axes = attrs.get("axes")
+        if axes is None and len(node.input) > 1:
+            axes = consts.get(node.input[1])
+        if axes is None or not len(axes):
+            return _STOP
+        if node.op_type == "Squeeze":
+            gone = {int(a) % len(where) for a in axes}
+            return [w for k, w in enumerate(where) if k not in gone]
+        rank = len(where) + len(axes)
+        added, rest = {int(a) % rank for a in axes}, iter(where)
+        return [None if k in added else next(rest) for k in range(rank)]
+    return _STOP
+
+
+def _int_constants(model: onnx.ModelProto) -> dict[str, list[int]]:
+    """Small integer initializers and Constant nodes of the main graph (axes, shapes), by name."""
+    out = {}
+    for t in model.graph.initializer:
+        if t.data_type in (onnx.TensorProto.INT64, onnx.TensorProto.INT32) and len(t.dims) <= 1 and \
+                (not t.dims or t.dims[0] <= 16):
+            out[t.name] = [int(v) for v in np.atleast_1d(numpy_helper.to_array(t))]
+    for node in model.graph.node:
+        if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
+            for a in node.attribute:
+                if a.name == "value" and a.t.data_type in (onnx.TensorProto.INT64, onnx.TensorProto.INT32):
+                    out[node.output[0]] = [int(v) for v in np.atleast_1d(numpy_helper.to_array(a.t))]
+    return out
 
 
 def _uses(model: onnx.ModelProto) -> dict[str, list[onnx.NodeProto]]:

@@ -213,3 +213,41 @@ def test_calibration_converted_where_exact(low_rank_model, tmp_path, rng, capsys
     np.savez(cal, X=rng.integers(-3, 3, (2, 5, 3, 4)))
     assert main(["optimize", str(low_rank_model), "-o", str(dst), "--low-rank", "2", "--calibration",
                  str(cal)]) == EXIT_OK
+
+
+# ---- real shapes: the corpus entries built here (no download) ----
+
+def _corpus():
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    if "corpus" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("corpus", Path(__file__).parents[1] / "models" / "corpus.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["corpus"] = module  # dataclasses look their module up while the file runs
+        spec.loader.exec_module(module)
+    return sys.modules["corpus"]
+
+
+@pytest.mark.parametrize("name,says", [
+    ("paddle weight chain, -1 dims", "each of its 3 entries run alone"),
+    ("tf2onnx Keras LSTM with Transpose glue", "each of its 2 entries run alone"),  # states through Unsqueeze
+    ("cell in a scan, ifco gates, gemm", "each of its 4 entries run alone"),  # states found in the optimized model
+    ("cell in a loop, ifco gates, concat", "each of its 4 entries run alone"),
+    ("cell in a scan x3 stacked, iofc gates, matmul", "where input h0_0 holds the batch entries is unknown"),
+    ("g2p_id decoder (tf2onnx)", "not ragged-exact"),
+])
+def test_ragged_check_on_corpus_models(name, says, tmp_path, capsys):
+    corpus = _corpus()
+    entry = next(e for e in corpus.ENTRIES if e.name == name)
+    try:
+        model = entry.build()
+    except corpus.Unavailable as e:
+        pytest.skip(str(e))
+    src, dst = tmp_path / "m.onnx", tmp_path / "o.onnx"
+    onnx.save(model, str(src))
+    shapes = [a for k, v in entry.shapes.items() for a in ("--shape", f"{k}={','.join(map(str, v))}")]
+    assert main(["optimize", str(src), "-o", str(dst), "--sequence-lens-input", "--check", "--json", *shapes]) == EXIT_OK
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["check"]["passed"] and says in doc["check"]["compared_with"], doc["check"]

@@ -2,9 +2,13 @@
 
 INPUT / OUTPUT: .npz (one array per sequence; outputs keep the keys, as KEY, or KEY/OUTPUT when
 the model has several outputs) or .parquet (a list column of sequences; the other columns are
-kept, one list column per model output is added). Exit codes: 0 done; 1 the model or the input
-could not be read, or the output not written; 2 usage (bad options, a model that is not
-ragged-exact without --allow-padding).
+kept, one list column per model output is added, "_out" appended to a name already taken).
+Values are converted to the model's element type only where that changes none (integers to a
+float that holds them, float64 within float32's range); anything else is an error naming the
+sequence and the value, as is a null inside a sequence. Exit codes: 0 done; 1 the model or the
+input could not be read (values included), or the output not written; 2 usage (bad options:
+-o naming the input or the model, --outputs, --providers; a model that is not ragged-exact
+without --allow-padding); 130 / 143 SIGINT / SIGTERM (lstm_ort.runtime.output_files).
 """
 
 from __future__ import annotations

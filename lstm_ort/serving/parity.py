@@ -34,7 +34,7 @@ def ragged_parity(original: onnx.ModelProto, optimized: onnx.ModelProto, feeds: 
     x = feeds[layout.input]
     T, B = x.shape[layout.time_axis], x.shape[layout.batch_axis]
     lens_name = layout.sequence_lens
-    own_lengths = lens_name in {i.name for i in original.graph.input}
+    own_lengths = lens_name in _graph_inputs(original)
     full = dict(feeds) if own_lengths else {**feeds, lens_name: np.full(B, T, np.int32)}
     comparison = Comparison((tolerance or FLOAT32_TOLERANCE).rtol)
     stock, compared_with = stock_session(original)
@@ -43,16 +43,18 @@ def ragged_parity(original: onnx.ModelProto, optimized: onnx.ModelProto, feeds: 
     for name, a, b in zip(names, run_stock(stock, full), run_optimized(ours, full)):
         comparison.add(name, a, b)
     fixed_time, fixed_batch = _fixed(original, layout)
+    axes = {**input_batch_axes(original, optimized), layout.input: layout.batch_axis}
+    unknown = [name for name in _graph_inputs(original) if name not in axes]
     why_not = (f"not ragged-exact, {'; '.join(layout.reasons)}" if not layout.exact else
                f"the original's time dimension is fixed at {fixed_time}, so no entry runs alone on a shorter prefix"
-               if fixed_time and not own_lengths else "")
+               if fixed_time and not own_lengths else
+               f"where input {unknown[0]} holds the batch entries is unknown" if unknown else "")
     if why_not:
         return comparison.result(f"{compared_with}: the batch at full length only (entries alone not compared: "
                                  f"{why_not})")
     lens = np.linspace(T, 1, num=B).round().astype(full[lens_name].dtype if own_lengths else np.int32)
     batch = {**full, lens_name: lens}
     got = run_optimized(ours, batch, " with sequence_lens")
-    axes = {**input_batch_axes(original), layout.input: layout.batch_axis}
     for b in range(B):
         where = f" of entry {b} (length {lens[b]})"
         # A fixed batch dimension: the entry fills every row (each row's outputs are the same).
@@ -83,6 +85,11 @@ def _ragged_layout(optimized: onnx.ModelProto) -> RaggedLayout | None:
     return layout
 
 
+def _graph_inputs(model: onnx.ModelProto) -> list[str]:
+    inits = {t.name for t in model.graph.initializer}
+    return [i.name for i in model.graph.input if i.name not in inits]
+
+
 def _fixed(original: onnx.ModelProto, layout: RaggedLayout) -> tuple[int | None, int | None]:
     """The original's sequence input's time and batch dimensions where they are fixed numbers."""
     vi = next((i for i in original.graph.input if i.name == layout.input), None)
@@ -97,7 +104,7 @@ def _entry(feeds: dict, axes: dict[str, int], rows: list[int], layout: RaggedLay
     the whole time axis, which the entry's own lengths then limit)."""
     one = {}
     for name, value in feeds.items():
-        if name in axes:
+        if axes.get(name) is not None:
             value = np.take(value, rows, axis=axes[name])
         if name == layout.input and length is not None:
             value = np.take(value, np.arange(length), axis=layout.time_axis)

@@ -33,8 +33,8 @@ from lstm_ort.rewriter import Report
 from lstm_ort.rewriter.driver import rewrite, skeleton, write, written_size
 from lstm_ort.runtime import native
 from lstm_ort.runtime.model_io import EXTERNAL_DATA_THRESHOLD, ModelError, StagedModel, load_model, read_model
-from lstm_ort.runtime.output_files import OutputRefused, output_target, run_command
 from lstm_ort.runtime.nodes import NodeShape, fused_nodes, node_precision, node_ranks, node_shapes
+from lstm_ort.runtime.output_files import OutputRefused, output_target, run_command
 from lstm_ort.serving.cli import add_batch_parser, cmd_batch
 from lstm_ort.runtime.tuned_cache import cache_key, load_cache, record, tuned_entries
 
@@ -151,8 +151,8 @@ def cmd_optimize(args) -> int:
 
 def _check(out: Outcome, tolerance, args, step: str, run, *, note: str = "") -> int | None:
     """Runs the parity check `run()` (a ParityResult) and records it; None when it passed, else the
-    exit code of the refusal, printed: 1 nothing to compare against, 3 the optimized model does
-    not run or differs. Nothing is written either way."""
+    exit code of the refusal, printed: 1 nothing to compare (stock cannot run the original, or no
+    values), 3 the optimized model does not run or differs. The caller writes only on None."""
     from lstm_ort.verify import FLOAT16_TOLERANCE, CheckFailed, CheckUnavailable
 
     try:

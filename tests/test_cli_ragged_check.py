@@ -217,19 +217,6 @@ def test_calibration_converted_where_exact(low_rank_model, tmp_path, rng, capsys
 
 # ---- real shapes: the corpus entries built here (no download) ----
 
-def _corpus():
-    import importlib.util
-    import sys
-    from pathlib import Path
-
-    if "corpus" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("corpus", Path(__file__).parents[1] / "models" / "corpus.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["corpus"] = module  # dataclasses look their module up while the file runs
-        spec.loader.exec_module(module)
-    return sys.modules["corpus"]
-
-
 @pytest.mark.parametrize("name,says", [
     ("paddle weight chain, -1 dims", "each of its 3 entries run alone"),
     ("tf2onnx Keras LSTM with Transpose glue", "each of its 2 entries run alone"),  # states through Unsqueeze
@@ -238,8 +225,7 @@ def _corpus():
     ("cell in a scan x3 stacked, iofc gates, matmul", "where input h0_0 holds the batch entries is unknown"),
     ("g2p_id decoder (tf2onnx)", "not ragged-exact"),
 ])
-def test_ragged_check_on_corpus_models(name, says, tmp_path, capsys):
-    corpus = _corpus()
+def test_ragged_check_on_corpus_models(name, says, corpus, tmp_path, capsys):
     entry = next(e for e in corpus.ENTRIES if e.name == name)
     try:
         model = entry.build()

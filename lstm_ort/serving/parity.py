@@ -44,11 +44,7 @@ def ragged_parity(original: onnx.ModelProto, optimized: onnx.ModelProto, feeds: 
         comparison.add(name, a, b)
     fixed_time, fixed_batch = _fixed(original, layout)
     axes = {**input_batch_axes(original, optimized), layout.input: layout.batch_axis}
-    unknown = [name for name in _graph_inputs(original) if name not in axes]
-    why_not = (f"not ragged-exact, {'; '.join(layout.reasons)}" if not layout.exact else
-               f"the original's time dimension is fixed at {fixed_time}, so no entry runs alone on a shorter prefix"
-               if fixed_time and not own_lengths else
-               f"where input {unknown[0]} holds the batch entries is unknown" if unknown else "")
+    why_not = _why_not_alone(original, layout, axes, fixed_time, own_lengths)
     if why_not:
         return comparison.result(f"{compared_with}: the batch at full length only (entries alone not compared: "
                                  f"{why_not})")
@@ -72,6 +68,17 @@ def ragged_parity(original: onnx.ModelProto, optimized: onnx.ModelProto, feeds: 
             comparison.add(name, r, g, where)
     return comparison.result(f"{compared_with}: the batch at full length, and each of its {B} entries run alone at "
                              f"its own length ({', '.join(str(n) for n in lens)} steps)")
+
+
+def _why_not_alone(original: onnx.ModelProto, layout: RaggedLayout, axes: dict, fixed_time: int | None,
+                   own_lengths: bool) -> str:
+    """Why the entries cannot run alone against the original ("" where they can)."""
+    if not layout.exact:
+        return f"not ragged-exact, {'; '.join(layout.reasons)}"
+    if fixed_time and not own_lengths:
+        return f"the original's time dimension is fixed at {fixed_time}, so no entry runs alone on a shorter prefix"
+    unknown = [name for name in _graph_inputs(original) if name not in axes]
+    return f"where input {unknown[0]} holds the batch entries is unknown" if unknown else ""
 
 
 def _ragged_layout(optimized: onnx.ModelProto) -> RaggedLayout | None:

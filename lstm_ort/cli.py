@@ -20,6 +20,7 @@ Exit codes:
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import sys
@@ -235,11 +236,11 @@ def _optimize_low_rank(out: Outcome, args, original: onnx.ModelProto, rewritten,
         sequence_lens.add_sequence_lens_input(optimized, report)
     if args.check and any(f.rewritten for f in report.findings):
         if args.sequence_lens_input:
-            run = lambda: ragged_parity(original, optimized, feeds, tolerance)  # noqa: E731
+            run = functools.partial(ragged_parity, original, optimized, feeds, tolerance)
         elif args.carry:
-            run = lambda: chained_parity(original, optimized, feeds, args.carry, args.calls, tolerance)  # noqa: E731
+            run = functools.partial(chained_parity, original, optimized, feeds, args.carry, args.calls, tolerance)
         else:
-            run = lambda: parity(original, optimized, feeds, tolerance)  # noqa: E731
+            run = functools.partial(parity, original, optimized, feeds, tolerance)
         code = _check(out, tolerance, args, "checking the unfactored model against stock onnxruntime", run,
                       note="the unfactored optimized model")
         if code is not None:

@@ -14,7 +14,12 @@ import onnx
 import pytest
 
 from lstm_ort.builders import LstmSpec, random_layers, stock_model
-from lstm_ort.runtime.output_files import OutputRefused, Staged, output_target, write_file
+from lstm_ort.runtime.output_files import (
+    OutputRefused,
+    Staged,
+    output_target,
+    write_file,
+)
 
 
 def test_output_target_resolves_before_comparing(tmp_path):

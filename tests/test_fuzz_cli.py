@@ -630,7 +630,7 @@ def test_fuzz_batch_inputs(tmp_path):
         want = EXIT_USAGE if bad_option else EXIT_INPUT if bad_data else EXIT_OK
         drawn = f"kinds {kinds}, option {option}, model {model.name}, {src.suffix} -> {dst.suffix}"
         try:
-            code, out, err = _run_cli(args)
+            code, _, err = _run_cli(args)
         except BaseException as e:  # noqa: BLE001 - a traceback is the failure this test looks for
             failures.append(f"case {case}: {type(e).__name__}: {e} | {drawn}")
             continue

@@ -190,9 +190,9 @@ def test_batch_converts_exact_values(model, seqs, tmp_path, rng):
 
 
 def test_batcher_names_the_sequence_that_cannot_convert(model, seqs):
-    from lstm_ort.serving import BucketingBatcher
+    from lstm_ort.serving import BucketingBatcher, SequenceError
 
-    with pytest.raises(ValueError, match="sequence 1: complex64 values"):
+    with pytest.raises(SequenceError, match="sequence 1: complex64 values"):
         BucketingBatcher(str(model)).run([seqs["a"], seqs["b"] * 1j])
 
 

@@ -15,9 +15,21 @@ import numpy as np
 import onnx
 
 from lstm_ort.serving.ragged import NoSequenceInput, RaggedLayout, analyze
-from lstm_ort.verify import (FLOAT32_TOLERANCE, Comparison, ParityResult, Tolerance, input_batch_axes,
-                             optimized_session, output_names, parity, random_feeds, require_values, run_optimized,
-                             run_stock, stock_session)
+from lstm_ort.verify import (
+    FLOAT32_TOLERANCE,
+    Comparison,
+    ParityResult,
+    Tolerance,
+    input_batch_axes,
+    optimized_session,
+    output_names,
+    parity,
+    random_feeds,
+    require_values,
+    run_optimized,
+    run_stock,
+    stock_session,
+)
 
 
 def ragged_parity(original: onnx.ModelProto, optimized: onnx.ModelProto, feeds: dict[str, np.ndarray] | None = None,

@@ -5,22 +5,24 @@ Exit codes:
   0  done (optimize: the model was written; LSTMs left as they were are listed with the reason)
   1  input or output: the input could not be read (not ONNX, truncated, an IR version the
      installed onnxruntime does not read, missing external data), the output could not be
-     written, or --check had nothing to compare against (stock onnxruntime cannot run the input)
+     written, or --check had nothing to compare (stock onnxruntime cannot run the input, or the
+     inputs hold no values)
   2  usage: bad arguments; -o empty, "-", the input model or one of its external data files, or
      an existing path that is not a regular file (a directory, a device); tune without a CUDA GPU;
      --low-rank R larger than every matrix it targets, a calibration file that cannot feed the model
+     (wrong width, values that do not convert exactly, NaN or infinity)
   3  --check: the optimized model does not run, or its outputs differ from stock onnxruntime's on
      the original beyond the tolerance; --max-error: the low-rank model's outputs differ from the
-     unfactored model's beyond it; nothing written
+     unfactored model's beyond it, or the low-rank error is not a finite number; nothing written
+  130, 143  interrupted by SIGINT, SIGTERM: one line on stderr, partial outputs removed
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
-import os
-import stat
 import sys
 from pathlib import Path
 
@@ -33,15 +35,11 @@ from lstm_ort.rewriter.driver import rewrite, skeleton, write, written_size
 from lstm_ort.runtime import native
 from lstm_ort.runtime.model_io import EXTERNAL_DATA_THRESHOLD, ModelError, StagedModel, load_model, read_model
 from lstm_ort.runtime.nodes import NodeShape, fused_nodes, node_precision, node_ranks, node_shapes
+from lstm_ort.runtime.output_files import OutputRefused, output_target, run_command
 from lstm_ort.serving.cli import add_batch_parser, cmd_batch
-from lstm_ort.serving.parity import ragged_parity
 from lstm_ort.runtime.tuned_cache import cache_key, load_cache, record, tuned_entries
 
 EXIT_OK, EXIT_INPUT, EXIT_USAGE, EXIT_PARITY = 0, 1, 2, 3
-
-
-class UsageError(Exception):
-    pass
 
 
 class Outcome:
@@ -78,20 +76,22 @@ def cmd_optimize(args) -> int:
     out.doc.update(output=None, written=False, check=None, strategies=[])
     src = Path(args.input)
     try:
-        dst = output_target(args.output, [src])
+        dst = output_target(args.output, [(src, "the input model")], companions=[".data"])
         with progress.step(f"reading {src}"):
             proto, files = read_model(src)
-        dst = output_target(args.output, files)
-    except UsageError as e:
+        dst = output_target(args.output, [(files[0], "the input model"),
+                                          *((f, f"the input's external data file {f.name}") for f in files[1:])],
+                            companions=[".data"])
+    except OutputRefused as e:
         return out.fail(EXIT_USAGE, str(e))
     except ModelError as e:
         return out.fail(EXIT_INPUT, f"{src}: {e}")
-    from lstm_ort.verify import FLOAT16_TOLERANCE, CheckFailed, CheckUnavailable, Tolerance, chained_parity, \
-        default_tolerance, has_layout1_lstm, parity, random_feeds
+    from lstm_ort.verify import Tolerance, chained_parity, default_tolerance, has_layout1_lstm, parity, random_feeds
 
     tolerance = default_tolerance(proto, args.precision or OPTIMIZE_PRECISION)
     tolerance = Tolerance(tolerance.atol if args.atol is None else args.atol,
                           tolerance.rtol if args.rtol is None else args.rtol)
+    feeds = None
     if args.check:
         import numpy as np
 
@@ -114,9 +114,9 @@ def cmd_optimize(args) -> int:
         return out.fail(EXIT_INPUT, f"{src}: internal error while rewriting ({type(e).__name__}: {e}); nothing written")
     out.doc["strategies"] = strategy_entries(skeleton(rewritten), args.seq_len, args.batch)
     if args.low_rank is not None:
-        return _optimize_low_rank(out, args, proto, rewritten, dst, tolerance, feeds if args.check else None)
+        return _optimize_low_rank(out, args, proto, rewritten, dst, tolerance, feeds)
     if args.sequence_lens_input:
-        return _optimize_ragged(out, args, proto, rewritten, dst, tolerance)
+        return _optimize_ragged(out, args, proto, rewritten, dst, tolerance, feeds)
     if args.check and (layout1 or (len(files) > 1 and proto.ByteSize() < (1 << 31) - 1)):
         # Layout-1 LSTMs become their layout-0 twins for stock; and onnxruntime reading external
         # data itself cannot fold shape tensors kept there.
@@ -132,79 +132,99 @@ def cmd_optimize(args) -> int:
     except Exception as e:
         return out.fail(EXIT_INPUT, f"{src}: internal error while writing ({type(e).__name__}: {e}); nothing written")
     del rewritten  # and with it the input's tensors, before two sessions load the models
-    if args.check and any(f.rewritten for f in report.findings):
+    with staged:  # whatever ends this block (a refusal, an error, SIGINT) without a commit removes the file
+        if args.check and any(f.rewritten for f in report.findings):
+            if args.carry:
+                code = _check(out, tolerance, args, "checking against stock onnxruntime", lambda: chained_parity(
+                    original, staged.path, feeds, args.carry, args.calls, tolerance))
+            else:
+                code = _check(out, tolerance, args, "checking against stock onnxruntime", lambda: parity(
+                    original, staged.path, feeds, tolerance, consume=True,
+                    twin_optimized=layout1 and not report.all_rewritten))
+            if code is not None:
+                return code
         try:
-            with progress.step("checking against stock onnxruntime"):
-                if args.carry:
-                    result = chained_parity(original, staged.path, feeds, args.carry, args.calls, tolerance)
-                else:
-                    result = parity(original, staged.path, feeds, tolerance, consume=True,
-                                    twin_optimized=layout1 and not report.all_rewritten)
-        except CheckUnavailable as e:
-            staged.discard()
-            return out.fail(EXIT_INPUT, f"--check: {e}; nothing written")
-        except CheckFailed as e:
-            staged.discard()
-            out.doc["check"] = {"passed": False, "error": str(e), "tolerance": str(tolerance)}
-            return out.fail(EXIT_PARITY, f"--check: {e}; nothing written")
-        passed = result.passes(tolerance)
-        out.doc["check"] = {"passed": passed, "max_abs": _number(result.max_abs), "tolerance": str(tolerance),
-                            "atol": tolerance.atol, "rtol": tolerance.rtol, "compared_with": result.compared_with}
-        if not passed:
-            staged.discard()
-            hint = ("; in float16, unbounded or discontinuous activations magnify each rounding, and stock and "
-                    "FusedLSTM round at different points: --atol/--rtol set the tolerance"
-                    if tolerance.rtol >= FLOAT16_TOLERANCE.rtol else "")
-            return out.fail(EXIT_PARITY, f"--check: max-abs {result.max_abs:.3g} against {result.compared_with}, "
-                                         f"beyond the tolerance {tolerance}; nothing written{hint}")
-        out.lines.append(f"--check: max-abs {result.max_abs:.3g} against {result.compared_with} "
-                         f"(tolerance {tolerance}){_cpu_check_note(args.precision or OPTIMIZE_PRECISION)}")
+            staged.commit()
+        except OSError as e:
+            return out.fail(EXIT_INPUT, f"cannot write {dst}: {e.strerror or e}")
+    return _written(out, dst)
+
+
+def _check(out: Outcome, tolerance, args, step: str, run, *, note: str = "") -> int | None:
+    """Runs the parity check `run()` (a ParityResult) and records it; None when it passed, else the
+    exit code of the refusal, printed: 1 nothing to compare (stock cannot run the original, or no
+    values), 3 the optimized model does not run or differs. The caller writes only on None."""
+    from lstm_ort.verify import FLOAT16_TOLERANCE, CheckFailed, CheckUnavailable
+
     try:
-        staged.commit()
+        with progress.step(step):
+            result = run()
+    except CheckUnavailable as e:
+        return out.fail(EXIT_INPUT, f"--check: {e}; nothing written")
+    except CheckFailed as e:
+        out.doc["check"] = {"passed": False, "error": str(e), "tolerance": str(tolerance)}
+        return out.fail(EXIT_PARITY, f"--check: {e}; nothing written")
+    passed = result.passes(tolerance)
+    out.doc["check"] = {"passed": passed, "max_abs": _number(result.max_abs), "tolerance": str(tolerance),
+                        "atol": tolerance.atol, "rtol": tolerance.rtol, "compared_with": result.compared_with}
+    if note:
+        out.doc["check"]["of"] = note
+    if not passed:
+        hint = ("; in float16, unbounded or discontinuous activations magnify each rounding, and stock and "
+                "FusedLSTM round at different points: --atol/--rtol set the tolerance"
+                if tolerance.rtol >= FLOAT16_TOLERANCE.rtol else "")
+        return out.fail(EXIT_PARITY, f"--check: max-abs {result.max_abs:.3g} against {result.compared_with}, "
+                                     f"beyond the tolerance {tolerance}; nothing written{hint}")
+    out.lines.append(f"--check: max-abs {result.max_abs:.3g} against {result.compared_with} "
+                     f"(tolerance {tolerance}){', before factoring' if note else ''}"
+                     f"{_cpu_check_note(args.precision or OPTIMIZE_PRECISION)}")
+    return None
+
+
+def _commit(out: Outcome, model: onnx.ModelProto, dst: Path) -> int:
+    try:
+        with StagedModel.of_proto(model, dst) as staged:
+            staged.commit()
     except OSError as e:
         return out.fail(EXIT_INPUT, f"cannot write {dst}: {e.strerror or e}")
+    return _written(out, dst)
+
+
+def _written(out: Outcome, dst: Path) -> int:
     out.doc.update(output=str(dst), written=True)
     out.lines += [*format_strategies(out.doc["strategies"]), f"wrote {dst}"]
     return out.finish(EXIT_OK)
 
 
-def _optimize_ragged(out: Outcome, args, original: onnx.ModelProto, rewritten, dst: Path, tolerance) -> int:
+def _optimize_ragged(out: Outcome, args, original: onnx.ModelProto, rewritten, dst: Path, tolerance, feeds) -> int:
     """--sequence-lens-input: the rewritten model gains a sequence_lens input. It is built in
-    memory (not streamed), and --check compares each batch entry with the original run alone."""
+    memory (not streamed), and --check compares each batch entry with the original run alone
+    (lstm_ort.serving.parity)."""
     from lstm_ort.rewriter import sequence_lens
     from lstm_ort.rewriter.driver import serialize
+    from lstm_ort.serving.parity import ragged_parity
 
     report = out.report
     optimized = serialize(rewritten)
     sequence_lens.add_sequence_lens_input(optimized, report)
     if args.check and any(f.rewritten for f in report.findings):
-        with progress.step("checking each batch entry against stock onnxruntime run alone"):
-            err = ragged_parity(original, optimized)
-        passed = bool(err <= tolerance.atol)
-        out.doc["check"] = {"passed": passed, "max_abs": _number(err), "tolerance": str(tolerance),
-                            "compared_with": "stock onnxruntime, each entry run alone"}
-        if not passed:
-            return out.fail(EXIT_PARITY, f"--check: max-abs {err:.3g} beyond {tolerance.atol:g}; nothing written")
-        out.lines.append(f"--check: max-abs {err:.3g} against stock onnxruntime, each entry run alone"
-                         f"{_cpu_check_note(args.precision or OPTIMIZE_PRECISION)}")
-    try:
-        StagedModel.of_proto(optimized, dst).commit()
-    except OSError as e:
-        return out.fail(EXIT_INPUT, f"cannot write {dst}: {e.strerror or e}")
-    out.doc.update(output=str(dst), written=True)
-    out.lines += [*format_strategies(out.doc["strategies"]), f"wrote {dst}"]
-    return out.finish(EXIT_OK)
+        code = _check(out, tolerance, args, "checking each batch entry against stock onnxruntime run alone",
+                      lambda: ragged_parity(original, optimized, feeds, tolerance))
+        if code is not None:
+            return code
+    return _commit(out, optimized, dst)
 
 
 def _optimize_low_rank(out: Outcome, args, original: onnx.ModelProto, rewritten, dst: Path, tolerance, feeds) -> int:
     """--low-rank: the optimized model is built in memory, --check holds it (unfactored) to stock
     onnxruntime as usual, then its weights are factored and the error this costs is measured
     against it (rewriter/low_rank.py); --max-error refuses to write beyond a bound."""
-    from lstm_ort.low_rank_error import CalibrationError
+    from lstm_ort.low_rank_error import CalibrationError, ErrorNotMeasured
     from lstm_ort.rewriter import sequence_lens
     from lstm_ort.rewriter.driver import serialize
     from lstm_ort.rewriter.low_rank import ErrorBoundExceeded, LowRank, LowRankError, factor_and_measure
-    from lstm_ort.verify import CheckFailed, CheckUnavailable, chained_parity, clean_message, parity
+    from lstm_ort.serving.parity import ragged_parity
+    from lstm_ort.verify import chained_parity, clean_message, parity
 
     report = out.report
     try:
@@ -215,27 +235,16 @@ def _optimize_low_rank(out: Outcome, args, original: onnx.ModelProto, rewritten,
     if args.sequence_lens_input:
         sequence_lens.add_sequence_lens_input(optimized, report)
     if args.check and any(f.rewritten for f in report.findings):
-        with progress.step("checking the unfactored model against stock onnxruntime"):
-            try:
-                if args.sequence_lens_input:
-                    err = ragged_parity(original, optimized)
-                    result_max, passed, against = err, bool(err <= tolerance.atol), "stock onnxruntime, each entry run alone"
-                else:
-                    result = (chained_parity(original, optimized, feeds, args.carry, args.calls, tolerance) if args.carry
-                              else parity(original, optimized, feeds, tolerance))
-                    result_max, passed, against = result.max_abs, result.passes(tolerance), result.compared_with
-            except CheckUnavailable as e:
-                return out.fail(EXIT_INPUT, f"--check: {e}; nothing written")
-            except CheckFailed as e:
-                out.doc["check"] = {"passed": False, "error": str(e), "tolerance": str(tolerance)}
-                return out.fail(EXIT_PARITY, f"--check: {e}; nothing written")
-        out.doc["check"] = {"passed": passed, "max_abs": _number(result_max), "tolerance": str(tolerance),
-                            "compared_with": against, "of": "the unfactored optimized model"}
-        if not passed:
-            return out.fail(EXIT_PARITY, f"--check: max-abs {result_max:.3g} against {against}, beyond the tolerance "
-                                         f"{tolerance}; nothing written")
-        out.lines.append(f"--check: max-abs {result_max:.3g} against {against} (tolerance {tolerance}), before "
-                         f"factoring")
+        if args.sequence_lens_input:
+            run = functools.partial(ragged_parity, original, optimized, feeds, tolerance)
+        elif args.carry:
+            run = functools.partial(chained_parity, original, optimized, feeds, args.carry, args.calls, tolerance)
+        else:
+            run = functools.partial(parity, original, optimized, feeds, tolerance)
+        code = _check(out, tolerance, args, "checking the unfactored model against stock onnxruntime", run,
+                      note="the unfactored optimized model")
+        if code is not None:
+            return code
     option = LowRank(rank=args.low_rank, target=args.low_rank_target) if args.low_rank > 0 else \
         LowRank(energy=args.low_rank_energy, target=args.low_rank_target)
     try:
@@ -246,19 +255,13 @@ def _optimize_low_rank(out: Outcome, args, original: onnx.ModelProto, rewritten,
         return out.fail(EXIT_USAGE, f"--low-rank: {e}; nothing written")
     except CalibrationError as e:
         return out.fail(EXIT_USAGE, f"--{e}; nothing written")
-    except ErrorBoundExceeded as e:
+    except (ErrorBoundExceeded, ErrorNotMeasured) as e:
         return out.fail(EXIT_PARITY, f"{e}; nothing written")
     except Exception as e:  # a session that fails on these inputs, or a bug of ours: never a traceback
         return out.fail(EXIT_INPUT, f"measuring the low-rank error failed ({type(e).__name__}: {clean_message(e)}); "
                                     f"nothing written")
     out.doc["strategies"] = strategy_entries(factored, args.seq_len, args.batch)
-    try:
-        StagedModel.of_proto(factored, dst).commit()
-    except OSError as e:
-        return out.fail(EXIT_INPUT, f"cannot write {dst}: {e.strerror or e}")
-    out.doc.update(output=str(dst), written=True)
-    out.lines += [*format_strategies(out.doc["strategies"]), f"wrote {dst}"]
-    return out.finish(EXIT_OK)
+    return _commit(out, factored, dst)
 
 
 def _cpu_check_note(precision: str) -> str:
@@ -267,38 +270,6 @@ def _cpu_check_note(precision: str) -> str:
     if precision == DEFAULT_PRECISION:
         return ""
     return f"; on the CPU kernel, which computes {precision} nodes in fp32"
-
-
-def output_target(output: str, inputs: list[Path]) -> Path:
-    """The file -o names (symbolic links followed), or UsageError: empty, "-", an existing path
-    that is not a regular file, or a file the input is read from (the model or its external
-    data); the same for the external data file written beside a large output."""
-    if output in ("", "-"):
-        raise UsageError("-o needs the path of a file to write (standard output is not supported)")
-    target = Path(os.path.realpath(output))
-    for path, what in ((target, "-o"), (target.parent / (target.name + ".data"), "the output's data file")):
-        if os.path.lexists(path):
-            try:
-                mode = os.stat(path).st_mode
-            except OSError:
-                mode = None
-            if mode is not None and not stat.S_ISREG(mode):
-                kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
-                raise UsageError(f"{what} {path} is {kind}; refusing to replace it")
-        for k, source in enumerate(inputs):
-            if _same_file(path, source):
-                named = "the input model" if k == 0 else f"the input's external data file {source.name}"
-                raise UsageError(f"{what} {output if what == '-o' else path} is {named}; choose another path")
-    return target
-
-
-def _same_file(a: Path, b: Path) -> bool:
-    if os.path.realpath(a) == os.path.realpath(b):
-        return True
-    try:
-        return os.path.samefile(a, b)
-    except OSError:
-        return False
 
 
 def _number(x: float):
@@ -614,6 +585,11 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    """The exit code; SIGINT and SIGTERM end with one line and 130 / 143, partial outputs removed."""
+    return run_command(lambda: _main(argv))
+
+
+def _main(argv) -> int:
     p = parser()
     try:
         args = p.parse_args(argv)

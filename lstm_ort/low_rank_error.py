@@ -26,7 +26,7 @@ from lstm_ort.rewriter.report import ErrorFigure
 from lstm_ort.runtime.model_io import iter_graphs
 from lstm_ort.runtime.nodes import node_ranks
 from lstm_ort.runtime.session import InferenceSession
-from lstm_ort.verify import CPU, random_feeds
+from lstm_ort.verify import CPU, cast_exactly, random_feeds
 
 RANDOM_SAMPLES = 4
 _RANDOM_T, _RANDOM_B = 8, 4
@@ -35,6 +35,11 @@ _STATE_INPUTS = (0, 3, 4, 5)  # X, sequence_lens, initial_h, initial_c: what a c
 
 class CalibrationError(ValueError):
     """The calibration file cannot feed this model; the message says why."""
+
+
+class ErrorNotMeasured(ValueError):
+    """The error is not a finite number: the unfactored model's outputs are not finite on the
+    inputs (nothing to measure there), or the factored model's are not where they are."""
 
 
 # ---- inputs ----
@@ -47,7 +52,10 @@ def samples_for(model: onnx.ModelProto, calibration=None, shapes: dict[str, list
         dims = ", ".join(f"{k} {list(v.shape)}" for k, v in samples[0].items())
         return samples, f"seeded random unit-scale inputs, {RANDOM_SAMPLES} samples: {dims}"
     if isinstance(calibration, (list, tuple)):
-        given, what = list(calibration), f"{len(calibration)} given samples"
+        inputs = _inputs(model)
+        given = [{name: _feedable(inputs, name, value, f"calibration sample {k}: {name}", sample=k)
+                  for name, value in feeds.items()} for k, feeds in enumerate(calibration)]
+        what = f"{len(calibration)} given samples"
     else:
         given, what = _load_calibration(model, calibration), f"calibration {os.fspath(calibration)}"
         what += f", {len(given)} samples"
@@ -58,9 +66,13 @@ def samples_for(model: onnx.ModelProto, calibration=None, shapes: dict[str, list
     return samples, what
 
 
-def _load_calibration(model: onnx.ModelProto, path) -> list[dict[str, np.ndarray]]:
+def _inputs(model: onnx.ModelProto) -> dict[str, onnx.ValueInfoProto]:
     inits = {i.name for i in model.graph.initializer}
-    inputs = {vi.name: vi for vi in model.graph.input if vi.name not in inits}
+    return {vi.name: vi for vi in model.graph.input if vi.name not in inits}
+
+
+def _load_calibration(model: onnx.ModelProto, path) -> list[dict[str, np.ndarray]]:
+    inputs = _inputs(model)
     try:
         with np.load(path, allow_pickle=False) as f:
             arrays = {name: f[name] for name in f.files}
@@ -80,7 +92,37 @@ def _load_calibration(model: onnx.ModelProto, path) -> list[dict[str, np.ndarray
     if len(set(counts.values())) != 1 or 0 in counts.values():
         raise CalibrationError(f"calibration {os.fspath(path)}: every array needs the same number of samples "
                                f"(leading axis, >= 1), got " + ", ".join(f"{n} {c}" for n, c in counts.items()))
+    arrays = {name: _feedable(inputs, name, a, f"calibration {os.fspath(path)}: {name}") for name, a in arrays.items()}
     return [{name: np.ascontiguousarray(a[k]) for name, a in arrays.items()} for k in range(next(iter(counts.values())))]
+
+
+def _feedable(inputs: dict[str, onnx.ValueInfoProto], name: str, array, what: str, sample: int | None = None):
+    """`array` as input `name` takes it (converted only where exact: lstm_ort.verify.cast_exactly),
+    with its fixed dimensions, every value finite; else CalibrationError. `sample`: the array is one
+    sample (no leading sample axis)."""
+    vi = inputs.get(name)
+    if vi is None:
+        raise CalibrationError(f"{what} names no input of the model (its inputs: {', '.join(inputs)})")
+    array = np.asarray(array)
+    dims = list(vi.type.tensor_type.shape.dim)
+    lead = 0 if sample is not None else 1
+    fixed = [d.dim_value if d.HasField("dim_value") else None for d in dims]
+    if array.ndim == len(dims) + lead and any(want is not None and got != want
+                                              for got, want in zip(array.shape[lead:], fixed)):
+        wants = ", ".join(str(d) if d is not None else (dims[k].dim_param or "?") for k, d in enumerate(fixed))
+        raise CalibrationError(f"{what} has shape {list(array.shape)}; input {name} takes [{wants}]"
+                               + (" per sample" if lead else ""))
+    dtype = onnx.helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type)
+    try:
+        array = cast_exactly(array, dtype)
+    except ValueError as e:
+        raise CalibrationError(f"{what}: {e}") from None
+    if array.dtype.kind == "f" and not np.isfinite(array).all():
+        at = [int(i) for i in np.argwhere(~np.isfinite(array))[0]]
+        where = f"sample {sample}, " if sample is not None else ""
+        raise CalibrationError(f"{what} holds {array[tuple(at)].item()} at {where}{at}: the error is measured on "
+                               f"finite values only")
+    return array
 
 
 # ---- the error ----
@@ -90,13 +132,22 @@ class _Error:
 
     def __init__(self) -> None:
         self.max_abs, self.diff2, self.ref2 = 0.0, 0.0, 0.0
+        self.not_finite: str | None = None  # why the figure is no number, if it is not
 
-    def add(self, ref: np.ndarray, got: np.ndarray) -> None:
+    def add(self, ref: np.ndarray, got: np.ndarray, sample: int = 0) -> None:
         if np.shape(ref) != np.shape(got):
             raise RuntimeError(f"shapes differ: {list(np.shape(ref))} and {list(np.shape(got))}")
         if not np.issubdtype(np.asarray(ref).dtype, np.number):
             ref, got = (np.asarray(ref) != np.asarray(got)).astype(np.float64), np.zeros(np.shape(ref))
         a, b = np.asarray(ref, np.float64), np.asarray(got, np.float64)
+        if self.not_finite is None:
+            for side, values in (("unfactored", a), ("factored", b)):
+                if not np.isfinite(values).all():
+                    value = values[~np.isfinite(values)][0]
+                    self.not_finite = (f"the {side} model's output holds {value} on sample {sample}" +
+                                       (": no error can be measured there" if side == "unfactored" else
+                                        " where the unfactored model's is finite"))
+                    break
         with np.errstate(invalid="ignore"):
             d = np.where((a == b) | (np.isnan(a) & np.isnan(b)), 0.0, np.abs(a - b))
         if d.size:
@@ -208,14 +259,16 @@ def measure(unfactored: onnx.ModelProto, factored: onnx.ModelProto,
     feed_names = {i.name for i in ref_session.get_inputs()}
     outputs = {name: _Error() for name in names}
     seen: list[dict[str, np.ndarray]] = []
-    for sample in samples:
-        feeds = {k: v for k, v in sample.items() if k in feed_names}
+    for k, sample in enumerate(samples):
+        feeds = {name: v for name, v in sample.items() if name in feed_names}
         ref = ref_session.run(None, feeds)
         got = got_session.run(None, feeds)
         for name, a, b in zip(names, ref, got):
-            outputs[name].add(a, b)
+            outputs[name].add(a, b, k)
         seen.append({**feeds, **dict(zip(extra, ref[len(names):]))})
     del ref_session, got_session
+    for name in names:
+        _require_finite(f"output {name}", outputs[name])
 
     per_node = []
     for k, ((node, main), (twin, _)) in enumerate(nodes):
@@ -233,8 +286,14 @@ def measure(unfactored: onnx.ModelProto, factored: onnx.ModelProto,
             continue
         ref = _session(_node_model(unfactored, node, consts["unfactored"], runtime))
         got = _session(_node_model(factored, twin, consts["factored"], runtime))
-        for feeds in feeds_list:
+        for sample, feeds in enumerate(feeds_list):
             for a, b in zip(ref.run(None, feeds), got.run(None, feeds)):
-                error.add(a, b)
+                error.add(a, b, sample)
+        _require_finite(f"node {node.name or f'FusedLSTM #{k}'}", error)
         per_node.append(error.figure(node.name or f"FusedLSTM #{k}", how))
     return [outputs[n].figure(n) for n in names], per_node
+
+
+def _require_finite(what: str, error: _Error) -> None:
+    if error.not_finite:
+        raise ErrorNotMeasured(f"low-rank error: not finite on {what}: {error.not_finite}")

@@ -48,3 +48,18 @@ def rng(request):
 def private_tuning_cache(tmp_path, monkeypatch):
     """Every test sees its own, empty `lstm-ort tune` cache, never the user's."""
     monkeypatch.setenv("LSTM_ORT_CACHE_DIR", str(tmp_path / "lstm-ort-cache"))
+
+
+@pytest.fixture
+def corpus():
+    """models/corpus.py, loaded once (it is no package)."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    if "corpus" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("corpus", Path(__file__).parents[1] / "models" / "corpus.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["corpus"] = module  # dataclasses look their module up while the file runs
+        spec.loader.exec_module(module)
+    return sys.modules["corpus"]

@@ -135,6 +135,9 @@ def random_case(rng: np.random.Generator, root: Path) -> tuple[Path, list[str], 
     if rng.random() < 0.1:
         args.append("--freeze-inputs")
     drawn["bad"] = bad
+    drawn["sequence_lens_input"] = rng.random() < 0.3
+    if drawn["sequence_lens_input"]:
+        args.append("--sequence-lens-input")
     return src, args, drawn
 
 
@@ -263,9 +266,10 @@ def _verify_written(src: Path, dst: Path, doc: dict, rng) -> str | None:
     except Exception:
         return None  # stock cannot run it on these inputs either
     try:
-        ours = InferenceSession(stock_equivalent(onnx.load(str(dst))).SerializeToString(), options,
+        written = onnx.load(str(dst))
+        ours = InferenceSession(stock_equivalent(written).SerializeToString(), options,
                                 providers=["CPUExecutionProvider"])
-        got = ours.run(None, {i.name: feeds[i.name] for i in ours.get_inputs()})
+        got = ours.run(None, _at_full_length(written, feeds))
     except Exception as e:
         return f"written model does not run on fresh inputs: {e}"
     problem = _compare(ref, got, tolerance)
@@ -274,6 +278,25 @@ def _verify_written(src: Path, dst: Path, doc: dict, rng) -> str | None:
     elif problem:
         problem = _within_conditioning(twin, feeds, ref, got, tolerance, rng)
     return problem and f"written model differs from stock on fresh inputs: {problem}"
+
+
+def _at_full_length(written: onnx.ModelProto, feeds: dict) -> dict:
+    """The feeds of the original for the written model: a sequence_lens input optimize added gets
+    every entry's full length."""
+    from lstm_ort.serving.ragged import analyze
+
+    inits = {t.name for t in written.graph.initializer}
+    out = {}
+    for vi in written.graph.input:
+        if vi.name in inits:
+            continue
+        if vi.name not in feeds:
+            layout = analyze(written)
+            x = feeds[layout.input]
+            out[vi.name] = np.full(x.shape[layout.batch_axis], x.shape[layout.time_axis], np.int32)
+        else:
+            out[vi.name] = feeds[vi.name]
+    return out
 
 
 def _within_conditioning(model, feeds, ref, got, tolerance, rng) -> str | None:
@@ -363,7 +386,8 @@ def _check_divergence(src: Path, args: list[str], root: Path, float16: bool, rng
     written without --check is within it on the same inputs (float16: about as close as stock to
     the float32 math; float32: within what stock moves with its inputs)."""
     dst = root / "unchecked.onnx"
-    code, _, err = _run_cli(["optimize", str(src), "-o", str(dst)] + [a for a in args[4:] if a == "--freeze-inputs"])
+    code, _, err = _run_cli(["optimize", str(src), "-o", str(dst)] +
+                            [a for a in args[4:] if a in ("--freeze-inputs", "--sequence-lens-input")])
     if code != EXIT_OK:
         return f"exit {code} without --check: {err.strip()[:200]}"
     original = onnx.load(str(src))
@@ -371,9 +395,9 @@ def _check_divergence(src: Path, args: list[str], root: Path, float16: bool, rng
     twin = stock_equivalent(original)
     options = ort.SessionOptions()
     options.log_severity_level = 4
-    ours = InferenceSession(stock_equivalent(onnx.load(str(dst))).SerializeToString(), options,
-                            providers=["CPUExecutionProvider"])
-    got = ours.run(None, {i.name: feeds[i.name] for i in ours.get_inputs()})
+    written = onnx.load(str(dst))
+    ours = InferenceSession(stock_equivalent(written).SerializeToString(), options, providers=["CPUExecutionProvider"])
+    got = ours.run(None, _at_full_length(written, feeds))
     stock = ort.InferenceSession(twin.SerializeToString(), options, providers=["CPUExecutionProvider"])
     ref = stock.run(None, {i.name: feeds[i.name] for i in stock.get_inputs()})
     if float16:
@@ -385,6 +409,7 @@ def _check_divergence(src: Path, args: list[str], root: Path, float16: bool, rng
 
 def test_fuzz_optimize_check(tmp_path):
     outcomes: Counter[str] = Counter()
+    ragged: Counter[str] = Counter()  # of the written cases with --sequence-lens-input
     failures: list[str] = []
     start = time.monotonic()
     for case in range(SEED, SEED + CASES):
@@ -420,6 +445,14 @@ def test_fuzz_optimize_check(tmp_path):
                 problem = "exit 0 but nothing written"
             else:
                 problem = _verify_written(src, dst, doc, rng)
+            if problem is None and drawn["sequence_lens_input"] and doc.get("check"):
+                compared = doc["check"]["compared_with"]
+                if "run alone" not in compared and "full length only" not in compared and \
+                        "no sequence input" not in compared:
+                    problem = f"--sequence-lens-input --check says nothing of the entries: {compared}"
+                else:
+                    ragged["each entry compared alone" if "run alone" in compared
+                           else "compared at full length only (said why)"] += 1
             if problem is None:
                 findings = doc["findings"]
                 if not findings:
@@ -452,6 +485,7 @@ def test_fuzz_optimize_check(tmp_path):
             failures.append(f"seed {case}: {problem} | {drawn}")
     elapsed = time.monotonic() - start
     summary = "\n".join(f"  {n:4d}  {what}" for what, n in sorted(outcomes.items()))
+    summary += "".join(f"\n  {n:4d}  of them with --sequence-lens-input: {what}" for what, n in sorted(ragged.items()))
     print(f"\nfuzz: {CASES} cases in {elapsed:.0f} s\n{summary}")
     assert not failures, f"{len(failures)} of {CASES} cases failed:\n" + "\n".join(failures[:20])
     assert sum(outcomes.values()) == CASES
@@ -474,3 +508,183 @@ def test_softplus_overflow_matches_stock():
     if not np.isfinite(ours).all():
         pytest.xfail("FusedLSTM's CPU Softplus overflows past 88 (custom_ops/cpu): NaN where stock gives 1.0")
     np.testing.assert_allclose(ours, stock, atol=1e-6)
+
+
+# -------------------------------------------------------------------------------------------------
+# `lstm-ort batch`: seeded random input files (dtypes exact and not, values beyond range, NaN,
+# empty sequences, wrong widths, nulls inside parquet sequences) and options (bad outputs and
+# providers, -o naming the input). Every outcome must be outputs equal to each sequence run alone
+# (its values converted exactly), or a one-line error with the documented exit code; never a
+# traceback, a changed input, a partial file or a leftover.
+
+BATCH_CASES = int(os.environ.get("LSTM_ORT_FUZZ_BATCH_CASES", "200"))
+# kind -> whether a float model takes it (exactly converted)
+_SEQUENCE_KINDS = {"model dtype": True, "float64": True, "small ints": True, "nan": True, "empty": True,
+                   "float64 beyond range": False, "large ints": False, "complex": False, "wrong width": False,
+                   "null inside": False}
+
+
+def _batch_models(root: Path) -> list[tuple[Path, LstmSpec, type]]:
+    models = []
+    for k, (spec, dtype) in enumerate([(LstmSpec(3, 5), np.float32),
+                                       (LstmSpec(4, 3, num_layers=2, direction="bidirectional", layout=1), np.float32),
+                                       (LstmSpec(2, 4, direction="reverse"), np.float16)]):
+        from lstm_ort.rewriter import optimize
+
+        model = optimize(stock_model(spec, random_layers(spec, np.random.default_rng(k)), dtype), sequence_lens_input=True)
+        path = root / f"model{k}.onnx"
+        onnx.save(model, str(path))
+        models.append((path, spec, dtype))
+    return models
+
+
+def _random_sequence(rng, kind: str, spec: LstmSpec, dtype) -> np.ndarray | list:
+    n = 0 if kind == "empty" else int(rng.integers(1, 9))
+    width = spec.input_size + (int(rng.integers(1, 3)) if kind == "wrong width" else 0)
+    x = rng.standard_normal((n, width))
+    if kind == "model dtype" or kind == "empty":
+        return x.astype(dtype)
+    if kind in ("float64", "null inside"):
+        return x
+    if kind == "nan":
+        x[rng.integers(0, n)] = np.nan
+        return x.astype(dtype)
+    if kind == "float64 beyond range":
+        x[rng.integers(0, n), rng.integers(0, width)] = _pick(rng, [1e39, -3e300, 7e4 if dtype == np.float16 else 1e39])
+        return x
+    if kind == "small ints":
+        return rng.integers(-50, 50, x.shape).astype(_pick(rng, [np.int8, np.int32, np.int64]))
+    if kind == "large ints":
+        return np.full(x.shape, 2**40 + 1, np.int64)
+    if kind == "complex":
+        return (x + 1j * rng.standard_normal(x.shape)).astype(_pick(rng, [np.complex64, np.complex128]))
+    return x.astype(dtype)  # wrong width
+
+
+def _alone(session, x: np.ndarray, spec: LstmSpec) -> list[np.ndarray]:
+    """Each output of the model for one sequence run by itself (batch of one, its full length)."""
+    axis = 1 if spec.layout == 0 else 0
+    outs = session.run(None, {"X": np.expand_dims(x, axis), "sequence_lens": np.array([len(x)], np.int32)})
+    batch_axes = {"Y": 2 if spec.layout == 0 else 0, "Y_h": 1 if spec.layout == 0 else 0}
+    batch_axes["Y_c"] = batch_axes["Y_h"]
+    return {o.name: np.take(v, 0, axis=batch_axes[o.name]) for o, v in zip(session.get_outputs(), outs)}
+
+
+def test_fuzz_batch_inputs(tmp_path):
+    pa = pq = None
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        pass
+    models = _batch_models(tmp_path)
+    sessions = {path: InferenceSession(str(path), providers=["CPUExecutionProvider"]) for path, _, _ in models}
+    outcomes: Counter[str] = Counter()
+    failures: list[str] = []
+    for case in range(SEED, SEED + BATCH_CASES):
+        rng = np.random.default_rng(10_000 + case)
+        root = tmp_path / f"batch{case}"
+        root.mkdir()
+        model, spec, dtype = models[int(rng.integers(0, len(models)))]
+        parquet = pa is not None and rng.random() < 0.4
+        kinds = [_pick(rng, list(_SEQUENCE_KINDS), [8, 2, 2, 1, 1, 1, 1, 1, 1, 1]) for _ in range(int(rng.integers(1, 6)))]
+        if not parquet:
+            kinds = ["float64" if k == "null inside" else k for k in kinds]
+        seqs = [_random_sequence(rng, k, spec, dtype) for k in kinds]
+        src = root / ("in.parquet" if parquet else "in.npz")
+        if parquet:
+            rows = [s.tolist() for s in seqs]
+            for k, kind in enumerate(kinds):
+                if kind == "null inside" and rows[k]:
+                    step = int(rng.integers(0, len(rows[k])))
+                    if rng.random() < 0.5:
+                        rows[k][step] = None
+                    else:
+                        rows[k][step][int(rng.integers(0, len(rows[k][step])))] = None
+                elif kind == "null inside":
+                    kinds[k] = "empty"
+                elif kind == "complex":
+                    kinds[k] = "float64"  # parquet has no complex type
+                    rows[k] = np.real(seqs[k]).tolist()
+                elif kind in ("small ints", "large ints"):
+                    kinds[k] = "float64"  # stored in a float64 column: converted within float32's range
+            try:
+                pq.write_table(pa.table({"x": pa.array(rows, pa.list_(pa.list_(pa.float64())))}), src)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):  # a value Arrow will not store as float64
+                continue
+            seqs = [r if kind == "null inside" else np.array(r, np.float64).reshape(len(r), -1 if r else spec.input_size)
+                    for r, kind in zip(rows, kinds)]
+        else:
+            np.savez(src, **{f"s{k}": s for k, s in enumerate(seqs)})
+        before = src.read_bytes()
+        dst = root / ("out.parquet" if rng.random() < 0.3 and pa is not None else "out.npz")
+        args = ["batch", str(model), str(src), "-o", str(dst), "--no-progress", "--json"]
+        option = _pick(rng, ["none", "buckets", "max size", "outputs", "bad outputs", "bad providers", "cpu",
+                             "output is input"], [6, 2, 2, 2, 1, 1, 1, 1])
+        args += {"none": [], "buckets": ["--buckets", _pick(rng, ["auto", "2", "1,4,8"])],
+                 "max size": ["--max-batch-size", str(int(rng.integers(1, 4)))], "outputs": ["--outputs", "Y_h,Y"],
+                 "bad outputs": ["--outputs", "Z"], "bad providers": ["--providers", "gpu"],
+                 "cpu": ["--providers", "cpu"], "output is input": ["-o", str(src)]}[option]
+        bad_option = option in ("bad outputs", "bad providers", "output is input")
+        bad_data = [k for k in kinds if not _SEQUENCE_KINDS[k]]
+        want = EXIT_USAGE if bad_option else EXIT_INPUT if bad_data else EXIT_OK
+        drawn = f"kinds {kinds}, option {option}, model {model.name}, {src.suffix} -> {dst.suffix}"
+        try:
+            code, _, err = _run_cli(args)
+        except BaseException as e:  # noqa: BLE001 - a traceback is the failure this test looks for
+            failures.append(f"case {case}: {type(e).__name__}: {e} | {drawn}")
+            continue
+        problem = None
+        leftovers = [p.name for p in root.iterdir() if p.name.startswith(".")]
+        if "Traceback" in err or "internal error" in err:
+            problem = f"traceback: {err[-300:]}"
+        elif code != want:
+            problem = f"exit {code}, expected {want}: {err.strip()[:300]}"
+        elif src.read_bytes() != before:
+            problem = "the input changed"
+        elif leftovers:
+            problem = f"left {leftovers}"
+        elif code != EXIT_OK:
+            said = [line for line in err.splitlines() if line.startswith("lstm-ort:")]
+            if len(said) != 1 or dst.exists() and option != "output is input":
+                problem = f"not one error line, or an output written: {err.strip()[:300]}"
+            elif code == EXIT_INPUT and "sequence" not in said[0]:
+                problem = f"the error names no sequence: {said[0]}"
+            else:
+                outcomes[f"exit {code}: " + ("bad option" if bad_option else f"refused {bad_data[0]}")] += 1
+        else:
+            problem = _batch_outputs_match(dst, seqs, sessions[model], spec, dtype, args)
+            if problem is None:
+                outcomes["written, every sequence as run alone"] += 1
+        if problem:
+            failures.append(f"case {case}: {problem} | {drawn}")
+    summary = "\n".join(f"  {n:4d}  {what}" for what, n in sorted(outcomes.items()))
+    print(f"\nbatch fuzz: {BATCH_CASES} cases\n{summary}")
+    assert not failures, f"{len(failures)} of {BATCH_CASES} cases failed:\n" + "\n".join(failures[:20])
+
+
+def _batch_outputs_match(dst: Path, seqs, session, spec: LstmSpec, dtype, args) -> str | None:
+    names = ["Y_h", "Y"] if "--outputs" in args else [o.name for o in session.get_outputs()]
+    if dst.suffix == ".npz":
+        keys = [f"s{k}" if args[2].endswith(".npz") else str(k) for k in range(len(seqs))]
+        with np.load(dst) as f:
+            got = [{n: f[f"{key}/{n}" if len(names) > 1 else key] for n in names} for key in keys]
+    else:
+        import pyarrow.parquet as pq
+
+        table = pq.read_table(dst)
+        got = [{n: table.column(n)[k].as_py() for n in names} for k in range(len(seqs))]
+    tol = 1e-5 if dtype == np.float32 else 2e-2
+    for k, x in enumerate(seqs):
+        want = _alone(session, np.asarray(x).astype(dtype), spec) if len(x) else None
+        for n in names:
+            g = np.asarray(got[k][n], np.float64)
+            if want is None:  # an empty sequence: no steps, zero final states
+                ok = g.size == 0 if n == "Y" else not np.any(g)
+            else:
+                w = want[n].astype(np.float64)
+                g = g.reshape(w.shape) if g.size == w.size else g
+                ok = g.shape == w.shape and np.allclose(g, w, atol=tol, rtol=tol, equal_nan=True)
+            if not ok:
+                return f"sequence {k} output {n} differs from the sequence run alone"
+    return None

@@ -244,24 +244,10 @@ def test_cli_bad_ranks_are_usage_errors(args, message, model_path, tmp_path, cap
 
 # ---- real models ----
 
-def _corpus():
-    import importlib.util
-    import sys
-    from pathlib import Path
-
-    if "corpus" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("corpus", Path(__file__).parents[1] / "models" / "corpus.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["corpus"] = module  # dataclasses look their module up while the file runs
-        spec.loader.exec_module(module)
-    return sys.modules["corpus"]
-
-
 @pytest.mark.parametrize("name", ["silero_vad 16k", "g2p_id encoder (tf2onnx)"])
-def test_corpus_models_factor_and_measure(name):
+def test_corpus_models_factor_and_measure(name, corpus):
     """silero-vad (LSTMs inside If branches) and the g2p-id tf2onnx encoder (one zero state as both
     h and c): factored at H/4, measured on their own inputs, and the factored model runs."""
-    corpus = _corpus()
     entry = next(e for e in corpus.ENTRIES if e.name == name)
     try:
         model = entry.build()

@@ -109,7 +109,7 @@ def test_length_limits_and_bad_input(rng):
     fixed = batcher.run(seqs)
     assert batcher.stats.padded_tokens == 16
     assert fixed[1]["Y"].shape == (3, 1, 5)
-    with pytest.raises(ValueError, match="sequence 1 has length 9, above the model's time length 8"):
+    with pytest.raises(ValueError, match="sequence 1: length 9, above the model's time length 8"):
         batcher.run([seqs[0], np.zeros((9, 3), np.float32)])
     with pytest.raises(ValueError, match="sequence 0: shape"):
         batcher.run([np.zeros((2, 4), np.float32)])

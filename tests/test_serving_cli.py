@@ -70,4 +70,4 @@ def test_errors_are_messages_with_exit_codes(models, tmp_path, capsys):
         assert words in err and "Traceback" not in err
     np.savez(tmp_path / "wide.npz", a=np.zeros((3, 5), np.float32))
     assert main(["batch", str(opt), str(tmp_path / "wide.npz"), "-o", str(tmp_path / "o.npz"), "--no-progress"]) == 1
-    assert "sequence 0: shape" in capsys.readouterr().err
+    assert "sequence 'a': shape" in capsys.readouterr().err

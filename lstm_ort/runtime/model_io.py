@@ -11,6 +11,8 @@ from pathlib import Path
 import onnx
 from onnx.external_data_helper import load_external_data_for_model, uses_external_data
 
+from lstm_ort.runtime.output_files import Staged
+
 MIN_IR_VERSION = 3
 
 
@@ -129,23 +131,17 @@ def iter_graphs(model: onnx.ModelProto) -> Iterator[onnx.GraphProto | onnx.Funct
 EXTERNAL_DATA_THRESHOLD = 1 << 30
 
 
-class StagedModel:
-    """A model written beside its destination, in a temporary folder, so a failed or refused
-    write leaves nothing behind: ``commit()`` moves it into place (data file first), ``discard()``
-    removes it. Files are created as any tool's are (mode from the umask); a destination that
-    exists keeps its mode.
-
-    ``write(path, data_name)`` writes the model to `path`, its tensors' data to the file
-    `data_name` beside it when that is not None."""
+class StagedModel(Staged):
+    """A model written beside its destination (lstm_ort.runtime.output_files.Staged): ``commit()``
+    moves it into place (its data file first), ``discard()`` or leaving a ``with`` block without a
+    commit removes it. ``write(path, data_name)`` writes the model to `path`, its tensors' data to
+    the file `data_name` beside it when that is not None."""
 
     def __init__(self, dst: Path, write, *, external: bool) -> None:
-        import tempfile
-
-        self.dst = Path(dst)
-        self.dst.parent.mkdir(parents=True, exist_ok=True)
-        self.dir = Path(tempfile.mkdtemp(prefix=f".{self.dst.name}.", suffix=".tmp", dir=self.dst.parent))
-        self.path = self.dir / self.dst.name
+        super().__init__(dst)
         self.data_name = self.dst.name + ".data" if external else None
+        if self.data_name:
+            self.beside(self.data_name)
         try:
             write(self.path, self.data_name)
         except BaseException:
@@ -164,21 +160,3 @@ class StagedModel:
                 onnx.save(model, str(path))
 
         return cls(dst, write, external=model.ByteSize() > EXTERNAL_DATA_THRESHOLD)
-
-    def commit(self) -> None:
-        import shutil
-        import stat
-
-        try:
-            if self.dst.exists():
-                os.chmod(self.path, stat.S_IMODE(self.dst.stat().st_mode))
-            if self.data_name:
-                os.replace(self.dir / self.data_name, self.dst.parent / self.data_name)
-            os.replace(self.path, self.dst)
-        finally:
-            shutil.rmtree(self.dir, ignore_errors=True)
-
-    def discard(self) -> None:
-        import shutil
-
-        shutil.rmtree(self.dir, ignore_errors=True)

@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import tempfile
 from pathlib import Path
 
 import onnx
@@ -31,6 +30,7 @@ import onnx
 from lstm_ort.ops.identity import DEFAULT_PRECISION, PRECISIONS, TUNED_CPU_PREFIX, require_choice
 from lstm_ort.ops.tuned import TunedEntry, format_tuned
 from lstm_ort.runtime.nodes import NodeShape, node_precision, node_shapes, set_attribute, string_attribute
+from lstm_ort.runtime.output_files import write_file
 
 CACHE_ENV = "LSTM_ORT_CACHE_DIR"
 _TB = re.compile(r"T(\d+) B(\d+)(?: threads(\d+))?")  # an entry's key: "T100 B64", "T32 B8 threads2"
@@ -66,17 +66,11 @@ def load_cache() -> dict:
 def record(gpu: str, shape: NodeShape, T: int, B: int, strategy: str, timings: dict[str, float], *,
            precision: str = DEFAULT_PRECISION, threads: int | None = None) -> Path:
     """Store one winner, measured in ``precision`` (on a CPU: with ``threads`` intra-op threads);
-    the file is replaced atomically so readers never see half of it."""
+    the file is replaced whole (lstm_ort.runtime.output_files), so readers never see half of it."""
     data = load_cache()
     key = f"T{T} B{B}" + (f" threads{threads}" if threads else "")
     data.setdefault(gpu, {}).setdefault(cache_key(shape, precision), {})[key] = {"strategy": strategy, "ms": timings}
-    path = cache_file()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    with os.fdopen(fd, "w") as f:
-        json.dump(data, f, indent=1, sort_keys=True)
-    os.replace(tmp, path)
-    return path
+    return write_file(cache_file(), lambda path: path.write_text(json.dumps(data, indent=1, sort_keys=True)))
 
 
 def tuned_entries(cache: dict, shape: NodeShape, precision: str = DEFAULT_PRECISION, *,

@@ -7,6 +7,7 @@ rewriter) does not pull in onnxruntime.
 
 _NAMES = {
     "BucketingBatcher": "batcher", "BatchStats": "batcher", "BucketStats": "batcher", "NotRaggedExact": "batcher",
+    "SequenceError": "batcher",
     "RaggedLayout": "ragged", "NoSequenceInput": "ragged", "analyze": "ragged",
     "greedy_boundaries": "buckets", "optimal_boundaries": "buckets",
 }

@@ -25,6 +25,7 @@ from lstm_ort.runtime.model_io import load_model
 from lstm_ort.runtime.session import InferenceSession
 from lstm_ort.serving import buckets as bk
 from lstm_ort.serving.ragged import RaggedLayout, analyze
+from lstm_ort.verify import cast_exactly
 
 _PROVIDERS = {"cuda": "CUDAExecutionProvider", "cpu": "CPUExecutionProvider"}
 _NP_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(double)": np.float64,
@@ -35,6 +36,14 @@ AUTO_TOLERANCE = 0.05  # greedy buckets: at most this padding per bucket, once a
 
 class NotRaggedExact(ValueError):
     """The model's results would change with padding, and allow_padding was not given."""
+
+
+class SequenceError(ValueError):
+    """One sequence cannot be fed: ``index`` in the order given, ``detail`` why."""
+
+    def __init__(self, index: int, detail: str):
+        super().__init__(f"sequence {index}: {detail}")
+        self.index, self.detail = index, detail
 
 
 @dataclass
@@ -93,11 +102,31 @@ class BatchStats:
 
 
 def normalize_providers(providers) -> list | None:
+    """onnxruntime's names for "cuda", "cpu" (or its own names; a "a,b" string; (name, options)
+    pairs), checked against what it offers: a ValueError for a name it does not know, or when none
+    of them is available in this onnxruntime. Those that are not available are left for
+    onnxruntime to skip, as it does (``unavailable_providers`` names them)."""
     if providers is None:
         return None
     if isinstance(providers, str):
-        providers = [p for p in providers.split(",") if p]
-    return [_PROVIDERS.get(p.lower(), p) if isinstance(p, str) else p for p in providers]
+        providers = [p.strip() for p in providers.split(",") if p.strip()]
+    providers = [_PROVIDERS.get(p.lower(), p) if isinstance(p, str) else p for p in providers]
+    names = [p if isinstance(p, str) else p[0] for p in providers]
+    available = ort.get_available_providers()
+    unknown = [n for n in names if n not in ort.get_all_providers()]
+    if unknown:
+        raise ValueError(f"unknown execution provider {unknown[0]!r} (cuda, cpu, or onnxruntime's names; available "
+                         f"here: {', '.join(available)})")
+    if names and not any(n in available for n in names):
+        raise ValueError(f"{', '.join(names)} not available in this onnxruntime (available here: "
+                         f"{', '.join(available)})")
+    return providers
+
+
+def unavailable_providers(providers: list | None) -> list[str]:
+    """The providers of a normalize_providers list that this onnxruntime will skip."""
+    available = ort.get_available_providers()
+    return [n for n in (p if isinstance(p, str) else p[0] for p in providers or []) if n not in available]
 
 
 STREAM_BATCHES = 16  # batches handed to a pipelining session's run_batches at once
@@ -168,7 +197,7 @@ class BucketingBatcher:
         dtype = _NP_TYPES.get(x_meta.type)
         if dtype is None:
             raise ValueError(f"input {layout.input!r} has type {x_meta.type}, which the batcher does not feed")
-        seqs = [np.asarray(s, dtype=dtype) for s in seqs]
+        seqs = [_exactly(k, s, dtype) for k, s in enumerate(seqs)]
         lengths = self._check(seqs, x_meta, layout)
         extra = dict(extra_inputs or {})
         missing = [n for n in meta if n not in extra and n not in (layout.input, layout.sequence_lens)]
@@ -191,12 +220,12 @@ class BucketingBatcher:
         feature = [d for k, d in enumerate(dims) if k not in (layout.time_axis, layout.batch_axis)]
         for k, s in enumerate(seqs):
             if s.ndim != len(dims) - 1:
-                raise ValueError(f"sequence {k}: {s.ndim} dimensions, input {layout.input!r} takes "
-                                 f"[time{''.join(', ' + str(d) for d in feature)}] per sequence")
+                raise SequenceError(k, f"{s.ndim} dimensions, input {layout.input!r} takes "
+                                       f"[time{''.join(', ' + str(d) for d in feature)}] per sequence")
             for got, want in zip(s.shape[1:], feature):
                 if isinstance(want, int) and got != want:
-                    raise ValueError(f"sequence {k}: shape {s.shape}, input {layout.input!r} takes "
-                                     f"[time, {', '.join(map(str, feature))}] per sequence")
+                    raise SequenceError(k, f"shape {s.shape}, input {layout.input!r} takes "
+                                           f"[time, {', '.join(map(str, feature))}] per sequence")
         lengths = np.array([s.shape[0] for s in seqs], np.int64)
         if seqs and len({s.shape[1:] for s in seqs}) > 1:
             raise ValueError("sequences differ in their feature shapes: "
@@ -204,8 +233,8 @@ class BucketingBatcher:
         t_dim = dims[layout.time_axis] if layout.time_axis < len(dims) else None
         if isinstance(t_dim, int) and lengths.size and lengths.max() > t_dim:
             k = int(np.argmax(lengths))
-            raise ValueError(f"sequence {k} has length {int(lengths[k])}, above the model's time length {t_dim} "
-                             f"(input {layout.input!r}, axis {layout.time_axis})")
+            raise SequenceError(k, f"length {int(lengths[k])}, above the model's time length {t_dim} "
+                                   f"(input {layout.input!r}, axis {layout.time_axis})")
         if lengths.size and lengths.max() > np.iinfo(np.int32).max:
             raise ValueError("sequence lengths must fit in int32")
         return lengths
@@ -213,6 +242,9 @@ class BucketingBatcher:
     def _outputs(self, layout: RaggedLayout, names) -> list[str]:
         available = [o.name for o in self.session.get_outputs()]
         names = list(names) if names is not None else available
+        if not names:
+            raise ValueError("output_names is empty: name at least one model output, or pass None for all "
+                             f"({', '.join(available)})")
         bad = [n for n in names if n not in available]
         if bad:
             raise ValueError(f"no model outputs {bad} (outputs: {', '.join(available)})")
@@ -350,6 +382,13 @@ class BucketingBatcher:
                     t = axes.time - (1 if axes.batch < axes.time else 0)
                     one = np.take(one, np.arange(int(lengths[k])), axis=t)
                 results[k][name] = np.ascontiguousarray(one)
+
+
+def _exactly(index: int, sequence, dtype) -> np.ndarray:
+    try:
+        return cast_exactly(sequence, dtype)
+    except ValueError as e:
+        raise SequenceError(index, str(e)) from None
 
 
 def _check_buckets(buckets) -> None:

@@ -2,17 +2,19 @@
 
 INPUT / OUTPUT: .npz (one array per sequence; outputs keep the keys, as KEY, or KEY/OUTPUT when
 the model has several outputs) or .parquet (a list column of sequences; the other columns are
-kept, one list column per model output is added). Exit codes: 0 done; 1 the model or the input
-could not be read, or the output not written; 2 usage (bad options, a model that is not
-ragged-exact without --allow-padding).
+kept, one list column per model output is added, "_out" appended to a name already taken).
+Values are converted to the model's element type only where that changes none (integers to a
+float that holds them, float64 within float32's range); anything else is an error naming the
+sequence and the value, as is a null inside a sequence. Exit codes: 0 done; 1 the model or the
+input could not be read (values included), or the output not written; 2 usage (bad options:
+-o naming the input or the model, --outputs, --providers; a model that is not ragged-exact
+without --allow-padding); 130 / 143 SIGINT / SIGTERM (lstm_ort.runtime.output_files).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -66,21 +68,35 @@ def cmd_batch(args) -> int:
 
 
 def _batch(args) -> int:
-    src, dst = Path(args.input), Path(args.output)
-    for path, what in ((src, "INPUT"), (dst, "-o")):
+    from lstm_ort.runtime.output_files import OutputRefused, output_target
+
+    src = Path(args.input)
+    for path, what in ((src, "INPUT"), (Path(args.output), "-o")):
         if path.suffix not in FORMATS:
             raise CliError(f"{what} {path}: expected a .npz or .parquet file", EXIT_USAGE)
     buckets = parse_buckets(args.buckets)
     for name in ("max_batch_tokens", "max_batch_size"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             raise CliError(f"--{name.replace('_', '-')} must be >= 1", EXIT_USAGE)
-    keys, seqs, table, column = _read(src, args.column)
-    from lstm_ort.runtime.model_io import ModelError
-    from lstm_ort.serving.batcher import BucketingBatcher, NotRaggedExact
+    providers = _providers(args.providers)
+    try:
+        dst = output_target(args.output, [(src, "the input"), (args.model, "the model")])
+    except OutputRefused as e:
+        raise CliError(str(e), EXIT_USAGE) from None
+    from lstm_ort.runtime.model_io import ModelError, read_model
+    from lstm_ort.serving.batcher import BucketingBatcher, NotRaggedExact, SequenceError
     from lstm_ort.serving.ragged import NoSequenceInput
 
     try:
-        batcher = BucketingBatcher(args.model, providers=args.providers, buckets=buckets,
+        proto, files = read_model(args.model)
+        dst = output_target(args.output, [(src, "the input"), (files[0], "the model"),
+                                          *((f, f"the model's external data file {f.name}") for f in files[1:])])
+    except ModelError as e:
+        raise CliError(f"{args.model}: {e}", EXIT_INPUT) from None
+    except OutputRefused as e:
+        raise CliError(str(e), EXIT_USAGE) from None
+    try:
+        batcher = BucketingBatcher(proto, providers=providers, buckets=buckets,
                                    max_batch_tokens=args.max_batch_tokens, max_batch_size=args.max_batch_size,
                                    allow_padding=args.allow_padding, input_name=args.input_name)
         layout = batcher.layout()
@@ -93,12 +109,16 @@ def _batch(args) -> int:
     if not layout.exact and not args.allow_padding:
         raise CliError(f"{args.model}: not ragged-exact, padding would change its results: "
                        f"{'; '.join(layout.reasons)} (--allow-padding runs it anyway)", EXIT_USAGE)
-    outputs = [o for o in args.outputs.split(",") if o] if args.outputs else None
+    names = _output_names(args.outputs, [o.name for o in batcher.session.get_outputs()])
+    keys, seqs, table, _ = _read(src, args.column)  # after every option is known good
     bar = None if args.no_progress else _progress(len(seqs))
     try:
-        results = batcher.run(seqs, output_names=outputs, progress=bar.update if bar else None)
+        results = batcher.run(seqs, output_names=names, progress=bar.update if bar else None)
     except NotRaggedExact as e:
         raise CliError(f"{e} (--allow-padding)", EXIT_USAGE) from None
+    except SequenceError as e:
+        which = repr(keys[e.index]) if table is None else str(e.index)
+        raise CliError(f"{src}: sequence {which}: {e.detail}", EXIT_INPUT) from None
     except (ValueError, TypeError) as e:
         raise CliError(f"{src}: {e}", EXIT_INPUT) from None
     except Exception as e:  # onnxruntime's run errors
@@ -106,9 +126,8 @@ def _batch(args) -> int:
     finally:
         if bar:
             bar.close()
-    names = outputs or [o.name for o in batcher.session.get_outputs()]
     try:
-        _write(dst, keys, results, names, table, column, layout)
+        _write(dst, keys, results, names, table, layout)
     except OSError as e:
         raise CliError(f"cannot write {dst}: {e}", EXIT_INPUT) from None
     stats = batcher.stats
@@ -119,6 +138,34 @@ def _batch(args) -> int:
         print(stats.table())
         print(f"wrote {dst}")
     return EXIT_OK
+
+
+def _providers(text: str | None) -> list | None:
+    """--providers checked against what onnxruntime offers (a usage error otherwise); one line on
+    stderr for each it will skip, not being available here."""
+    from lstm_ort.serving.batcher import normalize_providers, unavailable_providers
+
+    try:
+        providers = normalize_providers(text)
+    except ValueError as e:
+        raise CliError(f"--providers: {e}", EXIT_USAGE) from None
+    if text is not None and not providers:
+        raise CliError("--providers names no provider (cuda, cpu, or onnxruntime's names)", EXIT_USAGE)
+    for name in unavailable_providers(providers):
+        print(f"lstm-ort: --providers: {name} is not available here; skipped", file=sys.stderr)
+    return providers
+
+
+def _output_names(text: str | None, available: list[str]) -> list[str]:
+    if text is None:
+        return available
+    names = [o.strip() for o in text.split(",") if o.strip()]
+    if not names:
+        raise CliError(f"--outputs names no output (outputs: {', '.join(available)})", EXIT_USAGE)
+    for name in names:
+        if name not in available:
+            raise CliError(f"--outputs: no model output {name!r} (outputs: {', '.join(available)})", EXIT_USAGE)
+    return names
 
 
 def _first_line(e: Exception) -> str:
@@ -166,28 +213,19 @@ def _pyarrow():
     return pq, pa
 
 
-def _write(dst: Path, keys, results, names, table, column, layout) -> None:
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=dst.name + ".", suffix=".tmp" + dst.suffix, dir=dst.parent)
-    os.close(fd)
-    try:
-        if dst.suffix == ".npz":
-            arrays = {(k if len(names) == 1 else f"{k}/{n}"): r[n] for k, r in zip(keys, results) for n in names}
-            np.savez(tmp, **arrays)
-        else:
-            pq, pa = _pyarrow()
-            from lstm_ort.serving.arrow import arrow_from_arrays
+def _write(dst: Path, keys, results, names, table, layout) -> None:
+    """The outputs, whole or not at all (lstm_ort.runtime.output_files)."""
+    from lstm_ort.runtime.output_files import write_file
 
-            out = table if table is not None else pa.table({"key": keys})
-            for n in names:
-                axes = layout.outputs.get(n)
-                col = arrow_from_arrays([r[n] for r in results], has_time=axes is not None and axes.time is not None)
-                out = out.append_column(n if n not in out.column_names else f"{n}_out", col)
-            pq.write_table(out, tmp)
-        os.replace(tmp, dst)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    if dst.suffix == ".npz":
+        arrays = {(k if len(names) == 1 else f"{k}/{n}"): r[n] for k, r in zip(keys, results) for n in names}
+        write_file(dst, lambda path: np.savez(path, **arrays))
+        return
+    pq, pa = _pyarrow()
+    from lstm_ort.serving.arrow import add_output_columns
+
+    out = add_output_columns(table if table is not None else pa.table({"key": keys}), results, names, layout)
+    write_file(dst, lambda path: pq.write_table(out, path))
 
 
 class _TextProgress:

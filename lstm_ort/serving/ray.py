@@ -3,7 +3,8 @@
 ``LstmOrtPredictor`` is a stateful callable for ``Dataset.map_batches``: each actor loads the
 session once, and every block it gets is bucketed by length and run by a BucketingBatcher. It
 takes and returns pyarrow tables (``batch_format="pyarrow"``): the sequence column in, one list
-column per model output added (lstm_ort.serving.arrow's layout). ``predict`` wires it up.
+column per model output added (lstm_ort.serving.arrow's layout), named as ``lstm-ort batch`` names
+them (``Y``, or ``Y_out`` where the block has a column ``Y`` already). ``predict`` wires it up.
 This is the only module of lstm_ort that imports Ray.
 """
 
@@ -16,7 +17,7 @@ from typing import Any
 import ray  # noqa: F401  (an error here says: pip install 'lstm-ort[serving]')
 
 from lstm_ort.runtime.library import LIBRARY_ENV, get_library_path
-from lstm_ort.serving.arrow import arrow_from_arrays
+from lstm_ort.serving.arrow import add_output_columns
 from lstm_ort.serving.batcher import BucketingBatcher
 
 
@@ -39,11 +40,7 @@ class LstmOrtPredictor:
         results = self.batcher.run(table.column(self.column), input_name=self.input_name,
                                    extra_inputs=self.extra, output_names=self.outputs)
         self.stats.append(self.batcher.stats)
-        for name in self.outputs:
-            axes = self.layout.outputs.get(name)
-            table = table.append_column(self.prefix + name, arrow_from_arrays(
-                [r[name] for r in results], has_time=axes is not None and axes.time is not None))
-        return table
+        return add_output_columns(table, results, self.outputs, self.layout, self.prefix)
 
 
 def predict(ds, model, column: str, *, num_gpus: float | None = None, num_cpus: float | None = None,

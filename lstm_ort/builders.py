@@ -13,7 +13,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from lstm_ort.ops.identity import DOMAIN, OP_TYPE, OPSET_VERSION
-from lstm_ort.ops.packing import NO_RANKS, LayerWeights, Ranks, pack_layers
+from lstm_ort.ops.packing import NO_RANKS, Int8Layer, LayerWeights, Ranks, pack_int8_layers, pack_layers
 
 IR_VERSION = 10  # onnxruntime >= 1.21 reads it; onnx 1.23 would otherwise write 14
 DEFAULT_OPSET = 17
@@ -197,10 +197,10 @@ def fused_model(
     opset: int = DEFAULT_OPSET,
 ) -> onnx.ModelProto:
     """The same network as ``stock_model``, as one FusedLSTM node; layers that carry factors
-    (LayerWeights.W_factors / R_factors) give it factored weights."""
-    packed = pack_layers(layers, dtype)
+    (LayerWeights.W_factors / R_factors) give it factored weights, Int8Layer layers int8 weights."""
+    packed = pack_int8_layers(layers) if isinstance(layers[0], Int8Layer) else pack_layers(layers, dtype)
     inits = [numpy_helper.from_array(packed.W, "W_packed")]
-    ins = ["X", "W_packed", "", "", "", "", "", ""]
+    ins = ["X", "W_packed", "", "", "", "", "", "", ""]
     if packed.B is not None:
         inits.append(numpy_helper.from_array(packed.B, "B_packed"))
         ins[2] = "B_packed"
@@ -214,6 +214,9 @@ def fused_model(
     if packed.factors is not None:
         inits.append(numpy_helper.from_array(packed.factors, "factors_packed"))
         ins[7] = "factors_packed"
+    if packed.scales is not None:
+        inits.append(numpy_helper.from_array(packed.scales, "W_scale_packed"))
+        ins[8] = "W_scale_packed"
     wanted = [name if name in outputs else "" for name in ("Y", "Y_h", "Y_c")]
     while wanted and wanted[-1] == "":
         wanted.pop()

@@ -27,12 +27,12 @@ from pathlib import Path
 import onnx
 
 from lstm_ort import __version__, progress
-from lstm_ort.ops.identity import DEFAULT_PRECISION, OPTIMIZE_PRECISION, PRECISIONS, require_choice
+from lstm_ort.ops.identity import DEFAULT_PRECISION, INT8, OPTIMIZE_PRECISION, PRECISIONS, require_choice
 from lstm_ort.rewriter import Report
 from lstm_ort.rewriter.driver import rewrite, skeleton, write, written_size
 from lstm_ort.runtime import native
 from lstm_ort.runtime.model_io import EXTERNAL_DATA_THRESHOLD, ModelError, StagedModel, load_model, read_model
-from lstm_ort.runtime.nodes import NodeShape, fused_nodes, node_precision, node_ranks, node_shapes
+from lstm_ort.runtime.nodes import NodeShape, fused_nodes, int8_node_names, node_precision, node_ranks, node_shapes
 from lstm_ort.serving.cli import add_batch_parser, cmd_batch
 from lstm_ort.serving.parity import ragged_parity
 from lstm_ort.runtime.tuned_cache import cache_key, load_cache, record, tuned_entries
@@ -91,7 +91,7 @@ def cmd_optimize(args) -> int:
 
     tolerance = default_tolerance(proto, args.precision or OPTIMIZE_PRECISION)
     tolerance = Tolerance(tolerance.atol if args.atol is None else args.atol,
-                          tolerance.rtol if args.rtol is None else args.rtol)
+                          tolerance.rtol if args.rtol is None else args.rtol, tolerance.of_max)
     if args.check:
         import numpy as np
 
@@ -136,10 +136,12 @@ def cmd_optimize(args) -> int:
         try:
             with progress.step("checking against stock onnxruntime"):
                 if args.carry:
-                    result = chained_parity(original, staged.path, feeds, args.carry, args.calls, tolerance)
+                    result = chained_parity(original, staged.path, feeds, args.carry, args.calls, tolerance,
+                                            stock_threads=_stock_threads(report))
                 else:
                     result = parity(original, staged.path, feeds, tolerance, consume=True,
-                                    twin_optimized=layout1 and not report.all_rewritten)
+                                    twin_optimized=layout1 and not report.all_rewritten,
+                                    stock_threads=_stock_threads(report))
         except CheckUnavailable as e:
             staged.discard()
             return out.fail(EXIT_INPUT, f"--check: {e}; nothing written")
@@ -154,11 +156,11 @@ def cmd_optimize(args) -> int:
             staged.discard()
             hint = ("; in float16, unbounded or discontinuous activations magnify each rounding, and stock and "
                     "FusedLSTM round at different points: --atol/--rtol set the tolerance"
-                    if tolerance.rtol >= FLOAT16_TOLERANCE.rtol else "")
+                    if tolerance.rtol >= FLOAT16_TOLERANCE.rtol and not tolerance.of_max else "")
             return out.fail(EXIT_PARITY, f"--check: max-abs {result.max_abs:.3g} against {result.compared_with}, "
                                          f"beyond the tolerance {tolerance}; nothing written{hint}")
         out.lines.append(f"--check: max-abs {result.max_abs:.3g} against {result.compared_with} "
-                         f"(tolerance {tolerance}){_cpu_check_note(args.precision or OPTIMIZE_PRECISION)}")
+                         f"(tolerance {tolerance}){_cpu_check_note(args.precision or OPTIMIZE_PRECISION, report)}")
     try:
         staged.commit()
     except OSError as e:
@@ -186,7 +188,7 @@ def _optimize_ragged(out: Outcome, args, original: onnx.ModelProto, rewritten, d
         if not passed:
             return out.fail(EXIT_PARITY, f"--check: max-abs {err:.3g} beyond {tolerance.atol:g}; nothing written")
         out.lines.append(f"--check: max-abs {err:.3g} against stock onnxruntime, each entry run alone"
-                         f"{_cpu_check_note(args.precision or OPTIMIZE_PRECISION)}")
+                         f"{_cpu_check_note(args.precision or OPTIMIZE_PRECISION, report)}")
     try:
         StagedModel.of_proto(optimized, dst).commit()
     except OSError as e:
@@ -221,8 +223,10 @@ def _optimize_low_rank(out: Outcome, args, original: onnx.ModelProto, rewritten,
                     err = ragged_parity(original, optimized)
                     result_max, passed, against = err, bool(err <= tolerance.atol), "stock onnxruntime, each entry run alone"
                 else:
-                    result = (chained_parity(original, optimized, feeds, args.carry, args.calls, tolerance) if args.carry
-                              else parity(original, optimized, feeds, tolerance))
+                    threads = _stock_threads(report)
+                    result = (chained_parity(original, optimized, feeds, args.carry, args.calls, tolerance,
+                                             stock_threads=threads) if args.carry
+                              else parity(original, optimized, feeds, tolerance, stock_threads=threads))
                     result_max, passed, against = result.max_abs, result.passes(tolerance), result.compared_with
             except CheckUnavailable as e:
                 return out.fail(EXIT_INPUT, f"--check: {e}; nothing written")
@@ -261,10 +265,18 @@ def _optimize_low_rank(out: Outcome, args, original: onnx.ModelProto, rewritten,
     return out.finish(EXIT_OK)
 
 
-def _cpu_check_note(precision: str) -> str:
+def _stock_threads(report: Report) -> int | None:
+    """Stock's threads for --check: one where int8 nodes were made from DynamicQuantizeLSTM
+    (whose result on more threads quantizes h per slice of the batch: verify.STOCK_THREADS_INT8)."""
+    from lstm_ort.verify import STOCK_THREADS_INT8
+
+    return STOCK_THREADS_INT8 if any(f.precision == INT8 for f in report.findings if f.rewritten) else None
+
+
+def _cpu_check_note(precision: str, report: Report) -> str:
     """--check runs on the CPU kernel, which computes every precision mode in fp32: say so where a
     reduced mode was asked for, lest the small difference be read as that mode's on the GPU."""
-    if precision == DEFAULT_PRECISION:
+    if precision == DEFAULT_PRECISION or all(f.precision == INT8 for f in report.findings if f.rewritten):
         return ""
     return f"; on the CPU kernel, which computes {precision} nodes in fp32"
 
@@ -334,8 +346,13 @@ def strategy_entries(model: onnx.ModelProto, T: int | None, B: int | None) -> li
         cache = {}
         print(f"lstm-ort: {e}", file=sys.stderr)
     entries, gpu = [], None
+    int8 = int8_node_names(model)
     for node, shape in node_shapes(model):
         attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+        if node.name in int8:  # no CUDA kernel: onnxruntime runs it on the CPU kernel
+            entries.append({"node": node.name or "<unnamed>", "shape": None, "strategy": INT8, "forced": False,
+                            "int8": True, "precision": INT8, "tuned": []})
+            continue
         if node_ranks(node).any:  # factored weights run one CUDA path of their own
             entries.append({"node": node.name or "<unnamed>", "shape": shape.key if shape else None,
                             "strategy": "factored", "forced": False, "factored": True, "precision": "fp32",
@@ -360,6 +377,10 @@ def strategy_entries(model: onnx.ModelProto, T: int | None, B: int | None) -> li
 def format_strategies(entries: list[dict]) -> list[str]:
     lines = []
     for e in entries:
+        if e.get("int8"):
+            lines.append(f"  {e['node']}: int8 weights (DynamicQuantizeLSTM's arithmetic): the CPU kernel, also in "
+                         f"CUDA sessions; strategies, tuning and precision modes do not apply")
+            continue
         if e.get("factored"):
             lines.append(f"  {e['node']} [{e['shape'] or 'sizes unknown'}]: factored weights (--low-rank): the "
                          f"low-rank CUDA path, fp32; strategies, tuning and precision modes do not apply")

@@ -19,7 +19,7 @@ from onnx_ir.passes.common import NameFixPass
 from lstm_ort import progress
 from lstm_ort.ops.identity import DOMAIN, OPSET_VERSION, OPTIMIZE_PRECISION, PRECISIONS, require_choice
 from lstm_ort.rewriter import fold_weights, sequence_lens
-from lstm_ort.rewriter.graph_utils import RewriteContext, iter_graphs, model_names, rewrite_context
+from lstm_ort.rewriter.graph_utils import RewriteContext, const_tensor, iter_graphs, model_names, rewrite_context
 from lstm_ort.rewriter.lazy_weights import is_lazy, tensor_chunks
 from lstm_ort.rewriter.low_rank import LowRank, factor_and_measure
 from lstm_ort.rewriter.report import Finding, Report
@@ -262,6 +262,10 @@ def _set_precision(by_node: dict[ir.Node, Finding], precision: str | None) -> No
     (none: OPTIMIZE_PRECISION), written as its attribute, and its finding says what it runs."""
     precision = precision or OPTIMIZE_PRECISION
     for node, finding in by_node.items():
+        w = const_tensor(node.inputs[1])
+        if w is not None and w.dtype == ir.DataType.INT8:  # int8 weights fix the arithmetic (docs/ops.md)
+            finding.precision = "int8"
+            continue
         node.attributes["precision"] = ir.AttrString("precision", precision)
         finding.precision = precision
 

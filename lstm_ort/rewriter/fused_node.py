@@ -14,15 +14,17 @@ Weights = np.ndarray | ir.TensorProtocol
 def insert_fused_node(graph: ir.Graph | ir.Function, anchor: ir.Node, *, name: str, attributes: dict,
                       x: ir.Value, w: Weights, b: Weights | None = None, seq_lens: ir.Value | None = None,
                       initial_h: ir.Value | None = None, initial_c: ir.Value | None = None,
-                      p: Weights | None = None) -> ir.Node:
+                      p: Weights | None = None, w_scale: Weights | None = None) -> ir.Node:
     """A FusedLSTM node inserted before `anchor`, its packed weights (docs/ops.md) as constants
     (arrays, or lazy tensors packed when the model is written); `attributes` maps names to Python
-    values or ir.Attr. The node's and the constants' names are made unique in the model."""
+    values or ir.Attr; `w_scale` goes with int8 `w`. The node's and the constants' names are made
+    unique in the model."""
     base = unique_name(graph, name)
     w_value = add_constant(graph, anchor, base + "_W", w)
     b_value = add_constant(graph, anchor, base + "_B", b) if b is not None else None
     p_value = add_constant(graph, anchor, base + "_P", p) if p is not None else None
-    inputs = [x, w_value, b_value, seq_lens, initial_h, initial_c, p_value]
+    s_value = add_constant(graph, anchor, base + "_W_scale", w_scale) if w_scale is not None else None
+    inputs = [x, w_value, b_value, seq_lens, initial_h, initial_c, p_value, None, s_value]
     while inputs[-1] is None:  # optional inputs are trailing-trimmed, as ONNX writes them
         inputs.pop()
     node = ir.Node(DOMAIN, OP_TYPE, inputs, ir.convenience.convert_attributes(attributes), num_outputs=3, name=base)

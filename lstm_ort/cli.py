@@ -113,7 +113,7 @@ def cmd_optimize(args) -> int:
     except Exception as e:  # a bug of ours: say so plainly, and write nothing
         return out.fail(EXIT_INPUT, f"{src}: internal error while rewriting ({type(e).__name__}: {e}); nothing written")
     out.doc["strategies"] = strategy_entries(skeleton(rewritten), args.seq_len, args.batch)
-    if args.low_rank is not None:
+    if args.low_rank is not None or args.int8:
         return _optimize_low_rank(out, args, proto, rewritten, dst, tolerance, feeds if args.check else None)
     if args.sequence_lens_input:
         return _optimize_ragged(out, args, proto, rewritten, dst, tolerance)
@@ -199,14 +199,18 @@ def _optimize_ragged(out: Outcome, args, original: onnx.ModelProto, rewritten, d
 
 
 def _optimize_low_rank(out: Outcome, args, original: onnx.ModelProto, rewritten, dst: Path, tolerance, feeds) -> int:
-    """--low-rank: the optimized model is built in memory, --check holds it (unfactored) to stock
-    onnxruntime as usual, then its weights are factored and the error this costs is measured
-    against it (rewriter/low_rank.py); --max-error refuses to write beyond a bound."""
+    """--low-rank and --precision int8: the optimized model is built in memory, --check holds it
+    (unfactored, float) to stock onnxruntime as usual, then its weights are factored
+    (rewriter/low_rank.py) or quantized (rewriter/int8_weights.py) and the error this costs is
+    measured against it; --max-error refuses to write beyond a bound."""
     from lstm_ort.low_rank_error import CalibrationError
     from lstm_ort.rewriter import sequence_lens
     from lstm_ort.rewriter.driver import serialize
+    from lstm_ort.rewriter.int8_weights import quantize_and_measure
     from lstm_ort.rewriter.low_rank import ErrorBoundExceeded, LowRank, LowRankError, factor_and_measure
     from lstm_ort.verify import CheckFailed, CheckUnavailable, chained_parity, clean_message, parity
+
+    unchanged, change = ("float", "quantizing") if args.int8 else ("unfactored", "factoring")
 
     report = out.report
     try:
@@ -217,7 +221,7 @@ def _optimize_low_rank(out: Outcome, args, original: onnx.ModelProto, rewritten,
     if args.sequence_lens_input:
         sequence_lens.add_sequence_lens_input(optimized, report)
     if args.check and any(f.rewritten for f in report.findings):
-        with progress.step("checking the unfactored model against stock onnxruntime"):
+        with progress.step(f"checking the {unchanged} model against stock onnxruntime"):
             try:
                 if args.sequence_lens_input:
                     err = ragged_parity(original, optimized)
@@ -234,18 +238,21 @@ def _optimize_low_rank(out: Outcome, args, original: onnx.ModelProto, rewritten,
                 out.doc["check"] = {"passed": False, "error": str(e), "tolerance": str(tolerance)}
                 return out.fail(EXIT_PARITY, f"--check: {e}; nothing written")
         out.doc["check"] = {"passed": passed, "max_abs": _number(result_max), "tolerance": str(tolerance),
-                            "compared_with": against, "of": "the unfactored optimized model"}
+                            "compared_with": against, "of": f"the {unchanged} optimized model"}
         if not passed:
             return out.fail(EXIT_PARITY, f"--check: max-abs {result_max:.3g} against {against}, beyond the tolerance "
                                          f"{tolerance}; nothing written")
         out.lines.append(f"--check: max-abs {result_max:.3g} against {against} (tolerance {tolerance}), before "
-                         f"factoring")
-    option = LowRank(rank=args.low_rank, target=args.low_rank_target) if args.low_rank > 0 else \
-        LowRank(energy=args.low_rank_energy, target=args.low_rank_target)
+                         f"{change}")
+    measured = {"calibration": args.calibration, "shapes": args.shape, "max_error": args.max_error}
     try:
-        with progress.step("factoring the weights and measuring the error"):
-            factored = factor_and_measure(optimized, option, report, calibration=args.calibration, shapes=args.shape,
-                                          max_error=args.max_error)
+        with progress.step(f"{change} the weights and measuring the error"):
+            if args.int8:
+                factored = quantize_and_measure(optimized, report, **measured)
+            else:
+                option = LowRank(rank=args.low_rank, target=args.low_rank_target) if args.low_rank > 0 else \
+                    LowRank(energy=args.low_rank_energy, target=args.low_rank_target)
+                factored = factor_and_measure(optimized, option, report, **measured)
     except LowRankError as e:
         return out.fail(EXIT_USAGE, f"--low-rank: {e}; nothing written")
     except CalibrationError as e:
@@ -253,8 +260,8 @@ def _optimize_low_rank(out: Outcome, args, original: onnx.ModelProto, rewritten,
     except ErrorBoundExceeded as e:
         return out.fail(EXIT_PARITY, f"{e}; nothing written")
     except Exception as e:  # a session that fails on these inputs, or a bug of ours: never a traceback
-        return out.fail(EXIT_INPUT, f"measuring the low-rank error failed ({type(e).__name__}: {clean_message(e)}); "
-                                    f"nothing written")
+        return out.fail(EXIT_INPUT, f"measuring the {'int8' if args.int8 else 'low-rank'} error failed "
+                                    f"({type(e).__name__}: {clean_message(e)}); nothing written")
     out.doc["strategies"] = strategy_entries(factored, args.seq_len, args.batch)
     try:
         StagedModel.of_proto(factored, dst).commit()
@@ -571,10 +578,13 @@ def parser() -> argparse.ArgumentParser:
         q.add_argument("--freeze-inputs", action="store_true",
                        help="pack LSTM weights that are initializers and graph inputs too (by default such LSTMs "
                             "are left, as a caller may feed other weights); they stop being inputs")
-        q.add_argument("--precision", choices=PRECISIONS, default=None,
+        q.add_argument("--precision", choices=(*PRECISIONS, INT8), default=None,
                        help="the precision mode the FusedLSTM nodes made run in, written as their precision "
                             "attribute (docs/ops.md, 'Precision modes'); default: auto, FP32 accuracy except at "
-                            "the large shapes where stock's own TF32 default would be faster (bound 2e-3)")
+                            "the large shapes where stock's own TF32 default would be faster (bound 2e-3). int8 "
+                            "(optimize): float32 weights become int8 per output channel, with DynamicQuantizeLSTM's "
+                            "arithmetic (docs/ops.md, 'int8 weights'), and the error this costs is measured as for "
+                            "--low-rank (--calibration, --max-error)")
         q.add_argument("--seq-len", type=int, help="with --batch: report the CUDA plan for calls of this T")
         q.add_argument("--batch", type=int, help="with --seq-len: report the CUDA plan for calls of this B")
     t = sub.add_parser("tune", help="measure the CUDA strategies for a model's FusedLSTM nodes on this GPU and "
@@ -601,13 +611,21 @@ def main(argv=None) -> int:
                 p.error("--calls must be >= 1")
             args.shape, args.carry = dict(args.shape), dict(args.carry)
             low_rank = args.low_rank is not None or args.low_rank_energy is not None
-            for flag, given in (("--low-rank-target", args.low_rank_target), ("--calibration", args.calibration),
-                                ("--max-error", args.max_error)):
-                if given is not None and not low_rank:
-                    p.error(f"{flag} goes with --low-rank or --low-rank-energy")
+            if low_rank and args.precision == INT8:
+                p.error("--precision int8 and --low-rank: choose one (int8 weights cannot be factored)")
+            for flag, given, allowed in (("--low-rank-target", args.low_rank_target, low_rank),
+                                         ("--calibration", args.calibration, low_rank or args.precision == INT8),
+                                         ("--max-error", args.max_error, low_rank or args.precision == INT8)):
+                if given is not None and not allowed:
+                    p.error(f"{flag} goes with --low-rank, --low-rank-energy" +
+                            (" or --precision int8" if flag != "--low-rank-target" else ""))
             args.low_rank_target = args.low_rank_target or "both"
             if args.low_rank_energy is not None:
                 args.low_rank = 0  # 0: by energy (cmd_optimize reads args.low_rank is not None as "factor")
+        if args.command in ("optimize", "check"):
+            # int8 is a pass after the rewrite, which writes its default precision on the nodes it makes.
+            args.int8 = args.precision == INT8
+            args.precision = None if args.int8 else args.precision
     except SystemExit as e:  # --help, --version, usage errors: argparse has printed why
         return e.code if isinstance(e.code, int) else EXIT_USAGE
     if args.command == "tune":

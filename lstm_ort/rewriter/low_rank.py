@@ -17,8 +17,8 @@ import onnx_ir as ir
 from lstm_ort.ops.factoring import energy_rank, kept_energy, saves_work, singular_values, truncated_svd
 from lstm_ort.ops.packing import PARTS, PackedWeights, input_size_from_weight_count, pack_layers, unpack_layers
 from lstm_ort.rewriter.fused_node import is_fused
-from lstm_ort.rewriter.graph_utils import RewriteContext, add_constant, const_tensor, iter_graphs, model_names, \
-    rewrite_context
+from lstm_ort.rewriter.graph_utils import RewriteContext, add_constant, const_tensor, drop_if_unused, iter_graphs, \
+    model_names, rewrite_context
 from lstm_ort.rewriter.report import LowRankMatrix, LowRankReport, Report
 
 TARGETS = {"input": ("input",), "recurrent": ("recurrent",), "both": PARTS}
@@ -156,7 +156,7 @@ def _factor_node(graph, node: ir.Node, option: LowRank, summary: LowRankReport) 
     count = L * D
     node.attributes["rank_input"] = ir.AttrInt64s("rank_input", list(packed.ranks.input or (0,) * count))
     node.attributes["rank_recurrent"] = ir.AttrInt64s("rank_recurrent", list(packed.ranks.recurrent or (0,) * count))
-    _drop_if_unused(graph, old)
+    drop_if_unused(graph, old)
 
 
 def _factor_matrix(matrix: np.ndarray, option: LowRank):
@@ -174,14 +174,3 @@ def _factor_matrix(matrix: np.ndarray, option: LowRank):
         return entry, None
     entry.rank, entry.kept_energy, entry.elements = rank, kept_energy(s, rank), rank * (n + G)
     return entry, truncated_svd(matrix, rank)
-
-
-def _drop_if_unused(graph, value: ir.Value) -> None:
-    """The replaced W, once nothing reads it: its initializer, or its Constant node."""
-    if value.uses() or value.is_graph_output() or value.is_graph_input():
-        return
-    if isinstance(graph, ir.Graph) and value.name in graph.initializers:
-        del graph.initializers[value.name]
-    producer = value.producer()
-    if producer is not None and producer.op_type == "Constant":
-        graph.remove(producer, safe=True)

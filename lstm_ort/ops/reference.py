@@ -185,7 +185,7 @@ def _int8_stack(x, layers, lens, h0, c0, acts, direction, clip, input_forget):
     y = None
     for l, layer in enumerate(layers):
         y = np.zeros((T, D, batch, H), np.float32)
-        flat = layer_in[:steps].reshape(steps * batch, -1)
+        flat = layer_in[:steps].reshape(steps * batch, layer_in.shape[2])
         for d in range(D):
             k = l * D + d
             f, g, h_act = acts[3 * d:3 * d + 3]

@@ -133,3 +133,14 @@ def test_contract_errors_are_clear(how, message):
             _with_input(model, 8, "s", np.ones(7, np.float32))
     with pytest.raises(Exception, match=message):
         _ours(model, feeds)
+
+
+@pytest.mark.gpu
+def test_a_cuda_session_runs_int8_nodes_on_the_cpu_kernel():
+    """No CUDA kernel takes int8 W: onnxruntime places the node on the CPU provider, with the CPU
+    kernel's results."""
+    stock_model, fused, feeds = _case((40, 33, 2, "bidirectional", 5, 6))
+    providers = ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    got = InferenceSession(fused.SerializeToString(), providers=providers).run(None, feeds)
+    assert max_abs(got, _ours(fused, feeds)) == 0
+    assert max_abs(got, _stock(stock_model, feeds)) <= 1e-5

@@ -467,6 +467,15 @@ void CpuLstmInt8::Compute(OrtKernelContext* ctx, const CallIO& io) {
         h_rows[live] = row;
         out_rows[live++] = gx + (t * B + b) * D * Gp + dir * Gp;
       }
+      // The next step's gates were written by the projection, long out of cache: fetched toward L2
+      // now, the product and the cell of this step hide the wait.
+      for (int64_t b = 0; b < B && s + 1 < steps; ++b) {
+        const int64_t len = len_of(b);
+        if (s + 1 >= len) continue;
+        const int64_t t = a.reverse ? len - 2 - s : s + 1;
+        const char* row = reinterpret_cast<const char*>(gx + (t * B + b) * D * Gp + dir * Gp + p0 * kPanel);
+        for (int64_t at = 0; at < (p1 - p0) * kPanel * int64_t(sizeof(float)); at += 64) __builtin_prefetch(row + at, 1, 2);
+      }
       if (live > 0 && !(s == 0 && !h0)) {  // a zero h (first step, no initial_h) adds nothing
         const ActRows ah{base + ah_at + slot * B * depth_h * abytes, depth_h, abytes};
         float lo = 0.f, hi = 0.f;

@@ -188,12 +188,12 @@ def _random_node_feed(node: onnx.NodeProto, consts: dict, seed: int) -> dict[str
     return {node.input[0]: np.random.default_rng(seed).standard_normal(shape).astype(dtype)}
 
 
-def _is_factored(node: onnx.NodeProto, constants: dict) -> bool:
+def is_factored(node: onnx.NodeProto, constants: dict) -> bool:
     return any(a.name.startswith("rank_") for a in node.attribute)
 
 
 def measure(unfactored: onnx.ModelProto, factored: onnx.ModelProto,
-            samples: list[dict[str, np.ndarray]], changed=_is_factored) -> tuple[list[ErrorFigure], list[ErrorFigure]]:
+            samples: list[dict[str, np.ndarray]], changed=is_factored) -> tuple[list[ErrorFigure], list[ErrorFigure]]:
     """(per model output, per FusedLSTM node) errors of `factored` against `unfactored`; a node is
     measured where `changed(node of factored, its constants)` says the pass changed it."""
     consts = {"unfactored": _constants(unfactored), "factored": _constants(factored)}

@@ -50,9 +50,9 @@ def test_int8_nodes_are_stocks_dynamic_quantize_lstm_on_their_weights():
     assert _initializer(out, node.input[1]).dtype == np.int8 and node.input[8]
     assert not [a for a in node.attribute if a.name == "precision"]
     assert [f.precision for f in report.findings] == ["int8"]
-    assert report.int8.nodes[0].blocks == 4 and report.int8.nodes[0].weight_error < 0.01
+    assert report.int8.quantized[0].blocks == 4 and report.int8.quantized[0].weight_error < 0.01
     (Y,) = [f for f in report.int8.outputs if f.name == "Y"]
-    assert 0 < Y.max_abs < 0.02 and report.int8.node_errors
+    assert 0 < Y.max_abs < 0.02 and report.int8.nodes
 
     packed = PackedWeights(_initializer(out, node.input[1]), _initializer(out, node.input[2]), None,
                            scales=_initializer(out, node.input[8]))
@@ -77,7 +77,7 @@ def test_float16_and_factored_nodes_stay_float_with_the_reason():
     report = Report()
     optimize(stock_model(SPEC, random_layers(SPEC, np.random.default_rng(2)), np.float16), precision="int8",
              report=report)
-    assert not report.int8.nodes and "int8 weights take float32 X" in report.int8.skipped[0]
+    assert not report.int8.quantized and "W is not a float32 constant" in report.int8.skipped[0]
     with pytest.raises(ValueError, match="choose one"):
         optimize(_model(), precision="int8", low_rank=4)
 

@@ -17,12 +17,10 @@ import onnx
 import onnx_ir as ir
 
 from lstm_ort.ops.identity import INT8
-from lstm_ort.ops.packing import Int8Layer, PackedWeights, input_size_from_weight_count, pack_int8_layers, \
-    unpack_layers
-from lstm_ort.rewriter.fused_node import is_fused
-from lstm_ort.rewriter.graph_utils import RewriteContext, add_constant, const_tensor, drop_if_unused, iter_graphs, \
-    model_names, rewrite_context
-from lstm_ort.rewriter.low_rank import ErrorBoundExceeded
+from lstm_ort.ops.packing import Int8Layer, pack_int8_layers
+from lstm_ort.rewriter.fused_node import change_fused_nodes, whole_layers
+from lstm_ort.rewriter.graph_utils import add_constant, drop_if_unused
+from lstm_ort.rewriter.low_rank import measure_against
 from lstm_ort.rewriter.report import Int8Node, Int8Report, Report
 
 _W_SCALE = 8  # the input index of W_scale
@@ -48,20 +46,13 @@ def quantize(model: onnx.ModelProto, report: Report | None = None) -> onnx.Model
     """A copy of `model` with every FusedLSTM node whose weights are float32 constants given int8
     weights; `report.int8` lists every node."""
     summary = Int8Report()
-    work = ir.serde.deserialize_model(model)
-    with rewrite_context(RewriteContext(names=model_names(work))):
-        for _, graph in iter_graphs(work):
-            for node in list(graph):
-                if is_fused(node):
-                    _quantize_node(graph, node, summary)
+    out = change_fused_nodes(model, lambda graph, node: _quantize_node(graph, node, summary))
     if report is not None:
         report.int8 = summary
-        quantized = {n.node for n in summary.nodes}
+        quantized = {n.node for n in summary.quantized}
         for finding in report.findings:
             if finding.rewritten and finding.fused_node in quantized:
                 finding.precision = INT8
-    out = ir.serde.serialize_model(work)
-    out.ir_version = model.ir_version
     return out
 
 
@@ -70,19 +61,12 @@ def quantize_and_measure(model: onnx.ModelProto, report: Report, *, calibration=
     """quantize(), then the error against `model` (the float optimized model) on the calibration
     samples or seeded random unit-scale inputs, as --low-rank measures it; raises
     ErrorBoundExceeded when the max-abs error of the outputs exceeds `max_error`."""
-    from lstm_ort import low_rank_error  # runs sessions: the runtime's job, loaded only here
-
     quantized = quantize(model, report)
-    summary = report.int8
-    summary.max_error = max_error
-    if not summary.nodes:
-        summary.inputs = "nothing quantized: the model is the float one"
+    if not report.int8.quantized:
+        report.int8.inputs = "nothing quantized: the model is the float one"
         return quantized
-    samples, summary.inputs = low_rank_error.samples_for(model, calibration, shapes)
-    summary.outputs, summary.node_errors = low_rank_error.measure(model, quantized, samples, changed=_has_int8_weights)
-    worst = summary.output_max_abs
-    if max_error is not None and not worst <= max_error:  # NaN exceeds any bound
-        raise ErrorBoundExceeded(f"int8 error: max-abs {worst:.3g} on the outputs exceeds --max-error {max_error:g}")
+    measure_against(model, quantized, report.int8, "int8", calibration=calibration, shapes=shapes,
+                    max_error=max_error, changed=_has_int8_weights)
     return quantized
 
 
@@ -91,30 +75,16 @@ def _has_int8_weights(node: onnx.NodeProto, constants: dict) -> bool:
     return w is not None and w.data_type == onnx.TensorProto.INT8
 
 
-def _attr(node: ir.Node, name: str, default=None):
-    a = node.attributes.get(name)
-    return default if a is None else a.value
-
-
 def _quantize_node(graph, node: ir.Node, summary: Int8Report) -> None:
     name = node.name or "<unnamed>"
-    if _attr(node, "rank_input") is not None or _attr(node, "rank_recurrent") is not None:
-        summary.skipped.append(f"{name}: its weights are factored")
+    found = whole_layers(node, {ir.DataType.FLOAT: "float32"})  # int8 weights take float32 X
+    if isinstance(found, str):
+        summary.skipped.append(f"{name}: {found}")
         return
-    w = const_tensor(node.inputs[1])
-    if w is None or w.dtype != ir.DataType.FLOAT:
-        kind = "int8 already" if w is not None and w.dtype == ir.DataType.INT8 else "not a float32 constant"
-        summary.skipped.append(f"{name}: W is {kind} (int8 weights take float32 X)")
-        return
-    H, L = int(_attr(node, "hidden_size")), int(_attr(node, "num_layers", 1))
-    D = 2 if _attr(node, "direction", "forward") == "bidirectional" else 1
-    W = w.numpy().reshape(-1)
-    I = input_size_from_weight_count(W.size, L, D, H)
-    if I is None:
-        summary.skipped.append(f"{name}: W's size fits no input size")
-        return
+    unpacked, w = found
+    L, D = len(unpacked), unpacked[0].num_directions
     layers, errors = [], []  # B and P stay as they are: int8 nodes read them as float nodes do
-    for layer in unpack_layers(PackedWeights(W, None, None), L, D, I, H):
+    for layer in unpacked:
         quantized = [[quantize_rows(m[d]) for d in range(D)] for m in (layer.W, layer.R)]
         for m, q in zip((layer.W, layer.R), quantized):
             errors += [relative_error(m[d], *q[d]) for d in range(D)]
@@ -128,4 +98,4 @@ def _quantize_node(graph, node: ir.Node, summary: Int8Report) -> None:
     node.replace_input_with(_W_SCALE, add_constant(graph, node, base + "_W_scale", packed.scales))
     node.attributes.pop("precision", None)  # int8 weights fix the arithmetic
     drop_if_unused(graph, old)
-    summary.nodes.append(Int8Node(name, L * D, W.nbytes, packed.W.nbytes + packed.scales.nbytes, max(errors)))
+    summary.quantized.append(Int8Node(name, L * D, w.nbytes, packed.W.nbytes + packed.scales.nbytes, max(errors)))

@@ -14,16 +14,13 @@
 #include <cstring>
 #include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#endif
-#include <sched.h>
 
+#include "cpu/constant_input.h"
 #include "cpu/int8/int8_kernels.h"
 #include "cpu/kernels.h"
+#include "cpu/pool.h"
 #include "lstm_ort/cell.h"
 
 namespace lstm_ort {
@@ -33,71 +30,10 @@ using cpu::kPanel;
 using cpu::kUnits;
 namespace q8 = cpu::int8;
 
-int64_t EnvInt(const char* name, int64_t fallback) {
-  const char* v = std::getenv(name);
-  return v && *v ? std::strtoll(v, nullptr, 10) : fallback;
-}
-
-// Threads to plan for (the cores; LSTM_ORT_CPU_THREADS overrides, as for the float kernel), and
-// the work worth another thread, in multiply-adds (LSTM_ORT_CPU_INT8_SPLIT_MIN for measuring).
-struct Plan {
-  int threads;
-  int64_t split_min;
-};
-const Plan& GetPlan() {
-  static const Plan plan = [] {
-    const int64_t forced = EnvInt("LSTM_ORT_CPU_THREADS", 0);
-    const int cores = static_cast<int>(std::min(64u, std::max(1u, std::thread::hardware_concurrency())));
-    return Plan{forced > 0 ? static_cast<int>(forced) : cores, EnvInt("LSTM_ORT_CPU_INT8_SPLIT_MIN", 1 << 19)};
-  }();
-  return plan;
-}
-
-// 64-byte aligned bytes that only grow.
-class Bytes {
- public:
-  Bytes() = default;
-  Bytes(const Bytes&) = delete;
-  Bytes& operator=(const Bytes&) = delete;
-  ~Bytes() { std::free(data_); }
-  void* Reserve(size_t n) {
-    if (n > cap_) {
-      std::free(data_);
-      data_ = std::aligned_alloc(64, (n + 63) / 64 * 64);
-      if (!data_) throw std::bad_alloc();
-      cap_ = n;
-    }
-    return data_;
-  }
-  template <typename T>
-  T* As() const { return static_cast<T*>(data_); }
-
- private:
-  void* data_ = nullptr;
-  size_t cap_ = 0;
-};
-
-void SpinPause(int& n) {
-#if defined(__x86_64__) || defined(__i386__)
-  if (++n < 2000) {
-    _mm_pause();
-    return;
-  }
-#else
-  ++n;
-#endif
-  sched_yield();
-}
-
-// Runs fn(0..n-1) on the session's intra-op pool (inline when n == 1). fn must not throw.
-template <typename Fn>
-void OnPool(OrtKernelContext* ctx, int64_t n, Fn& fn) {
-  if (n <= 1) {
-    if (n == 1) fn(0);
-    return;
-  }
-  void (*tramp)(void*, size_t) = [](void* u, size_t i) { (*static_cast<Fn*>(u))(static_cast<int64_t>(i)); };
-  Ort::ThrowOnError(Ort::GetApi().KernelContext_ParallelFor(ctx, tramp, static_cast<size_t>(n), 0, &fn));
+// The work worth another thread, in multiply-adds (LSTM_ORT_CPU_INT8_SPLIT_MIN, for measuring).
+int64_t SplitMin() {
+  static const int64_t split_min = EnvInt("LSTM_ORT_CPU_INT8_SPLIT_MIN", 1 << 19);
+  return split_min;
 }
 
 // ---- packed weights ----
@@ -109,7 +45,7 @@ struct Packed {
   const void* s_src = nullptr;
   const void* b_src = nullptr;
   const void* p_src = nullptr;
-  Bytes wx, wh;  // per (l, d) panels; a layer's directions are consecutive in wx (one projection)
+  AlignedBuffer<int8_t> wx, wh;  // per (l, d) panels; a layer's directions are consecutive in wx (one projection)
   std::vector<size_t> wx_off, wh_off;
   // Per (l, d), np * kPanel packed columns each: scales, column sums, bias; peepholes [3][Hp].
   std::vector<float> sx, sh, bias, peep;
@@ -155,8 +91,8 @@ void Pack(Packed& pk, const q8::Table& t, const Dims& d, const int8_t* w, const 
     nx += pk.np * t.panel_bytes(d.LayerInput(k / d.D));
     nh += pk.np * t.panel_bytes(H);
   }
-  int8_t* wx = static_cast<int8_t*>(pk.wx.Reserve(nx));
-  int8_t* wh = static_cast<int8_t*>(pk.wh.Reserve(nh));
+  int8_t* wx = pk.wx.Reserve(nx);
+  int8_t* wh = pk.wh.Reserve(nh);
   for (auto* v : {&pk.sx, &pk.sh, &pk.bias}) v->assign(LD * cols, 0.f);
   for (auto* v : {&pk.cx, &pk.ch}) v->assign(LD * cols, 0);
   pk.has_peep = p != nullptr;
@@ -180,19 +116,8 @@ void Pack(Packed& pk, const q8::Table& t, const Dims& d, const int8_t* w, const 
 
 // A constant initializer's data when it has `count` elements of `type`, else null.
 const void* ConstantInput(const OrtKernelInfo* info, size_t index, ONNXTensorElementDataType type, int64_t count) {
-  size_t n_inputs = 0;
-  if (OrtStatus* st = Ort::GetApi().KernelInfo_GetInputCount(info, &n_inputs)) {
-    Ort::GetApi().ReleaseStatus(st);
-    return nullptr;
-  }
-  if (index >= n_inputs) return nullptr;
-  int is_constant = 0;
-  const OrtValue* value = nullptr;
-  if (OrtStatus* st = Ort::GetApi().KernelInfoGetConstantInput_tensor(info, index, &is_constant, &value)) {
-    Ort::GetApi().ReleaseStatus(st);
-    return nullptr;
-  }
-  if (!is_constant || !value) return nullptr;
+  const OrtValue* value = ConstantValue(info, index);
+  if (!value) return nullptr;
   Ort::ConstValue v(value);
   const auto shape = v.GetTensorTypeAndShapeInfo();
   if (shape.GetElementType() != type || static_cast<int64_t>(shape.GetElementCount()) != count) return nullptr;
@@ -229,12 +154,6 @@ void Widen(const q8::Table& t, const float* const* rows, int64_t n, int64_t K, f
   }
 }
 
-struct alignas(64) GroupSync {
-  std::atomic<int64_t> next{0};
-  char pad[56];
-  std::atomic<int64_t> done{0};
-};
-
 }  // namespace
 
 struct CpuLstmInt8::State {
@@ -243,7 +162,7 @@ struct CpuLstmInt8::State {
   const cpu::KernelTable* cells = &cpu::Kernels();
   Packed prepacked;  // from constant initializers, at kernel creation (I = -1 if none)
   std::mutex scratch_mutex;
-  Bytes scratch;
+  AlignedBuffer<char> scratch;
 };
 
 CpuLstmInt8::CpuLstmInt8(const OrtKernelInfo* info, const Attributes& attrs) : state_(std::make_unique<State>()) {
@@ -254,17 +173,9 @@ CpuLstmInt8::CpuLstmInt8(const OrtKernelInfo* info, const Attributes& attrs) : s
   d.H = attrs.hidden_size;
   d.L = attrs.num_layers;
   d.D = attrs.num_directions;
-  size_t nw = 0;
-  {
-    int is_constant = 0;
-    const OrtValue* value = nullptr;
-    if (OrtStatus* s = Ort::GetApi().KernelInfoGetConstantInput_tensor(info, kW, &is_constant, &value)) {
-      Ort::GetApi().ReleaseStatus(s);
-      return;
-    }
-    if (!is_constant || !value) return;  // packed on every call
-    nw = Ort::ConstValue(value).GetTensorTypeAndShapeInfo().GetElementCount();
-  }
+  const OrtValue* w_value = ConstantValue(info, kW);
+  if (!w_value) return;  // packed on every call
+  const size_t nw = Ort::ConstValue(w_value).GetTensorTypeAndShapeInfo().GetElementCount();
   d.I = InputSizeFromCounts(d, attrs.ranks, static_cast<int64_t>(nw), 0);
   if (d.I <= 0) return;  // the call reports the size
   const auto* w = static_cast<const int8_t*>(ConstantInput(info, kW, ONNX_TENSOR_ELEMENT_DATA_TYPE_INT8, nw));
@@ -288,11 +199,10 @@ void CpuLstmInt8::Compute(OrtKernelContext* ctx, const CallIO& io) {
   const Attributes& attrs = st.attrs;
   const q8::Table& Q = *st.int8;
   const cpu::KernelTable& K = *st.cells;
-  const Plan& plan = GetPlan();
   const Dims& d = io.dims;
   const int64_t T_ = d.T, B = d.B, H = d.H, D = d.D, L = d.L, LD = L * D;
   const int64_t steps = io.max_len;
-  const int P = plan.threads;
+  const int P = PlanThreads();
   for (int64_t l = 0; l < L; ++l)
     if (d.LayerInput(l) > q8::kMaxDepth || H > q8::kMaxDepth)
       Fail("int8 weights: a layer's input size and H must be at most " + std::to_string(q8::kMaxDepth));
@@ -314,11 +224,11 @@ void CpuLstmInt8::Compute(OrtKernelContext* ctx, const CallIO& io) {
   // Threads per direction's recurrence: its panels split where a step is worth it.
   const int64_t step_macs = B * H * kGates * H;
   const int64_t per_dir = std::max<int64_t>(1, P / D);
-  const int64_t chunks = per_dir > 1 && step_macs >= plan.split_min ? std::min<int64_t>(per_dir, np) : 1;
+  const int64_t chunks = per_dir > 1 && step_macs >= SplitMin() ? std::min<int64_t>(per_dir, np) : 1;
 
   std::unique_lock<std::mutex> lock(st.scratch_mutex, std::try_to_lock);
-  Bytes private_scratch;
-  Bytes& scratch = lock.owns_lock() ? st.scratch : private_scratch;
+  AlignedBuffer<char> private_scratch;
+  AlignedBuffer<char>& scratch = lock.owns_lock() ? st.scratch : private_scratch;
   const int64_t rows = T_ * B;
   size_t n = 0;
   auto carve = [&n](size_t bytes) {
@@ -336,7 +246,7 @@ void CpuLstmInt8::Compute(OrtKernelContext* ctx, const CallIO& io) {
   const size_t out_rows_at = carve(D * chunks * B * sizeof(float*));
   const size_t in_rows_at = carve(std::max(D * chunks * B, rows) * sizeof(float*));
   const size_t fin_at = carve(2 * LD * B * H * sizeof(float));
-  char* base = static_cast<char*>(scratch.Reserve(std::max<size_t>(n, 64)));
+  char* base = scratch.Reserve(std::max<size_t>(n, 64));
   auto at = [base](size_t offset) { return reinterpret_cast<float*>(base + offset); };
   float* gx = at(gx_at);
   float* h_final = at(fin_at);
@@ -382,11 +292,11 @@ void CpuLstmInt8::Compute(OrtKernelContext* ctx, const CallIO& io) {
 
     // 2. Its product with the input weights, every step and both directions: [M] x [D * np panels].
     const size_t cols = static_cast<size_t>(Gp);
-    const q8::GemmArgs pa{ax.data, dx, pk->wx.As<int8_t>() + pk->wx_off[l * D], dx, &pk->cx[l * D * cols],
+    const q8::GemmArgs pa{ax.data, dx, pk->wx.data() + pk->wx_off[l * D], dx, &pk->cx[l * D * cols],
                           xp.zero_point, xp.scale, &pk->sx[l * D * cols], &pk->bias[l * D * cols], false, gx, D * Gp,
                           nullptr, D * np};
     const int64_t Qn = D * np;
-    const int64_t workers = std::min<int64_t>(P, std::max<int64_t>(1, M * I * Qn * kPanel / plan.split_min));
+    const int64_t workers = std::min<int64_t>(P, std::max<int64_t>(1, M * I * Qn * kPanel / SplitMin()));
     if (M > 0 && workers <= 1) {
       Q.gemm(pa, 0, M, 0, Qn);
     } else if (M > 0) {
@@ -402,7 +312,7 @@ void CpuLstmInt8::Compute(OrtKernelContext* ctx, const CallIO& io) {
           Q.gemm(pa, M * rb / rblocks, M * (rb + 1) / rblocks, Qn * qb / pblocks, Qn * (qb + 1) / pblocks);
         }
       };
-      OnPool(ctx, workers, fn);
+      Parallel(ctx, workers, fn);
     }
 
     // 3. The recurrence.
@@ -484,7 +394,7 @@ void CpuLstmInt8::Compute(OrtKernelContext* ctx, const CallIO& io) {
         const q8::QuantParams hp = q8::QuantParamsFor(lo, hi);
         QuantizeRows(Q, h_rows, live, H, hp, ah);
         const int64_t kk = l * D + dir;
-        const q8::GemmArgs ra{ah.data, depth_h, pk->wh.As<int8_t>() + pk->wh_off[kk], depth_h, &pk->ch[kk * cols],
+        const q8::GemmArgs ra{ah.data, depth_h, pk->wh.data() + pk->wh_off[kk], depth_h, &pk->ch[kk * cols],
                               hp.zero_point, hp.scale, &pk->sh[kk * cols], nullptr, true, nullptr, 0, out_rows, np};
         Q.gemm(ra, 0, live, p0, p1);
       }
@@ -494,8 +404,8 @@ void CpuLstmInt8::Compute(OrtKernelContext* ctx, const CallIO& io) {
       auto run_dir = [&](int64_t dir) {
         for (int64_t s = 0; s < steps; ++s) step(dir, s, 0, 0, np);
       };
-      if (P >= 2 && D == 2 && step_macs * steps >= plan.split_min) {
-        OnPool(ctx, D, run_dir);
+      if (P >= 2 && D == 2 && step_macs * steps >= SplitMin()) {
+        Parallel(ctx, D, run_dir);
       } else {
         for (int64_t dir = 0; dir < D; ++dir) run_dir(dir);
       }
@@ -515,7 +425,7 @@ void CpuLstmInt8::Compute(OrtKernelContext* ctx, const CallIO& io) {
         }
       };
       auto fn = [&](int64_t task) { run_items(task / chunks); };
-      OnPool(ctx, D * chunks, fn);
+      Parallel(ctx, D * chunks, fn);
     }
 
     // Final states of this layer.

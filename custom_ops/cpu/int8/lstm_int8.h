@@ -4,6 +4,7 @@
 
 #include <memory>
 
+#include "cpu/cpu_kernel.h"
 #include "op_config.h"
 
 namespace lstm_ort {
@@ -24,22 +25,9 @@ class CpuLstmInt8 {
 };
 
 // The kernel as the custom-op wrapper (fused_lstm_op.h) sees it: float32 X and outputs, int8 W.
-struct CpuInt8Kernel {
-  static constexpr ONNXTensorElementDataType kType = ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
+struct CpuInt8Kernel : CpuKernel<float, CpuLstmInt8> {
+  using CpuKernel::CpuKernel;
   static constexpr ONNXTensorElementDataType kWeightType = ONNX_TENSOR_ELEMENT_DATA_TYPE_INT8;
-  static constexpr const char* kProvider = nullptr;  // the CPU execution provider
-
-  explicit CpuInt8Kernel(const OrtKernelInfo* info) : attrs_(ParseAttributes(info)), lstm_(info, attrs_) {}
-
-  void Compute(OrtKernelContext* context) {
-    Ort::KernelContext ctx(context);
-    const CallIO io = PrepareCall(ctx, attrs_);
-    lstm_.Compute(context, io);
-  }
-
- private:
-  Attributes attrs_;
-  CpuLstmInt8 lstm_;
 };
 
 }  // namespace lstm_ort

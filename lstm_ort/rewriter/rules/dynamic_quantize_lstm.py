@@ -16,9 +16,9 @@ import numpy as np
 import onnx_ir as ir
 
 from lstm_ort.builders import spec_from_attributes
-from lstm_ort.rewriter.fold_weights import why_not_constant
+from lstm_ort.rewriter.fold_weights import why_not_packable
 from lstm_ort.rewriter.fused_node import insert_fused_node
-from lstm_ort.rewriter.graph_utils import const_array, const_tensor, is_overridable, is_zeros, replace_outputs
+from lstm_ort.rewriter.graph_utils import const_array, const_tensor, is_zeros, replace_outputs
 from lstm_ort.rewriter.lazy_weights import LayerSource, LazyPacked
 from lstm_ort.rewriter.rule import OK, CheckResult, Rule
 from lstm_ort.rewriter.rules.single_lstm import state_verdict
@@ -97,13 +97,9 @@ class DynamicQuantizeLstm(Rule):
                 if i in _REQUIRED:
                     return CheckResult.fail(f"input {name} is missing")
                 continue
-            if is_overridable(value):
-                return CheckResult.fail(
-                    f"{name} ({value.name}) is an initializer that is also a graph input: a caller may feed another "
-                    "value, which packed weights would ignore (freeze such weights with --freeze-inputs)")
-            if const_tensor(value) is None:
-                return CheckResult.fail(f"{name} ({value.name}) is not a constant after folding: "
-                                        f"{why_not_constant(value)}")
+            refusal = why_not_packable(value, name)
+            if refusal:
+                return CheckResult.fail(refusal)
         try:
             spec = spec_from_attributes(_attributes(node), 1)
         except (ValueError, KeyError, TypeError) as e:

@@ -119,7 +119,7 @@ def test_weights_fed_at_run_time_are_left_with_the_reason():
     init = [i for i in model.graph.initializer if i.name == "l0_R_quantized"][0]
     model.graph.initializer.remove(init)
     model.graph.input.append(helper.make_tensor_value_info("l0_R_quantized", onnx.TensorProto.INT8, [1, 6, 24]))
-    assert "R (l0_R_quantized) is not a constant" in _refusal(model)
+    assert "weight R (l0_R_quantized) is not a constant" in _refusal(model)
 
 
 def test_zero_initial_states_of_stocks_shape_are_dropped():

@@ -1,6 +1,9 @@
 // The int8 kernel's hot loops (docs/ops.md, "int8 weights"), compiled once per instruction set and
 // chosen once at run time by the CPU's features (int8_dispatch.cc), never by -march=native:
-//   vnni512  AVX-512 VNNI (EVEX vpdpbusd on 256-bit vectors: u8 x s8 quads summed into int32)
+//   vnni512  AVX-512 VNNI (EVEX vpdpbusd on 256-bit vectors: u8 x s8 quads summed into int32; 32
+//            registers, so tiles of 12 rows. 512-bit vectors ran no faster on Zen 4 (the same
+//            multiply-adds per cycle) and slower beside a busy hyperthread: tashkeel [8, 120] 21.8 vs
+//            16.0 ms, [32, 120] 83 vs 69 ms, best of 5 rounds on a shared 2-core machine)
 //   avxvnni  AVX-VNNI (the VEX encoding of the same instruction)
 //   avx2     AVX2 vpmaddwd on int16 pairs (exact: no intermediate saturation, unlike vpmaddubsw)
 //   generic  plain C++ on int16 pairs, for x86-64 CPUs without AVX2

@@ -36,6 +36,13 @@ int64_t SplitMin() {
   return split_min;
 }
 
+// One step's multiply-adds from which its panels are split over threads that meet after every step
+// (LSTM_ORT_CPU_INT8_STEP_SPLIT_MIN, for measuring).
+int64_t StepSplitMin() {
+  static const int64_t split_min = EnvInt("LSTM_ORT_CPU_INT8_STEP_SPLIT_MIN", 1 << 19);
+  return split_min;
+}
+
 // ---- packed weights ----
 
 struct Packed {
@@ -224,7 +231,7 @@ void CpuLstmInt8::Compute(OrtKernelContext* ctx, const CallIO& io) {
   // Threads per direction's recurrence: its panels split where a step is worth it.
   const int64_t step_macs = B * H * kGates * H;
   const int64_t per_dir = std::max<int64_t>(1, P / D);
-  const int64_t chunks = per_dir > 1 && step_macs >= SplitMin() ? std::min<int64_t>(per_dir, np) : 1;
+  const int64_t chunks = per_dir > 1 && step_macs >= StepSplitMin() ? std::min<int64_t>(per_dir, np) : 1;
 
   std::unique_lock<std::mutex> lock(st.scratch_mutex, std::try_to_lock);
   AlignedBuffer<char> private_scratch;

@@ -5,6 +5,7 @@
 
 #include <exception>
 #include <new>
+#include <type_traits>
 
 #include "op_config.h"
 
@@ -29,6 +30,16 @@ struct StatusKernel : Kernel {
   }
 };
 
+// W's element type: the kernel's kWeightType where it declares one (int8 weights), else kType.
+template <typename Kernel, typename = void>
+struct WeightTypeOf {
+  static constexpr ONNXTensorElementDataType value = Kernel::kType;
+};
+template <typename Kernel>
+struct WeightTypeOf<Kernel, std::void_t<decltype(Kernel::kWeightType)>> {
+  static constexpr ONNXTensorElementDataType value = Kernel::kWeightType;
+};
+
 template <typename Kernel>
 struct FusedLstmOp : Ort::CustomOpBase<FusedLstmOp<Kernel>, StatusKernel<Kernel>, /*WithStatus=*/true> {
   OrtStatusPtr CreateKernelV2(const OrtApi& /*api*/, const OrtKernelInfo* info, void** kernel) const {
@@ -44,7 +55,10 @@ struct FusedLstmOp : Ort::CustomOpBase<FusedLstmOp<Kernel>, StatusKernel<Kernel>
 
   size_t GetInputTypeCount() const { return kNumInputs; }
   ONNXTensorElementDataType GetInputType(size_t i) const {
-    return i == kSequenceLens ? ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32 : Kernel::kType;
+    if (i == kSequenceLens) return ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32;
+    if (i == kW) return WeightTypeOf<Kernel>::value;
+    if (i == kWScale) return ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;  // scales of int8 weights are float32
+    return Kernel::kType;
   }
   OrtCustomOpInputOutputCharacteristic GetInputCharacteristic(size_t i) const {
     return i == kX || i == kW ? INPUT_OUTPUT_REQUIRED : INPUT_OUTPUT_OPTIONAL;

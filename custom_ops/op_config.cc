@@ -156,6 +156,16 @@ CallIO PrepareCall(Ort::KernelContext& ctx, const Attributes& attrs) {
   require_1d(w, "W", layout.WeightCount());
   io.in[kX] = x.GetTensorRawData();
   io.in[kW] = w.GetTensorRawData();
+  // int8 weights come with their scales, float weights without (docs/ops.md, "int8 weights").
+  const bool int8 = w.GetTensorTypeAndShapeInfo().GetElementType() == ONNX_TENSOR_ELEMENT_DATA_TYPE_INT8;
+  if (Ort::ConstValue s = input(kWScale)) {
+    if (!int8) Fail("input W_scale is given, but W is not int8");
+    require_1d(s, "W_scale", d.WeightScaleCount());
+    io.in[kWScale] = s.GetTensorRawData();
+  } else if (int8) {
+    Fail("input W_scale is required: W is int8");
+  }
+  if (int8 && attrs.ranks.Any()) Fail("int8 weights cannot be factored (attributes rank_input/rank_recurrent)");
   if (attrs.ranks.Any()) {
     CheckRanks(d, attrs.ranks);
     Ort::ConstValue f = input(kFactors);

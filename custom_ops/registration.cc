@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cpu/cpu_kernel.h"
+#include "cpu/int8/lstm_int8.h"
 #include "cuda_plugin.h"
 #include "fused_lstm_op.h"
 
@@ -18,6 +19,7 @@ std::vector<Ort::CustomOpDomain> g_domains;
 
 const lstm_ort::FusedLstmOp<lstm_ort::CpuOpKernel<float>> g_cpu_f32;
 const lstm_ort::FusedLstmOp<lstm_ort::CpuOpKernel<Ort::Float16_t>> g_cpu_f16;
+const lstm_ort::FusedLstmOp<lstm_ort::CpuInt8Kernel> g_cpu_int8;  // int8 W (docs/ops.md, "int8 weights")
 
 // onnxruntime dlcloses a custom-op library with the session options that loaded it. Unloading
 // this one would unregister its CUDA kernels and leave cached cuBLAS handles dangling for the
@@ -41,6 +43,7 @@ RegisterCustomOps(OrtSessionOptions* options, const OrtApiBase* api_base) {
     Ort::CustomOpDomain domain(lstm_ort::kDomain);
     domain.Add(&g_cpu_f32);
     domain.Add(&g_cpu_f16);
+    domain.Add(&g_cpu_int8);
     // The CUDA kernels when their plugin loads (custom_ops/cuda_plugin.h); without it the CPU
     // kernel serves every node, and Python says why the CUDA kernels are missing.
     const lstm_ort::CudaPluginState cuda = lstm_ort::LoadCudaPlugin();

@@ -13,7 +13,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from lstm_ort.ops.identity import DOMAIN, OP_TYPE, OPSET_VERSION
-from lstm_ort.ops.packing import NO_RANKS, LayerWeights, Ranks, pack_layers
+from lstm_ort.ops.packing import NO_RANKS, Int8Layer, LayerWeights, Ranks, pack_int8_layers, pack_layers
 
 IR_VERSION = 10  # onnxruntime >= 1.21 reads it; onnx 1.23 would otherwise write 14
 DEFAULT_OPSET = 17
@@ -175,6 +175,55 @@ def stock_model(
     return _model(graph, opset)
 
 
+def random_int8_layers(spec: LstmSpec, rng: np.random.Generator, *, per_channel: bool = False) -> list[Int8Layer]:
+    """int8 layers as quantize_dynamic writes them from random_layers' weights: symmetric levels in
+    [-127, 127], one scale per direction (or per output row) that maps the largest weight to 127."""
+    out = []
+    for lw in random_layers(spec, rng):
+        parts = []
+        for w in (lw.W, lw.R):
+            top = np.abs(w).max(axis=2 if per_channel else (1, 2), keepdims=True)
+            scale = (top / 127).astype(np.float32)
+            parts += [np.clip(np.round(w / scale), -127, 127).astype(np.int8),
+                      np.broadcast_to(scale.reshape(scale.shape[0], -1), w.shape[:2]).astype(np.float32)]
+        out.append(Int8Layer(W=parts[0], W_scale=parts[1], R=parts[2], R_scale=parts[3], B=lw.B, P=lw.P))
+    return out
+
+
+def dynamic_quantize_model(spec: LstmSpec, layers: list[Int8Layer], *, uint8_zero_point: int | None = None,
+                           per_channel: bool = False, **stock_kw) -> onnx.ModelProto:
+    """``stock_model``'s stack with each LSTM as onnxruntime's com.microsoft.DynamicQuantizeLSTM on
+    the given int8 weights: W [D, I, 4H] and R [D, H, 4H] int8 (zero point 0), or uint8 levels
+    shifted by ``uint8_zero_point``; scales and zero points per direction, or per output channel."""
+    model = stock_model(spec, [layer.dequantized() for layer in layers], **stock_kw)
+    graph, D, H = model.graph, spec.num_directions, spec.hidden_size
+    inits = {i.name: i for i in graph.initializer}
+    lstms = [n for n in graph.node if n.op_type == "LSTM"]
+    for node, layer in zip(lstms, layers):
+        ins = list(node.input) + [""] * (8 - len(node.input))
+        for k, (levels, scale) in enumerate(((layer.W, layer.W_scale), (layer.R, layer.R_scale))):
+            name = ins[1 + k]
+            weights = levels.transpose(0, 2, 1)
+            zp = np.zeros(D, np.int8)
+            if uint8_zero_point is not None:
+                weights = (weights.astype(np.int16) + uint8_zero_point).astype(np.uint8)
+                zp = np.full(D, uint8_zero_point, np.uint8)
+            scales = scale if per_channel else scale[:, 0]
+            zps = np.broadcast_to(zp[:, None], scale.shape).copy() if per_channel else zp
+            graph.initializer.remove(inits[name])
+            graph.initializer.extend([numpy_helper.from_array(weights, name + "_quantized"),
+                                      numpy_helper.from_array(np.ascontiguousarray(scales), name + "_scale"),
+                                      numpy_helper.from_array(zps, name + "_zero_point")])
+            ins[1 + k] = name + "_quantized"
+        ins += [ins[1].replace("_quantized", "_scale"), ins[1].replace("_quantized", "_zero_point"),
+                ins[2].replace("_quantized", "_scale"), ins[2].replace("_quantized", "_zero_point")]
+        node.op_type, node.domain = "DynamicQuantizeLSTM", "com.microsoft"
+        del node.input[:]
+        node.input.extend(ins)
+    model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    return model
+
+
 def fused_node(spec: LstmSpec, inputs: list[str], outputs: list[str], name: str = "fused_lstm",
                ranks: Ranks = NO_RANKS) -> onnx.NodeProto:
     while inputs and inputs[-1] == "":
@@ -197,10 +246,10 @@ def fused_model(
     opset: int = DEFAULT_OPSET,
 ) -> onnx.ModelProto:
     """The same network as ``stock_model``, as one FusedLSTM node; layers that carry factors
-    (LayerWeights.W_factors / R_factors) give it factored weights."""
-    packed = pack_layers(layers, dtype)
+    (LayerWeights.W_factors / R_factors) give it factored weights, Int8Layer layers int8 weights."""
+    packed = pack_int8_layers(layers) if isinstance(layers[0], Int8Layer) else pack_layers(layers, dtype)
     inits = [numpy_helper.from_array(packed.W, "W_packed")]
-    ins = ["X", "W_packed", "", "", "", "", "", ""]
+    ins = ["X", "W_packed", "", "", "", "", "", "", ""]
     if packed.B is not None:
         inits.append(numpy_helper.from_array(packed.B, "B_packed"))
         ins[2] = "B_packed"
@@ -214,6 +263,9 @@ def fused_model(
     if packed.factors is not None:
         inits.append(numpy_helper.from_array(packed.factors, "factors_packed"))
         ins[7] = "factors_packed"
+    if packed.scales is not None:
+        inits.append(numpy_helper.from_array(packed.scales, "W_scale_packed"))
+        ins[8] = "W_scale_packed"
     wanted = [name if name in outputs else "" for name in ("Y", "Y_h", "Y_c")]
     while wanted and wanted[-1] == "":
         wanted.pop()

@@ -29,12 +29,12 @@ from pathlib import Path
 import onnx
 
 from lstm_ort import __version__, progress
-from lstm_ort.ops.identity import DEFAULT_PRECISION, OPTIMIZE_PRECISION, PRECISIONS, require_choice
+from lstm_ort.ops.identity import DEFAULT_PRECISION, INT8, OPTIMIZE_PRECISION, PRECISIONS, require_choice
 from lstm_ort.rewriter import Report
 from lstm_ort.rewriter.driver import rewrite, skeleton, write, written_size
 from lstm_ort.runtime import native
 from lstm_ort.runtime.model_io import EXTERNAL_DATA_THRESHOLD, ModelError, StagedModel, load_model, read_model
-from lstm_ort.runtime.nodes import NodeShape, fused_nodes, node_precision, node_ranks, node_shapes
+from lstm_ort.runtime.nodes import NodeShape, fused_nodes, int8_node_names, node_precision, node_ranks, node_shapes
 from lstm_ort.runtime.output_files import OutputRefused, output_target, run_command
 from lstm_ort.serving.cli import add_batch_parser, cmd_batch
 from lstm_ort.runtime.tuned_cache import cache_key, load_cache, record, tuned_entries
@@ -90,7 +90,7 @@ def cmd_optimize(args) -> int:
 
     tolerance = default_tolerance(proto, args.precision or OPTIMIZE_PRECISION)
     tolerance = Tolerance(tolerance.atol if args.atol is None else args.atol,
-                          tolerance.rtol if args.rtol is None else args.rtol)
+                          tolerance.rtol if args.rtol is None else args.rtol, tolerance.of_max)
     feeds = None
     if args.check:
         import numpy as np
@@ -113,7 +113,7 @@ def cmd_optimize(args) -> int:
     except Exception as e:  # a bug of ours: say so plainly, and write nothing
         return out.fail(EXIT_INPUT, f"{src}: internal error while rewriting ({type(e).__name__}: {e}); nothing written")
     out.doc["strategies"] = strategy_entries(skeleton(rewritten), args.seq_len, args.batch)
-    if args.low_rank is not None:
+    if args.low_rank is not None or args.int8:
         return _optimize_low_rank(out, args, proto, rewritten, dst, tolerance, feeds)
     if args.sequence_lens_input:
         return _optimize_ragged(out, args, proto, rewritten, dst, tolerance, feeds)
@@ -136,11 +136,12 @@ def cmd_optimize(args) -> int:
         if args.check and any(f.rewritten for f in report.findings):
             if args.carry:
                 code = _check(out, tolerance, args, "checking against stock onnxruntime", lambda: chained_parity(
-                    original, staged.path, feeds, args.carry, args.calls, tolerance))
+                    original, staged.path, feeds, args.carry, args.calls, tolerance,
+                    stock_threads=_stock_threads(report)))
             else:
                 code = _check(out, tolerance, args, "checking against stock onnxruntime", lambda: parity(
                     original, staged.path, feeds, tolerance, consume=True,
-                    twin_optimized=layout1 and not report.all_rewritten))
+                    twin_optimized=layout1 and not report.all_rewritten, stock_threads=_stock_threads(report)))
             if code is not None:
                 return code
         try:
@@ -172,12 +173,12 @@ def _check(out: Outcome, tolerance, args, step: str, run, *, note: str = "") -> 
     if not passed:
         hint = ("; in float16, unbounded or discontinuous activations magnify each rounding, and stock and "
                 "FusedLSTM round at different points: --atol/--rtol set the tolerance"
-                if tolerance.rtol >= FLOAT16_TOLERANCE.rtol else "")
+                if tolerance.rtol >= FLOAT16_TOLERANCE.rtol and not tolerance.of_max else "")
         return out.fail(EXIT_PARITY, f"--check: max-abs {result.max_abs:.3g} against {result.compared_with}, "
                                      f"beyond the tolerance {tolerance}; nothing written{hint}")
     out.lines.append(f"--check: max-abs {result.max_abs:.3g} against {result.compared_with} "
-                     f"(tolerance {tolerance}){', before factoring' if note else ''}"
-                     f"{_cpu_check_note(args.precision or OPTIMIZE_PRECISION)}")
+                     f"(tolerance {tolerance}){', before ' + ('quantizing' if args.int8 else 'factoring') if note else ''}"
+                     f"{_cpu_check_note(args.precision or OPTIMIZE_PRECISION, out.report)}")
     return None
 
 
@@ -216,16 +217,19 @@ def _optimize_ragged(out: Outcome, args, original: onnx.ModelProto, rewritten, d
 
 
 def _optimize_low_rank(out: Outcome, args, original: onnx.ModelProto, rewritten, dst: Path, tolerance, feeds) -> int:
-    """--low-rank: the optimized model is built in memory, --check holds it (unfactored) to stock
-    onnxruntime as usual, then its weights are factored and the error this costs is measured
-    against it (rewriter/low_rank.py); --max-error refuses to write beyond a bound."""
+    """--low-rank and --precision int8: the optimized model is built in memory, --check holds it
+    (unfactored, float) to stock onnxruntime as usual, then its weights are factored
+    (rewriter/low_rank.py) or quantized (rewriter/int8_weights.py) and the error this costs is
+    measured against it; --max-error refuses to write beyond a bound."""
     from lstm_ort.low_rank_error import CalibrationError, ErrorNotMeasured
     from lstm_ort.rewriter import sequence_lens
     from lstm_ort.rewriter.driver import serialize
+    from lstm_ort.rewriter.int8_weights import quantize_and_measure
     from lstm_ort.rewriter.low_rank import ErrorBoundExceeded, LowRank, LowRankError, factor_and_measure
     from lstm_ort.serving.parity import ragged_parity
     from lstm_ort.verify import chained_parity, clean_message, parity
 
+    unchanged, change = ("float", "quantizing") if args.int8 else ("unfactored", "factoring")
     report = out.report
     try:
         optimized = serialize(rewritten)
@@ -238,19 +242,23 @@ def _optimize_low_rank(out: Outcome, args, original: onnx.ModelProto, rewritten,
         if args.sequence_lens_input:
             run = functools.partial(ragged_parity, original, optimized, feeds, tolerance)
         elif args.carry:
-            run = functools.partial(chained_parity, original, optimized, feeds, args.carry, args.calls, tolerance)
+            run = functools.partial(chained_parity, original, optimized, feeds, args.carry, args.calls, tolerance,
+                                    stock_threads=_stock_threads(report))
         else:
-            run = functools.partial(parity, original, optimized, feeds, tolerance)
-        code = _check(out, tolerance, args, "checking the unfactored model against stock onnxruntime", run,
-                      note="the unfactored optimized model")
+            run = functools.partial(parity, original, optimized, feeds, tolerance, stock_threads=_stock_threads(report))
+        code = _check(out, tolerance, args, f"checking the {unchanged} model against stock onnxruntime", run,
+                      note=f"the {unchanged} optimized model")
         if code is not None:
             return code
-    option = LowRank(rank=args.low_rank, target=args.low_rank_target) if args.low_rank > 0 else \
-        LowRank(energy=args.low_rank_energy, target=args.low_rank_target)
+    measured = {"calibration": args.calibration, "shapes": args.shape, "max_error": args.max_error}
     try:
-        with progress.step("factoring the weights and measuring the error"):
-            factored = factor_and_measure(optimized, option, report, calibration=args.calibration, shapes=args.shape,
-                                          max_error=args.max_error)
+        with progress.step(f"{change} the weights and measuring the error"):
+            if args.int8:
+                factored = quantize_and_measure(optimized, report, **measured)
+            else:
+                option = LowRank(rank=args.low_rank, target=args.low_rank_target) if args.low_rank > 0 else \
+                    LowRank(energy=args.low_rank_energy, target=args.low_rank_target)
+                factored = factor_and_measure(optimized, option, report, **measured)
     except LowRankError as e:
         return out.fail(EXIT_USAGE, f"--low-rank: {e}; nothing written")
     except CalibrationError as e:
@@ -258,16 +266,24 @@ def _optimize_low_rank(out: Outcome, args, original: onnx.ModelProto, rewritten,
     except (ErrorBoundExceeded, ErrorNotMeasured) as e:
         return out.fail(EXIT_PARITY, f"{e}; nothing written")
     except Exception as e:  # a session that fails on these inputs, or a bug of ours: never a traceback
-        return out.fail(EXIT_INPUT, f"measuring the low-rank error failed ({type(e).__name__}: {clean_message(e)}); "
-                                    f"nothing written")
+        return out.fail(EXIT_INPUT, f"measuring the {'int8' if args.int8 else 'low-rank'} error failed "
+                                    f"({type(e).__name__}: {clean_message(e)}); nothing written")
     out.doc["strategies"] = strategy_entries(factored, args.seq_len, args.batch)
     return _commit(out, factored, dst)
 
 
-def _cpu_check_note(precision: str) -> str:
+def _stock_threads(report: Report) -> int | None:
+    """Stock's threads for --check: one where int8 nodes were made from DynamicQuantizeLSTM
+    (whose result on more threads quantizes h per slice of the batch: verify.STOCK_THREADS_INT8)."""
+    from lstm_ort.verify import STOCK_THREADS_INT8
+
+    return STOCK_THREADS_INT8 if any(f.precision == INT8 for f in report.findings if f.rewritten) else None
+
+
+def _cpu_check_note(precision: str, report: Report) -> str:
     """--check runs on the CPU kernel, which computes every precision mode in fp32: say so where a
     reduced mode was asked for, lest the small difference be read as that mode's on the GPU."""
-    if precision == DEFAULT_PRECISION:
+    if precision == DEFAULT_PRECISION or all(f.precision == INT8 for f in report.findings if f.rewritten):
         return ""
     return f"; on the CPU kernel, which computes {precision} nodes in fp32"
 
@@ -305,8 +321,13 @@ def strategy_entries(model: onnx.ModelProto, T: int | None, B: int | None) -> li
         cache = {}
         print(f"lstm-ort: {e}", file=sys.stderr)
     entries, gpu = [], None
+    int8 = int8_node_names(model)
     for node, shape in node_shapes(model):
         attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+        if node.name in int8:  # no CUDA kernel: onnxruntime runs it on the CPU kernel
+            entries.append({"node": node.name or "<unnamed>", "shape": None, "strategy": INT8, "forced": False,
+                            "int8": True, "precision": INT8, "tuned": []})
+            continue
         if node_ranks(node).any:  # factored weights run one CUDA path of their own
             entries.append({"node": node.name or "<unnamed>", "shape": shape.key if shape else None,
                             "strategy": "factored", "forced": False, "factored": True, "precision": "fp32",
@@ -331,6 +352,10 @@ def strategy_entries(model: onnx.ModelProto, T: int | None, B: int | None) -> li
 def format_strategies(entries: list[dict]) -> list[str]:
     lines = []
     for e in entries:
+        if e.get("int8"):
+            lines.append(f"  {e['node']}: int8 weights (DynamicQuantizeLSTM's arithmetic): the CPU kernel, also in "
+                         f"CUDA sessions; strategies, tuning and precision modes do not apply")
+            continue
         if e.get("factored"):
             lines.append(f"  {e['node']} [{e['shape'] or 'sizes unknown'}]: factored weights (--low-rank): the "
                          f"low-rank CUDA path, fp32; strategies, tuning and precision modes do not apply")
@@ -561,10 +586,13 @@ def parser() -> argparse.ArgumentParser:
         q.add_argument("--freeze-inputs", action="store_true",
                        help="pack LSTM weights that are initializers and graph inputs too (by default such LSTMs "
                             "are left, as a caller may feed other weights); they stop being inputs")
-        q.add_argument("--precision", choices=PRECISIONS, default=None,
+        q.add_argument("--precision", choices=(*PRECISIONS, INT8), default=None,
                        help="the precision mode the FusedLSTM nodes made run in, written as their precision "
                             "attribute (docs/ops.md, 'Precision modes'); default: auto, FP32 accuracy except at "
-                            "the large shapes where stock's own TF32 default would be faster (bound 2e-3)")
+                            "the large shapes where stock's own TF32 default would be faster (bound 2e-3). int8 "
+                            "(optimize): float32 weights become int8 per output channel, with DynamicQuantizeLSTM's "
+                            "arithmetic (docs/ops.md, 'int8 weights'), and the error this costs is measured as for "
+                            "--low-rank (--calibration, --max-error)")
         q.add_argument("--seq-len", type=int, help="with --batch: report the CUDA plan for calls of this T")
         q.add_argument("--batch", type=int, help="with --seq-len: report the CUDA plan for calls of this B")
     t = sub.add_parser("tune", help="measure the CUDA strategies for a model's FusedLSTM nodes on this GPU and "
@@ -600,13 +628,21 @@ def _main(argv) -> int:
                 p.error("--calls must be >= 1")
             args.shape, args.carry = dict(args.shape), dict(args.carry)
             low_rank = args.low_rank is not None or args.low_rank_energy is not None
-            for flag, given in (("--low-rank-target", args.low_rank_target), ("--calibration", args.calibration),
-                                ("--max-error", args.max_error)):
-                if given is not None and not low_rank:
-                    p.error(f"{flag} goes with --low-rank or --low-rank-energy")
+            if low_rank and args.precision == INT8:
+                p.error("--precision int8 and --low-rank: choose one (int8 weights cannot be factored)")
+            for flag, given, allowed in (("--low-rank-target", args.low_rank_target, low_rank),
+                                         ("--calibration", args.calibration, low_rank or args.precision == INT8),
+                                         ("--max-error", args.max_error, low_rank or args.precision == INT8)):
+                if given is not None and not allowed:
+                    p.error(f"{flag} goes with --low-rank, --low-rank-energy" +
+                            (" or --precision int8" if flag != "--low-rank-target" else ""))
             args.low_rank_target = args.low_rank_target or "both"
             if args.low_rank_energy is not None:
                 args.low_rank = 0  # 0: by energy (cmd_optimize reads args.low_rank is not None as "factor")
+        if args.command in ("optimize", "check"):
+            # int8 is a pass after the rewrite, which writes its default precision on the nodes it makes.
+            args.int8 = args.precision == INT8
+            args.precision = None if args.int8 else args.precision
     except SystemExit as e:  # --help, --version, usage errors: argparse has printed why
         return e.code if isinstance(e.code, int) else EXIT_USAGE
     if args.command == "tune":

@@ -1,6 +1,6 @@
-"""What a low-rank factoring costs (`optimize --low-rank`): the factored optimized model against
-the unfactored one on the same inputs, CPU, through our kernels; for the model's outputs, and for
-each FusedLSTM node alone (its outputs when both versions get the inputs it had in the unfactored
+"""What a low-rank factoring costs (`optimize --low-rank`), and int8 weights (`optimize --precision
+int8`): the changed optimized model against the unchanged one on the same inputs, CPU, through our
+kernels; for the model's outputs, and for each changed FusedLSTM node alone (its outputs when both versions get the inputs it had in the unfactored
 model's run, so a node's figure is its own error, not what the nodes before it added).
 
 Inputs: a calibration file (.npz, arrays by input name, each with a leading sample axis; inputs
@@ -200,7 +200,7 @@ def _node_model(model: onnx.ModelProto, node: onnx.NodeProto, consts: dict, runt
             inputs.append(helper.make_tensor_value_info(name, runtime[name], None))
         elif name in consts:
             inits.append(consts[name])
-    elem = consts[ins[1]].data_type
+    elem = runtime.get(ins[0], consts[ins[1]].data_type)  # X's type (W may be int8)
     outs = ["node_Y", "node_Y_h", "node_Y_c"]
     single = helper.make_node(OP_TYPE, ins, outs, name=node.name, domain=DOMAIN)
     single.attribute.extend(node.attribute)
@@ -239,9 +239,14 @@ def _random_node_feed(node: onnx.NodeProto, consts: dict, seed: int) -> dict[str
     return {node.input[0]: np.random.default_rng(seed).standard_normal(shape).astype(dtype)}
 
 
+def is_factored(node: onnx.NodeProto, constants: dict) -> bool:
+    return any(a.name.startswith("rank_") for a in node.attribute)
+
+
 def measure(unfactored: onnx.ModelProto, factored: onnx.ModelProto,
-            samples: list[dict[str, np.ndarray]]) -> tuple[list[ErrorFigure], list[ErrorFigure]]:
-    """(per model output, per FusedLSTM node) errors of `factored` against `unfactored`."""
+            samples: list[dict[str, np.ndarray]], changed=is_factored) -> tuple[list[ErrorFigure], list[ErrorFigure]]:
+    """(per model output, per FusedLSTM node) errors of `factored` against `unfactored`; a node is
+    measured where `changed(node of factored, its constants)` says the pass changed it."""
     consts = {"unfactored": _constants(unfactored), "factored": _constants(factored)}
     nodes = list(zip(_fused(unfactored), _fused(factored)))
     # The unfactored model shows the call inputs of its main-graph nodes as extra outputs.
@@ -272,8 +277,8 @@ def measure(unfactored: onnx.ModelProto, factored: onnx.ModelProto,
 
     per_node = []
     for k, ((node, main), (twin, _)) in enumerate(nodes):
-        if not any(a.name.startswith("rank_") for a in twin.attribute):
-            continue  # kept whole: the same node
+        if not changed(twin, consts["factored"]):
+            continue  # kept as it was: the same node
         error = _Error()
         runtime = _runtime_inputs(node, consts["unfactored"])
         if main:

@@ -42,6 +42,10 @@ class Entry:
     shapes: dict[str, list[int]] = field(default_factory=dict)  # `--shape` for `optimize --check`
     carry: dict[str, str] = field(default_factory=dict)  # streaming: output -> the input of the next call
     large: bool = False  # production-size weights: the slow part of the corpus
+    # Stock's intra-op threads for parity: 1 for DynamicQuantizeLSTM, whose result on more threads
+    # quantizes h per slice of the batch (docs/ops.md, "int8 weights"); None: its default.
+    stock_threads: int | None = None
+    argmax_axis: int | None = None  # class scores: the axis whose argmax must agree with stock
 
 
 # ---- third-party models, from PyPI wheels ----
@@ -81,6 +85,7 @@ def from_wheel(requirement: str, member: str) -> Callable[[], onnx.ModelProto]:
 
 SILERO = "silero-vad==6.2.3"
 G2P_ID = "g2p-id-py==0.4.2"
+TASHKEEL = "text2tashkeel==0.1.0"
 
 
 def silero_feeds(samples: int, sr: int | None, state: str | None = "state"):
@@ -108,6 +113,13 @@ def g2p_decoder_feeds(rng):
     return {"input_2": rng.standard_normal((4, 1, 32)).astype(np.float32),
             "input_3": rng.standard_normal((4, 256)).astype(np.float32),
             "input_4": rng.standard_normal((4, 256)).astype(np.float32)}
+
+
+def tashkeel_feeds(batch: int, length: int):
+    """Character ids below the model's 236-entry vocabulary, [batch, length]."""
+    def feeds(rng):
+        return {"input": rng.integers(0, 236, (batch, length)).astype(np.int64)}
+    return feeds
 
 
 # ---- torch exports at production sizes ----
@@ -173,6 +185,32 @@ TORCH_CONFIGS = [
     TorchLstm(512, 512, 4, False, True, False),
     TorchLstm(517, 1024, 1, True, True, False),
     TorchLstm(1024, 1024, 2, False, False, True),
+]
+
+
+def torch_quantized(cfg: TorchLstm, exporter: str = "torchscript") -> Callable[[], onnx.ModelProto]:
+    """The torch export through onnxruntime's quantize_dynamic: every LSTM a DynamicQuantizeLSTM
+    with int8 weights, one scale per direction, the exporter's glue and zero states kept."""
+    def build() -> onnx.ModelProto:
+        import tempfile
+
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+
+        model = torch_export(cfg, exporter)()
+        with tempfile.TemporaryDirectory() as tmp:
+            out = Path(tmp) / "quantized.onnx"
+            quantize_dynamic(model, out, weight_type=QuantType.QInt8)
+            quantized = onnx.load(str(out))
+        quantized.ir_version = min(quantized.ir_version, IR_VERSION)
+        return quantized
+    return build
+
+
+# Odd sizes: H not a multiple of the kernels' 8-unit panels, I not of the int8 groups of 4.
+TORCH_QUANTIZED_CONFIGS = [
+    TorchLstm(131, 203, 2, False, False, False),
+    TorchLstm(97, 255, 2, True, True, False),
+    TorchLstm(64, 129, 1, True, False, True),
 ]
 
 
@@ -351,4 +389,14 @@ ENTRIES: list[Entry] = [
                                              ("scan", 3, "iofc", "matmul"))],
     Entry("tf2onnx Keras LSTM with Transpose glue", keras_transpose_glue, _keras_feeds, lstms=1, fused=1,
           shapes={"x": [2, 6, 40], "h": [2, 256], "c": [2, 256]}, carry={"h_out": "h", "c_out": "c"}),
+    # int8: onnxruntime's DynamicQuantizeLSTM. The model's own quantized classifier after the LSTMs
+    # steps a level wherever an LSTM output moves across a rounding boundary: tol is of the largest
+    # output, and the class each position gets must agree with stock's.
+    Entry("text2tashkeel rawi_v2 (int8 DynamicQuantizeLSTM x2, bidirectional)",
+          from_wheel(TASHKEEL, "text2tashkeel/models/rawi_v2.int8.onnx"), tashkeel_feeds(4, 60), lstms=2, fused=1,
+          tol=5e-2, shapes={"input": [4, 60]}, stock_threads=1, argmax_axis=-1),
+    *[Entry(f"torch quantize_dynamic I{c.input_size} H{c.hidden_size} L{c.num_layers}{' bi' if c.bidirectional else ''}"
+            f"{' batch_first' if c.batch_first else ''}{' states' if c.initial_states else ''}",
+            torch_quantized(c), c.feeds, lstms=c.num_layers, fused=1, tol=5e-2, stock_threads=1)
+      for c in TORCH_QUANTIZED_CONFIGS],
 ]

@@ -1,11 +1,12 @@
-// FusedLSTM's CPU kernel, as the custom-op wrapper sees it.
+// FusedLSTM's CPU kernel, as the custom-op wrapper sees it: float weights run CpuLstm<T>, int8
+// weights CpuLstmInt8 (cpu/int8/lstm_int8.h).
 #pragma once
 
 #include "cpu/lstm_cpu.h"
 
 namespace lstm_ort {
 
-template <typename T>
+template <typename T, typename Lstm = CpuLstm<T>>
 struct CpuOpKernel {
   static constexpr ONNXTensorElementDataType kType = std::is_same_v<T, float>
                                                          ? ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT
@@ -22,7 +23,7 @@ struct CpuOpKernel {
 
  private:
   Attributes attrs_;
-  CpuLstm<T> lstm_;
+  Lstm lstm_;
 };
 
 }  // namespace lstm_ort

@@ -25,8 +25,10 @@
 #include "cpu/kernel_report.h"
 #include "cpu/kernel_tuner.h"
 #include "cpu/kernels.h"
-#include "cpu/stock_stack.h"
 #include "attribute_parsing.h"
+#include "cpu/constant_input.h"
+#include "cpu/pool.h"
+#include "cpu/stock_stack.h"
 #include "cpu_kernel_names.h"
 #include "lstm_ort/cell.h"
 
@@ -35,20 +37,15 @@ namespace {
 
 using cpu::kPanel;
 using cpu::kUnits;
+using Buffer = AlignedBuffer<float>;
 
 inline float ToFloat(float v) { return v; }
 inline float ToFloat(Ort::Float16_t v) { return v.ToFloat(); }
 template <typename T>
 inline T FromFloat(float v) { return T(v); }
 
-int64_t EnvInt(const char* name, int64_t fallback) {
-  const char* v = std::getenv(name);
-  return v && *v ? std::strtoll(v, nullptr, 10) : fallback;
-}
-
 // Developer knobs, read once per process (LSTM_ORT_CPU_*; see docs/cpu.md).
 struct Knobs {
-  int64_t threads = EnvInt("LSTM_ORT_CPU_THREADS", 0);              // threads to plan for; 0: the cores
   int64_t split_min = EnvInt("LSTM_ORT_CPU_SPLIT_MIN", 400000);      // step flops to split units over threads
   int64_t parallel_min = EnvInt("LSTM_ORT_CPU_PARALLEL_MIN", 400000);  // flops worth another thread
   bool verbose = EnvInt("LSTM_ORT_CPU_VERBOSE", 0) != 0;
@@ -62,69 +59,6 @@ struct Knobs {
 const Knobs& GetKnobs() {
   static const Knobs k;
   return k;
-}
-
-// 64-byte aligned float buffer that only grows.
-class Buffer {
- public:
-  Buffer() = default;
-  Buffer(const Buffer&) = delete;
-  Buffer& operator=(const Buffer&) = delete;
-  ~Buffer() { std::free(data_); }
-  float* Reserve(size_t n) {
-    if (n > cap_) {
-      std::free(data_);
-      data_ = nullptr;
-      cap_ = 0;
-      const size_t bytes = ((n * sizeof(float) + 63) / 64) * 64;
-      data_ = static_cast<float*>(std::aligned_alloc(64, bytes));
-      if (!data_) throw std::bad_alloc();
-      cap_ = n;
-    }
-    return data_;
-  }
-  float* data() const { return data_; }
-
- private:
-  float* data_ = nullptr;
-  size_t cap_ = 0;
-};
-
-void SpinPause(int& n) {
-#if defined(__x86_64__) || defined(__i386__)
-  if (++n < 2000) {
-    _mm_pause();
-    return;
-  }
-#else
-  ++n;
-#endif
-  sched_yield();
-}
-
-// Runs fn(0..n-1) on the session's intra-op pool (inline when n == 1). fn must not throw.
-template <typename Fn>
-void Parallel(OrtKernelContext* ctx, int64_t n, Fn& fn) {
-  if (n <= 1) {
-    if (n == 1) fn(0);
-    return;
-  }
-  void (*tramp)(void*, size_t) = [](void* u, size_t i) { (*static_cast<Fn*>(u))(static_cast<int64_t>(i)); };
-  Ort::ThrowOnError(Ort::GetApi().KernelContext_ParallelFor(ctx, tramp, static_cast<size_t>(n), 0, &fn));
-}
-
-// Threads to plan for: the cores. The pool runs as many of the tasks at once as it has threads
-// (with intra_op_num_threads=1 it has none and runs them in turn on the caller); every split below
-// is correct, and nearly as fast, when fewer run at once. (A probe of the pool's size at the first
-// call proved unreliable on a loaded machine: a sleeping worker may take milliseconds to start.)
-// Once per process: glibc's hardware_concurrency reads /sys on every call.
-int PlanThreads() {
-  static const int threads = [] {
-    const int64_t forced = GetKnobs().threads;
-    if (forced > 0) return static_cast<int>(forced);
-    return static_cast<int>(std::min(64u, std::max(1u, std::thread::hardware_concurrency())));
-  }();
-  return threads;
 }
 
 // ---- packed weights ----
@@ -261,19 +195,8 @@ void Pack(Packed& pk, const Dims& d, const Ranks& ranks, const S* w, const S* b,
 // `found` (if given) tells a constant with no elements, whose data may be null, from no constant.
 const void* ConstantInput(const OrtKernelInfo* info, size_t index, size_t* count, bool* fp16, bool* found = nullptr) {
   if (found) *found = false;
-  size_t n_inputs = 0;
-  if (OrtStatus* st = Ort::GetApi().KernelInfo_GetInputCount(info, &n_inputs)) {
-    Ort::GetApi().ReleaseStatus(st);
-    return nullptr;
-  }
-  if (index >= n_inputs) return nullptr;
-  int is_constant = 0;
-  const OrtValue* value = nullptr;
-  if (OrtStatus* st = Ort::GetApi().KernelInfoGetConstantInput_tensor(info, index, &is_constant, &value)) {
-    Ort::GetApi().ReleaseStatus(st);
-    return nullptr;
-  }
-  if (!is_constant || !value) return nullptr;
+  const OrtValue* value = ConstantValue(info, index);
+  if (!value) return nullptr;
   Ort::ConstValue v(value);
   auto info_shape = v.GetTensorTypeAndShapeInfo();
   *count = info_shape.GetElementCount();
@@ -393,12 +316,6 @@ void ProjectParallel(OrtKernelContext* ctx, const cpu::KernelTable& K, const cpu
   };
   Parallel(ctx, workers, fn);
 }
-
-struct alignas(64) GroupSync {
-  std::atomic<int64_t> next{0};
-  char pad[56];
-  std::atomic<int64_t> done{0};
-};
 
 }  // namespace
 

@@ -8,7 +8,7 @@ DOMAIN = "lstm_ort"
 OP_TYPE = "FusedLSTM"
 OPSET_VERSION = 1
 
-INPUTS = ("X", "W", "B", "sequence_lens", "initial_h", "initial_c", "P", "factors")
+INPUTS = ("X", "W", "B", "sequence_lens", "initial_h", "initial_c", "P", "factors", "W_scale")
 OUTPUTS = ("Y", "Y_h", "Y_c")
 
 # Values of the `strategy` attribute, in the order of the C++ enum lstm_ort::Strategy.
@@ -42,3 +42,8 @@ def require_choice(what: str, value, choices: tuple[str, ...]) -> str:
 
 # The element types the kernels are registered for: ONNX type -> the name reports use.
 ELEMENT_TYPES = {TensorProto.FLOAT: "float32", TensorProto.FLOAT16: "float16"}
+
+# int8 weights (docs/ops.md, "int8 weights"): W of this type, with W_scale, runs onnxruntime's
+# DynamicQuantizeLSTM semantics on float32 X; what reports show as such a node's precision.
+INT8_WEIGHT_TYPE = TensorProto.INT8
+INT8 = "int8"

@@ -153,6 +153,7 @@ class PackedWeights:
     P: np.ndarray | None
     factors: np.ndarray | None = None  # with ranks that name factored parts
     ranks: Ranks = NO_RANKS
+    scales: np.ndarray | None = None  # W_scale, with int8 W
 
 
 def layer_ranks(layers: list[LayerWeights]) -> Ranks:
@@ -239,9 +240,9 @@ def write_factored_layer(out: np.ndarray, factors_out: np.ndarray, layer: LayerW
             f_at += r * 4 * H
 
 
-def pack_layers(layers: list[LayerWeights], dtype=np.float32) -> PackedWeights:
+def pack_layers(layers: list[LayerWeights], dtype=np.float32, weight_dtype=None) -> PackedWeights:
     """Pack a stack of layers; B and P are None when no layer has them, factors None (and ranks
-    NO_RANKS) when no layer carries factors."""
+    NO_RANKS) when no layer carries factors. W is of `weight_dtype` where given (int8 weights)."""
     if not layers:
         raise ValueError("pack_layers needs at least one layer")
     D, H = layers[0].num_directions, layers[0].hidden_size
@@ -252,7 +253,7 @@ def pack_layers(layers: list[LayerWeights], dtype=np.float32) -> PackedWeights:
             raise ValueError(f"layer {k}: input size {layer.input_size} is not D*H = {D * H}")
     L = len(layers)
     ranks = layer_ranks(layers)
-    W = np.empty(sum(weight_block_sizes(layers)), dtype)
+    W = np.empty(sum(weight_block_sizes(layers)), weight_dtype or dtype)
     B = np.empty(L * D * 4 * H, dtype) if any(layer.B is not None for layer in layers) else None
     P = np.empty(L * D * 3 * H, dtype) if any(layer.P is not None for layer in layers) else None
     I = layers[0].input_size
@@ -315,3 +316,64 @@ def unpack_layers(packed: PackedWeights, L: int, D: int, I: int, H: int) -> list
         layers.append(LayerWeights(W=stack(Ws), R=stack(Rs), B=stack(Bs), P=stack(Ps),
                                    W_factors=some(found["input"]), R_factors=some(found["recurrent"])))
     return layers
+
+
+# ---- int8 weights (docs/ops.md, "int8 weights") ----
+# W of type int8 in the layout above (its zero point 0), and W_scale float32: per (layer,
+# direction), the input rows' 4H scales then the recurrent rows' 4H, in W's column order (4j + g).
+
+@dataclass
+class Int8Layer:
+    """One layer's int8 weights in ONNX terms: W [D, 4H, I] and R [D, 4H, H] int8 (zero point 0),
+    their scales [D, 4H] per output row (a per-tensor scale repeated), B and P float32."""
+
+    W: np.ndarray
+    R: np.ndarray
+    W_scale: np.ndarray
+    R_scale: np.ndarray
+    B: np.ndarray | None = None
+    P: np.ndarray | None = None
+
+    def dequantized(self) -> LayerWeights:
+        """The float layer these weights stand for (each row times its scale)."""
+        return LayerWeights(W=self.W.astype(np.float32) * self.W_scale[:, :, None],
+                            R=self.R.astype(np.float32) * self.R_scale[:, :, None], B=self.B, P=self.P)
+
+
+def weight_scale_count(L: int, D: int, H: int) -> int:
+    return L * D * 2 * 4 * H
+
+
+def write_scales(out: np.ndarray, W_scale: np.ndarray, R_scale: np.ndarray, D: int, H: int) -> None:
+    """One layer's W_scale (all its directions) into `out`: per direction, W's then R's, in W's column order."""
+    for d in range(D):
+        for part, scale in enumerate((W_scale, R_scale)):
+            at = (2 * d + part) * 4 * H
+            out[at:at + 4 * H] = np.asarray(scale[d], np.float32).reshape(4, H).T.reshape(-1)
+
+
+def pack_int8_layers(layers: list[Int8Layer]) -> PackedWeights:
+    """Pack a stack of int8 layers: W int8, B and P float32 (None where no layer has them), the
+    scales in `scales`."""
+    packed = pack_layers([LayerWeights(W=layer.W, R=layer.R, B=layer.B, P=layer.P) for layer in layers], np.float32,
+                         weight_dtype=np.int8)
+    D, H = layers[0].W.shape[0], layers[0].R.shape[2]
+    packed.scales = np.empty(weight_scale_count(len(layers), D, H), np.float32)
+    for k, layer in enumerate(layers):
+        write_scales(packed.scales[k * D * 8 * H:(k + 1) * D * 8 * H], layer.W_scale, layer.R_scale, D, H)
+    return packed
+
+
+def unpack_int8_layers(packed: PackedWeights, L: int, D: int, I: int, H: int) -> list[Int8Layer]:
+    """The int8 layers a packed int8 W (with its scales, B and P) holds."""
+    if packed.scales is None or packed.scales.size != weight_scale_count(L, D, H):
+        raise ValueError(f"W_scale has {0 if packed.scales is None else packed.scales.size} elements, not "
+                         f"{weight_scale_count(L, D, H)} for L={L} D={D} H={H}")
+    floats = unpack_layers(PackedWeights(packed.W.astype(np.float32), packed.B, packed.P), L, D, I, H)
+    out = []
+    for k, layer in enumerate(floats):
+        block = packed.scales[k * D * 8 * H:(k + 1) * D * 8 * H].reshape(D, 2, 4 * H)
+        scales = [_block_gates(block[:, part], H).astype(np.float32) for part in range(2)]
+        out.append(Int8Layer(W=layer.W.astype(np.int8), R=layer.R.astype(np.int8), W_scale=scales[0],
+                             R_scale=scales[1], B=layer.B, P=layer.P))
+    return out

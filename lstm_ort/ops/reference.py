@@ -11,6 +11,10 @@ lets tests check the contract, and optimized models run, without the op library.
 
 The ``precision`` attribute is checked (an unknown mode is an error, as in the kernels) and
 otherwise ignored: float64 arithmetic is within every mode's bound (docs/ops.md, "Precision modes").
+
+A node with int8 ``W`` (docs/ops.md, "int8 weights") runs its quantized semantics instead, in
+float32 as the kernel and onnxruntime's DynamicQuantizeLSTM compute it: the activations' levels
+and the integer products are exact, so only the float arithmetic around them differs.
 """
 
 from __future__ import annotations
@@ -19,7 +23,8 @@ import numpy as np
 from onnx.reference.op_run import OpRun
 
 from lstm_ort.ops.identity import DOMAIN, PRECISIONS, require_choice
-from lstm_ort.ops.packing import NO_RANKS, PackedWeights, Ranks, input_size_from_weight_count, unpack_layers
+from lstm_ort.ops.packing import (NO_RANKS, PackedWeights, Ranks, input_size_from_weight_count, unpack_int8_layers,
+                                  unpack_layers)
 
 # name -> (function of x, alpha, beta; takes alpha; takes beta; default alpha; default beta)
 _ACTIVATIONS = {
@@ -58,10 +63,10 @@ def _text(value) -> str:
 class FusedLSTM(OpRun):
     op_domain = DOMAIN
 
-    def _run(self, X, W, B=None, sequence_lens=None, initial_h=None, initial_c=None, P=None, factors=None, *,
-             hidden_size=None, num_layers=1, direction="forward", layout=0, clip=None, input_forget=0,
-             activations=None, activation_alpha=None, activation_beta=None, strategy=None, tuned=None,
-             rank_input=None, rank_recurrent=None, precision=None):
+    def _run(self, X, W, B=None, sequence_lens=None, initial_h=None, initial_c=None, P=None, factors=None,
+             W_scale=None, *, hidden_size=None, num_layers=1, direction="forward", layout=0, clip=None,
+             input_forget=0, activations=None, activation_alpha=None, activation_beta=None, strategy=None,
+             tuned=None, rank_input=None, rank_recurrent=None, precision=None):
         if precision is not None:
             require_choice("attribute precision", _text(precision), PRECISIONS)
         H, L = int(hidden_size), int(num_layers)
@@ -69,18 +74,28 @@ class FusedLSTM(OpRun):
         D = 2 if direction == "bidirectional" else 1
         x = X if layout == 0 else X.swapaxes(0, 1)  # [T, B, I]
         T, batch, I = x.shape
+        if (W.dtype == np.int8) != (W_scale is not None):
+            raise ValueError("W_scale goes with int8 W, and int8 W needs W_scale")
         ranks = Ranks(tuple(rank_input or ()), tuple(rank_recurrent or ())) if rank_input or rank_recurrent \
             else NO_RANKS
         n_factors = 0 if factors is None else factors.size
         if input_size_from_weight_count(W.size, L, D, H, ranks, n_factors) != I:
             raise ValueError(f"W has {W.size} elements (factors {n_factors}), which does not fit L={L} D={D} I={I} "
                              f"H={H}" + (f" and ranks {ranks}" if ranks.any else ""))
-        layers = unpack_layers(PackedWeights(W, B, P, factors if ranks.any else None, ranks), L, D, I, H)
         names = _text(activations).split(",") if activations else ["Sigmoid", "Tanh", "Tanh"] * D
         acts = resolve_activations(names, activation_alpha or [], activation_beta or [])
         lens = np.full(batch, T) if sequence_lens is None else np.asarray(sequence_lens)
         states = lambda s: None if s is None else (s if layout == 0 else s.swapaxes(0, 1))  # noqa: E731
         h0, c0 = states(initial_h), states(initial_c)
+        if W.dtype == np.int8:
+            if ranks.any:
+                raise ValueError("int8 weights cannot be factored")
+            layers = unpack_int8_layers(PackedWeights(W, B, P, scales=W_scale), L, D, I, H)
+            y, y_h, y_c = _int8_stack(x, layers, lens, h0, c0, acts, direction, clip, input_forget)
+            if layout == 1:
+                y, y_h, y_c = y.transpose(2, 0, 1, 3), y_h.swapaxes(0, 1), y_c.swapaxes(0, 1)
+            return y, y_h, y_c
+        layers = unpack_layers(PackedWeights(W, B, P, factors if ranks.any else None, ranks), L, D, I, H)
 
         layer_in = x.astype(np.float64)
         y = y_h = y_c = None
@@ -128,3 +143,74 @@ class FusedLSTM(OpRun):
         c = forget * c_prev + i * g(clipped(gc))
         o = f(clipped(go + po * c))
         return o * h(c), c
+
+
+# ---- int8 weights ----
+
+def activation_quantization(x: np.ndarray) -> tuple[np.float32, np.float32]:
+    """Scale and zero point of uint8 levels for all of x, its range widened to hold 0, as
+    onnxruntime quantizes DynamicQuantizeLSTM's activations."""
+    x = np.asarray(x, np.float32)
+    lo = np.float32(min(float(np.nanmin(x, initial=0.0)), 0.0))
+    hi = np.float32(max(float(np.nanmax(x, initial=0.0)), 0.0))
+    scale = np.float32(1) if hi == lo else np.float32((hi - lo) / np.float32(255))
+    return scale, np.round(np.clip(np.float32(0) - lo / scale, 0, 255))
+
+
+def activation_levels(x: np.ndarray, scale: np.float32, zero_point: np.float32) -> np.ndarray:
+    """x's uint8 levels minus the zero point (int64): round half to even of x / scale (divided, not
+    multiplied by the reciprocal), clamped to the levels; a NaN takes the lowest."""
+    levels = np.nan_to_num(np.round(np.asarray(x, np.float32) / scale), nan=-np.inf)
+    return np.clip(levels, -zero_point, 255 - zero_point).astype(np.int64)
+
+
+def _int8_product(x: np.ndarray, range_of: np.ndarray, weights: np.ndarray, scales: np.ndarray) -> np.ndarray:
+    """x [n, K] quantized with one scale for the values of `range_of`, times int8 weights [4H, K]
+    with per-row scales: float32."""
+    scale, zero_point = activation_quantization(range_of)
+    levels = activation_levels(x, scale, zero_point)
+    return (levels @ weights.T.astype(np.int64)).astype(np.float32) * (scale * scales.astype(np.float32))
+
+
+def _int8_stack(x, layers, lens, h0, c0, acts, direction, clip, input_forget):
+    """Y [T, D, B, H], Y_h and Y_c [L*D, B, H] (layout 0) of int8 layers, every batch entry of a step
+    together: h is quantized per step over the rows that ran the step before (every row at the
+    first step), as onnxruntime gives it."""
+    T, batch, _ = x.shape
+    D, H = layers[0].W.shape[0], layers[0].R.shape[2]
+    steps = int(lens.max(initial=0))
+    running = lambda s: np.flatnonzero(lens > s)  # noqa: E731
+    layer_in = x.astype(np.float32)
+    Y_h, Y_c = np.zeros((len(layers) * D, batch, H), np.float32), np.zeros((len(layers) * D, batch, H), np.float32)
+    y = None
+    for l, layer in enumerate(layers):
+        y = np.zeros((T, D, batch, H), np.float32)
+        flat = layer_in[:steps].reshape(steps * batch, layer_in.shape[2])
+        for d in range(D):
+            k = l * D + d
+            f, g, h_act = acts[3 * d:3 * d + 3]
+            bias = np.zeros(4 * H, np.float32) if layer.B is None else (layer.B[d][:4 * H] + layer.B[d][4 * H:])
+            gx = _int8_product(flat, flat, layer.W[d], layer.W_scale[d]).reshape(steps, batch, 4 * H) + bias
+            h = np.zeros((batch, H), np.float32) if h0 is None else h0[k].astype(np.float32)
+            c = np.zeros((batch, H), np.float32) if c0 is None else c0[k].astype(np.float32)
+            pi, po, pf = np.split(layer.P[d], 3) if layer.P is not None else (0, 0, 0)
+            clipped = (lambda v: np.clip(v, -clip, clip)) if clip is not None else (lambda v: v)
+            reverse = direction == "reverse" or d == 1
+            for s in range(steps):
+                rows = running(s)
+                t = lens[rows] - 1 - s if reverse else np.full(rows.size, s)
+                gates = gx[t, rows]
+                if s > 0 or h0 is not None:  # rows that ended before step s - 1 count as zeros
+                    gates = gates + _int8_product(h[rows], h[lens >= s], layer.R[d], layer.R_scale[d])
+                gi, go, gf, gc = np.split(gates, 4, axis=1)
+                c_prev = c[rows]
+                i = f(clipped(gi + pi * c_prev))
+                forget = 1 - i if input_forget else f(clipped(gf + pf * c_prev))
+                c_new = (forget * c_prev + i * g(clipped(gc))).astype(np.float32)
+                o = f(clipped(go + po * c_new))
+                h[rows], c[rows] = (o * h_act(c_new)).astype(np.float32), c_new
+                y[t, d, rows] = h[rows]
+            ended = lens > 0  # a sequence of length 0 ends in zero states
+            Y_h[k], Y_c[k] = np.where(ended[:, None], h, 0), np.where(ended[:, None], c, 0)
+        layer_in = y.transpose(0, 2, 1, 3).reshape(T, batch, D * H)
+    return y, Y_h, Y_c

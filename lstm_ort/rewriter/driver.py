@@ -17,10 +17,11 @@ import onnxscript.optimizer
 from onnx_ir.passes.common import NameFixPass
 
 from lstm_ort import progress
-from lstm_ort.ops.identity import DOMAIN, OPSET_VERSION, OPTIMIZE_PRECISION, PRECISIONS, require_choice
+from lstm_ort.ops.identity import DOMAIN, INT8, OPSET_VERSION, OPTIMIZE_PRECISION, PRECISIONS, require_choice
 from lstm_ort.rewriter import fold_weights, sequence_lens
-from lstm_ort.rewriter.graph_utils import RewriteContext, iter_graphs, model_names, rewrite_context
+from lstm_ort.rewriter.graph_utils import RewriteContext, const_tensor, iter_graphs, model_names, rewrite_context
 from lstm_ort.rewriter.lazy_weights import is_lazy, tensor_chunks
+from lstm_ort.rewriter.int8_weights import quantize_and_measure
 from lstm_ort.rewriter.low_rank import LowRank, factor_and_measure
 from lstm_ort.rewriter.report import Finding, Report
 from lstm_ort.rewriter.rule import Rule
@@ -59,12 +60,19 @@ def optimize(model_or_path, *, fold_constants: bool = True, rules: list[Rule] | 
     feed dicts; default seeded random inputs): ``report.low_rank`` holds every matrix's rank and the
     error figures; with ``max_error``, a max-abs error of the outputs beyond it raises
     ErrorBoundExceeded (rewriter/low_rank.py).
+    ``precision="int8"``: float32 weights become int8 per output channel (rewriter/int8_weights.py),
+    the error measured and bounded as for ``low_rank``; ``report.int8`` holds the figures.
     """
     report = report if report is not None else Report()
+    int8 = precision == INT8
+    if int8 and low_rank is not None:
+        raise ValueError("precision int8 and low_rank: choose one (int8 weights cannot be factored)")
     out = serialize(rewrite(model_or_path, fold_constants=fold_constants, rules=rules, report=report,
-                            freeze_inputs=freeze_inputs, precision=precision))
+                            freeze_inputs=freeze_inputs, precision=None if int8 else precision))
     if sequence_lens_input:
         sequence_lens.add_sequence_lens_input(out, report)
+    if int8:
+        out = quantize_and_measure(out, report, calibration=calibration, max_error=max_error)
     if low_rank is not None:
         option = low_rank if isinstance(low_rank, LowRank) else LowRank(rank=low_rank)
         out = factor_and_measure(out, option, report, calibration=calibration, max_error=max_error)
@@ -262,6 +270,10 @@ def _set_precision(by_node: dict[ir.Node, Finding], precision: str | None) -> No
     (none: OPTIMIZE_PRECISION), written as its attribute, and its finding says what it runs."""
     precision = precision or OPTIMIZE_PRECISION
     for node, finding in by_node.items():
+        w = const_tensor(node.inputs[1])
+        if w is not None and w.dtype == ir.DataType.INT8:  # int8 weights fix the arithmetic (docs/ops.md)
+            finding.precision = "int8"
+            continue
         node.attributes["precision"] = ir.AttrString("precision", precision)
         finding.precision = precision
 

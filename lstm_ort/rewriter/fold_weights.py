@@ -13,7 +13,7 @@ from __future__ import annotations
 import onnx_ir as ir
 import onnxscript.optimizer
 
-from lstm_ort.rewriter.graph_utils import iter_graphs
+from lstm_ort.rewriter.graph_utils import const_tensor, is_overridable, iter_graphs
 
 # LSTM inputs that must be constants for a rewrite: W, R, B, P.
 WEIGHT_INPUTS = (1, 2, 3, 7)
@@ -68,3 +68,14 @@ def why_not_constant(value: ir.Value) -> str:
             return f"computed by {producer.op_type} node {producer.name!r}, which constant folding cannot evaluate"
         pending.extend(inputs)
     return "not a constant"
+
+
+def why_not_packable(value: ir.Value, name: str) -> str:
+    """Why a weight input cannot be packed into a FusedLSTM node ("" when it can): a caller may feed
+    it, or it is not a constant after folding."""
+    if is_overridable(value):
+        return (f"weight {name} ({value.name}) is an initializer that is also a graph input: a caller may feed "
+                "another value, which packed weights would ignore (freeze such weights with --freeze-inputs)")
+    if const_tensor(value) is None:
+        return f"weight {name} ({value.name}) is not a constant after folding: {why_not_constant(value)}"
+    return ""

@@ -192,3 +192,14 @@ def iter_graphs(model: ir.Model):
     yield from walk(model.graph, "graph")
     for function in model.functions.values():
         yield from walk(function, f"function:{function.name}")
+
+
+def drop_if_unused(graph, value: ir.Value) -> None:
+    """A replaced constant, once nothing reads it: its initializer, or its Constant node."""
+    if value.uses() or value.is_graph_output() or value.is_graph_input():
+        return
+    if isinstance(graph, ir.Graph) and value.name in graph.initializers:
+        del graph.initializers[value.name]
+    producer = value.producer()
+    if producer is not None and producer.op_type == "Constant":
+        graph.remove(producer, safe=True)

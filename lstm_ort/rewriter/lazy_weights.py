@@ -12,19 +12,23 @@ from dataclasses import dataclass
 import numpy as np
 import onnx_ir as ir
 
-from lstm_ort.ops.packing import write_bias, write_peepholes, write_weight_rows
+from lstm_ort.ops.packing import write_bias, write_peepholes, write_scales, write_weight_rows
 
-_IR_TYPE = {np.dtype(np.float32): ir.DataType.FLOAT, np.dtype(np.float16): ir.DataType.FLOAT16}
+_IR_TYPE = {np.dtype(np.float32): ir.DataType.FLOAT, np.dtype(np.float16): ir.DataType.FLOAT16,
+            np.dtype(np.int8): ir.DataType.INT8}
 
 
 @dataclass
 class LayerSource:
-    """One ONNX LSTM layer's weights as they are in the model (read when packed)."""
+    """One ONNX LSTM layer's weights as they are in the model (read when packed). int8 weights
+    (W and R int8 in ONNX order, zero point 0) carry their scales [D, 4H] in ONNX gate order."""
 
     W: ir.TensorProtocol
     R: ir.TensorProtocol
     B: ir.TensorProtocol | None
     P: ir.TensorProtocol | None
+    W_scale: np.ndarray | None = None
+    R_scale: np.ndarray | None = None
 
     @property
     def D(self) -> int:
@@ -41,7 +45,7 @@ class LayerSource:
     def size(self, part: str) -> int:
         if part == "W":
             return self.D * (self.I + self.H) * 4 * self.H
-        return self.D * (4 if part == "B" else 3) * self.H
+        return self.D * {"B": 4, "P": 3, "S": 8}[part] * self.H
 
 
 class _WritesInto(ir.LazyTensor):
@@ -61,7 +65,7 @@ class _WritesInto(ir.LazyTensor):
 
 
 class LazyPacked(_WritesInto):
-    """One packed input (`part` W, B or P) of a FusedLSTM node holding `layers`."""
+    """One packed input (`part` W, B, P, or S for W_scale) of a FusedLSTM node holding `layers`."""
 
     def __init__(self, part: str, layers: list[LayerSource], dtype, name: str | None = None) -> None:
         self.part, self.layers = part, layers
@@ -88,6 +92,8 @@ class LazyPacked(_WritesInto):
             write_weight_rows(view, layer.R.numpy(), layer.I, layer.I, layer.H)
         elif self.part == "B":
             write_bias(view, None if layer.B is None else layer.B.numpy(), layer.D, layer.H)
+        elif self.part == "S":
+            write_scales(view, layer.W_scale, layer.R_scale, layer.D, layer.H)
         else:
             write_peepholes(view, None if layer.P is None else layer.P.numpy(), layer.D, layer.H)
 

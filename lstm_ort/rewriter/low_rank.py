@@ -15,10 +15,9 @@ import onnx
 import onnx_ir as ir
 
 from lstm_ort.ops.factoring import energy_rank, kept_energy, saves_work, singular_values, truncated_svd
-from lstm_ort.ops.packing import PARTS, PackedWeights, input_size_from_weight_count, pack_layers, unpack_layers
-from lstm_ort.rewriter.fused_node import is_fused
-from lstm_ort.rewriter.graph_utils import RewriteContext, add_constant, const_tensor, iter_graphs, model_names, \
-    rewrite_context
+from lstm_ort.ops.packing import PARTS, pack_layers
+from lstm_ort.rewriter.fused_node import change_fused_nodes, whole_layers
+from lstm_ort.rewriter.graph_utils import add_constant, drop_if_unused
 from lstm_ort.rewriter.report import LowRankMatrix, LowRankReport, Report
 
 TARGETS = {"input": ("input",), "recurrent": ("recurrent",), "both": PARTS}
@@ -68,12 +67,7 @@ def factorize(model: onnx.ModelProto, option: LowRank, report: Report | None = N
     weights are constants; `report.low_rank` lists every matrix. Raises LowRankError when a fixed
     rank exceeds the smaller side of every matrix it targets."""
     summary = LowRankReport(option.describe())
-    work = ir.serde.deserialize_model(model)
-    with rewrite_context(RewriteContext(names=model_names(work))):
-        for _, graph in iter_graphs(work):
-            for node in list(graph):
-                if is_fused(node):
-                    _factor_node(graph, node, option, summary)
+    out = change_fused_nodes(model, lambda graph, node: _factor_node(graph, node, option, summary))
     if option.rank is not None and summary.matrices and not summary.factored and all(
             m.rank == 0 and option.rank > min(m.shape) for m in summary.matrices):
         widest = max(min(m.shape) for m in summary.matrices)
@@ -81,8 +75,6 @@ def factorize(model: onnx.ModelProto, option: LowRank, report: Report | None = N
                            f"{widest} here): nothing to truncate")
     if report is not None:
         report.low_rank = summary
-    out = ir.serde.serialize_model(work)
-    out.ir_version = model.ir_version
     return out
 
 
@@ -95,42 +87,38 @@ def factor_and_measure(model: onnx.ModelProto, option: LowRank, report: Report, 
     from lstm_ort import low_rank_error  # runs sessions: the runtime's job, loaded only here
 
     factored = factorize(model, option, report)
-    summary = report.low_rank
-    summary.max_error = max_error
-    if not summary.factored:
-        summary.inputs = "nothing factored: the model is the unfactored one"
+    if not report.low_rank.factored:
+        report.low_rank.inputs = "nothing factored: the model is the unfactored one"
         return factored
-    samples, summary.inputs = low_rank_error.samples_for(model, calibration, shapes)
-    summary.outputs, summary.nodes = low_rank_error.measure(model, factored, samples)
-    worst = summary.output_max_abs
-    if max_error is not None and not worst <= max_error:  # NaN exceeds any bound
-        raise ErrorBoundExceeded(f"low-rank error: max-abs {worst:.3g} on the outputs exceeds --max-error "
-                                 f"{max_error:g}")
+    measure_against(model, factored, report.low_rank, "low-rank", calibration=calibration, shapes=shapes,
+                    max_error=max_error, changed=low_rank_error.is_factored)
     return factored
 
 
-def _attr(node: ir.Node, name: str, default=None):
-    a = node.attributes.get(name)
-    return default if a is None else a.value
+def measure_against(model: onnx.ModelProto, changed_model: onnx.ModelProto, summary, what: str, *, calibration,
+                    shapes, max_error: float | None, changed) -> None:
+    """Fills `summary` (a report.MeasuredError) with the error of `changed_model` against `model` on the
+    calibration samples or seeded random inputs, the nodes `changed(node, constants)` picks measured
+    alone; raises ErrorBoundExceeded when the max-abs error of the outputs exceeds `max_error`."""
+    from lstm_ort import low_rank_error  # runs sessions: the runtime's job, loaded only here
+
+    summary.max_error = max_error
+    samples, summary.inputs = low_rank_error.samples_for(model, calibration, shapes)
+    summary.outputs, summary.nodes = low_rank_error.measure(model, changed_model, samples, changed=changed)
+    worst = summary.output_max_abs
+    if max_error is not None and not worst <= max_error:  # NaN exceeds any bound
+        raise ErrorBoundExceeded(f"{what} error: max-abs {worst:.3g} on the outputs exceeds --max-error {max_error:g}")
 
 
 def _factor_node(graph, node: ir.Node, option: LowRank, summary: LowRankReport) -> None:
     name = node.name or "<unnamed>"
-    if _attr(node, "rank_input") is not None or _attr(node, "rank_recurrent") is not None:
-        summary.skipped.append(f"{name}: its weights are factored already")
+    found = whole_layers(node, {ir.DataType.FLOAT: "float32", ir.DataType.FLOAT16: "float16"})
+    if isinstance(found, str):
+        summary.skipped.append(f"{name}: {found}")
         return
-    w = const_tensor(node.inputs[1])
-    if w is None or w.dtype not in _NP:
-        summary.skipped.append(f"{name}: W is not a float32/float16 constant")
-        return
-    H, L = int(_attr(node, "hidden_size")), int(_attr(node, "num_layers", 1))
-    D = 2 if _attr(node, "direction", "forward") == "bidirectional" else 1
+    layers, w = found
     W = w.numpy().reshape(-1)
-    I = input_size_from_weight_count(W.size, L, D, H)
-    if I is None:
-        summary.skipped.append(f"{name}: W's size fits no input size")
-        return
-    layers = unpack_layers(PackedWeights(W, None, None), L, D, I, H)
+    D = layers[0].num_directions
     summary.elements_before += W.size
     for layer_index, layer in enumerate(layers):
         found = {part: [None] * D for part in PARTS}
@@ -153,10 +141,10 @@ def _factor_node(graph, node: ir.Node, option: LowRank, summary: LowRankReport) 
     node.replace_input_with(1, add_constant(graph, node, base + "_W_low_rank", packed.W))
     node.resize_inputs(8)
     node.replace_input_with(7, add_constant(graph, node, base + "_factors", packed.factors))
-    count = L * D
+    count = len(layers) * D
     node.attributes["rank_input"] = ir.AttrInt64s("rank_input", list(packed.ranks.input or (0,) * count))
     node.attributes["rank_recurrent"] = ir.AttrInt64s("rank_recurrent", list(packed.ranks.recurrent or (0,) * count))
-    _drop_if_unused(graph, old)
+    drop_if_unused(graph, old)
 
 
 def _factor_matrix(matrix: np.ndarray, option: LowRank):
@@ -174,14 +162,3 @@ def _factor_matrix(matrix: np.ndarray, option: LowRank):
         return entry, None
     entry.rank, entry.kept_energy, entry.elements = rank, kept_energy(s, rank), rank * (n + G)
     return entry, truncated_svd(matrix, rank)
-
-
-def _drop_if_unused(graph, value: ir.Value) -> None:
-    """The replaced W, once nothing reads it: its initializer, or its Constant node."""
-    if value.uses() or value.is_graph_output() or value.is_graph_input():
-        return
-    if isinstance(graph, ir.Graph) and value.name in graph.initializers:
-        del graph.initializers[value.name]
-    producer = value.producer()
-    if producer is not None and producer.op_type == "Constant":
-        graph.remove(producer, safe=True)

@@ -47,25 +47,41 @@ class ErrorFigure:
     inputs: str = ""  # nodes: "captured" (its inputs in the unfactored model's run) or why random
 
 
+@dataclass(kw_only=True)
+class MeasuredError:
+    """What a pass that changes weights (--low-rank, --precision int8) costs against the model
+    before it, on the same inputs (lstm_ort.low_rank_error)."""
+
+    inputs: str = ""  # what the error was measured on
+    outputs: list[ErrorFigure] = field(default_factory=list)
+    nodes: list[ErrorFigure] = field(default_factory=list)  # each changed node alone
+    max_error: float | None = None  # the bound asked for (max-abs over the outputs), if any
+
+    @property
+    def output_max_abs(self) -> float:
+        return max((o.max_abs for o in self.outputs), default=0.0)
+
+    def error_lines(self, what: str) -> list[str]:
+        if not (self.outputs or self.nodes):
+            return []
+        lines = [f"{what} ({self.inputs}):"]
+        lines += [f"  output {f.name}: max-abs {f.max_abs:.3g}, relative {f.relative:.3g}" for f in self.outputs]
+        lines += [f"  node {f.name}: max-abs {f.max_abs:.3g}, relative {f.relative:.3g} ({f.inputs} inputs)"
+                  for f in self.nodes]
+        return lines
+
+
 @dataclass
-class LowRankReport:
+class LowRankReport(MeasuredError):
     option: str  # "rank 64", "energy 0.99", and the target
     matrices: list[LowRankMatrix] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)  # FusedLSTM nodes not looked at, and why
     elements_before: int = 0  # W (and factors) elements of the nodes looked at
     elements_after: int = 0
-    inputs: str = ""  # what the error was measured on
-    outputs: list[ErrorFigure] = field(default_factory=list)
-    nodes: list[ErrorFigure] = field(default_factory=list)
-    max_error: float | None = None  # the bound asked for (max-abs over the outputs), if any
 
     @property
     def factored(self) -> int:
         return sum(1 for m in self.matrices if m.rank)
-
-    @property
-    def output_max_abs(self) -> float:
-        return max((o.max_abs for o in self.outputs), default=0.0)
 
     def table(self) -> list[str]:
         lines = [f"low-rank ({self.option}): {self.factored} of {len(self.matrices)} matrices factored, "
@@ -75,13 +91,32 @@ class LowRankReport:
                     else f"kept whole: {m.reason}")
             lines.append(f"  {m.node} layer {m.layer} dir {m.direction} {m.part} {m.shape}: {what}")
         lines += [f"  {name}: not factored: {why}" for name, why in (s.split(": ", 1) for s in self.skipped)]
-        if self.outputs or self.nodes:
-            lines.append(f"low-rank error against the unfactored optimized model ({self.inputs}):")
-            for f in self.outputs:
-                lines.append(f"  output {f.name}: max-abs {f.max_abs:.3g}, relative {f.relative:.3g}")
-            for f in self.nodes:
-                lines.append(f"  node {f.name}: max-abs {f.max_abs:.3g}, relative {f.relative:.3g} ({f.inputs} inputs)")
-        return lines
+        return lines + self.error_lines("low-rank error against the unfactored optimized model")
+
+
+@dataclass
+class Int8Node:
+    """One FusedLSTM node the int8 pass (optimize --precision int8) gave int8 weights."""
+
+    node: str
+    blocks: int  # layers x directions
+    bytes_before: int  # W, float32
+    bytes_after: int  # W int8 and W_scale
+    weight_error: float  # the largest ||w - levels x scale||_2 / ||w||_2 of its W[d] and R[d]
+
+
+@dataclass
+class Int8Report(MeasuredError):
+    quantized: list[Int8Node] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)  # FusedLSTM nodes left float, and why
+
+    def table(self) -> list[str]:
+        lines = [f"int8 weights (per output channel): {len(self.quantized)} FusedLSTM nodes, W "
+                 f"{sum(n.bytes_before for n in self.quantized)} -> {sum(n.bytes_after for n in self.quantized)} bytes"]
+        lines += [f"  {n.node}: {n.blocks} layer-directions, weights' relative error <= {n.weight_error:.3g}"
+                  for n in self.quantized]
+        lines += [f"  {name}: left float: {why}" for name, why in (s.split(": ", 1) for s in self.skipped)]
+        return lines + self.error_lines("int8 error against the float optimized model")
 
 
 @dataclass
@@ -95,6 +130,7 @@ class Report:
     findings: list[Finding] = field(default_factory=list)
     rules: dict[str, RuleCounts] = field(default_factory=dict)  # rule name -> its counts
     low_rank: LowRankReport | None = None  # optimize --low-rank: what was factored, and the error it costs
+    int8: Int8Report | None = None  # optimize --precision int8: what was quantized, and the error it costs
 
     def count(self, rule: str, refused: str = "") -> None:
         counts = self.rules.setdefault(rule, RuleCounts())
@@ -117,6 +153,8 @@ class Report:
                "rules": {name: asdict(c) for name, c in self.rules.items()}}
         if self.low_rank is not None:
             doc["low_rank"] = _finite(asdict(self.low_rank))
+        if self.int8 is not None:
+            doc["int8"] = _finite(asdict(self.int8))
         return json.dumps(doc, indent=2)
 
     def table(self) -> str:
@@ -137,6 +175,8 @@ class Report:
             lines.append(f"rule {name}: {c.hits} rewritten{refused}")
         if self.low_rank is not None:
             lines += self.low_rank.table()
+        if self.int8 is not None:
+            lines += self.int8.table()
         return "\n".join(lines)
 
 

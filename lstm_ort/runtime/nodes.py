@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 
-from lstm_ort.ops.identity import DEFAULT_PRECISION, DOMAIN, ELEMENT_TYPES, OP_TYPE
+from lstm_ort.ops.identity import DEFAULT_PRECISION, DOMAIN, ELEMENT_TYPES, INT8_WEIGHT_TYPE, OP_TYPE
 from lstm_ort.ops.packing import NO_RANKS, Ranks, input_size_from_weight_count
 from lstm_ort.runtime.model_io import iter_graphs
 
@@ -55,6 +55,13 @@ def _shape_of(node: onnx.NodeProto, inits: dict[str, onnx.TensorProto]) -> NodeS
         factors = int(np.prod(f.dims))
     I = input_size_from_weight_count(int(np.prod(w.dims)), L, D, H, ranks, factors)
     return NodeShape(L, D, I, H, ELEMENT_TYPES[w.data_type]) if I is not None else None
+
+
+def int8_node_names(model: onnx.ModelProto) -> set[str]:
+    """Names of the FusedLSTM nodes whose W is an int8 initializer (docs/ops.md, "int8 weights")."""
+    inits = {i.name: i for g in iter_graphs(model) for i in getattr(g, "initializer", [])}
+    return {n.name for n in fused_nodes(model) if len(n.input) > 1 and n.input[1] in inits
+            and inits[n.input[1]].data_type == INT8_WEIGHT_TYPE}
 
 
 def node_ranks(node: onnx.NodeProto) -> Ranks:

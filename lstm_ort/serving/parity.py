@@ -48,7 +48,7 @@ def ragged_parity(original: onnx.ModelProto, optimized: onnx.ModelProto, feeds: 
     lens_name = layout.sequence_lens
     own_lengths = lens_name in _graph_inputs(original)
     full = dict(feeds) if own_lengths else {**feeds, lens_name: np.full(B, T, np.int32)}
-    comparison = Comparison((tolerance or FLOAT32_TOLERANCE).rtol)
+    comparison = Comparison(tolerance or FLOAT32_TOLERANCE)
     stock, compared_with = stock_session(original)
     ours = optimized_session(optimized)
     names = output_names(stock, ours)

@@ -11,6 +11,11 @@
 // (input rows or recurrent rows) of block (l, d) with rank r > 0 is absent from W and stands in
 // `factors` as A [rows, r] then B [r, 4H] (row-major, B's columns as W's), its product the rows
 // it replaces. WeightLayout below places every part; Python mirrors it in lstm_ort/ops/packing.py.
+//
+// int8 weights (docs/ops.md, "int8 weights"): W of type int8 in the same layout, its zero point 0,
+// and `W_scale` float: per (l, d) the input rows' scales [4H] then the recurrent rows' [4H], in W's
+// column order. Activations are quantized per call (X) and per step (h) as onnxruntime's
+// DynamicQuantizeLSTM does; the kernel is custom_ops/cpu/int8/.
 #pragma once
 
 #include <cstddef>
@@ -25,7 +30,7 @@ constexpr const char* kOpName = "FusedLSTM";
 constexpr int kGates = 4;
 constexpr int kGateI = 0, kGateO = 1, kGateF = 2, kGateC = 3;
 
-enum Input : int { kX = 0, kW, kB, kSequenceLens, kInitialH, kInitialC, kP, kFactors, kNumInputs };
+enum Input : int { kX = 0, kW, kB, kSequenceLens, kInitialH, kInitialC, kP, kFactors, kWScale, kNumInputs };
 enum Output : int { kY = 0, kYH, kYC, kNumOutputs };
 
 enum class ActKind : int32_t {
@@ -122,6 +127,8 @@ struct Dims {
   }
   int64_t WeightCount() const { return WeightOffset(L, 0); }
   int64_t BiasCount() const { return L * D * kGates * H; }
+  // W_scale of int8 weights: per (l, d), 4H input-row scales then 4H recurrent-row scales.
+  int64_t WeightScaleCount() const { return L * D * 2 * kGates * H; }
   int64_t PeepholeCount() const { return L * D * 3 * H; }
 };
 

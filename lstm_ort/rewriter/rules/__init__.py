@@ -2,15 +2,17 @@
 beside it (``<rule>_test.py``); add a rule by writing a Rule subclass and listing it here."""
 
 from lstm_ort.rewriter.rules.cell_loop import CellLoop
+from lstm_ort.rewriter.rules.dynamic_quantize_lstm import DynamicQuantizeLstm
 from lstm_ort.rewriter.rules.single_lstm import SingleLstm
 from lstm_ort.rewriter.rules.stack_lstm import StackLstm
 from lstm_ort.rewriter.rules.unrolled_cell import UnrolledCell
 
 DEFAULT_RULES = [
     SingleLstm(),    # one ONNX LSTM node -> a one-layer FusedLSTM
+    DynamicQuantizeLstm(),  # onnxruntime's int8 DynamicQuantizeLSTM -> a one-layer FusedLSTM with int8 weights
     CellLoop(),      # a Scan/Loop over time whose body is one unrolled cell -> FusedLSTM over the sequence
     UnrolledCell(),  # an LSTM cell written out in MatMul/Split/Sigmoid/Tanh -> a one-step FusedLSTM
     StackLstm(),     # FusedLSTM layers joined by export glue -> one multi-layer FusedLSTM
 ]
 
-__all__ = ["DEFAULT_RULES", "CellLoop", "SingleLstm", "StackLstm", "UnrolledCell"]
+__all__ = ["DEFAULT_RULES", "CellLoop", "DynamicQuantizeLstm", "SingleLstm", "StackLstm", "UnrolledCell"]

@@ -12,10 +12,9 @@ from __future__ import annotations
 import onnx_ir as ir
 
 from lstm_ort.builders import spec_from_attributes
-from lstm_ort.rewriter.fold_weights import why_not_constant
+from lstm_ort.rewriter.fold_weights import why_not_packable
 from lstm_ort.rewriter.fused_node import insert_fused_node
-from lstm_ort.rewriter.graph_utils import (const_shape, const_tensor, default_opset, is_overridable, is_zeros,
-                                           replace_outputs)
+from lstm_ort.rewriter.graph_utils import const_shape, const_tensor, default_opset, is_zeros, replace_outputs
 from lstm_ort.rewriter.lazy_weights import LayerSource, LazyPacked
 from lstm_ort.rewriter.rule import OK, CheckResult, Rule
 from lstm_ort.rewriter.stock_probe import stock_refusal
@@ -105,13 +104,9 @@ class SingleLstm(Rule):
                 if i in (1, 2):
                     return CheckResult.fail(f"input {name} is missing")
                 continue
-            if is_overridable(value):
-                return CheckResult.fail(
-                    f"weight {name} ({value.name}) is an initializer that is also a graph input: a caller may feed "
-                    "another value, which packed weights would ignore (freeze such weights with --freeze-inputs)")
-            if const_tensor(value) is None:
-                return CheckResult.fail(f"weight {name} ({value.name}) is not a constant after folding: "
-                                        f"{why_not_constant(value)}")
+            refusal = why_not_packable(value, name)
+            if refusal:
+                return CheckResult.fail(refusal)
         refusal = stock_refusal(node, default_opset(node.graph) if node.graph is not None else None,
                                 _element_type(node))
         if refusal:

@@ -21,7 +21,7 @@ from lstm_ort.rewriter.graph_utils import add_constant, const_array, const_tenso
 from lstm_ort.rewriter.lazy_weights import merged
 from lstm_ort.rewriter.rule import OK, CheckResult, Rule
 
-_NP = {ir.DataType.FLOAT: "float32", ir.DataType.FLOAT16: "float16"}
+_NP = {ir.DataType.FLOAT: "float32", ir.DataType.FLOAT16: "float16", ir.DataType.INT8: "int8"}
 _SAME = ("hidden_size", "direction", "layout", "clip", "input_forget", "activations", "activation_alpha",
          "activation_beta")
 
@@ -181,7 +181,7 @@ class StackLstm(Rule):
     def check(self, chain: Chain) -> CheckResult:
         state_axis = _state_axis(chain.layers[0])
         for node in chain.layers:
-            for index, name in ((1, "W"), (2, "B"), (6, "P")):
+            for index, name in ((1, "W"), (2, "B"), (6, "P"), (8, "W_scale")):
                 value = node.inputs[index] if index < len(node.inputs) else None
                 if value is not None and const_tensor(value) is None:
                     return CheckResult.fail(f"{node.name or 'a layer'}: {name} is not a constant")
@@ -215,12 +215,14 @@ class StackLstm(Rule):
 
         attrs = dict(first.attributes)
         attrs["num_layers"] = ir.AttrInt64("num_layers", sum(counts))
-        dtype = _NP[const_tensor(first.inputs[1]).dtype]
+        w_dtype = _NP[const_tensor(first.inputs[1]).dtype]
+        dtype = "float32" if w_dtype == "int8" else w_dtype  # int8 weights: float32 B, P and scales
         fused = insert_fused_node(
             graph, first, name=base, attributes=attrs, x=first.inputs[0],
-            w=_cat(nodes, 1, 0, dtype), b=_cat(nodes, 2, 4 * H, dtype), p=_cat(nodes, 6, 3 * H, dtype),
+            w=_cat(nodes, 1, 0, w_dtype), b=_cat(nodes, 2, 4 * H, dtype), p=_cat(nodes, 6, 3 * H, dtype),
             seq_lens=first.inputs[3] if len(first.inputs) > 3 else None,
-            initial_h=state_input(4), initial_c=state_input(5))
+            initial_h=state_input(4), initial_c=state_input(5),
+            w_scale=_cat(nodes, 8, 8 * H, dtype) if w_dtype == "int8" else None)
 
         # Y: the last layer's. Y_h / Y_c: a whole-stack Concat reads the fused output; other uses a Slice.
         _move(last.outputs[0], fused.outputs[0])

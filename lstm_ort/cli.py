@@ -34,6 +34,7 @@ from lstm_ort.runtime import native
 from lstm_ort.runtime.model_io import EXTERNAL_DATA_THRESHOLD, ModelError, StagedModel, load_model, read_model
 from lstm_ort.runtime.nodes import NodeShape, fused_nodes, node_precision, node_ranks, node_shapes
 from lstm_ort.serving.cli import add_batch_parser, cmd_batch
+from lstm_ort.serving.streams_cli import add_streams_bench_parser, cmd_streams_bench
 from lstm_ort.serving.parity import ragged_parity
 from lstm_ort.runtime.tuned_cache import cache_key, load_cache, record, tuned_entries
 
@@ -115,7 +116,7 @@ def cmd_optimize(args) -> int:
     out.doc["strategies"] = strategy_entries(skeleton(rewritten), args.seq_len, args.batch)
     if args.low_rank is not None:
         return _optimize_low_rank(out, args, proto, rewritten, dst, tolerance, feeds if args.check else None)
-    if args.sequence_lens_input:
+    if args.sequence_lens_input or args.batchify:
         return _optimize_ragged(out, args, proto, rewritten, dst, tolerance)
     if args.check and (layout1 or (len(files) > 1 and proto.ByteSize() < (1 << 31) - 1)):
         # Layout-1 LSTMs become their layout-0 twins for stock; and onnxruntime reading external
@@ -176,10 +177,19 @@ def _optimize_ragged(out: Outcome, args, original: onnx.ModelProto, rewritten, d
 
     report = out.report
     optimized = serialize(rewritten)
-    sequence_lens.add_sequence_lens_input(optimized, report)
-    if args.check and any(f.rewritten for f in report.findings):
+    if args.batchify:
+        from lstm_ort.rewriter.batchify import BatchifyRefused, batchify
+        from lstm_ort.serving.streams_parity import batch_parity
+        try:
+            batchify(optimized, report, shapes=args.shape)
+        except BatchifyRefused as e:
+            return out.fail(EXIT_INPUT, f"--batchify refused: {e}; nothing written")
+    if args.sequence_lens_input:
+        sequence_lens.add_sequence_lens_input(optimized, report)
+    if args.check and (args.batchify or any(f.rewritten for f in report.findings)):
         with progress.step("checking each batch entry against stock onnxruntime run alone"):
-            err = ragged_parity(original, optimized)
+            err = ragged_parity(original, optimized) if args.sequence_lens_input else \
+                batch_parity(original, optimized, args.shape)
         passed = bool(err <= tolerance.atol)
         out.doc["check"] = {"passed": passed, "max_abs": _number(err), "tolerance": str(tolerance),
                             "compared_with": "stock onnxruntime, each entry run alone"}
@@ -526,6 +536,9 @@ def parser() -> argparse.ArgumentParser:
     o.add_argument("--calls", type=int, default=50, help="--check: chained calls with --carry (default 50)")
     o.add_argument("--sequence-lens-input", action="store_true",
                    help="add a sequence_lens input for exact ragged batches (lstm-ort batch; docs/serving.md)")
+    o.add_argument("--batchify", action="store_true",
+                   help="a model exported for batch 1: make its batch dimension symbolic where every op keeps the "
+                        "entries of a batch apart, else refuse naming the op (docs/streams.md)")
     lr = o.add_mutually_exclusive_group()
     lr.add_argument("--low-rank", type=_rank, metavar="R",
                     help="factor each layer's input and recurrent weights at rank R (truncated SVD; lossy: the "
@@ -566,6 +579,7 @@ def parser() -> argparse.ArgumentParser:
                    help="tune for this precision mode (winners are cached per precision); default: each node's own")
     t.add_argument("--json", action="store_true", help="also print the measurements as JSON")
     add_batch_parser(sub)
+    add_streams_bench_parser(sub)
     return p
 
 
@@ -580,6 +594,8 @@ def main(argv=None) -> int:
                 p.error("--calls must be >= 1")
             args.shape, args.carry = dict(args.shape), dict(args.carry)
             low_rank = args.low_rank is not None or args.low_rank_energy is not None
+            if args.batchify and low_rank:
+                p.error("--batchify does not go with --low-rank (batchify first, then factor the result)")
             for flag, given in (("--low-rank-target", args.low_rank_target), ("--calibration", args.calibration),
                                 ("--max-error", args.max_error)):
                 if given is not None and not low_rank:
@@ -593,6 +609,8 @@ def main(argv=None) -> int:
         return cmd_tune(args)
     if args.command == "batch":
         return cmd_batch(args)
+    if args.command == "streams-bench":
+        return cmd_streams_bench(args)
     progress.enable()
     try:
         return cmd_optimize(args) if args.command == "optimize" else cmd_check(args)

@@ -65,8 +65,8 @@ def test_input_without_batch_is_shared(rng):
 
 
 @pytest.mark.parametrize("nodes, inits, op, why", [
-    ([helper.make_node("ReduceMean", ["Y"], ["out"], axes=[2])], (), "ReduceMean", "reduces over the time or batch"),
-    ([helper.make_node("Softmax", ["Y"], ["out"], axis=2)], (), "Softmax", "normalizes along the time or batch"),
+    ([helper.make_node("ReduceMean", ["Y"], ["out"], axes=[2])], (), "ReduceMean", "reduces over the batch axis"),
+    ([helper.make_node("Softmax", ["Y"], ["out"], axis=2)], (), "Softmax", "normalizes along the batch axis"),
     ([helper.make_node("Transpose", ["Y"], ["bt"], perm=[2, 0, 1, 3]), helper.make_node("Reshape", ["bt", "fixed"], ["out"])],
      [("fixed", np.array([1, T * H], np.int64))], "Reshape", "the batch size is written into the model"),
     ([helper.make_node("Squeeze", ["Y", "ax1"], ["y3"]), helper.make_node("Reshape", ["y3", "flat"], ["out"])],

@@ -44,7 +44,7 @@ class Rewritten:
 def optimize(model_or_path, *, fold_constants: bool = True, rules: list[Rule] | None = None,
              report: Report | None = None, freeze_inputs: bool = False,
              sequence_lens_input: bool = False, precision: str | None = None, low_rank: LowRank | int | None = None,
-             calibration=None, max_error: float | None = None) -> onnx.ModelProto:
+             calibration=None, max_error: float | None = None, batchify: bool = False) -> onnx.ModelProto:
     """The model with every LSTM the rules can take replaced by FusedLSTM nodes.
 
     ``report`` (if given) is filled with one finding per LSTM or fused stack and each rule's counts.
@@ -59,10 +59,16 @@ def optimize(model_or_path, *, fold_constants: bool = True, rules: list[Rule] | 
     feed dicts; default seeded random inputs): ``report.low_rank`` holds every matrix's rank and the
     error figures; with ``max_error``, a max-abs error of the outputs beyond it raises
     ErrorBoundExceeded (rewriter/low_rank.py).
+    ``batchify``: a model exported for batch 1 gets a symbolic batch dimension, or BatchifyRefused
+    names the op that mixes the entries of a batch (rewriter/batchify.py).
     """
     report = report if report is not None else Report()
     out = serialize(rewrite(model_or_path, fold_constants=fold_constants, rules=rules, report=report,
                             freeze_inputs=freeze_inputs, precision=precision))
+    if batchify:
+        from lstm_ort.rewriter.batchify import batchify as make_batch_symbolic
+
+        make_batch_symbolic(out, report)
     if sequence_lens_input:
         sequence_lens.add_sequence_lens_input(out, report)
     if low_rank is not None:

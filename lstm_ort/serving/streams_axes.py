@@ -18,6 +18,7 @@ wrong, with the most inputs carrying the batch, is the layout.
 from __future__ import annotations
 
 import itertools
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -45,7 +46,8 @@ class BatchLayout:
     outputs: dict[str, int | None]  # model output -> batch axis (None: the same for every stream of a batch)
     rows: dict[str, int] = field(default_factory=dict)  # output -> one stream's extent on its batch axis
     reasons: list[str] = field(default_factory=list)  # why steps of several streams cannot share a call
-    fixes: list[tuple[onnx.NodeProto, int]] = field(default_factory=list)  # (Reshape to a fixed batch of 1, axis)
+    # --batchify: (Reshape node with a target written for batch 1, the batch's axis, -1 or 0 to put there)
+    fixes: list[tuple[onnx.NodeProto, int, int]] = field(default_factory=list)
 
     @property
     def batched(self) -> bool:
@@ -73,8 +75,10 @@ def batch_layout(model: onnx.ModelProto, feeds: dict[str, np.ndarray], carried=(
         choices.append(axes if name in carried else [None, *axes])
     names = list(feeds)
     hypotheses = sorted(itertools.product(*choices), key=lambda h: -sum(a is not None for a in h))
-    best = None
+    best = None  # the walk to report: valid, else the failing one with the most inputs carrying the batch
     for hypothesis in hypotheses[:_MAX_HYPOTHESES]:
+        if not any(a is not None for a in hypothesis):
+            continue  # nothing carries the batch: nothing to batch
         starts = {n: Axes(np.ndim(feeds[n]), None, a) for n, a in zip(names, hypothesis) if a is not None}
         walk = _BatchWalk(model, starts, values, fixed_batch)
         if not walk.reasons and not walk.mismatched:
@@ -82,10 +86,11 @@ def batch_layout(model: onnx.ModelProto, feeds: dict[str, np.ndarray], carried=(
             break
         if best is None or (best.mismatched and not walk.mismatched):
             best = walk
-    if best is None:  # no hypothesis at all: a carried input without an axis of size 1
+    if best is None:
         bad = [n for n, c in zip(names, choices) if not c]
-        return BatchLayout({n: None for n in names}, {}, reasons=[
-            f"carried input {n!r} has no axis of size 1 to carry the batch (shape {np.shape(feeds[n])})" for n in bad])
+        why = [f"carried input {n!r} has no axis of size 1 to carry the batch (shape {np.shape(feeds[n])})"
+               for n in bad] or ["no input has an axis of size 1 to carry the batch"]
+        return BatchLayout({n: None for n in names}, {}, reasons=why)
     layout = best.layout(names)
     if not fixed_batch:
         layout.reasons += _fixed_dims(model, layout)
@@ -125,7 +130,7 @@ class _BatchWalk(_Walk):
                  fixed_batch: bool):
         self.trace, self.fixed_batch, self.model = values, fixed_batch, model
         self.sized: dict[str, frozenset[int] | None] = {}  # value -> flat entries equal to B x (their value at 1)
-        self.fixes: list[tuple[onnx.NodeProto, int]] = []
+        self.fixes: list[tuple[onnx.NodeProto, int, int]] = []
         opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 13)
         self._setup(model.graph, opset, starts)
         self._walk_graph(model.graph)
@@ -133,6 +138,11 @@ class _BatchWalk(_Walk):
     @staticmethod
     def _graph_consts(graph):
         return {}, {}  # the trace has every value
+
+    def flag(self, node: onnx.NodeProto, why: str) -> None:
+        """ragged's reasons name "the time or batch axis"; here only the batch is followed."""
+        why = re.sub(r" \(e\.g\. [^)]*\)", "", why).replace("time or batch", "batch").replace("batch or time", "batch")
+        super().flag(node, why.replace("act per time step", "keep the entries of a batch apart"))
 
     def const(self, name: str) -> np.ndarray | None:
         if not name or name in self.values or name in self.sized:
@@ -341,8 +351,9 @@ class _BatchWalk(_Walk):
         target = [int(v) for v in np.ravel(self.trace[target_name])]
         dims = list(np.shape(self.trace[node.input[0]]))
         b = x.batch
-        if not allowzero and not entries and len(target) > b and all(t == 0 for t in target[: b + 1]):
-            return Axes(len(target), None, b)  # the leading axes up to the batch are kept
+        kept = self._keeps_leading_axes(node, target, dims, b, entries, allowzero)
+        if kept is not None:
+            return kept
         if int(np.prod(dims[:b])) != 1:
             self.flag(node, "reshapes a value whose batch entries are interleaved with another axis")
             return UNKNOWN
@@ -365,10 +376,10 @@ class _BatchWalk(_Walk):
             known = int(np.prod([v for _, v in (d for d in out if d is not None)]))
             out[free] = (not any(c for c, _ in (d for d in out if d is not None)), int(np.prod(dims)) // max(known, 1))
         carrying = [k for k, (c, _) in enumerate(out) if c]
-        if not carrying and self.fixed_batch:
+        if not carrying and self.fixed_batch and -1 not in target:
             axis = self._fixed_axis(out, dims[b])
             if axis is not None:
-                self.fixes.append((node, axis))
+                self.fixes.append((node, axis, -1))
                 return Axes(len(out), None, axis)
         if len(carrying) != 1:
             self.flag(node, f"reshapes to the fixed shape {target}: the batch size is written into the model"
@@ -379,6 +390,23 @@ class _BatchWalk(_Walk):
             self.flag(node, "reshapes the batch axis into the middle of another axis")
             return UNKNOWN
         return Axes(len(out), None, axis)
+
+    def _keeps_leading_axes(self, node, target, dims, b, entries, allowzero) -> Axes | None:
+        """A target that keeps every axis up to the batch's (copied by 0 or the same constant):
+        the batch stays where it is, whatever the axes before it hold."""
+        if allowzero and not (self.fixed_batch and 0 not in target):  # no 0 in it: allowzero changes nothing
+            return None
+        if len(target) <= b or len(dims) <= b:
+            return None
+        if not all(t == 0 or (t == dims[k] and k not in entries) for k, t in enumerate(target[:b])):
+            return None
+        t = target[b]
+        if (t == 0 and b not in entries and not allowzero) or (b in entries and t == dims[b]):
+            return Axes(len(target), None, b)
+        if self.fixed_batch and t == dims[b] and b not in entries:
+            self.fixes.append((node, b, 0))  # the export wrote the batch of 1: copy it instead
+            return Axes(len(target), None, b)
+        return None
 
     @staticmethod
     def _fixed_axis(out: list[tuple[bool, int]], rows: int) -> int | None:

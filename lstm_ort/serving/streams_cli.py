@@ -123,8 +123,11 @@ def chunk_pool(model, carry: dict[str, str], chunks: dict[str, list[int]], value
     for _ in range(count):
         feeds = {n: v for n, v in random_feeds(model, rng, dim=1, shapes=shapes).items() if n in shapes}
         for name, value in values.items():
-            dtype = feeds[name].dtype
-            feeds[name] = np.array(value if len(value) > 1 else value[0], dtype).reshape(shapes[name] or ())
+            shape = tuple(shapes[name])
+            if len(value) not in (1, int(np.prod(shape))):
+                raise ValueError(f"--value {name}: {len(value)} values for shape {list(shape)}")
+            feeds[name] = np.broadcast_to(np.array(value, feeds[name].dtype).reshape(-1 if len(value) > 1 else ()),
+                                          (int(np.prod(shape)),)).reshape(shape).copy()
         for name, v in feeds.items():
             if v.dtype.kind == "f":
                 feeds[name] = (0.1 * v).astype(v.dtype)  # audio-like scale

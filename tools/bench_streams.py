@@ -60,7 +60,7 @@ def main(argv=None) -> int:
     p.add_argument("--interval-ms", type=float)
     p.add_argument("--max-batch", type=int, default=256)
     p.add_argument("--max-wait-ms", type=float, default=2.0)
-    p.add_argument("--workers", type=int, default=1)
+    p.add_argument("--workers", type=int, default=2)
     p.add_argument("--providers", default=None)
     p.add_argument("--intra-op-threads", type=int, default=0)
     p.add_argument("--no-baseline", action="store_true")

@@ -114,12 +114,13 @@ class StreamBatcher:
     (not at all when every open stream has a step waiting). ``device_states``: keep the states in
     OrtValues on the session's device and gather/scatter them there (default: with CUDA).
     ``batch_convs``: run 1-D convolutions as one 2-D convolution over the batch (default: on CPU;
-    streams_convs.py). ``workers``: threads running calls (each call one batch).
+    streams_convs.py). ``workers``: threads running calls; idle ones share the waiting steps, so
+    one call's Python (stacking, splitting) overlaps another's run.
     """
 
     def __init__(self, model, carry: dict[str, str], providers=None, session_options: ort.SessionOptions | None = None,
                  max_batch: int = 256, max_wait_ms: float = 2.0, *, device_states: bool | None = None,
-                 batch_convs: bool | None = None, workers: int = 1):
+                 batch_convs: bool | None = None, workers: int = 2):
         if not isinstance(max_batch, int) or max_batch < 1:
             raise ValueError(f"max_batch must be an int >= 1, got {max_batch!r}")
         if max_wait_ms < 0:
@@ -131,6 +132,9 @@ class StreamBatcher:
         self._inputs = _tensor_types(self.model.graph.input, {i.name for i in self.model.graph.initializer})
         self._outputs = _tensor_types(self.model.graph.output, set())
         self._needed = [n for n in self._inputs if n not in self.carry.values()]
+        self._needed_dtypes = [self._inputs[n][0] for n in self._needed]
+        # feed shapes -> (indices of the inputs without a batch axis, their values' bytes -> group)
+        self._fast: dict[tuple, tuple[list[int], dict[tuple, _Group]]] = {}
         self._state_shapes = {inp: _state_shape(*self._inputs[inp]) for inp in self.carry.values()}
         providers = normalize_providers(providers)
         on_cuda = bool(providers) and any((p if isinstance(p, str) else p[0]) == CUDA for p in providers)
@@ -155,6 +159,7 @@ class StreamBatcher:
         self._layouts: dict[tuple, list[tuple[BatchLayout, dict[str, np.ndarray]]]] = {}
         self._analysis_lock = threading.Lock()
         self._waiting = 0  # steps in some group's ready queue
+        self._idle = 0  # workers looking for their next call
         self._later: list[_Step] = []  # steps settled under the lock whose Futures are set outside it
         self._stopping = False
         self._counters = Counters()
@@ -274,8 +279,12 @@ class StreamBatcher:
             st = self._streams.get(stream)
             if st is None:
                 raise StreamClosed(f"stream {stream!r} is not open")
-            feeds = self._check_feeds(feeds)
-            steps.append(_Step(st, feeds, self._group(feeds), now, done))
+            known = self._known_group(feeds)
+            if known is None:
+                feeds = self._check_feeds(feeds)
+                steps.append(_Step(st, feeds, self._group(feeds), now, done))
+            else:
+                steps.append(_Step(st, known[1], known[0], now, done))
         with self._lock:
             if self._stopping:
                 raise BatcherShutDown("the batcher is shut down")
@@ -316,6 +325,25 @@ class StreamBatcher:
         self.shutdown()
 
     # -- checking one step -------------------------------------------------------------------------
+    def _known_group(self, feeds) -> tuple[_Group, dict[str, np.ndarray]] | None:
+        """The fast path of a step like one seen before: same names, types and shapes, and (where
+        the inputs without a batch axis decide the group) the same values; None: check it fully."""
+        if type(feeds) is not dict or len(feeds) != len(self._needed):
+            return None
+        try:
+            values = [feeds[n] for n in self._needed]
+        except KeyError:
+            return None
+        for v, dtype in zip(values, self._needed_dtypes):
+            if type(v) is not np.ndarray or v.dtype != dtype:
+                return None
+        entry = self._fast.get(tuple(v.shape for v in values))
+        if entry is None:
+            return None
+        shared, groups = entry
+        group = groups.get(tuple(values[k].tobytes() for k in shared))
+        return None if group is None else (group, dict(zip(self._needed, values)))
+
     def _check_feeds(self, feeds) -> dict[str, np.ndarray]:
         if not isinstance(feeds, dict):
             raise StreamError(f"feeds: a dict of input name -> array, not {type(feeds).__name__}")
@@ -380,11 +408,14 @@ class StreamBatcher:
                     kind = self._analyze(feeds, signature)
                     self._layouts.setdefault(signature, []).append(kind)
         layout, shared = kind
-        key = (signature, *(feeds[n].tobytes() for n in shared))
-        group = self._groups.get(key)
+        values = tuple(feeds[n].tobytes() for n in shared)
+        group = self._groups.get((signature, *values))
         if group is None:
             with self._lock:
-                group = self._groups.setdefault(key, _Group(layout, {n: feeds[n] for n in shared}))
+                group = self._groups.setdefault((signature, *values), _Group(layout, {n: feeds[n] for n in shared}))
+        if len(self._layouts[signature]) == 1:  # one kind of step for these shapes: the fast path may take them
+            entry = self._fast.setdefault(signature, ([self._needed.index(n) for n in shared], {}))
+            entry[1][values] = group
         return group
 
     def _kind(self, feeds, signature) -> tuple[BatchLayout, dict[str, np.ndarray]] | None:
@@ -473,9 +504,11 @@ class StreamBatcher:
     def _next_batch(self) -> list[_Step] | None:
         """Called with the lock held: the next call's steps, waiting up to max_wait for company
         (an empty list: only steps of closed streams came up; None: shut down, nothing left)."""
+        self._idle += 1
         while not self._waiting and not self._stopping:
             self._wake.wait()
         if not self._waiting:
+            self._idle -= 1
             return None
         group = min((g for g in self._groups.values() if g.ready), key=lambda g: g.ready[0].submitted)
         limit = min(self.max_batch, group.limit or self.max_batch)
@@ -483,6 +516,9 @@ class StreamBatcher:
         while (len(group.ready) < limit and self._waiting < len(self._streams) and not self._stopping
                and (left := deadline - time.perf_counter()) > 0):
             self._wake.wait(left)
+        # Idle workers share what is waiting, so their calls overlap instead of one taking all.
+        limit = min(limit, -(-len(group.ready) // self._idle))
+        self._idle -= 1
         steps = []
         while group.ready and len(steps) < limit:
             step = group.ready.popleft()

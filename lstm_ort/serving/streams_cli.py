@@ -43,7 +43,7 @@ def add_streams_bench_parser(sub) -> None:
                    help="real time: each stream steps at most once per interval (default: as fast as it can)")
     s.add_argument("--max-batch", type=int, default=256)
     s.add_argument("--max-wait-ms", type=float, default=2.0)
-    s.add_argument("--workers", type=int, default=1, help="threads running calls")
+    s.add_argument("--workers", type=int, default=2, help="threads running calls (default 2)")
     s.add_argument("--providers", help="comma-separated: cuda,cpu (default: onnxruntime's)")
     s.add_argument("--intra-op-threads", type=int, default=0, help="onnxruntime intra-op threads (0: its default)")
     s.add_argument("--json", metavar="FILE", help="write the counters and settings as JSON")

@@ -15,7 +15,7 @@ import onnx
 import pytest
 
 from lstm_ort.builders import LstmSpec, fused_model, random_layers
-from lstm_ort.serving.streams import StreamBatcher
+from lstm_ort.serving.streams import StreamBatcher, StreamClosed, StreamError
 
 _spec = importlib.util.spec_from_file_location("streams_support", Path(__file__).parent / "streams_support.py")
 support = sys.modules.get("streams_support") or importlib.util.module_from_spec(_spec)
@@ -176,3 +176,46 @@ def test_model_as_path_bytes_or_proto(tmp_path, rng):
     for o in outs[1:]:
         for a, c in zip(o, outs[0]):
             np.testing.assert_array_equal(a, c)
+
+
+def test_step_batch_stacked(torch_hc, rng):
+    """step_batch: a tick's chunks already stacked on the batch axis, one call on the caller's thread;
+    the outputs stacked the same way, each row as that stream alone; mixes with step()."""
+    carry = {"hn": "h", "cn": "c"}
+    zero = {"h": np.zeros((2, 1, 64), np.float32), "c": np.zeros((2, 1, 64), np.float32)}
+    chunks = [[rng.standard_normal((3, 1, 40)).astype(np.float32) for _ in range(4)] for _ in range(5)]
+    want = [support.alone(torch_hc, carry, [{"x": x} for x in c], zero) for c in chunks]
+    with StreamBatcher(torch_hc, carry) as b:
+        ids = [b.open() for _ in chunks]
+        got = [[] for _ in chunks]
+        for r in range(4):
+            if r == 2:  # one round through the queue: the two paths share the states
+                outs = b.step_many([(i, {"x": c[r]}) for i, c in zip(ids, chunks)])
+            else:
+                y, hn, cn = b.step_batch(ids, {"x": np.concatenate([c[r] for c in chunks], axis=1)})
+                assert y.shape == (3, 5, 5) and hn.shape == (2, 5, 64)
+                outs = [[y[:, k:k + 1], hn[:, k:k + 1], cn[:, k:k + 1]] for k in range(5)]
+            for k, o in enumerate(outs):
+                got[k].append(o)
+        assert b.stats().steps == 20
+        with pytest.raises(StreamError, match="distinct"):
+            b.step_batch([ids[0], ids[0]], {"x": np.zeros((3, 2, 40), np.float32)})
+        with pytest.raises(StreamError, match="exactly the step inputs"):
+            b.step_batch(ids, {})
+        b.close(ids[0])
+        with pytest.raises(StreamClosed):
+            b.step_batch(ids, {"x": np.zeros((3, 5, 40), np.float32)})
+    assert support.worst_difference(got, want) <= TOL
+
+
+def test_step_batch_first_of_its_kind(torch_hc, rng):
+    """No step seen yet: the first stream's rows are analysed."""
+    carry = {"hn": "h", "cn": "c"}
+    x = rng.standard_normal((2, 3, 40)).astype(np.float32)
+    zero = {"h": np.zeros((2, 1, 64), np.float32), "c": np.zeros((2, 1, 64), np.float32)}
+    with StreamBatcher(torch_hc, carry) as b:
+        ids = [b.open() for _ in range(3)]
+        y = b.step_batch(ids, {"x": x})[0]
+    for k in range(3):
+        alone = support.alone(torch_hc, carry, [{"x": x[:, k:k + 1]}], zero)[0][0]
+        np.testing.assert_allclose(y[:, k:k + 1], alone, atol=TOL, rtol=0)

@@ -9,6 +9,9 @@ step (issue 39), on the same session options, the two interleaved and repeated (
   # GPU (H100): the ladder of streams at real time (32 ms a chunk), p50/p99 step latency
   python tools/bench_streams.py --corpus silero --providers cuda,cpu --interval-ms 32 \\
       --ladder 1,64,256,1024,4096,10000 --threads 16 --seconds 10 --no-baseline --json silero_gpu.json
+  # the same, each client round one step_batch of its streams' chunks stacked (a server's tick)
+  python tools/bench_streams.py --corpus silero --providers cuda,cpu --interval-ms 32 --stacked \\
+      --ladder 1,64,256,1024,4096,10000,16384 --threads 4 --seconds 10 --no-baseline
 
 Prints a table; --json FILE writes every measurement.
 """
@@ -64,6 +67,7 @@ def main(argv=None) -> int:
     p.add_argument("--providers", default=None)
     p.add_argument("--intra-op-threads", type=int, default=0)
     p.add_argument("--no-baseline", action="store_true")
+    p.add_argument("--stacked", action="store_true", help="clients call step_batch with their chunks stacked")
     p.add_argument("--no-batch-convs", action="store_true")
     p.add_argument("--json")
     args = p.parse_args(argv)
@@ -100,7 +104,7 @@ def main(argv=None) -> int:
             if not args.no_baseline:
                 base.append(run_baseline(session, carry, initial, pool, n, args.threads, args.seconds,
                                          args.warmup)["steps_per_s"])
-            r = run_streams(batcher, pool, n, args.threads, args.seconds, args.warmup, interval)
+            r = run_streams(batcher, pool, n, args.threads, args.seconds, args.warmup, interval, args.stacked)
             ours.append(r["steps_per_s"])
             lat.append(r["stats"])
             doc["runs"].append({"streams": n, "baseline_steps_per_s": base[-1] if base else None, **r})

@@ -30,7 +30,7 @@ import onnxruntime as ort
 from lstm_ort.runtime.model_io import load_model
 from lstm_ort.runtime.session import InferenceSession
 from lstm_ort.serving.batcher import normalize_providers
-from lstm_ort.serving.streams_axes import BatchLayout, batch_layout
+from lstm_ort.serving.streams_axes import BatchLayout, batch_layout, split_outputs
 from lstm_ort.serving.streams_convs import convs_as_2d
 from lstm_ort.serving.streams_state import HostSlots
 from lstm_ort.serving.streams_stats import Counters, StreamStats
@@ -226,6 +226,12 @@ class StreamBatcher:
                 raise StreamClosed(f"stream {stream!r} is not open")
             return self._states.read(st.slot)
 
+    def layout(self, feeds: dict[str, np.ndarray]) -> BatchLayout:
+        """The batch layout of steps with one stream's ``feeds`` (analysed once per kind): which
+        axis of each input and output carries the streams, as step_batch stacks them."""
+        feeds = self._check_feeds(feeds)
+        return self._group(feeds).layout
+
     @property
     def open_streams(self) -> int:
         return len(self._streams)
@@ -267,6 +273,106 @@ class StreamBatcher:
                 if isinstance(r, BaseException):
                     raise r
         return results
+
+    def step_batch(self, streams, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        """Steps of several streams already stacked: ``feeds`` as ``run(None, feeds)`` would take
+        them for ``len(streams)`` streams, each input's rows on its batch axis in the order of
+        ``streams`` (an input without a batch axis: one value for all). Returns the outputs as that
+        call returns them, stacked the same way. One call, run on the caller's thread (no waiting
+        for company, no per-step Python: for servers that gather a tick's chunks themselves); the
+        streams must be distinct, open and have no step in flight. A kind of step never seen
+        before is analysed from the first stream's rows."""
+        streams = [int(s) for s in streams]
+        if not streams or len(set(streams)) != len(streams):
+            raise StreamError("step_batch: streams must be distinct, at least one")
+        feeds = self._check_stacked(feeds)
+        layout = self._stacked_layout(feeds, len(streams))
+        if not layout.batched:
+            raise StreamError(f"step_batch: this kind of step runs one stream per call ({'; '.join(layout.reasons)}):"
+                              " use step_many")
+        started = time.perf_counter()
+        with self._lock:
+            sts = self._take(streams)
+        try:
+            outputs = self._call(layout, [st.slot for st in sts], feeds)
+        except Exception as e:
+            self._counters.record([started] * len(sts), started, time.perf_counter(), len(sts))
+            raise _step_error(e) from None
+        finally:
+            with self._lock:
+                self._release(sts)
+        self._counters.record([started] * len(sts), started, time.perf_counter())
+        return outputs
+
+    def _take(self, streams: list[int]) -> list[_Stream]:
+        """Called with the lock held: marks the streams as stepping (all or none)."""
+        if self._stopping:
+            raise BatcherShutDown("the batcher is shut down")
+        sts = []
+        for sid in streams:
+            st = self._streams.get(sid)
+            if st is None:
+                raise StreamClosed(f"stream {sid!r} is not open")
+            if st.active:
+                raise StreamError(f"stream {sid} has a step in flight: step_batch takes idle streams")
+            sts.append(st)
+        for st in sts:
+            st.active = True
+        return sts
+
+    def _release(self, sts: list[_Stream]) -> None:
+        """Called with the lock held: these streams' steps are done; their next ones may wait."""
+        for st in sts:
+            if st.closed:
+                st.active = False
+                self._states.free(st.slot)
+            elif st.pending:
+                nxt = st.pending.popleft()
+                nxt.group.ready.append(nxt)
+                self._waiting += 1
+            else:
+                st.active = False
+        self._wake.notify_all()
+
+    def _check_stacked(self, feeds) -> dict[str, np.ndarray]:
+        if not isinstance(feeds, dict) or set(feeds) != set(self._needed):
+            raise StreamError(f"step_batch: feeds must give exactly the step inputs {self._needed}")
+        out = {}
+        for name, dtype in zip(self._needed, self._needed_dtypes):
+            v = feeds[name] if type(feeds[name]) is np.ndarray else np.asarray(feeds[name])
+            if v.dtype != dtype:
+                raise StreamError(f"input {name!r} is {v.dtype}, the model takes {np.dtype(dtype)}")
+            out[name] = v
+        return out
+
+    def _stacked_layout(self, feeds: dict[str, np.ndarray], n: int) -> BatchLayout:
+        """The layout of a known kind of step these stacked feeds are n of; else the kind of the
+        first stream's rows (each input's first axis of size n taken for its batch axis)."""
+        for attempt in range(2):
+            for signature, kinds in list(self._layouts.items()):
+                for layout, shared in kinds:
+                    if self._stacked_match(signature, layout, shared, feeds, n):
+                        return layout
+            if attempt:
+                break
+            one = {}
+            for name, v in feeds.items():
+                axis = next((k for k, d in enumerate(v.shape) if d == n), None) if n > 1 else None
+                one[name] = v if axis is None else np.take(v, [0], axis=axis)
+            self._group(self._check_feeds(one))
+        raise StreamError("step_batch: cannot tell the batch axes of these stacked feeds (step one stream's feeds "
+                          "first, or give each input its rows on its batch axis)")
+
+    def _stacked_match(self, signature: tuple, layout: BatchLayout, shared: dict, feeds: dict, n: int) -> bool:
+        for name, shape in zip(self._needed, signature):
+            v = feeds[name]
+            axis = layout.inputs.get(name) if layout.batched else None
+            if axis is None:
+                if v.shape != shape or (name in shared and not np.array_equal(v, shared[name])):
+                    return False
+            elif v.shape != shape[:axis] + (n,) + shape[axis + 1:]:
+                return False
+        return True
 
     async def astep(self, stream: int, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         return await asyncio.wrap_future(self.submit(stream, feeds))
@@ -536,22 +642,30 @@ class StreamBatcher:
         return steps
 
     def _run(self, batch: list[_Step], group: _Group, slots: list[int], states) -> list:
-        if self._device is not None:
-            return self._device.run(batch, group, slots)
         layout, n = group.layout, len(batch)
-        feeds = dict(states)
+        feeds = {}
         for name in self._needed:
             axis = layout.inputs.get(name) if layout.batched else None
             if n == 1 or axis is None:
                 feeds[name] = batch[0].feeds[name]
             else:
                 feeds[name] = np.concatenate([s.feeds[name] for s in batch], axis=axis)
-        outputs = self.session.run(None, feeds)
+        return split_outputs(self._call(layout, slots, feeds, states), self.output_names, layout, n)
+
+    def _call(self, layout: BatchLayout, slots: list[int], feeds: dict[str, np.ndarray], states=None) -> list:
+        """One call of these streams (slots) on their stacked feeds; keeps their new states and
+        returns the outputs as the call gives them. ``states``: already gathered (host)."""
+        if self._device is not None:
+            return self._device.call(layout, slots, feeds)
+        if states is None:
+            with self._lock:
+                states = self._states.gather(slots, layout.inputs)
+        outputs = self.session.run(None, {**feeds, **states})
         new_states = {inp: outputs[self.output_names.index(out)] for out, inp in self.carry.items()}
-        self._check_states(new_states, n, layout)
+        self._check_states(new_states, len(slots), layout)
         with self._lock:
             self._states.scatter(slots, new_states, layout.inputs)
-        return split_outputs(outputs, self.output_names, layout, n)
+        return outputs
 
     def _check_states(self, new_states: dict[str, np.ndarray], n: int, layout: BatchLayout) -> None:
         shapes = self._states.shapes
@@ -586,22 +700,11 @@ class StreamBatcher:
             step.result = result
         self._counters.record([s.submitted for s in batch], started, finished, failed)
         with self._lock:
-            for step in batch:
-                st = step.stream
-                if st.closed:
-                    st.active = False
-                    self._states.free(st.slot)
-                elif st.pending:
-                    nxt = st.pending.popleft()
-                    nxt.group.ready.append(nxt)
-                    self._waiting += 1
-                else:
-                    st.active = False
+            self._release([step.stream for step in batch])
             futures = [q for q in batch if not isinstance(q.done, _Ticket)]
             for step in batch:
                 if isinstance(step.done, _Ticket):
                     step.done(step)
-            self._wake.notify_all()
         for step in futures:  # outside the lock: a Future runs its callbacks
             step.done(step)
 
@@ -611,26 +714,6 @@ def _settle(future: Future, result) -> None:
         future.set_exception(result)
     else:
         future.set_result(result)
-
-
-def split_outputs(outputs: list[np.ndarray], names: list[str], layout: BatchLayout, n: int) -> list[list[np.ndarray]]:
-    """One call's outputs, per step, each as its own call would return it."""
-    if n == 1:
-        return [list(outputs)]
-    per_step = [[] for _ in range(n)]
-    for name, value in zip(names, outputs):
-        axis = layout.outputs.get(name)
-        if axis is None:  # the same for every stream of the batch
-            for k in range(n):
-                per_step[k].append(value.copy())
-            continue
-        rows = layout.rows.get(name, 1)
-        index = [slice(None)] * value.ndim
-        for k in range(n):
-            index[axis] = slice(k * rows, (k + 1) * rows)
-            part = value[tuple(index)]
-            per_step[k].append(part if axis == 0 else np.ascontiguousarray(part))
-    return per_step
 
 
 def _step_error(error: Exception) -> Exception:

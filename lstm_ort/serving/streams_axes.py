@@ -97,6 +97,26 @@ def batch_layout(model: onnx.ModelProto, feeds: dict[str, np.ndarray], carried=(
     return layout
 
 
+def split_outputs(outputs: list[np.ndarray], names: list[str], layout: BatchLayout, n: int) -> list[list[np.ndarray]]:
+    """One call's outputs, per step, each as its own call would return it."""
+    if n == 1:
+        return [list(outputs)]
+    per_step = [[] for _ in range(n)]
+    for name, value in zip(names, outputs):
+        axis = layout.outputs.get(name)
+        if axis is None:  # the same for every stream of the batch
+            for k in range(n):
+                per_step[k].append(value.copy())
+            continue
+        rows = layout.rows.get(name, 1)
+        index = [slice(None)] * value.ndim
+        for k in range(n):
+            index[axis] = slice(k * rows, (k + 1) * rows)
+            part = value[tuple(index)]
+            per_step[k].append(part if axis == 0 else np.ascontiguousarray(part))
+    return per_step
+
+
 def _batch_candidates(vi: onnx.ValueInfoProto | None, shape, fixed_batch: bool) -> list[int]:
     """Axes of size 1 in the feed where the model declares no other fixed size."""
     dims = list(vi.type.tensor_type.shape.dim) if vi is not None and vi.type.tensor_type.HasField("shape") else []

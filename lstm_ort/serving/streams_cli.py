@@ -46,6 +46,8 @@ def add_streams_bench_parser(sub) -> None:
     s.add_argument("--workers", type=int, default=2, help="threads running calls (default 2)")
     s.add_argument("--providers", help="comma-separated: cuda,cpu (default: onnxruntime's)")
     s.add_argument("--intra-op-threads", type=int, default=0, help="onnxruntime intra-op threads (0: its default)")
+    s.add_argument("--stacked", action="store_true",
+                   help="each client round is one step_batch of its streams' chunks stacked (a server's tick)")
     s.add_argument("--json", metavar="FILE", help="write the counters and settings as JSON")
 
 
@@ -71,11 +73,11 @@ def cmd_streams_bench(args) -> int:
         try:
             pool = chunk_pool(batcher.model, batcher.carry, dict(args.chunk), dict(args.value))
             result = run_streams(batcher, pool, args.streams, args.threads, args.seconds, args.warmup,
-                                 None if args.interval_ms is None else args.interval_ms / 1e3)
+                                 None if args.interval_ms is None else args.interval_ms / 1e3, args.stacked)
         except (StreamError, ValueError) as e:
             print(f"lstm-ort: {e}", file=sys.stderr)
             return EXIT_INPUT
-    doc = {"model": str(args.model), "streams": args.streams, "threads": args.threads,
+    doc = {"model": str(args.model), "streams": args.streams, "threads": args.threads, "stacked": args.stacked,
            "interval_ms": args.interval_ms, "max_batch": args.max_batch, "max_wait_ms": args.max_wait_ms,
            "workers": args.workers, "providers": batcher.session.get_providers(), "batched": batcher.batched,
            "fallback_reasons": batcher.fallback_reasons, **result}
@@ -136,13 +138,30 @@ def chunk_pool(model, carry: dict[str, str], chunks: dict[str, list[int]], value
 
 
 def run_streams(batcher, pool, streams: int, threads: int, seconds: float, warmup: float = 1.0,
-                interval: float | None = None) -> dict:
+                interval: float | None = None, stacked: bool = False) -> dict:
     """Client threads drive ``streams`` streams of ``batcher`` for ``warmup + seconds``; the counters
-    cover the measured part."""
+    cover the measured part. A round of a client: ``step_many`` of its streams' chunks, or with
+    ``stacked`` one ``step_batch`` of them stacked (as a server gathering a tick's chunks would)."""
     ids = [batcher.open() for _ in range(streams)]
+    if stacked:
+        layout = batcher.layout(pool[0])
+        blocks = {}
+
+        def block(mine, k):  # the round's chunks of these streams, stacked (made once per pool offset)
+            key = (mine[0], len(mine), k % len(pool))
+            if key not in blocks:
+                rows = [pool[(k + j) % len(pool)] for j in range(len(mine))]
+                blocks[key] = {n: v if layout.inputs.get(n) is None else
+                               np.concatenate([r[n] for r in rows], axis=layout.inputs[n]) for n, v in rows[0].items()}
+            return blocks[key]
+
+        def round_of(mine, k):
+            batcher.step_batch(mine, block(mine, k))
+    else:
+        def round_of(mine, k):
+            batcher.step_many([(s, pool[(k + j) % len(pool)]) for j, s in enumerate(mine)])
     try:
-        late = _drive(lambda mine, k: batcher.step_many([(s, pool[(k + j) % len(pool)]) for j, s in enumerate(mine)]),
-                      ids, threads, warmup, interval, on_measure=batcher.reset_stats, seconds=seconds)
+        late = _drive(round_of, ids, threads, warmup, interval, on_measure=batcher.reset_stats, seconds=seconds)
         stats = batcher.stats()
     finally:
         for s in ids:

@@ -109,18 +109,13 @@ class DeviceRunner:
         return self.states
 
     # -- one call --------------------------------------------------------------------------------
-    def run(self, batch, group, slots: list[int]) -> list:
-        from lstm_ort.serving.streams import split_outputs
-
-        b, layout, n = self.b, group.layout, len(batch)
-        axes = self._axes(layout, n)
-        session = self._session(axes)
+    def call(self, layout, slots: list[int], feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        """One call of these streams on their stacked feeds; the outputs as the call gives them."""
+        b = self.b
+        session = self._session(self._axes(layout, len(slots)))
         binding = session.io_binding()
         for name in b._needed:
-            axis = layout.inputs.get(name) if layout.batched else None
-            value = batch[0].feeds[name] if n == 1 or axis is None else \
-                np.concatenate([s.feeds[name] for s in batch], axis=axis)
-            binding.bind_cpu_input(name, np.ascontiguousarray(value))
+            binding.bind_cpu_input(name, np.ascontiguousarray(feeds[name]))
         binding.bind_cpu_input(SLOTS, np.asarray(slots, np.int64))
         for out in b.output_names:
             binding.bind_output(out, "cpu")
@@ -133,8 +128,7 @@ class DeviceRunner:
             session.run_with_iobinding(binding)
             states.swap()
         values = binding.get_outputs()
-        outputs = [values[k].numpy() for k in range(len(b.output_names))]
-        return split_outputs(outputs, b.output_names, layout, n)
+        return [values[k].numpy() for k in range(len(b.output_names))]
 
     def _axes(self, layout, n: int) -> tuple[int, ...]:
         """Each carried input's batch axis; for a call of one stream any axis of size 1 will do."""

@@ -7,8 +7,7 @@ import numpy as np
 import onnx
 
 from lstm_ort.runtime.session import InferenceSession
-from lstm_ort.serving.streams import split_outputs
-from lstm_ort.serving.streams_axes import batch_layout
+from lstm_ort.serving.streams_axes import batch_layout, split_outputs
 from lstm_ort.verify import CPU, max_abs, random_feeds
 
 

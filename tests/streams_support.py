@@ -39,9 +39,9 @@ def corpus_optimized(name: str) -> tuple[onnx.ModelProto, dict[str, str]]:
     return optimize(model), dict(entry.carry)
 
 
-def torch_lstm(layers: int = 2, input_size: int = 40, hidden: int = 64, opset: int = 17) -> onnx.ModelProto:
-    """A torch nn.LSTM with a linear head, exported with (h, c) in and out and a symbolic batch,
-    then optimized: carry {"hn": "h", "cn": "c"}; x is [T, B, input_size]."""
+def torch_lstm(layers: int = 2, input_size: int = 40, hidden: int = 64, exporter: str = "torchscript") -> onnx.ModelProto:
+    """A torch nn.LSTM with a linear head, exported with (h, c) in and out and a symbolic batch
+    (and time), then optimized: carry {"hn": "h", "cn": "c"}; x is [T, B, input_size]."""
     torch = pytest.importorskip("torch", reason="torch exports the model")
 
     class Net(torch.nn.Module):
@@ -55,14 +55,21 @@ def torch_lstm(layers: int = 2, input_size: int = 40, hidden: int = 64, opset: i
             return self.head(y), hn, cn
 
     torch.manual_seed(0)
-    args = (torch.randn(4, 1, input_size), torch.zeros(layers, 1, hidden), torch.zeros(layers, 1, hidden))
+    # batch 2 in the example: torch.export specializes dims of size 1
+    args = (torch.randn(4, 2, input_size), torch.zeros(layers, 2, hidden), torch.zeros(layers, 2, hidden))
     f = io.BytesIO()
     axes = {"x": {0: "time", 1: "batch"}, "h": {1: "batch"}, "c": {1: "batch"}, "y": {0: "time", 1: "batch"},
             "hn": {1: "batch"}, "cn": {1: "batch"}}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        torch.onnx.export(Net().eval(), args, f, dynamo=False, input_names=["x", "h", "c"],
-                          output_names=["y", "hn", "cn"], opset_version=opset, dynamic_axes=axes)
+        if exporter == "dynamo":
+            batch, time = torch.export.Dim("batch"), torch.export.Dim("time")
+            torch.onnx.export(Net().eval(), args, f, dynamo=True, input_names=["x", "h", "c"], verbose=False,
+                              output_names=["y", "hn", "cn"], dynamic_shapes={"x": {0: time, 1: batch},
+                                                                               "h": {1: batch}, "c": {1: batch}})
+        else:
+            torch.onnx.export(Net().eval(), args, f, dynamo=False, input_names=["x", "h", "c"],
+                              output_names=["y", "hn", "cn"], opset_version=17, dynamic_axes=axes)
     return optimize(onnx.load_from_string(f.getvalue()))
 
 

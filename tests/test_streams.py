@@ -96,6 +96,20 @@ def test_torch_export_streams_of_different_chunk_lengths(torch_hc, rng):
     assert support.worst_difference(got, want) <= TOL
 
 
+def test_torch_dynamo_export(rng):
+    """The dynamo exporter's graph: its Reshapes keep the time axis ahead of the batch."""
+    model = support.torch_lstm(exporter="dynamo")
+    carry = {"hn": "h", "cn": "c"}
+    streams = [[{"x": rng.standard_normal((4, 1, 40)).astype(np.float32)} for _ in range(k)]
+               for k in rng.integers(1, 5, 16)]
+    zero = {"h": np.zeros((2, 1, 64), np.float32), "c": np.zeros((2, 1, 64), np.float32)}
+    want = [support.alone(model, carry, s, zero) for s in streams]
+    with StreamBatcher(model, carry) as b:
+        got = support.serve_concurrently(b, streams, 4)
+        assert b.batched, b.fallback_reasons
+    assert support.worst_difference(got, want) <= TOL
+
+
 def test_state_and_open_initial(torch_hc, rng):
     carry = {"hn": "h", "cn": "c"}
     h = rng.standard_normal((2, 1, 64)).astype(np.float32)

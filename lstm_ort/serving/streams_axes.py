@@ -358,7 +358,9 @@ class _BatchWalk(_Walk):
         return Axes(out_rank, None, axis)
 
     def _reshape(self, node: onnx.NodeProto, x: Axes) -> Axes:
-        """The output's batch axis: where B lands when the shapes are written in B."""
+        """The output's batch axis: where B lands when the shapes are written in B. Axes before
+        the batch's that the target keeps (0, or the same constant) stay; the rest is reshaped
+        with the batch leading it."""
         target_name = node.input[1]
         if target_name in self.values:
             self.flag(node, "reshapes to a shape computed from per-stream data")
@@ -367,18 +369,27 @@ class _BatchWalk(_Walk):
         if entries is None:
             self.flag(node, "reshapes to a shape computed from the batch size in a way not followed")
             return UNKNOWN
-        allowzero = int(self.attr(node, "allowzero", 0))
         target = [int(v) for v in np.ravel(self.trace[target_name])]
+        allowzero = bool(int(self.attr(node, "allowzero", 0))) and 0 in target  # else it changes nothing
         dims = list(np.shape(self.trace[node.input[0]]))
         b = x.batch
-        kept = self._keeps_leading_axes(node, target, dims, b, entries, allowzero)
-        if kept is not None:
-            return kept
-        if int(np.prod(dims[:b])) != 1:
+        kept = len(target) > b and all((t == 0 and not allowzero) or (t == dims[k] and k not in entries)
+                                       for k, t in enumerate(target[:b]))
+        lead = b if kept else 0
+        if not kept and int(np.prod(dims[:b])) != 1:
             self.flag(node, "reshapes a value whose batch entries are interleaved with another axis")
             return UNKNOWN
-        # Each dim as (carries B, value at B=1): B x value when it carries B.
-        out: list[tuple[bool, int] | None] = []
+        axis = self._reshape_rest(node, dims[lead:], b - lead, target[lead:], {e - lead for e in entries if e >= lead},
+                                  allowzero, lead)
+        return UNKNOWN if axis is None else Axes(len(target), None, lead + axis)
+
+    def _reshape_rest(self, node, dims, b, target, entries, allowzero, lead) -> int | None:
+        """Where B lands reshaping ``dims`` (batch on axis ``b``, nothing but 1s before it) to ``target``."""
+        in_place = (self.fixed_batch and not allowzero and b < len(target) and b not in entries
+                    and target[b] == dims[b] > 0)
+        if in_place:  # exported for batch 1: the batch's own dim written as a constant; it stays in place
+            entries = entries | {b}
+        out: list[tuple[bool, int] | None] = []  # each dim as (carries B, its value at B=1)
         for k, t in enumerate(target):
             if k in entries:
                 out.append((True, t))
@@ -390,43 +401,29 @@ class _BatchWalk(_Walk):
                 out.append((False, t))
         if out.count(None) > 1:
             self.flag(node, "reshapes with more than one -1")
-            return UNKNOWN
+            return None
         if None in out:
             free = out.index(None)
-            known = int(np.prod([v for _, v in (d for d in out if d is not None)]))
-            out[free] = (not any(c for c, _ in (d for d in out if d is not None)), int(np.prod(dims)) // max(known, 1))
+            known = [d for d in out if d is not None]
+            out[free] = (not any(c for c, _ in known), int(np.prod(dims)) // max(int(np.prod([v for _, v in known])), 1))
         carrying = [k for k, (c, _) in enumerate(out) if c]
-        if not carrying and self.fixed_batch and -1 not in target:
+        if not carrying and self.fixed_batch:
             axis = self._fixed_axis(out, dims[b])
-            if axis is not None:
-                self.fixes.append((node, axis, -1))
-                return Axes(len(out), None, axis)
+            if axis is not None and (out[axis][1] == dims[b] or -1 not in target):
+                # 0 copies the input's batch dim where the axis stays its own; else -1 takes the rest
+                self.fixes.append((node, lead + axis, 0 if axis == b and out[axis][1] == dims[b] else -1))
+                return axis
         if len(carrying) != 1:
             self.flag(node, f"reshapes to the fixed shape {target}: the batch size is written into the model"
                       if not carrying else "reshapes so that the batch size shows in more than one axis")
-            return UNKNOWN
+            return None
         axis = carrying[0]
         if int(np.prod([v for _, v in out[:axis]])) != 1:
             self.flag(node, "reshapes the batch axis into the middle of another axis")
-            return UNKNOWN
-        return Axes(len(out), None, axis)
-
-    def _keeps_leading_axes(self, node, target, dims, b, entries, allowzero) -> Axes | None:
-        """A target that keeps every axis up to the batch's (copied by 0 or the same constant):
-        the batch stays where it is, whatever the axes before it hold."""
-        if allowzero and not (self.fixed_batch and 0 not in target):  # no 0 in it: allowzero changes nothing
             return None
-        if len(target) <= b or len(dims) <= b:
-            return None
-        if not all(t == 0 or (t == dims[k] and k not in entries) for k, t in enumerate(target[:b])):
-            return None
-        t = target[b]
-        if (t == 0 and b not in entries and not allowzero) or (b in entries and t == dims[b]):
-            return Axes(len(target), None, b)
-        if self.fixed_batch and t == dims[b] and b not in entries:
-            self.fixes.append((node, b, 0))  # the export wrote the batch of 1: copy it instead
-            return Axes(len(target), None, b)
-        return None
+        if in_place:
+            self.fixes.append((node, lead + b, 0))
+        return axis
 
     @staticmethod
     def _fixed_axis(out: list[tuple[bool, int]], rows: int) -> int | None:

@@ -130,7 +130,6 @@ class StreamBatcher:
         self.model = load_model(os.fspath(model) if isinstance(model, os.PathLike) else model)
         self.carry = _check_carry(self.model, carry)
         self._inputs = _tensor_types(self.model.graph.input, {i.name for i in self.model.graph.initializer})
-        self._outputs = _tensor_types(self.model.graph.output, set())
         self._needed = [n for n in self._inputs if n not in self.carry.values()]
         self._needed_dtypes = [self._inputs[n][0] for n in self._needed]
         # feed shapes -> (indices of the inputs without a batch axis, their values' bytes -> group)
@@ -682,10 +681,8 @@ class StreamBatcher:
             return [error]
         results = []
         for step in batch:
-            with self._lock:
-                states = self._states.gather([step.stream.slot], {}) if self._device is None else None
             try:
-                results.append(self._run([step], step.group, [step.stream.slot], states)[0])
+                results.append(self._run([step], step.group, [step.stream.slot], None)[0])
             except Exception as e:  # noqa: BLE001 - this step's own error
                 results.append(e)
         return results

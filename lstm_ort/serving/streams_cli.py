@@ -266,30 +266,28 @@ def write_json(path, doc) -> None:
         raise
 
 
-def _pair(text: str) -> tuple[str, str]:
-    out, _, inp = text.partition("=")
-    if not out or not inp:
-        raise argparse.ArgumentTypeError(f"--carry takes OUTPUT=INPUT, got {text!r}")
-    return out, inp
+def named(flag: str, form: str, convert=None):
+    """An argparse type for ``NAME=...`` options: ``convert`` turns the text after ``=`` into the
+    value (a ValueError is a usage error naming ``flag`` and ``form``)."""
+    def parse(text: str):
+        name, _, rest = text.partition("=")
+        try:
+            value = rest if convert is None else convert(rest)
+        except ValueError:
+            value = None
+        if not name or value is None or value == "":
+            raise argparse.ArgumentTypeError(f"{flag} takes {form}, got {text!r}")
+        return name, value
+    return parse
 
 
-def _shape(text: str) -> tuple[str, list[int]]:
-    name, _, dims = text.partition("=")
-    try:
-        shape = [int(d) for d in dims.split(",")] if dims else []
-    except ValueError:
-        shape = None
-    if not name or shape is None or any(d < 0 for d in shape):
-        raise argparse.ArgumentTypeError(f"--chunk takes NAME=D0,D1,... with dims >= 0, got {text!r}")
-    return name, shape
+def _dims(text: str) -> list[int]:
+    dims = [int(d) for d in text.split(",")] if text else []
+    if any(d < 0 for d in dims):
+        raise ValueError(text)
+    return dims
 
 
-def _value(text: str) -> tuple[str, list[float]]:
-    name, _, values = text.partition("=")
-    try:
-        parsed = [float(v) for v in values.split(",")]
-    except ValueError:
-        parsed = None
-    if not name or not parsed:
-        raise argparse.ArgumentTypeError(f"--value takes NAME=V[,V...], got {text!r}")
-    return name, parsed
+_pair = named("--carry", "OUTPUT=INPUT")
+_shape = named("--chunk", "NAME=D0,D1,... with dims >= 0", _dims)
+_value = named("--value", "NAME=V[,V...]", lambda text: [float(v) for v in text.split(",")])

@@ -233,3 +233,14 @@ def test_step_batch_first_of_its_kind(torch_hc, rng):
     for k in range(3):
         alone = support.alone(torch_hc, carry, [{"x": x[:, k:k + 1]}], zero)[0][0]
         np.testing.assert_allclose(y[:, k:k + 1], alone, atol=TOL, rtol=0)
+
+
+def test_counters_keep_the_last_window():
+    from lstm_ort.serving.streams_stats import WINDOW, Counters
+
+    c = Counters()
+    for k in range(3):  # 1.5 windows of steps, the ring wraps
+        c.record([float(k)] * (WINDOW // 2 + 7), k + 1.0, k + 2.5)
+    s = c.snapshot(open_streams=5)
+    assert s.steps == 3 * (WINDOW // 2 + 7) and s.calls == 3 and s.open_streams == 5
+    assert s.queue_wait_p50_ms == pytest.approx(1000) and s.latency_p99_ms == pytest.approx(2500)

@@ -102,6 +102,7 @@ class DeviceRunner:
         self._sessions: dict[tuple, InferenceSession] = {}
         self._writer: InferenceSession | None = None
         self._lock = threading.Lock()  # one call at a time reads and swaps the slot arrays
+        self._making = threading.Lock()
         self.states: DeviceStates | None = None
 
     def make_states(self, shapes: dict[str, tuple[int, ...]]) -> DeviceStates:
@@ -165,6 +166,10 @@ class DeviceRunner:
             del states.pending[s]
 
     def _session(self, axes: tuple[int, ...]) -> InferenceSession:
+        with self._making:  # one session per layout, made once (seconds on a GPU)
+            return self._sessions.get(axes) or self._make_session(axes)
+
+    def _make_session(self, axes: tuple[int, ...]) -> InferenceSession:
         if axes not in self._sessions:
             b = self.b
             model = wrapped_model(b.session_model, b.carry, dict(zip(self.states.shapes, axes)), self.states.shapes,

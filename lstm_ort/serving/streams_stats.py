@@ -60,7 +60,7 @@ class Counters:
 
     def record(self, submitted: list[float], started: float, finished: float, failed: int = 0) -> None:
         n = len(submitted)
-        t = np.asarray(submitted)
+        t = np.array(submitted, np.float64)
         with self._lock:
             if self._first is None:
                 self._first = float(t.min())
@@ -68,11 +68,14 @@ class Counters:
             self._steps += n - failed
             self._failed += failed
             self._calls += 1
-            at = (self._next + np.arange(n)) % WINDOW
-            self._waits[at] = started - t
-            self._latencies[at] = finished - t
-            self._next = int((self._next + n) % WINDOW)
-            self._filled = min(WINDOW, self._filled + n)
+            for lo in range(0, n, WINDOW):  # the ring, written in at most two slices a window
+                part = t[lo: lo + WINDOW]
+                head = min(len(part), WINDOW - self._next)
+                for dst, src in ((slice(self._next, self._next + head), part[:head]), (slice(0, len(part) - head), part[head:])):
+                    self._waits[dst] = started - src
+                    self._latencies[dst] = finished - src
+                self._next = (self._next + len(part)) % WINDOW
+                self._filled = min(WINDOW, self._filled + len(part))
 
     def snapshot(self, open_streams: int) -> StreamStats:
         with self._lock:

@@ -37,6 +37,7 @@ from lstm_ort.runtime.model_io import EXTERNAL_DATA_THRESHOLD, ModelError, Stage
 from lstm_ort.runtime.nodes import NodeShape, fused_nodes, int8_node_names, node_precision, node_ranks, node_shapes
 from lstm_ort.runtime.output_files import OutputRefused, output_target, run_command
 from lstm_ort.serving.cli import add_batch_parser, cmd_batch
+from lstm_ort.serving.streams_cli import add_streams_bench_parser, cmd_streams_bench
 from lstm_ort.runtime.tuned_cache import cache_key, load_cache, record, tuned_entries
 
 EXIT_OK, EXIT_INPUT, EXIT_USAGE, EXIT_PARITY = 0, 1, 2, 3
@@ -115,7 +116,7 @@ def cmd_optimize(args) -> int:
     out.doc["strategies"] = strategy_entries(skeleton(rewritten), args.seq_len, args.batch)
     if args.low_rank is not None or args.int8:
         return _optimize_low_rank(out, args, proto, rewritten, dst, tolerance, feeds)
-    if args.sequence_lens_input:
+    if args.sequence_lens_input or args.batchify:
         return _optimize_ragged(out, args, proto, rewritten, dst, tolerance, feeds)
     if args.check and (layout1 or (len(files) > 1 and proto.ByteSize() < (1 << 31) - 1)):
         # Layout-1 LSTMs become their layout-0 twins for stock; and onnxruntime reading external
@@ -207,10 +208,25 @@ def _optimize_ragged(out: Outcome, args, original: onnx.ModelProto, rewritten, d
 
     report = out.report
     optimized = serialize(rewritten)
-    sequence_lens.add_sequence_lens_input(optimized, report)
-    if args.check and any(f.rewritten for f in report.findings):
-        code = _check(out, tolerance, args, "checking each batch entry against stock onnxruntime run alone",
-                      lambda: ragged_parity(original, optimized, feeds, tolerance))
+    if args.batchify:
+        from lstm_ort.rewriter.batchify import BatchifyRefused, batchify
+        from lstm_ort.serving.streams_parity import batch_parity
+        from lstm_ort.verify import ParityResult
+
+        try:
+            batchify(optimized, report, shapes=args.shape)
+        except BatchifyRefused as e:
+            return out.fail(EXIT_INPUT, f"--batchify refused: {e}; nothing written")
+    if args.sequence_lens_input:
+        sequence_lens.add_sequence_lens_input(optimized, report)
+    if args.check and (args.batchify or any(f.rewritten for f in report.findings)):
+        if args.sequence_lens_input:
+            run = lambda: ragged_parity(original, optimized, feeds, tolerance)  # noqa: E731
+        else:  # --batchify: streams run as one batch against each run alone
+            def run():
+                err = batch_parity(original, optimized, args.shape)
+                return ParityResult(err, err, "stock onnxruntime, each entry run alone")
+        code = _check(out, tolerance, args, "checking each batch entry against stock onnxruntime run alone", run)
         if code is not None:
             return code
     return _commit(out, optimized, dst)
@@ -562,6 +578,9 @@ def parser() -> argparse.ArgumentParser:
     o.add_argument("--calls", type=int, default=50, help="--check: chained calls with --carry (default 50)")
     o.add_argument("--sequence-lens-input", action="store_true",
                    help="add a sequence_lens input for exact ragged batches (lstm-ort batch; docs/serving.md)")
+    o.add_argument("--batchify", action="store_true",
+                   help="a model exported for batch 1: make its batch dimension symbolic where every op keeps the "
+                        "entries of a batch apart, else refuse naming the op (docs/streams.md)")
     lr = o.add_mutually_exclusive_group()
     lr.add_argument("--low-rank", type=_rank, metavar="R",
                     help="factor each layer's input and recurrent weights at rank R (truncated SVD; lossy: the "
@@ -609,6 +628,7 @@ def parser() -> argparse.ArgumentParser:
     t.add_argument("--threads", type=int, nargs="+", default=None,
                    help="--cpu: intra-op thread counts to tune for (default: the cores)")
     add_batch_parser(sub)
+    add_streams_bench_parser(sub)
     return p
 
 
@@ -628,6 +648,8 @@ def _main(argv) -> int:
                 p.error("--calls must be >= 1")
             args.shape, args.carry = dict(args.shape), dict(args.carry)
             low_rank = args.low_rank is not None or args.low_rank_energy is not None
+            if args.batchify and low_rank:
+                p.error("--batchify does not go with --low-rank (batchify first, then factor the result)")
             if low_rank and args.precision == INT8:
                 p.error("--precision int8 and --low-rank: choose one (int8 weights cannot be factored)")
             for flag, given, allowed in (("--low-rank-target", args.low_rank_target, low_rank),
@@ -649,6 +671,8 @@ def _main(argv) -> int:
         return cmd_tune(args)
     if args.command == "batch":
         return cmd_batch(args)
+    if args.command == "streams-bench":
+        return cmd_streams_bench(args)
     progress.enable()
     try:
         return cmd_optimize(args) if args.command == "optimize" else cmd_check(args)

@@ -45,7 +45,7 @@ class Rewritten:
 def optimize(model_or_path, *, fold_constants: bool = True, rules: list[Rule] | None = None,
              report: Report | None = None, freeze_inputs: bool = False,
              sequence_lens_input: bool = False, precision: str | None = None, low_rank: LowRank | int | None = None,
-             calibration=None, max_error: float | None = None) -> onnx.ModelProto:
+             calibration=None, max_error: float | None = None, batchify: bool = False) -> onnx.ModelProto:
     """The model with every LSTM the rules can take replaced by FusedLSTM nodes.
 
     ``report`` (if given) is filled with one finding per LSTM or fused stack and each rule's counts.
@@ -62,6 +62,8 @@ def optimize(model_or_path, *, fold_constants: bool = True, rules: list[Rule] | 
     ErrorBoundExceeded (rewriter/low_rank.py).
     ``precision="int8"``: float32 weights become int8 per output channel (rewriter/int8_weights.py),
     the error measured and bounded as for ``low_rank``; ``report.int8`` holds the figures.
+    ``batchify``: a model exported for batch 1 gets a symbolic batch dimension, or BatchifyRefused
+    names the op that mixes the entries of a batch (rewriter/batchify.py).
     """
     report = report if report is not None else Report()
     int8 = precision == INT8
@@ -69,6 +71,10 @@ def optimize(model_or_path, *, fold_constants: bool = True, rules: list[Rule] | 
         raise ValueError("precision int8 and low_rank: choose one (int8 weights cannot be factored)")
     out = serialize(rewrite(model_or_path, fold_constants=fold_constants, rules=rules, report=report,
                             freeze_inputs=freeze_inputs, precision=None if int8 else precision))
+    if batchify:
+        from lstm_ort.rewriter.batchify import batchify as make_batch_symbolic
+
+        make_batch_symbolic(out, report)
     if sequence_lens_input:
         sequence_lens.add_sequence_lens_input(out, report)
     if int8:

@@ -1,4 +1,5 @@
-"""Offline serving: ragged datasets through an optimized model in length buckets (docs/serving.md).
+"""Serving: ragged datasets through an optimized model in length buckets (docs/serving.md), and
+many concurrent streams of a stateful model, batched step by step (StreamBatcher, docs/streams.md).
 
 ``lstm_ort.serving`` sits on the runtime and never imports the rewriter; Ray is imported only by
 ``lstm_ort.serving.ray``. Names load on first use, so ``lstm_ort.serving.ragged`` (shared with the
@@ -10,6 +11,8 @@ _NAMES = {
     "SequenceError": "batcher",
     "RaggedLayout": "ragged", "NoSequenceInput": "ragged", "analyze": "ragged",
     "greedy_boundaries": "buckets", "optimal_boundaries": "buckets",
+    "StreamBatcher": "streams", "StreamError": "streams", "StreamClosed": "streams", "BatcherShutDown": "streams",
+    "StreamStats": "streams_stats", "BatchLayout": "streams_axes", "batch_layout": "streams_axes",
 }
 __all__ = sorted(_NAMES)
 

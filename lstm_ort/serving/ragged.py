@@ -126,18 +126,29 @@ class _Walk:
     """One hypothesis: `input` has axes `start`; follows every value computed from it."""
 
     def __init__(self, graph: onnx.GraphProto, opset: int, input_name: str, start: Axes):
-        self.graph, self.opset, self.input, self.start = graph, opset, input_name, start
-        self.consts: dict[str, np.ndarray] = {i.name: numpy_helper.to_array(i) for i in graph.initializer}
-        self.const_ranks: dict[str, int] = {i.name: len(i.dims) for i in graph.initializer}
+        self.input, self.start = input_name, start
+        self._setup(graph, opset, {input_name: start})
+        self._walk_graph(graph)
+
+    def _setup(self, graph: onnx.GraphProto, opset: int, starts: dict[str, Axes]) -> None:
+        self.graph, self.opset = graph, opset
+        self.consts, self.const_ranks = self._graph_consts(graph)
         int32_inputs = {i.name for i in graph.input
                         if i.type.tensor_type.elem_type == onnx.TensorProto.INT32 and _rank(i) == 1}
         self.seq_len_inputs = int32_inputs
         self.sequence_lens: str | None = None
-        self.values: dict[str, Axes] = {input_name: start}
+        self.values: dict[str, Axes] = dict(starts)
         self.matched: list[int] = []
         self.mismatched = False
         self.reasons: list[str] = []
         self._consumers = self._count_consumers()
+
+    @staticmethod
+    def _graph_consts(graph: onnx.GraphProto) -> tuple[dict[str, np.ndarray], dict[str, int]]:
+        return ({i.name: numpy_helper.to_array(i) for i in graph.initializer},
+                {i.name: len(i.dims) for i in graph.initializer})
+
+    def _walk_graph(self, graph: onnx.GraphProto) -> None:
         for index, node in enumerate(graph.node):
             if node.op_type == "Constant" and not node.domain:
                 for a in node.attribute:
@@ -174,6 +185,9 @@ class _Walk:
 
     def const(self, name: str) -> np.ndarray | None:
         return self.consts.get(name) if name else None
+
+    def const_rank(self, name: str) -> int | None:
+        return self.const_ranks.get(name)
 
     def axes_input(self, node, attr_name="axes", index=1):
         """A node's axes, from its attribute (older opsets) or its input `index` (newer)."""
@@ -264,7 +278,7 @@ class _Walk:
             return [UNKNOWN]
         if op in ("MatMul", "MatMulInteger"):
             a, w = node.input[0], node.input[1]
-            if a in self.values and w not in self.values and self.const_ranks.get(w) == 2:
+            if a in self.values and w not in self.values and self.const_rank(w) == 2:
                 if r - 1 in tb:
                     self.flag(node, "multiplies along the time or batch axis")
                 return [first]
@@ -282,7 +296,7 @@ class _Walk:
             data, idx = node.input[0], node.input[1]
             axis = int(self.attr(node, "axis", 0))
             if data not in self.values:  # an embedding: the table is constant, the ids carry the axes
-                rank = self.const_ranks.get(data)
+                rank = self.const_rank(data)
                 if rank is None:
                     self.flag(node, "gathers from a table that is not constant")
                     return [UNKNOWN]
@@ -368,7 +382,7 @@ class _Walk:
         return [y, state, state][: len(node.output)]
 
     def _broadcast(self, node: onnx.NodeProto) -> Axes:
-        ranks = [self.values[i].rank if i in self.values else self.const_ranks.get(i) for i in node.input if i]
+        ranks = [self.values[i].rank if i in self.values else self.const_rank(i) for i in node.input if i]
         if any(k is None for k in ranks):
             self.flag(node, "broadcasts with a value of unknown rank")
             return UNKNOWN

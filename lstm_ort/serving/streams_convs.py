@@ -1,0 +1,87 @@
+"""1-D convolutions over a batch of streams, as one 2-D convolution with the batch as its height.
+
+onnxruntime's CPU Conv runs one GEMM per image of the batch; for the short chunks of streaming
+models (silero-vad: 4 STFT frames, then 4, 2 and 1) those GEMMs are a few columns wide and a batch
+of 256 costs almost 256 calls' worth (55 us a stream against 104 alone, one core). As one image of
+height N with a 1 x k kernel ([N, C, L] -> [1, C, N, L]), the batch becomes the GEMM's columns:
+19 us a stream. Rows of the height axis never meet (kernel height 1, no padding on it), so each
+stream's result is its own; the sums run in another order, within float32 rounding of the
+original (docs/streams.md, *Exactness*).
+
+Used by StreamBatcher on the CPU execution provider, on its own copy of the model.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+
+def convs_as_2d(model: onnx.ModelProto) -> int:
+    """Rewrites, in place, every Conv with a constant 3-D float weight (a 1-D convolution), in
+    every graph; returns how many."""
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 13)
+    weights: dict[str, onnx.TensorProto] = {}
+    count = [0]
+
+    def collect(graph: onnx.GraphProto) -> None:
+        weights.update({t.name: t for t in graph.initializer})
+        for node in graph.node:
+            if node.op_type == "Constant" and not node.domain:
+                for a in node.attribute:
+                    if a.name == "value":
+                        weights[node.output[0]] = a.t
+            for a in node.attribute:
+                for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else a.graphs):
+                    collect(g)
+
+    def rewrite(graph: onnx.GraphProto) -> None:
+        nodes = []
+        for node in graph.node:
+            for a in node.attribute:
+                for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else a.graphs):
+                    rewrite(g)
+            w = weights.get(node.input[1]) if node.op_type == "Conv" and not node.domain and len(node.input) > 1 else None
+            if w is None or len(w.dims) != 3 or w.data_type not in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16,
+                                                                     onnx.TensorProto.DOUBLE):
+                nodes.append(node)
+                continue
+            count[0] += 1
+            nodes += _as_2d(node, w, f"{node.name or node.output[0]}__2d", opset)
+        del graph.node[:]
+        graph.node.extend(nodes)
+
+    collect(model.graph)
+    rewrite(model.graph)
+    return count[0]
+
+
+def _as_2d(node: onnx.NodeProto, weight: onnx.TensorProto, p: str, opset: int) -> list[onnx.NodeProto]:
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    w = numpy_helper.to_array(weight)
+    k = int(attrs.get("kernel_shape", [w.shape[2]])[0])
+    pads = list(attrs.get("pads", [0, 0]))
+    conv_attrs = dict(kernel_shape=[1, k], strides=[1, int(attrs.get("strides", [1])[0])],
+                      dilations=[1, int(attrs.get("dilations", [1])[0])], group=int(attrs.get("group", 1)))
+    auto_pad = attrs.get("auto_pad", b"NOTSET")
+    auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else auto_pad
+    if auto_pad != "NOTSET":
+        conv_attrs["auto_pad"] = auto_pad
+    else:
+        conv_attrs["pads"] = [0, int(pads[0]), 0, int(pads[1])]
+    out = [helper.make_node("Constant", [], [p + "_w"], value=numpy_helper.from_array(w[:, :, None, :], p + "_w")),
+           helper.make_node("Transpose", [node.input[0]], [p + "_cnl"], perm=[1, 0, 2])]
+    out += _axis0(opset, "Unsqueeze", p + "_cnl", p + "_1cnl", p)
+    conv_inputs = [p + "_1cnl", p + "_w"] + ([node.input[2]] if len(node.input) > 2 and node.input[2] else [])
+    out.append(helper.make_node("Conv", conv_inputs, [p + "_1onl"], name=p, **conv_attrs))
+    out += _axis0(opset, "Squeeze", p + "_1onl", p + "_onl", p + "_sq")
+    out.append(helper.make_node("Transpose", [p + "_onl"], [node.output[0]], perm=[1, 0, 2]))
+    return out
+
+
+def _axis0(opset: int, op: str, x: str, y: str, p: str) -> list[onnx.NodeProto]:
+    if opset < 13:
+        return [helper.make_node(op, [x], [y], axes=[0])]
+    axes = numpy_helper.from_array(np.array([0], np.int64), p + "_axes")
+    return [helper.make_node("Constant", [], [p + "_axes"], value=axes), helper.make_node(op, [x, p + "_axes"], [y])]

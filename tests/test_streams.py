@@ -1,0 +1,246 @@
+"""StreamBatcher (lstm_ort/serving/streams.py): many streams stepping concurrently from several
+client threads, each getting what its own session call per step gives it (issue 39's exactness
+test); real models (silero-vad and the g2p-id decoder from the corpus, a torch export with (h, c)
+carried), groups by chunk length and by the value of inputs without a batch axis, the fallback to
+one stream per call, the counters."""
+
+import asyncio
+import importlib.util
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from lstm_ort.builders import LstmSpec, fused_model, random_layers
+from lstm_ort.serving.streams import StreamBatcher, StreamClosed, StreamError
+
+_spec = importlib.util.spec_from_file_location("streams_support", Path(__file__).parent / "streams_support.py")
+support = sys.modules.get("streams_support") or importlib.util.module_from_spec(_spec)
+if "streams_support" not in sys.modules:
+    sys.modules["streams_support"] = support
+    _spec.loader.exec_module(support)
+
+# float32 through the CPU kernels: a batch and its rows alone round differently (FusedLSTM's and
+# MatMul's blocking depend on B; Conv's order under batch_convs), by ~1e-6 relative a step.
+TOL = 1e-5
+STREAMS, THREADS = 48, 6
+
+
+def silero_streams(rng, n, sr=16000, samples=576):
+    lengths = rng.integers(1, 12, n)
+    return [[{"input": (0.1 * rng.standard_normal((1, samples))).astype(np.float32), "sr": np.array(sr, np.int64)}
+             for _ in range(k)] for k in lengths]
+
+
+@pytest.fixture(scope="module")
+def silero():
+    return support.corpus_optimized(support.SILERO)
+
+
+def test_silero_many_streams_each_as_alone(silero, rng):
+    model, carry = silero
+    streams = silero_streams(rng, STREAMS)
+    zero = {"state": np.zeros((2, 1, 128), np.float32)}
+    want = [support.alone(model, carry, s, zero) for s in streams]
+    with StreamBatcher(model, carry, max_wait_ms=5) as b:
+        got = support.serve_concurrently(b, streams, THREADS)
+        stats = b.stats()
+        assert b.batched and b.convs_rewritten > 0
+    assert support.worst_difference(got, want) <= TOL
+    assert stats.steps == sum(len(s) for s in streams) and stats.mean_batch > 1
+
+
+def test_silero_sample_rates_group_apart(silero, rng):
+    """sr has no batch axis: 8 kHz and 16 kHz steps never share a call, each gets its own branch."""
+    model, carry = silero
+    streams = silero_streams(rng, 16, 16000) + silero_streams(rng, 16, 8000, samples=288)
+    zero = {"state": np.zeros((2, 1, 128), np.float32)}
+    want = [support.alone(model, carry, s, zero) for s in streams]
+    with StreamBatcher(model, carry) as b:
+        got = support.serve_concurrently(b, streams, 4)
+        assert len(b._groups) == 2
+    assert support.worst_difference(got, want) <= TOL
+
+
+def test_g2p_decoder_many_streams(rng):
+    model, carry = support.corpus_optimized(support.G2P_DECODER)
+    streams = [[{"input_2": rng.standard_normal((1, 1, 32)).astype(np.float32)} for _ in range(k)]
+               for k in rng.integers(1, 10, STREAMS)]
+    init = [{"input_3": rng.standard_normal((1, 256)).astype(np.float32),
+             "input_4": rng.standard_normal((1, 256)).astype(np.float32)} for _ in streams]
+    want = [support.alone(model, carry, s, i) for s, i in zip(streams, init)]
+    with StreamBatcher(model, carry) as b:
+        got = support.serve_concurrently(b, streams, THREADS, initial=init)
+    assert support.worst_difference(got, want) <= TOL
+
+
+@pytest.fixture(scope="module")
+def torch_hc():
+    return support.torch_lstm()
+
+
+def test_torch_export_streams_of_different_chunk_lengths(torch_hc, rng):
+    """Chunks of 1 and 4 steps group apart; each stream alternates its own lengths."""
+    carry = {"hn": "h", "cn": "c"}
+    streams = [[{"x": rng.standard_normal((int(rng.choice([1, 4])), 1, 40)).astype(np.float32)} for _ in range(k)]
+               for k in rng.integers(1, 9, STREAMS)]
+    init = [{"h": rng.standard_normal((2, 1, 64)).astype(np.float32),
+             "c": rng.standard_normal((2, 1, 64)).astype(np.float32)} for _ in streams]
+    want = [support.alone(torch_hc, carry, s, i) for s, i in zip(streams, init)]
+    with StreamBatcher(torch_hc, carry, max_wait_ms=3, workers=2) as b:
+        got = support.serve_concurrently(b, streams, THREADS, initial=init)
+        assert b.batched and b.stats().mean_batch > 1
+    assert support.worst_difference(got, want) <= TOL
+
+
+def test_torch_dynamo_export(rng):
+    """The dynamo exporter's graph: its Reshapes keep the time axis ahead of the batch."""
+    model = support.torch_lstm(exporter="dynamo")
+    carry = {"hn": "h", "cn": "c"}
+    streams = [[{"x": rng.standard_normal((4, 1, 40)).astype(np.float32)} for _ in range(k)]
+               for k in rng.integers(1, 5, 16)]
+    zero = {"h": np.zeros((2, 1, 64), np.float32), "c": np.zeros((2, 1, 64), np.float32)}
+    want = [support.alone(model, carry, s, zero) for s in streams]
+    with StreamBatcher(model, carry) as b:
+        got = support.serve_concurrently(b, streams, 4)
+        assert b.batched, b.fallback_reasons
+    assert support.worst_difference(got, want) <= TOL
+
+
+def test_state_and_open_initial(torch_hc, rng):
+    carry = {"hn": "h", "cn": "c"}
+    h = rng.standard_normal((2, 1, 64)).astype(np.float32)
+    x = rng.standard_normal((3, 1, 40)).astype(np.float32)
+    with StreamBatcher(torch_hc, carry) as b:
+        s = b.open({"h": h})
+        np.testing.assert_array_equal(b.state(s)["h"], h)
+        np.testing.assert_array_equal(b.state(s)["c"], 0)
+        out = b.step(s, {"x": x})
+        np.testing.assert_array_equal(b.state(s)["h"], out[1])
+
+
+def test_astep(torch_hc, rng):
+    carry = {"hn": "h", "cn": "c"}
+    xs = [rng.standard_normal((2, 1, 40)).astype(np.float32) for _ in range(8)]
+    zero = {"h": np.zeros((2, 1, 64), np.float32), "c": np.zeros((2, 1, 64), np.float32)}
+    want = [support.alone(torch_hc, carry, [{"x": x}], zero)[0] for x in xs]
+
+    async def main(b):
+        ids = [b.open() for _ in xs]
+        return await asyncio.gather(*(b.astep(i, {"x": x}) for i, x in zip(ids, xs)))
+    with StreamBatcher(torch_hc, carry) as b:
+        got = asyncio.run(main(b))
+    assert support.worst_difference([[g] for g in got], [[w] for w in want]) <= TOL
+
+
+def batch1_model(rng):
+    """A FusedLSTM model exported for batch 1: every dim fixed."""
+    spec = LstmSpec(6, 8)
+    model = fused_model(spec, random_layers(spec, rng), initial_states=True)
+    for vi in [*model.graph.input, *model.graph.output]:
+        for d in vi.type.tensor_type.shape.dim:
+            if d.dim_param:
+                d.dim_value = {"T": 3, "B": 1}[d.dim_param]
+    return model
+
+
+def test_batch1_export_falls_back_and_says_so(rng):
+    model = batch1_model(rng)
+    carry = {"Y_h": "initial_h", "Y_c": "initial_c"}
+    streams = [[{"X": rng.standard_normal((3, 1, 6)).astype(np.float32)} for _ in range(4)] for _ in range(6)]
+    zero = {"initial_h": np.zeros((1, 1, 8), np.float32), "initial_c": np.zeros((1, 1, 8), np.float32)}
+    want = [support.alone(model, carry, s, zero) for s in streams]
+    with StreamBatcher(model, carry) as b, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = support.serve_concurrently(b, streams, 3)
+        assert b.batched is False
+        assert any("--batchify" in r for r in b.fallback_reasons)
+        assert b.stats().mean_batch == 1
+    assert any("one stream per call" in str(w.message) for w in caught)
+    assert support.worst_difference(got, want) == 0  # one call per stream: the very same calls
+
+
+def test_stats_count_steps_and_calls(torch_hc, rng):
+    carry = {"hn": "h", "cn": "c"}
+    with StreamBatcher(torch_hc, carry, max_wait_ms=50) as b:
+        ids = [b.open() for _ in range(10)]
+        assert b.stats().open_streams == 10
+        b.step_many([(i, {"x": rng.standard_normal((2, 1, 40)).astype(np.float32)}) for i in ids])
+        s = b.stats()
+        assert s.steps == 10 and s.calls >= 1 and s.mean_batch == 10 / s.calls
+        assert 0 <= s.queue_wait_p50_ms <= s.queue_wait_p99_ms and s.latency_p50_ms <= s.latency_p99_ms
+        assert s.latency_p50_ms >= s.queue_wait_p50_ms and s.steps_per_s > 0
+        b.reset_stats()
+        assert b.stats().steps == 0
+
+
+def test_model_as_path_bytes_or_proto(tmp_path, rng):
+    model = fused_model(LstmSpec(6, 8), random_layers(LstmSpec(6, 8), rng), initial_states=True)
+    path = tmp_path / "m.onnx"
+    onnx.save(model, path)
+    carry = {"Y_h": "initial_h", "Y_c": "initial_c"}
+    x = {"X": rng.standard_normal((2, 1, 6)).astype(np.float32)}
+    outs = []
+    for source in (path, str(path), model.SerializeToString(), model):
+        with StreamBatcher(source, carry) as b:
+            outs.append(b.step(b.open(), x))
+    for o in outs[1:]:
+        for a, c in zip(o, outs[0]):
+            np.testing.assert_array_equal(a, c)
+
+
+def test_step_batch_stacked(torch_hc, rng):
+    """step_batch: a tick's chunks already stacked on the batch axis, one call on the caller's thread;
+    the outputs stacked the same way, each row as that stream alone; mixes with step()."""
+    carry = {"hn": "h", "cn": "c"}
+    zero = {"h": np.zeros((2, 1, 64), np.float32), "c": np.zeros((2, 1, 64), np.float32)}
+    chunks = [[rng.standard_normal((3, 1, 40)).astype(np.float32) for _ in range(4)] for _ in range(5)]
+    want = [support.alone(torch_hc, carry, [{"x": x} for x in c], zero) for c in chunks]
+    with StreamBatcher(torch_hc, carry) as b:
+        ids = [b.open() for _ in chunks]
+        got = [[] for _ in chunks]
+        for r in range(4):
+            if r == 2:  # one round through the queue: the two paths share the states
+                outs = b.step_many([(i, {"x": c[r]}) for i, c in zip(ids, chunks)])
+            else:
+                y, hn, cn = b.step_batch(ids, {"x": np.concatenate([c[r] for c in chunks], axis=1)})
+                assert y.shape == (3, 5, 5) and hn.shape == (2, 5, 64)
+                outs = [[y[:, k:k + 1], hn[:, k:k + 1], cn[:, k:k + 1]] for k in range(5)]
+            for k, o in enumerate(outs):
+                got[k].append(o)
+        assert b.stats().steps == 20
+        with pytest.raises(StreamError, match="distinct"):
+            b.step_batch([ids[0], ids[0]], {"x": np.zeros((3, 2, 40), np.float32)})
+        with pytest.raises(StreamError, match="exactly the step inputs"):
+            b.step_batch(ids, {})
+        b.close(ids[0])
+        with pytest.raises(StreamClosed):
+            b.step_batch(ids, {"x": np.zeros((3, 5, 40), np.float32)})
+    assert support.worst_difference(got, want) <= TOL
+
+
+def test_step_batch_first_of_its_kind(torch_hc, rng):
+    """No step seen yet: the first stream's rows are analysed."""
+    carry = {"hn": "h", "cn": "c"}
+    x = rng.standard_normal((2, 3, 40)).astype(np.float32)
+    zero = {"h": np.zeros((2, 1, 64), np.float32), "c": np.zeros((2, 1, 64), np.float32)}
+    with StreamBatcher(torch_hc, carry) as b:
+        ids = [b.open() for _ in range(3)]
+        y = b.step_batch(ids, {"x": x})[0]
+    for k in range(3):
+        alone = support.alone(torch_hc, carry, [{"x": x[:, k:k + 1]}], zero)[0][0]
+        np.testing.assert_allclose(y[:, k:k + 1], alone, atol=TOL, rtol=0)
+
+
+def test_counters_keep_the_last_window():
+    from lstm_ort.serving.streams_stats import WINDOW, Counters
+
+    c = Counters()
+    for k in range(3):  # 1.5 windows of steps, the ring wraps
+        c.record([float(k)] * (WINDOW // 2 + 7), k + 1.0, k + 2.5)
+    s = c.snapshot(open_streams=5)
+    assert s.steps == 3 * (WINDOW // 2 + 7) and s.calls == 3 and s.open_streams == 5
+    assert s.queue_wait_p50_ms == pytest.approx(1000) and s.latency_p99_ms == pytest.approx(2500)

@@ -1,0 +1,113 @@
+"""States kept on the session's device (lstm_ort/serving/streams_device.py): the model wrapped in
+Gather / ScatterND over slot arrays, run with I/O binding. The CPU suite runs the same path on host
+OrtValues (device_states=True); the `gpu` tests run it on CUDA, where it is the default."""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from lstm_ort.serving.streams import StreamBatcher
+
+_spec = importlib.util.spec_from_file_location("streams_support", Path(__file__).parent / "streams_support.py")
+support = sys.modules.get("streams_support") or importlib.util.module_from_spec(_spec)
+if "streams_support" not in sys.modules:
+    sys.modules["streams_support"] = support
+    _spec.loader.exec_module(support)
+
+CUDA = ["CUDAExecutionProvider", "CPUExecutionProvider"]
+CARRY = {"hn": "h", "cn": "c"}
+
+
+@pytest.fixture(scope="module")
+def torch_hc():
+    return support.torch_lstm()
+
+
+def torch_streams(rng, n, lengths=(1, 4)):
+    streams = [[{"x": rng.standard_normal((int(rng.choice(lengths)), 1, 40)).astype(np.float32)} for _ in range(k)]
+               for k in rng.integers(1, 7, n)]
+    init = [{"h": rng.standard_normal((2, 1, 64)).astype(np.float32),
+             "c": rng.standard_normal((2, 1, 64)).astype(np.float32)} for _ in streams]
+    return streams, init
+
+
+def test_device_states_on_cpu_match_alone(torch_hc, rng):
+    """More streams than the first capacity (64): the slot arrays grow while streams run."""
+    streams, init = torch_streams(rng, 80)
+    want = [support.alone(torch_hc, CARRY, s, i) for s, i in zip(streams, init)]
+    with StreamBatcher(torch_hc, CARRY, device_states=True) as b:
+        assert b.device_states
+        got = support.serve_concurrently(b, streams, 5, initial=init)
+        assert b.stats().mean_batch > 1
+    assert support.worst_difference(got, want) <= 1e-5
+
+
+def test_device_states_reused_slots_start_fresh(torch_hc, rng):
+    """A closed stream's slot goes to the next stream opened, which starts from its own state."""
+    x = {"x": rng.standard_normal((2, 1, 40)).astype(np.float32)}
+    zero = {"h": np.zeros((2, 1, 64), np.float32), "c": np.zeros((2, 1, 64), np.float32)}
+    with StreamBatcher(torch_hc, CARRY, device_states=True) as b:
+        s = b.open({"h": np.ones((2, 1, 64), np.float32)})
+        b.step(s, x)
+        b.close(s)
+        t = b.open()
+        np.testing.assert_array_equal(b.state(t)["h"], 0)
+        got = b.step(t, x)
+        np.testing.assert_array_equal(b.state(t)["h"], got[1])
+    assert support.worst_difference([[got]], [support.alone(torch_hc, CARRY, [x], zero)]) <= 1e-5
+
+
+def test_silero_device_states_on_cpu(rng):
+    model, carry = support.corpus_optimized(support.SILERO)
+    streams = [[{"input": (0.1 * rng.standard_normal((1, 576))).astype(np.float32), "sr": np.array(16000)}
+                for _ in range(k)] for k in rng.integers(1, 8, 24)]
+    zero = {"state": np.zeros((2, 1, 128), np.float32)}
+    want = [support.alone(model, carry, s, zero) for s in streams]
+    with StreamBatcher(model, carry, device_states=True) as b:
+        got = support.serve_concurrently(b, streams, 4)
+    assert support.worst_difference(got, want) <= 1e-5
+
+
+# -- on the GPU ------------------------------------------------------------------------------------
+# FusedLSTM's default precision `auto` may pick TF32 for large batches (docs/ops.md): fp32 keeps
+# every stream within float32 rounding of its own run on the same GPU.
+
+def fp32_options():
+    from lstm_ort.runtime.session import PRECISION_KEY
+    from lstm_ort.serving.streams_cli import session_options
+
+    so = session_options()
+    so.add_session_config_entry(PRECISION_KEY, "fp32")
+    return so
+
+
+@pytest.mark.gpu
+def test_gpu_torch_export_streams_match_alone(torch_hc, rng):
+    from lstm_ort.runtime.session import InferenceSession
+
+    streams, init = torch_streams(rng, 200)
+    sess = InferenceSession(torch_hc.SerializeToString(), fp32_options(), providers=CUDA)
+    want = [support.alone(torch_hc, CARRY, s, i, sess) for s, i in zip(streams, init)]
+    with StreamBatcher(torch_hc, CARRY, providers=CUDA, session_options=fp32_options()) as b:
+        assert b.device_states and "CUDAExecutionProvider" in b.session.get_providers()
+        got = support.serve_concurrently(b, streams, 8, initial=init)
+    assert support.worst_difference(got, want) <= 1e-5
+
+
+@pytest.mark.gpu
+def test_gpu_silero_many_streams_match_alone(rng):
+    from lstm_ort.runtime.session import InferenceSession
+
+    model, carry = support.corpus_optimized(support.SILERO)
+    streams = [[{"input": (0.1 * rng.standard_normal((1, 576))).astype(np.float32), "sr": np.array(16000)}
+                for _ in range(k)] for k in rng.integers(1, 10, 300)]
+    zero = {"state": np.zeros((2, 1, 128), np.float32)}
+    sess = InferenceSession(model.SerializeToString(), fp32_options(), providers=CUDA)
+    want = [support.alone(model, carry, s, zero, sess) for s in streams]
+    with StreamBatcher(model, carry, providers=CUDA, session_options=fp32_options()) as b:
+        got = support.serve_concurrently(b, streams, 8)
+        assert b.stats().mean_batch > 1
+    assert support.worst_difference(got, want) <= 1e-5

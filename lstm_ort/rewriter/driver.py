@@ -247,7 +247,7 @@ def _apply(rule: Rule, model: ir.Model, report: Report, by_node: dict[ir.Node, F
             hit = True
             if earlier:
                 finding = Finding(location, [name for f in earlier for name in f.nodes], earlier[0].shape,
-                                  layers=sum(f.layers for f in earlier), rewritten=True, fused_node=fused.name)
+                                  layers=_num_layers(fused), rewritten=True, fused_node=fused.name)
                 report.findings = [f for f in report.findings if f not in earlier]
             else:
                 finding = Finding(location, _names(covered), rule.describe(match), rewritten=True,
@@ -264,6 +264,11 @@ def _set_precision(by_node: dict[ir.Node, Finding], precision: str | None) -> No
     for node, finding in by_node.items():
         node.attributes["precision"] = ir.AttrString("precision", precision)
         finding.precision = precision
+
+
+def _num_layers(fused: ir.Node) -> int:
+    attr = fused.attributes.get("num_layers")
+    return attr.value if attr is not None else 1
 
 
 def _names(nodes: list[ir.Node]) -> list[str]:

@@ -3,7 +3,7 @@ over the whole sequence; the loop disappears.
 
 Pattern (the cell as unrolled_cell reads it, inside the body):
 
-    Scan(h0, c0, X)   body(h, c, x_t) -> (h', c', h')           scan axis 0, forward or reverse
+    Scan(h0, c0, X)   body(h, c, x_t) -> (h', c', h')           scan axis 0 or 1, forward or reverse
     Loop(T, "", h0, c0)  body(t, cond, h, c) -> (cond, h', c', h')   with x_t = Gather(X, t)
 
 Condition: the body carries exactly h and c (in either order), reads one time step of one outer
@@ -16,12 +16,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 import onnx_ir as ir
 
-from lstm_ort.rewriter.graph_utils import add_constant, const_array
+from lstm_ort.rewriter import opset_nodes
+from lstm_ort.rewriter.graph_utils import const_array, move_value
 from lstm_ort.rewriter.rule import OK, CheckResult, Rule
-from lstm_ort.rewriter.rules.unrolled_cell import Cell, _match_cell, _split_x_h, insert_cell_node, insert_op, move_value
+from lstm_ort.rewriter.cell_pattern import Cell, insert_cell_node, match_cell, split_x_h
 
 
 @dataclass
@@ -39,6 +39,8 @@ class CellLoopMatch:
     final_c: ir.Value | None = None
     scanned_h: list[ir.Value] | None = None
     direction: str = "forward"
+    layout: int = 0  # the sequence's time axis: 0 ([T, B, I]) or 1 ([B, T, I], a Scan over axis 1)
+    scanned_axes: list[int] | None = None  # each scanned h's time axis (None: 0)
 
 
 def _attr(node: ir.Node, name: str, default=None):
@@ -57,10 +59,10 @@ def _through_identity(value: ir.Value) -> ir.Value:
 def _body_cell(body: ir.Graph, states: list[ir.Value]) -> tuple[Cell | None, str]:
     """The one cell of a loop body, with x and h told apart (h is one of the carried `states`),
     or the reason why not."""
-    cells = [c for c in (_match_cell(n) for n in body) if c is not None]
+    cells = [c for c in (match_cell(n) for n in body) if c is not None]
     if len(cells) != 1:
         return None, ""
-    return cells[0], _split_x_h(cells[0], frozenset(states)) or ""
+    return cells[0], split_x_h(cells[0], frozenset(states)) or ""
 
 
 def _states(match: CellLoopMatch, state_inputs: list[ir.Value], state_outputs: list[ir.Value], first_initial: int,
@@ -98,10 +100,14 @@ def _match_scan(node: ir.Node) -> CellLoopMatch:
         m.reason = "a Scan with other than one scanned input (or opset 8's batched Scan)"
         return m
     N = len(node.inputs) - M
-    if any(a != 0 for a in [*(_attr(node, "scan_input_axes") or []), *(_attr(node, "scan_output_axes") or [])]):
-        m.reason = "the Scan runs over an axis other than 0"
-        return m
     scan_outputs = len(node.outputs) - N
+    # Rank-3 sequences ([T, B, .] or [B, T, .]): negative axes count from the end (opset 11).
+    in_axes = [a + 3 if a < 0 else a for a in (_attr(node, "scan_input_axes") or [0])]
+    out_axes = [a + 3 if a < 0 else a for a in (_attr(node, "scan_output_axes") or [0] * scan_outputs)]
+    if any(a not in (0, 1) for a in [*in_axes, *out_axes]):
+        m.reason = "the Scan runs over an axis other than 0 or 1 of a [T, B, .] or [B, T, .] sequence"
+        return m
+    m.layout, m.scanned_axes = in_axes[0], out_axes
     in_dirs = list(_attr(node, "scan_input_directions") or [0])
     out_dirs = list(_attr(node, "scan_output_directions") or [0] * scan_outputs)
     if set(in_dirs) | set(out_dirs) not in ({0}, {1}):  # LSTM's reverse writes Y[t] where it read x[t]
@@ -199,14 +205,18 @@ class CellLoop(Rule):
 
     def rewrite(self, graph, m: CellLoopMatch) -> ir.Node:
         anchor = m.node
-        axis0 = add_constant(graph, anchor, "loop_axis0", np.array([0], np.int64))
-        axis1 = add_constant(graph, anchor, "loop_axis1", np.array([1], np.int64))
         read = lambda at: at[0].inputs[at[1]]  # noqa: E731
-        fused = insert_cell_node(graph, anchor, m.cell, read(m.sequence_at), read(m.h0_at), read(m.c0_at), axis0,
-                                 (m.node.name or m.node.op_type) + "_fused", m.direction)
-        for value, out, axis in ((m.final_h, fused.outputs[1], axis0), (m.final_c, fused.outputs[2], axis0),
-                                 *((v, fused.outputs[0], axis1) for v in m.scanned_h)):
+        fused = insert_cell_node(graph, anchor, m.cell, read(m.sequence_at), read(m.h0_at), read(m.c0_at),
+                                 (m.node.name or m.node.op_type) + "_fused", direction=m.direction, layout=m.layout)
+        state_axis = m.layout  # Y_h: [1, B, H] (layout 0) or [B, 1, H]
+        for value, out in ((m.final_h, fused.outputs[1]), (m.final_c, fused.outputs[2])):
             if value.uses() or value.is_graph_output():
-                move_value(value, insert_op(graph, anchor, "Squeeze", out, axis))
+                move_value(value, opset_nodes.squeeze(graph, anchor, out, [state_axis]))
+        for value, axis in zip(m.scanned_h, m.scanned_axes or [0] * len(m.scanned_h)):
+            if value.uses() or value.is_graph_output():
+                sequence = opset_nodes.squeeze(graph, anchor, fused.outputs[0], [1 + m.layout])
+                if axis != m.layout:
+                    sequence = opset_nodes.transpose(graph, anchor, sequence, [1, 0, 2])
+                move_value(value, sequence)
         graph.remove(m.node, safe=True)
         return fused

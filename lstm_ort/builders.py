@@ -278,7 +278,9 @@ def cell_nodes(I: int, H: int, rng: np.random.Generator, *, gate_order: str = "i
         node("MatMul", ["xh", const("W", np.concatenate([wx, wh]))], ["prod"])
     elif form == "gemm":
         node("Gemm", [x, const("Wx_t", wx.T), const("bx", b if bias else np.zeros_like(b))], ["px"], transB=1)
-        node("Gemm", [h, const("Wh_t", wh.T)], ["ph"], transB=1)
+        # Gemm's C is optional from opset 11.
+        node("Gemm", [h, const("Wh_t", wh.T), *([const("zero_bias", np.zeros(4 * H, np.float32))] if opset < 11 else [])],
+             ["ph"], transB=1)
         node("Add", ["px", "ph"], ["prod"])
     else:
         node("MatMul", [x, const("Wx", wx)], ["px"])

@@ -414,17 +414,24 @@ def operands(cell: Cell, states: frozenset = frozenset()) -> tuple[list[tuple[ir
     return [], f"the gates sum {len(cell.terms)} products, not an input and a recurrent one"
 
 
-def split_x_h(cell: Cell, states: frozenset = frozenset()) -> str | None:
+AMBIGUOUS = "cannot tell the input x from the recurrent h (both are H wide and neither shares c's source)"
+
+
+def split_x_h(cell: Cell, states: frozenset = frozenset(), pick_x=None) -> str | None:
     """Fills cell.x / h_prev / x_part / h_part; returns a reason when they cannot be told apart.
-    `states`: values known to be the recurrent h (a loop body's state inputs, the previous cell's h')."""
+    `states`: values known to be the recurrent h (a loop body's state inputs, the previous cell's h').
+    `pick_x`: for one step alone, where either H-wide operand may serve as h (the step's outputs
+    are the same), given both operands it returns the index of the one to read as x."""
     parts, reason = operands(cell, states)
     if reason:
         return reason
     recurrent = [k for k, (_, p) in enumerate(parts) if p.hi - p.lo == cell.hidden]
     if len(recurrent) == 2:
         recurrent = [k for k in recurrent if parts[k][0] in states or same_source(parts[k][0], cell.c_prev)]
+        if len(recurrent) != 1 and pick_x is not None:
+            recurrent = [1 - pick_x([v for v, _ in parts])]
     if len(recurrent) != 1:
-        return "cannot tell the input x from the recurrent h (both are H wide and neither shares c's source)"
+        return AMBIGUOUS
     k = recurrent[0]
     (cell.h_prev, cell.h_part), (cell.x, cell.x_part) = parts[k], parts[1 - k]
     return None

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx_ir as ir
 
-from lstm_ort.rewriter import opset_nodes
+from lstm_ort.rewriter import opset_nodes, shape_expr
 from lstm_ort.rewriter.cell_pattern import Cell, Part, insert_cell_node, match_cell, op, operands, split_x_h
 from lstm_ort.rewriter.graph_utils import axes_of, const_array, move_value, slice_bounds
 from lstm_ort.rewriter.rule import OK, CheckResult, Rule
@@ -139,13 +139,36 @@ def _flipped(value: ir.Value, axis: int, length: int) -> ir.Value | None:
     return node.inputs[0] if start == length - 1 and end < 0 else None
 
 
-def _only_flip(value: ir.Value, axis: int, length: int) -> ir.Value | None:
-    """The output of the flip along `axis` that is `value`'s only use, if so."""
-    uses = list(value.uses())
-    if len(uses) != 1 or value.is_graph_output():
+def _full_reverse(node: ir.Node, length: int) -> ir.Value | None:
+    """v when `node` = ReverseSequence(v, lengths) with every length the whole time axis (tf2onnx's
+    ReverseV2: lengths Expand(Shape(.)[time], [batch]))."""
+    if node.op_type != "ReverseSequence" or len(node.inputs) != 2:
         return None
-    out = uses[0].node.outputs[0]
-    return out if _flipped(out, axis, length) is value else None
+    expand = op(node.inputs[1], "Expand")
+    source = expand.inputs[0] if expand is not None else node.inputs[1]
+    found = shape_expr.elements(source)
+    time_axis = node.attributes["time_axis"].value if "time_axis" in node.attributes else 0
+    whole = shape_expr.dim(node.inputs[0], time_axis)
+    return node.inputs[0] if found is not None and set(found) == {whole} and whole == shape_expr.Product(length) else None
+
+
+def _flip_reader(value: ir.Value, axis: int, length: int) -> ir.Value | None:
+    """The output of a flip along `axis` that is all `value` is for (through Transposes that cancel
+    on the way: tf2onnx's ReverseV2), if so."""
+    def reader(v: ir.Value) -> ir.Node | None:  # the one node reading v's elements (a Shape reads none)
+        uses = [u.node for u in v.uses() if u.node.op_type != "Shape"]
+        return uses[0] if len(uses) == 1 and not v.is_graph_output() else None
+
+    while (node := reader(value)) is not None:
+        out = node.outputs[0]
+        if _flipped(out, axis, length) is value or _full_reverse(node, length) is value and \
+                (node.attributes["time_axis"].value if "time_axis" in node.attributes else 0) == axis:
+            return out
+        after = reader(out) if node.op_type == "Transpose" else None
+        if after is None or after.op_type != "Transpose" or _strip_cancelling_transposes(after.outputs[0]) is not value:
+            return None
+        value = after.outputs[0]
+    return None
 
 
 def _time_order(chain: Chain) -> str:
@@ -371,9 +394,9 @@ class CellChain(Rule):
             if axis != chain.layout:
                 stacked = opset_nodes.transpose(graph, anchor, stacked, [1, 0, 2])
             # The steps stacked in reverse time order, unless the stack's only reader flips it back
-            # (torch's flip of a reverse pass's outputs).
+            # (torch's flip of a reverse pass's outputs, tf2onnx's ReverseV2 of Keras' backward layer).
             target, reverse = chain.stack.outputs[0], chain.stack_times[0] != 0
-            flip = _only_flip(target, axis, len(chain.cells))
+            flip = _flip_reader(target, axis, len(chain.cells))
             if flip is not None:
                 target, reverse = flip, not reverse
             if reverse:

@@ -70,3 +70,28 @@ def test_stacked_scans_become_one_multi_layer_node():
     f = {"X": rng.standard_normal((6, 2, 5)).astype(np.float32),
          **{f"{s}_{k}": rng.standard_normal((2, 6)).astype(np.float32) for s in ("h0", "c0") for k in range(3)}}
     assert max_abs(run(out, f), run(model, f, fused=False)) <= 1e-5
+
+
+@pytest.mark.parametrize("in_axis,out_axis", [(1, 1), (1, 0), (0, 1), (-2, -2)])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_scan_over_axis_1(in_axis, out_axis, reverse):
+    """A Scan over a batch-major sequence ([B, T, I], scan axis 1): a layout-1 FusedLSTM, its output
+    transposed where the Scan stacks h' on the other axis."""
+    rng = np.random.default_rng(7)
+    T, B, I, H = 5, 3, 4, 6
+    model = looped_cell_model(I, H, rng, loop="scan", reverse=reverse)
+    scan = model.graph.node[0]
+    scan.attribute.extend([onnx.helper.make_attribute("scan_input_axes", [in_axis]),
+                           onnx.helper.make_attribute("scan_output_axes", [out_axis])])
+    dims = lambda axis: [T, "B"] if axis % 3 == 0 else ["B", T]  # noqa: E731
+    model.graph.input[0].CopyFrom(onnx.helper.make_tensor_value_info("X", onnx.TensorProto.FLOAT, [*dims(in_axis), I]))
+    model.graph.output[0].CopyFrom(onnx.helper.make_tensor_value_info("Y", onnx.TensorProto.FLOAT,
+                                                                      [*dims(out_axis), H]))
+    report = Report()
+    out = optimize(model, report=report)
+    assert report.all_rewritten and report.rules["cell_loop"].hits == 1, report.table()
+    assert [n.op_type for n in out.graph.node if n.op_type in ("Scan", "FusedLSTM")] == ["FusedLSTM"]
+    f = feeds(rng, T=T, B=B, I=I, H=H)
+    if in_axis % 3 == 1:
+        f["X"] = np.ascontiguousarray(f["X"].transpose(1, 0, 2))
+    assert max_abs(run(out, f), run(model, f, fused=False)) <= 1e-5

@@ -1,8 +1,9 @@
 """Rule: one LSTM cell written out in plain ops (rewriter/cell_pattern.py) -> a one-step (T=1)
 ``lstm_ort.FusedLSTM``: streaming models that carry h and c through graph inputs and outputs.
 
-Condition: weights and biases constant, x and h told apart (by their widths, or where both are H
-wide, by h coming from the same tensor as c). Cells chained over time (one's c' is the next one's
+Condition: weights and biases constant, x and h told apart by their widths (where both are H
+wide either serves for one step, exactly: x W + h R is the same sum; h is then the operand from
+c's tensor, else a graph input, x the h' of a one-step node below if any). Cells chained over time (one's c' is the next one's
 c) are cell_chain's: a chain it refused is left as it is, never cut into one-step nodes, which
 would run slower than the cells (the chain's finding says why).
 Replacement: FusedLSTM over Unsqueeze(x) with initial states Unsqueeze(h), Unsqueeze(c); h' and
@@ -37,6 +38,17 @@ def _one_step_y(x: ir.Value) -> ir.Value | None:
     return fused.outputs[0]
 
 
+def _pick_x(operands: list[ir.Value]) -> int:
+    """Which of two H-wide operands of one step to read as x (either gives the step's outputs
+    exactly, since one step computes x W + h R whichever is which): the h of a one-step node below
+    (stacked streaming cells, so the layers join), else one that is not a graph input."""
+    for k, value in enumerate(operands):
+        if _one_step_y(value) is not None:
+            return k
+    inputs = [v.is_graph_input() for v in operands]
+    return inputs.index(False) if inputs.count(False) == 1 else 0
+
+
 class UnrolledCell(Rule):
     name = "unrolled_cell"
 
@@ -53,7 +65,7 @@ class UnrolledCell(Rule):
         return f"unrolled cell H={cell.hidden} gate order {cell.order}"
 
     def check(self, cell: Cell) -> CheckResult:
-        reason = split_x_h(cell)
+        reason = split_x_h(cell, pick_x=_pick_x)
         if reason:
             return CheckResult.fail(reason)
         for name, value in (("x", cell.x), ("h", cell.h_prev), ("c", cell.c_prev)):

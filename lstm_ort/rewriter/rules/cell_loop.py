@@ -21,7 +21,7 @@ import onnx_ir as ir
 from lstm_ort.rewriter import opset_nodes
 from lstm_ort.rewriter.graph_utils import const_array, move_value
 from lstm_ort.rewriter.rule import OK, CheckResult, Rule
-from lstm_ort.rewriter.cell_pattern import Cell, insert_cell_node, match_cell, split_x_h
+from lstm_ort.rewriter.cell_pattern import Cell, activation_refusal, insert_cell_node, match_cell, split_x_h
 
 
 @dataclass
@@ -62,7 +62,7 @@ def _body_cell(body: ir.Graph, states: list[ir.Value]) -> tuple[Cell | None, str
     cells = [c for c in (match_cell(n) for n in body) if c is not None]
     if len(cells) != 1:
         return None, ""
-    return cells[0], split_x_h(cells[0], frozenset(states)) or ""
+    return cells[0], split_x_h(cells[0], frozenset(states)) or activation_refusal(cells[0])
 
 
 def _states(match: CellLoopMatch, state_inputs: list[ir.Value], state_outputs: list[ir.Value], first_initial: int,

@@ -370,6 +370,7 @@ CELL_LOOP_CONFIGS = [  # (config, exporters): dynamo takes 10-60 s on a long unr
     (CellLoop("bidirectional", 259, 128, 20), ("torchscript", "dynamo")),  # the CRNN head of the issue
     (CellLoop("stacked", 100, 384, 20), ("torchscript",)),
     (CellLoop("stacked_bidirectional", 61, 100, 50), ("torchscript",)),
+    (CellLoop("scripted", 96, 256, 40), ("torchscript",)),  # torch.jit.script: a Loop carrying a list of outputs
 ]
 
 

@@ -76,6 +76,7 @@ CELL_LOOPS = {
     "cells_stacked": ("stacked", 11, 16, 6),
     "cells_stacked_bidirectional": ("stacked_bidirectional", 11, 16, 6),
     "cells_initial_states": ("initial_states", 11, 16, 6),
+    "cells_scripted": ("scripted", 11, 16, 6),  # torch.jit.script: a Loop, TorchScript exporter only
 }
 
 
@@ -86,8 +87,13 @@ def cell_loop_module(kind: str, input_size: int, hidden_size: int):
     stacked on axis 0, final h and c returned), "bidirectional" (a forward and a flipped loop,
     outputs concatenated on the feature axis), "stacked" (two cells per step, the second reading
     the first's h), "stacked_bidirectional" (two bidirectional layers), "initial_states" (h0 and c0
-    are inputs). Zero states are built from the input's shape, as people write them."""
+    are inputs), "scripted" (the forward loop under torch.jit.script, which the TorchScript exporter
+    writes as a Loop over a one-step LSTM carrying a list of outputs). Zero states are built from
+    the input's shape, as people write them."""
     import torch
+
+    if kind == "scripted":
+        return torch.jit.script(_scripted_loop(input_size, hidden_size))
 
     class CellLoop(torch.nn.Module):
         def __init__(self):
@@ -145,6 +151,27 @@ def cell_loop_module(kind: str, input_size: int, hidden_size: int):
             return y
 
     return CellLoop()
+
+
+def _scripted_loop(input_size: int, hidden_size: int):
+    import torch
+
+    class ScriptedLoop(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.cell = torch.nn.LSTMCell(input_size, hidden_size)
+            self.hidden = hidden_size
+
+        def forward(self, x):
+            h = torch.zeros(x.shape[0], self.hidden, dtype=x.dtype)
+            c = torch.zeros(x.shape[0], self.hidden, dtype=x.dtype)
+            outs: list[torch.Tensor] = []
+            for t in range(x.shape[1]):
+                h, c = self.cell(x[:, t], (h, c))
+                outs.append(h)
+            return torch.stack(outs, 1)
+
+    return ScriptedLoop()
 
 
 def cell_loop_case(name: str, batch: int = 3):
@@ -207,6 +234,8 @@ def export(name: str, exporter: str, *, dynamic_batch: bool = False) -> onnx.Mod
     torch.manual_seed(0)
     dynamic = batch_axes(name) if dynamic_batch else None
     if name in CELL_LOOPS:
+        if CELL_LOOPS[name][0] == "scripted" and exporter == "dynamo":
+            raise NotImplementedError("a ScriptModule exports with the TorchScript exporter only")
         return export_module(*cell_loop_case(name), exporter, dynamic_batch=dynamic)
     module, args, inputs, outputs = _modules()[name]
     if name == "if_branch" and exporter == "torchscript":

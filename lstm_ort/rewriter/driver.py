@@ -232,12 +232,13 @@ def _apply(rule: Rule, model: ir.Model, report: Report, by_node: dict[ir.Node, F
     for location, graph in iter_graphs(model):
         for match in list(rule.find(graph)):
             covered = rule.nodes(match)
-            earlier = [by_node.pop(n) for n in covered if n in by_node]  # findings of nodes an earlier rule made
+            popped = {n: by_node.pop(n) for n in covered if n in by_node}  # findings of nodes an earlier rule made
+            earlier = list(popped.values())
             result = rule.check(match)
             if not result:
                 report.count(rule.name, refused=result.reason)
                 if earlier:
-                    by_node.update(zip(covered, earlier))
+                    by_node.update(popped)
                 else:
                     report.findings.append(Finding(location, _names(covered), rule.describe(match),
                                                    reason=result.reason))

@@ -64,10 +64,16 @@ def elements(value: ir.Value | None, depth: int = 0) -> list[Product] | None:
             return None
         return found[slice(bounds[0][0], bounds[1][0])]
     if op == "Gather":
-        found, index = inner(0), const_array(node.inputs[1])
-        if found is None or index is None or (node.attributes["axis"].value if "axis" in node.attributes else 0) != 0:
+        index = const_array(node.inputs[1])
+        if index is None or (node.attributes["axis"].value if "axis" in node.attributes else 0) != 0:
             return None
-        return [found[int(k)] for k in np.asarray(index).reshape(-1)]
+        picks = [int(k) for k in np.asarray(index).reshape(-1)]
+        shape = node.inputs[0].producer()
+        if (shape is not None and shape.op_type == "Shape" and not shape.attributes
+                and shape.inputs[0].shape is None and min(picks) >= 0):
+            return [dim(shape.inputs[0], k) for k in picks]  # Shape(v)[k] of a v of unknown rank
+        found = inner(0)
+        return None if found is None else [found[k] for k in picks]
     if op == "Mul":
         a, b = inner(0), elements(node.inputs[1], depth + 1)
         if a is None or b is None or len(a) != len(b) and 1 not in (len(a), len(b)):

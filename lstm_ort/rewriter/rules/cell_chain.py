@@ -28,8 +28,8 @@ import numpy as np
 import onnx_ir as ir
 
 from lstm_ort.rewriter import opset_nodes, shape_expr
-from lstm_ort.rewriter.cell_pattern import (Cell, Part, activation_refusal, insert_cell_node, match_cell, op,
-                                           operands, split_x_h)
+from lstm_ort.rewriter.cell_pattern import (Cell, Part, activation_refusal, attr, insert_cell_node, match_cell,
+                                           op, operands, split_x_h)
 from lstm_ort.rewriter.graph_utils import axes_of, const_array, move_value, slice_bounds
 from lstm_ort.rewriter.rule import OK, CheckResult, Rule
 
@@ -39,7 +39,7 @@ _BIAS_TOLERANCE = 1e-6  # relative: a first cell's bias folded with its zero h's
 @dataclass
 class Chain:
     cells: list[Cell]
-    x_readers: set = field(default_factory=set)  # nodes of any chain's cells that read a step's x
+    x_readers: set[ir.Node] = field(default_factory=set)  # nodes by which any chain's cells read their x
     reason: str = ""  # found while matching
     # Filled by check():
     sequence: ir.Value | None = None
@@ -100,7 +100,7 @@ def _time_step(x: ir.Value) -> tuple[ir.Value, int, int] | None:
         index = const_array(node.inputs[1])
         if index is None or index.ndim != 0:
             return None
-        return node.inputs[0], int(node.attributes["axis"].value if "axis" in node.attributes else 0), int(index)
+        return node.inputs[0], int(attr(node, "axis", 0)), int(index)
     if node.op_type != "Squeeze" or axes_of(node) is None or len(axes_of(node)) != 1:
         return None
     axis = axes_of(node)[0]
@@ -112,13 +112,12 @@ def _time_step(x: ir.Value) -> tuple[ir.Value, int, int] | None:
         if bounds is None or bounds[2] != [axis] or bounds[3] not in (None, [1]) or len(bounds[0]) != 1:
             return None
         start, end = bounds[0][0], bounds[1][0]
-        if end - start != 1 and not (start == -1 and end > 2 ** 62):
-            return None
-        return cut.inputs[0], axis, start
-    if cut.op_type == "Split" and (cut.attributes["axis"].value if "axis" in cut.attributes else 0) == axis:
+        one_step = end == start + 1 and (start >= 0 or end < 0) or start == -1 and end > 2 ** 62  # x[k:k+1], x[-1:]
+        return (cut.inputs[0], axis, start) if one_step else None
+    if cut.op_type == "Split" and attr(cut, "axis", 0) == axis:
         sizes = const_array(cut.inputs[1]) if len(cut.inputs) > 1 and cut.inputs[1] is not None else None
         if sizes is None and "split" in cut.attributes:
-            sizes = np.asarray(cut.attributes["split"].value)
+            sizes = np.asarray(attr(cut, "split"))
         if sizes is not None and set(np.asarray(sizes).reshape(-1).tolist()) != {1}:
             return None
         return cut.inputs[0], axis, list(cut.outputs).index(node.inputs[0])
@@ -148,7 +147,7 @@ def _full_reverse(node: ir.Node, length: int) -> ir.Value | None:
     expand = op(node.inputs[1], "Expand")
     source = expand.inputs[0] if expand is not None else node.inputs[1]
     found = shape_expr.elements(source)
-    time_axis = node.attributes["time_axis"].value if "time_axis" in node.attributes else 0
+    time_axis = attr(node, "time_axis", 0)
     whole = shape_expr.dim(node.inputs[0], time_axis)
     return node.inputs[0] if found is not None and set(found) == {whole} and whole == shape_expr.Product(length) else None
 
@@ -163,7 +162,7 @@ def _flip_reader(value: ir.Value, axis: int, length: int) -> ir.Value | None:
     while (node := reader(value)) is not None:
         out = node.outputs[0]
         if _flipped(out, axis, length) is value or _full_reverse(node, length) is value and \
-                (node.attributes["time_axis"].value if "time_axis" in node.attributes else 0) == axis:
+                attr(node, "time_axis", 0) == axis:
             return out
         after = reader(out) if node.op_type == "Transpose" else None
         if after is None or after.op_type != "Transpose" or _strip_cancelling_transposes(after.outputs[0]) is not value:
@@ -269,7 +268,7 @@ def _find_stack(chain: Chain) -> str:
     if len(concats) > 1:
         return "the steps' outputs are stacked more than once"
     concat = concats.pop()
-    axis = concat.attributes["axis"].value if "axis" in concat.attributes else 0
+    axis = attr(concat, "axis", 0)
     try:
         steps = [unsqueezes[v.producer()] for v in concat.inputs]
     except KeyError:
@@ -393,7 +392,7 @@ class CellChain(Rule):
         sequence.shape = ir.Shape([*list(chain.sequence.shape)[:2], chain.weights.hidden])
         sequence.type = chain.sequence.type
         if chain.stack is not None:
-            stacked, axis = sequence, chain.stack.attributes["axis"].value % 3
+            stacked, axis = sequence, attr(chain.stack, "axis", 0) % 3
             if axis != chain.layout:
                 stacked = opset_nodes.transpose(graph, anchor, stacked, [1, 0, 2])
             # The steps stacked in reverse time order, unless the stack's only reader flips it back

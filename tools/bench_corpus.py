@@ -1,19 +1,20 @@
 #!/usr/bin/env python3
-"""CPU time of corpus models (models/corpus.py), original on stock onnxruntime against the
-optimized model, at several batch sizes and thread counts: the ratio per pattern that the
+"""Time of corpus models (models/corpus.py), original on stock onnxruntime against the optimized
+model, at several batch sizes (and thread counts on the CPU): the ratio per pattern that the
 odd-shape grid (tools/cpu_grid.py, on builder models) does not show, e.g. unrolled cell chains.
 
-    python tools/bench_corpus_cpu.py --only "LSTMCell loop" --batch 1 8 32 --threads 1 2 [--json out.json]
+    python tools/bench_corpus.py --only "LSTMCell loop" --batch 1 8 32 --threads 1 2 [--json out.json]
+    python tools/bench_corpus.py --device cuda --only "LSTMCell loop" --only "unroll=True"
 
-Timing as cpu_grid does it (interleaved runs and alternating blocks of each side alone; medians;
-ratio = original / optimized, above 1 means faster). Batch sizes apply to models whose only
+CPU timing as cpu_grid does it (interleaved runs and alternating blocks of each side alone;
+medians); CUDA as tools/bench.py does it (inputs and outputs bound on the device, medians).
+Ratio = original / optimized, above 1 means faster. Batch sizes apply to models whose only
 symbolic dimension is the batch (the corpus' cell loops and tf2onnx mirrors).
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import statistics
 import sys
@@ -21,18 +22,10 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).parent))
 
+from corpus_report import load_corpus  # noqa: E402
 from cpu_grid import Runner, _runs_for, alone_in_blocks  # noqa: E402
-
-
-def load_corpus():
-    spec = importlib.util.spec_from_file_location("corpus", ROOT / "models" / "corpus.py")
-    corpus = importlib.util.module_from_spec(spec)
-    sys.modules["corpus"] = corpus
-    spec.loader.exec_module(corpus)
-    return corpus
 
 
 def bench(model, optimized, feeds, threads: int, budget_ms: float) -> dict:
@@ -52,12 +45,23 @@ def bench(model, optimized, feeds, threads: int, budget_ms: float) -> dict:
             "max_abs": err}
 
 
+def bench_cuda(model, optimized, feeds, runs: int = 50) -> dict:
+    from lstm_ort.tuning.timing import OrtRunner, median_ms
+
+    stock, ours = OrtRunner(model, feeds, "cuda", fused=False), OrtRunner(optimized, feeds, "cuda", fused=True)
+    err = max(float(np.max(np.abs(a - b))) for a, b in zip(ours.outputs(), stock.outputs()))
+    stock_ms, ours_ms = median_ms(stock, runs, 5), median_ms(ours, runs, 5)
+    return {"stock_ms": stock_ms, "ours_ms": ours_ms, "ratio": stock_ms / ours_ms, "stock_alone_ms": stock_ms,
+            "ours_alone_ms": ours_ms, "ratio_alone": stock_ms / ours_ms, "max_abs": err}
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--only", action="append", help="entries whose name contains this (repeatable)")
     p.add_argument("--batch", type=int, nargs="+", default=[1, 8, 32])
     p.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     p.add_argument("--budget-ms", type=float, default=400.0, help="time per side and row, roughly")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     p.add_argument("--json", help="write the rows here")
     args = p.parse_args(argv)
 
@@ -76,11 +80,12 @@ def main(argv=None) -> int:
             print(f"{entry.name}: skipped ({e})")
             continue
         optimized = optimize(model)
-        for threads in args.threads:
+        for threads in args.threads if args.device == "cpu" else [0]:
             for batch in args.batch:
                 feeds = random_feeds(model, np.random.default_rng(batch), dim=batch)
-                row = {"model": entry.name, "threads": threads, "batch": batch,
-                       **bench(model, optimized, feeds, threads, args.budget_ms)}
+                timed = (bench(model, optimized, feeds, threads, args.budget_ms) if args.device == "cpu"
+                         else bench_cuda(model, optimized, feeds))
+                row = {"model": entry.name, "device": args.device, "threads": threads, "batch": batch, **timed}
                 rows.append(row)
                 print(f"{entry.name[:66]:66} {threads:>3} {batch:>3} {row['stock_ms']:>8.3f} {row['ours_ms']:>8.3f} "
                       f"{row['ratio']:>6.2f} {row['ratio_alone']:>6.2f} {row['max_abs']:>8.1e}", flush=True)

@@ -303,12 +303,16 @@ def spec_from_attributes(attributes: dict, input_size: int, num_layers: int = 1)
 
 def cell_nodes(I: int, H: int, rng: np.random.Generator, *, gate_order: str = "ifco", form: str = "matmul",
                bias: bool = True, opset: int = DEFAULT_OPSET, x: str = "x", h: str = "h", c: str = "c",
-               h_out: str = "h_out", c_out: str = "c_out") -> tuple[list[onnx.NodeProto], list[onnx.TensorProto]]:
+               h_out: str = "h_out", c_out: str = "c_out", gate_activation: str = "sigmoid",
+               peepholes: bool = False) -> tuple[list[onnx.NodeProto], list[onnx.TensorProto]]:
     """The nodes and constants of one LSTM step written out in plain ops, as exporters write cells.
 
     gate_order: the gates' order along the gate axis, a permutation of "ifco" (torch "ifco",
     Keras "ifco", ONNX "iofc"). form: "matmul" (x@Wx + h@Wh + b), "gemm" (Gemm with transB and
     bias), "concat" (Concat([x, h]) @ W + b), "slices" (as matmul, gates cut by four Slices).
+    gate_activation: "sigmoid", "hard_sigmoid" (the HardSigmoid op), "keras2_hard_sigmoid"
+    (clip(0.2 x + 0.5, 0, 1)) or "keras3_hard_sigmoid" (relu6(x + 3) / 6, as tf2onnx writes
+    them). peepholes: i and f add P * c, o adds P * c' (TensorFlow's use_peepholes).
     """
     s = 1.0 / np.sqrt(H)
     wx = rng.uniform(-s, s, (I, 4 * H)).astype(np.float32)
@@ -326,7 +330,9 @@ def cell_nodes(I: int, H: int, rng: np.random.Generator, *, gate_order: str = "i
         node("MatMul", ["xh", const("W", np.concatenate([wx, wh]))], ["prod"])
     elif form == "gemm":
         node("Gemm", [x, const("Wx_t", wx.T), const("bx", b if bias else np.zeros_like(b))], ["px"], transB=1)
-        node("Gemm", [h, const("Wh_t", wh.T)], ["ph"], transB=1)
+        # Gemm's C is optional from opset 11.
+        node("Gemm", [h, const("Wh_t", wh.T), *([const("zero_bias", np.zeros(4 * H, np.float32))] if opset < 11 else [])],
+             ["ph"], transB=1)
         node("Add", ["px", "ph"], ["prod"])
     else:
         node("MatMul", [x, const("Wx", wx)], ["px"])
@@ -343,16 +349,39 @@ def cell_nodes(I: int, H: int, rng: np.random.Generator, *, gate_order: str = "i
                  [chunk[g]])
     else:
         node("Split", [gates], [chunk[g] for g in gate_order], axis=1, **({"num_outputs": 4} if opset >= 18 else {}))
-    node("Sigmoid", [chunk["i"]], ["i"])
-    node("Sigmoid", [chunk["f"]], ["f"])
+    def gate(role: str, state: str) -> None:
+        pre = chunk[role]
+        if peepholes:
+            node("Mul", [const(f"P_{role}", rng.uniform(-s, s, H).astype(np.float32)), state], [f"peep_{role}"])
+            node("Add", [pre, f"peep_{role}"], [f"pre_{role}"])
+            pre = f"pre_{role}"
+        if gate_activation == "sigmoid":
+            node("Sigmoid", [pre], [role])
+        elif gate_activation == "hard_sigmoid":
+            node("HardSigmoid", [pre], [role], alpha=0.25, beta=0.45)
+        else:
+            keras3 = gate_activation == "keras3_hard_sigmoid"
+            scale, shift, hi = (1.0, 3.0, 6.0) if keras3 else (0.2, 0.5, 1.0)
+            node("Mul", [pre, const("act_scale", np.array(scale, np.float32))], [f"{role}_scaled"])
+            node("Add", [f"{role}_scaled", const("act_shift", np.array(shift, np.float32))], [f"{role}_shifted"])
+            bounds = [const("act_lo", np.array(0, np.float32)), const("act_hi", np.array(hi, np.float32))]
+            clip = dict(min=0.0, max=hi) if opset < 11 else {}
+            node("Clip", [f"{role}_shifted", *(bounds if opset >= 11 else [])], [f"{role}_clipped" if keras3 else role],
+                 **clip)
+            if keras3:
+                node("Mul", [f"{role}_clipped", const("act_recip", np.array(1 / 6, np.float32))], [role])
+
+    gate("i", c)
+    gate("f", c)
     node("Tanh", [chunk["c"]], ["g"])
-    node("Sigmoid", [chunk["o"]], ["o"])
     node("Mul", ["f", c], ["fc"])
     node("Mul", ["i", "g"], ["ig"])
     node("Add", ["fc", "ig"], [c_out])
+    gate("o", c_out)
     node("Tanh", [c_out], ["tc"])
     node("Mul", ["o", "tc"], [h_out])
-    return nodes, inits
+    unique = {t.name: t for t in inits}  # constants shared by the three gates, once
+    return nodes, list(unique.values())
 
 
 def unrolled_cell_model(I: int, H: int, rng: np.random.Generator, *, state: str = "separate",

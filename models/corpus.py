@@ -10,6 +10,7 @@ building an entry raises Unavailable and the tests skip it with the reason.
 from __future__ import annotations
 
 import functools
+import importlib.util
 import io
 import os
 import subprocess
@@ -46,6 +47,7 @@ class Entry:
     # quantizes h per slice of the batch (docs/ops.md, "int8 weights"); None: its default.
     stock_threads: int | None = None
     argmax_axis: int | None = None  # class scores: the axis whose argmax must agree with stock
+    left: str = ""  # a pattern the rewriter proves and leaves on purpose: part of the reason it gives
 
 
 # ---- third-party models, from PyPI wheels ----
@@ -349,6 +351,160 @@ def _looped_feeds(layers: int):
     return feeds
 
 
+# ---- unrolled cell chains: nn.LSTMCell loops (both exporters), Keras LSTM(unroll=True) ----
+
+def _export_fixtures():
+    spec = importlib.util.spec_from_file_location("export_fixtures", Path(__file__).parent / "export_fixtures.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@dataclass(frozen=True)
+class CellLoop:
+    """An nn.LSTMCell loop (export_fixtures.cell_loop_module) at production size, batch left
+    symbolic (so its zero states are computed from the input's shape)."""
+
+    kind: str
+    input_size: int
+    hidden_size: int
+    steps: int
+
+    @property
+    def time_major(self) -> bool:
+        return self.kind == "time_major"
+
+    def feeds(self, rng, batch: int = 4) -> dict[str, np.ndarray]:
+        shape = (self.steps, batch, self.input_size) if self.time_major else (batch, self.steps, self.input_size)
+        return {"X": rng.standard_normal(shape).astype(np.float32)}
+
+    @property
+    def chains(self) -> int:
+        return (2 if self.kind.startswith("stacked") else 1) * (2 if self.kind.endswith("bidirectional") else 1)
+
+
+def cell_loop_export(cfg: CellLoop, exporter: str) -> Callable[[], onnx.ModelProto]:
+    def build() -> onnx.ModelProto:
+        try:
+            import torch
+        except ImportError:
+            raise Unavailable("torch is not installed") from None
+        fixtures = _export_fixtures()
+        torch.manual_seed(cfg.hidden_size + cfg.steps)
+        module = fixtures.cell_loop_module(cfg.kind, cfg.input_size, cfg.hidden_size)
+        x = torch.from_numpy(cfg.feeds(np.random.default_rng(0))["X"])
+        outputs = ["Y", "Y_h", "Y_c"] if cfg.time_major else ["Y"]
+        return fixtures.export_module(module, (x,), ["X"], outputs, exporter,
+                                      dynamic_batch={"X": 1 if cfg.time_major else 0})
+    return build
+
+
+CELL_LOOP_CONFIGS = [  # (config, exporters): dynamo takes 10-60 s on a long unrolled loop (tests/test_torch_exports.py
+    # runs it on small loops of every kind), here on the CRNN head only
+    (CellLoop("forward", 131, 256, 32), ("torchscript",)),
+    (CellLoop("flip", 77, 200, 24), ("torchscript",)),
+    (CellLoop("reverse_index", 300, 512, 20), ("torchscript",)),
+    (CellLoop("time_major", 40, 320, 30), ("torchscript",)),
+    (CellLoop("bidirectional", 259, 128, 20), ("torchscript", "dynamo")),  # the CRNN head of the issue
+    (CellLoop("stacked", 100, 384, 20), ("torchscript",)),
+    (CellLoop("stacked_bidirectional", 61, 100, 50), ("torchscript",)),
+    (CellLoop("scripted", 96, 256, 40), ("torchscript",)),  # torch.jit.script: a Loop carrying a list of outputs
+]
+
+
+def keras_unrolled(T=24, I=57, H=160, *, layers=1, bidirectional=False, hard_sigmoid=False,
+                   opset=13) -> onnx.ModelProto:
+    """Keras' LSTM(unroll=True, return_sequences=True) as tf2onnx 1.17 writes it (TF 2.21,
+    Keras 3; tensorflow is not needed here, the graph is written out node by node as the converter
+    wrote it): x [batch, T, I] transposed time-major and Split into steps (Squeeze of each);
+    zero states Expand(0, Cast(Concat(Slice(Cast(Shape(x))), [H]))), one tensor for h and c
+    of every direction; each step MatMul(x_t, W) + MatMul(h, U) + b, Split into i, f, c, o;
+    hard_sigmoid (Keras 3) as Mul(Clip(Add(z, 3), 0, 6), 1/6). Outputs stacked time-major by
+    Unsqueeze + Concat and transposed back. Bidirectional: the backward layer reads the steps
+    in reverse and stacks its outputs in that order; the wrapper reverses them (two Transposes,
+    ReverseSequence over the whole length) and concatenates on the feature axis."""
+    rng = np.random.default_rng(13 + layers + 2 * bidirectional + 4 * hard_sigmoid)
+    g: dict = {"nodes": [], "inits": {}, "n": 0}
+
+    def const(name, array):
+        g["inits"].setdefault(name, numpy_helper.from_array(np.asarray(array), name))
+        return name
+
+    def node(op, inputs, n_out=1, **attrs):
+        g["n"] += 1
+        outs = [f"{op.lower()}_{g['n']}_{k}" for k in range(n_out)]
+        g["nodes"].append(helper.make_node(op, inputs, outs, **attrs))
+        return outs[0] if n_out == 1 else outs
+
+    def axes_op(op, value, axis):
+        if opset < 13:
+            return node(op, [value], axes=[axis])
+        return node(op, [value, const(f"axes{axis}", np.array([axis], np.int64))])
+
+    def sigmoid(z):
+        if not hard_sigmoid:
+            return node("Sigmoid", [z])
+        clipped = node("Clip", [node("Add", [z, const("three", np.array(3, np.float32))]),
+                                const("zero_f", np.array(0, np.float32)), const("six", np.array(6, np.float32))])
+        return node("Mul", [clipped, const("sixth", np.array(1 / 6, np.float32))])
+
+    def chain(steps, zeros, width, d, reverse):
+        s = 1 / np.sqrt(H)
+        w = const(f"W{d}", rng.uniform(-s, s, (width, 4 * H)).astype(np.float32))
+        u = const(f"U{d}", rng.uniform(-s, s, (H, 4 * H)).astype(np.float32))
+        b = const(f"b{d}", rng.uniform(-s, s, 4 * H).astype(np.float32))
+        h = c = zeros
+        outs = []
+        for t in (range(T - 1, -1, -1) if reverse else range(T)):
+            gates = node("Add", [node("Add", [node("MatMul", [steps[t], w]), node("MatMul", [h, u])]), b])
+            i, f, g_, o = node("Split", [gates], 4, axis=1)
+            c = node("Add", [node("Mul", [sigmoid(f), c]), node("Mul", [sigmoid(i), node("Tanh", [g_])])])
+            h = node("Mul", [sigmoid(o), node("Tanh", [c])])
+            outs.append(h)
+        return node("Concat", [axes_op("Unsqueeze", h_k, 0) for h_k in outs], axis=0)  # in processing order
+
+    seq = "x"  # [batch, T, width]
+    width = I
+    for layer in range(layers):
+        shape = node("Cast", [node("Shape", [seq])], to=TensorProto.INT32)
+        batch = node("Slice", [shape, const("s0", np.array([0], np.int64)), const("s1", np.array([1], np.int64)),
+                               const("s0", np.array([0], np.int64))])
+        dims = node("Cast", [node("Concat", [batch, const("H_i32", np.array([H], np.int32))], axis=0)],
+                    to=TensorProto.INT64)
+        zeros = node("Expand", [const("zero_f", np.array(0, np.float32)), dims])
+        major = node("Transpose", [seq], perm=[1, 0, 2])
+        steps = [axes_op("Squeeze", part, 0) for part in node("Split", [major], T, axis=0)]
+        forward = chain(steps, zeros, width, f"{layer}f", reverse=False)  # [T, B, H]
+        if bidirectional:
+            backward = chain(steps, zeros, width, f"{layer}b", reverse=True)
+            batch_major = node("Transpose", [backward], perm=[1, 0, 2])
+            back = node("Transpose", [batch_major], perm=[1, 0, 2])
+            one = const("one_1d", np.array([1], np.int64))  # T from [B, T, H], B from [T, B, H]
+            lengths = node("Expand", [node("Gather", [node("Shape", [batch_major]), one]),
+                                      node("Gather", [node("Shape", [back]), one])])
+            back = node("ReverseSequence", [back, lengths], batch_axis=1, time_axis=0)
+            forward = node("Concat", [forward, back], axis=2)
+        seq = node("Transpose", [forward], perm=[1, 0, 2])  # [batch, T, D*H]
+        width = H * (2 if bidirectional else 1)
+    g["nodes"].append(helper.make_node("Identity", [seq], ["y"]))
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", T, I])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", T, width])
+    return _model(g["nodes"], [x], [y], list(g["inits"].values()), opset=opset)
+
+
+def _keras_unrolled_feeds(T=24, I=57):
+    return lambda rng: {"x": rng.standard_normal((4, T, I)).astype(np.float32)}
+
+
+KERAS_UNROLLED = [  # (name, options, opset)
+    ("", {}, 13),
+    (" bidirectional", {"bidirectional": True}, 11),
+    (" x2 stacked", {"layers": 2}, 11),
+    (" hard_sigmoid", {"hard_sigmoid": True}, 11),
+    (" bidirectional x2 stacked, T48 H256", {"bidirectional": True, "layers": 2, "T": 48, "H": 256}, 12),
+]
+
+
 ENTRIES: list[Entry] = [
     Entry("silero_vad 16k", from_wheel(SILERO, "silero_vad/data/silero_vad.onnx"), silero_feeds(576, 16000),
           lstms=2, fused=2, shapes={"input": [1, 576]}, carry={"stateN": "state"}),
@@ -399,4 +555,15 @@ ENTRIES: list[Entry] = [
             f"{' batch_first' if c.batch_first else ''}{' states' if c.initial_states else ''}",
             torch_quantized(c), c.feeds, lstms=c.num_layers, fused=1, tol=5e-2, stock_threads=1)
       for c in TORCH_QUANTIZED_CONFIGS],
+    *[Entry(f"torch {exporter} LSTMCell loop {c.kind} I{c.input_size} H{c.hidden_size} T{c.steps}",
+            cell_loop_export(c, exporter), c.feeds, lstms=c.chains, fused=1, large=True,
+            shapes={"X": list(c.feeds(np.random.default_rng(0))["X"].shape)})
+      for c, exporters in CELL_LOOP_CONFIGS for exporter in exporters],
+    *[Entry(f"tf2onnx Keras LSTM(unroll=True){name} opset {opset}",
+            functools.partial(keras_unrolled, opset=opset, **options),
+            _keras_unrolled_feeds(options.get("T", 24)), lstms=options.get("layers", 1) * (1 + options.get("bidirectional", 0)),
+            fused=0 if options.get("hard_sigmoid") else 1, shapes={"x": [4, options.get("T", 24), 57]},
+            # the CPU kernel runs HardSigmoid gates per lane: slower than the cells (cell_pattern.py)
+            left="hard-sigmoid gates" if options.get("hard_sigmoid") else "")
+      for name, options, opset in KERAS_UNROLLED],
 ]

@@ -246,12 +246,13 @@ def _apply(rule: Rule, model: ir.Model, report: Report, by_node: dict[ir.Node, F
     for location, graph in iter_graphs(model):
         for match in list(rule.find(graph)):
             covered = rule.nodes(match)
-            earlier = [by_node.pop(n) for n in covered if n in by_node]  # findings of nodes an earlier rule made
+            popped = {n: by_node.pop(n) for n in covered if n in by_node}  # findings of nodes an earlier rule made
+            earlier = list(popped.values())
             result = rule.check(match)
             if not result:
                 report.count(rule.name, refused=result.reason)
                 if earlier:
-                    by_node.update(zip(covered, earlier))
+                    by_node.update(popped)
                 else:
                     report.findings.append(Finding(location, _names(covered), rule.describe(match),
                                                    reason=result.reason))
@@ -261,7 +262,7 @@ def _apply(rule: Rule, model: ir.Model, report: Report, by_node: dict[ir.Node, F
             hit = True
             if earlier:
                 finding = Finding(location, [name for f in earlier for name in f.nodes], earlier[0].shape,
-                                  layers=sum(f.layers for f in earlier), rewritten=True, fused_node=fused.name)
+                                  layers=_num_layers(fused), rewritten=True, fused_node=fused.name)
                 report.findings = [f for f in report.findings if f not in earlier]
             else:
                 finding = Finding(location, _names(covered), rule.describe(match), rewritten=True,
@@ -282,6 +283,11 @@ def _set_precision(by_node: dict[ir.Node, Finding], precision: str | None) -> No
             continue
         node.attributes["precision"] = ir.AttrString("precision", precision)
         finding.precision = precision
+
+
+def _num_layers(fused: ir.Node) -> int:
+    attr = fused.attributes.get("num_layers")
+    return attr.value if attr is not None else 1
 
 
 def _names(nodes: list[ir.Node]) -> list[str]:

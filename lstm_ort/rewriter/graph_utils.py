@@ -89,22 +89,32 @@ def const_array(value: ir.Value | None) -> np.ndarray | None:
     return None
 
 
+# Ops whose output holds only elements of their first input (rearranged, repeated, cut or cast):
+# all zeros in, all zeros out. A Cast of 0 is 0 in every numeric type.
+_ZEROS_KEEPING = ("Expand", "Tile", "Slice", "Gather", "Reshape", "Squeeze", "Unsqueeze", "Transpose", "Flatten",
+                  "Identity", "Cast", "Split")
+
+
 def is_zeros(value: ir.Value | None) -> bool:
-    """True for a tensor known to be all zeros: a constant, ConstantOfShape(0), or Expand of zeros
-    (how exporters spell an absent initial state)."""
+    """True for a tensor proven all zeros: a zero constant, ConstantOfShape with a zero or absent
+    value, and what only rearranges, repeats, cuts, casts or concatenates such tensors (how
+    exporters spell an absent initial state: torch slices one zero tensor per layer, built from
+    the input's shape)."""
     if value is None:
         return False
     array = const_array(value)
     if array is not None:
         return not array.any()
     node = value.producer()
-    if node is None or node.domain not in ("", "ai.onnx"):
+    if node is None or node.domain not in ("", "ai.onnx") or not node.inputs:
         return False
     if node.op_type == "ConstantOfShape":
         attr = node.attributes.get("value")
         return attr is None or not attr.value.numpy().any()
-    if node.op_type in ("Expand", "Identity", "Cast") and node.inputs:
+    if node.op_type in _ZEROS_KEEPING:
         return is_zeros(node.inputs[0])
+    if node.op_type == "Concat":
+        return all(is_zeros(v) for v in node.inputs)
     return False
 
 
@@ -203,3 +213,70 @@ def drop_if_unused(graph, value: ir.Value) -> None:
     producer = value.producer()
     if producer is not None and producer.op_type == "Constant":
         graph.remove(producer, safe=True)
+
+
+def move_value(old: ir.Value, new: ir.Value) -> None:
+    """Every use, graph-output place and name of `old` to `new`, the same tensor."""
+    name = old.name
+    new.type, new.shape = old.type, old.shape
+    ir.convenience.replace_all_uses_with(old, new, replace_graph_outputs=True)
+    if old.is_graph_output() or name:
+        old.name = None
+        new.name = name
+
+
+def slice_bounds(node: ir.Node) -> tuple[list[int], list[int], list[int] | None, list[int] | None] | None:
+    """(starts, ends, axes, steps) of a Slice with constant bounds, in either form (attributes
+    before opset 10, inputs after); axes or steps None where absent. None when not constant."""
+    if node.op_type != "Slice":
+        return None
+    if len(node.inputs) == 1:
+        got = [node.attributes.get(k) for k in ("starts", "ends", "axes")]
+        if got[0] is None or got[1] is None:
+            return None
+        return list(got[0].value), list(got[1].value), list(got[2].value) if got[2] is not None else None, None
+    if len(node.inputs) < 3:
+        return None
+    found = [const_array(node.inputs[k]) if len(node.inputs) > k and node.inputs[k] is not None else None
+             for k in range(1, 5)]
+    if found[0] is None or found[1] is None:
+        return None
+    for k in (2, 3):
+        if len(node.inputs) > k + 1 and node.inputs[k + 1] is not None and found[k] is None:
+            return None  # axes or steps given but not constant
+    as_list = lambda a: None if a is None else [int(v) for v in a.reshape(-1)]  # noqa: E731
+    return as_list(found[0]), as_list(found[1]), as_list(found[2]), as_list(found[3])
+
+
+def axes_of(node: ir.Node) -> list[int] | None:
+    """The constant axes of a Squeeze/Unsqueeze/Reduce node, given as the second input (opset 13
+    on) or as the attribute (before); None when absent or not constant."""
+    if len(node.inputs) > 1 and node.inputs[1] is not None:
+        array = const_array(node.inputs[1])
+        return None if array is None else [int(a) for a in array.reshape(-1)]
+    attr = node.attributes.get("axes")
+    return None if attr is None else [int(a) for a in attr.value]
+
+
+def same_tensor(a: ir.Value | None, b: ir.Value | None, depth: int = 6) -> bool:
+    """Whether a and b hold the same tensor: one value, equal constants, or outputs of the same
+    deterministic op with the same attributes on the same tensors (two Transposes of one input)."""
+    if a is b:
+        return True
+    if a is None or b is None or depth == 0:
+        return False
+    ca, cb = const_array(a), const_array(b)
+    if ca is not None or cb is not None:
+        return ca is not None and cb is not None and ca.dtype == cb.dtype and np.array_equal(ca, cb)
+    pa, pb = a.producer(), b.producer()
+    if pa is None or pb is None or (pa.op_type, pa.domain) != (pb.op_type, pb.domain) or pa.domain not in ("", "ai.onnx"):
+        return False
+    if pa.op_type in ("RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial",
+                      "Bernoulli", "Dropout") or list(pa.outputs).index(a) != list(pb.outputs).index(b):
+        return False
+    simple = (int, float, str, list, tuple)
+    if pa.attributes.keys() != pb.attributes.keys() or any(
+            not isinstance(pa.attributes[k].value, simple) or pa.attributes[k].value != pb.attributes[k].value
+            for k in pa.attributes):
+        return False
+    return len(pa.inputs) == len(pb.inputs) and all(same_tensor(x, y, depth - 1) for x, y in zip(pa.inputs, pb.inputs))

@@ -70,3 +70,79 @@ def test_stacked_scans_become_one_multi_layer_node():
     f = {"X": rng.standard_normal((6, 2, 5)).astype(np.float32),
          **{f"{s}_{k}": rng.standard_normal((2, 6)).astype(np.float32) for s in ("h0", "c0") for k in range(3)}}
     assert max_abs(run(out, f), run(model, f, fused=False)) <= 1e-5
+
+
+@pytest.mark.parametrize("in_axis,out_axis", [(1, 1), (1, 0), (0, 1), (-2, -2)])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_scan_over_axis_1(in_axis, out_axis, reverse):
+    """A Scan over a batch-major sequence ([B, T, I], scan axis 1): a layout-1 FusedLSTM, its output
+    transposed where the Scan stacks h' on the other axis."""
+    rng = np.random.default_rng(7)
+    T, B, I, H = 5, 3, 4, 6
+    model = looped_cell_model(I, H, rng, loop="scan", reverse=reverse)
+    scan = model.graph.node[0]
+    scan.attribute.extend([onnx.helper.make_attribute("scan_input_axes", [in_axis]),
+                           onnx.helper.make_attribute("scan_output_axes", [out_axis])])
+    dims = lambda axis: [T, "B"] if axis % 3 == 0 else ["B", T]  # noqa: E731
+    model.graph.input[0].CopyFrom(onnx.helper.make_tensor_value_info("X", onnx.TensorProto.FLOAT, [*dims(in_axis), I]))
+    model.graph.output[0].CopyFrom(onnx.helper.make_tensor_value_info("Y", onnx.TensorProto.FLOAT,
+                                                                      [*dims(out_axis), H]))
+    report = Report()
+    out = optimize(model, report=report)
+    assert report.all_rewritten and report.rules["cell_loop"].hits == 1, report.table()
+    assert [n.op_type for n in out.graph.node if n.op_type in ("Scan", "FusedLSTM")] == ["FusedLSTM"]
+    f = feeds(rng, T=T, B=B, I=I, H=H)
+    if in_axis % 3 == 1:
+        f["X"] = np.ascontiguousarray(f["X"].transpose(1, 0, 2))
+    assert max_abs(run(out, f), run(model, f, fused=False)) <= 1e-5
+
+
+def test_loop_carrying_a_sequence_of_h_and_an_unchanged_value():
+    """Loops carrying more than h and c: torch.jit.script's list of outputs (a sequence h' is
+    appended to, read by ConcatFromSequence) and a value passed on unchanged."""
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(8)
+    model = looped_cell_model(5, 6, rng, loop="loop")
+    loop = next(n for n in model.graph.node if n.op_type == "Loop")
+    body = loop.attribute[0].g
+    body.input.extend([helper.make_tensor_sequence_value_info("seq_in", TensorProto.FLOAT, None),
+                       helper.make_tensor_value_info("kept_in", TensorProto.FLOAT, [2])])
+    body.node.extend([helper.make_node("SequenceInsert", ["seq_in", "h_out"], ["seq_out"]),
+                      helper.make_node("Identity", ["kept_in"], ["kept_out"])])
+    y_t = body.output.pop()
+    body.output.extend([helper.make_tensor_sequence_value_info("seq_out", TensorProto.FLOAT, None),
+                        helper.make_tensor_value_info("kept_out", TensorProto.FLOAT, [2]), y_t])
+    loop.input.extend(["seq0", "kept"])
+    scanned = loop.output.pop()
+    loop.output.extend(["seq_T", "kept_T", scanned])
+    model.graph.node.insert(0, helper.make_node("SequenceEmpty", [], ["seq0"], dtype=TensorProto.FLOAT))
+    model.graph.node.append(helper.make_node("ConcatFromSequence", ["seq_T"], ["Y_list"], axis=0, new_axis=1))
+    model.graph.input.append(helper.make_tensor_value_info("kept", TensorProto.FLOAT, [2]))
+    model.graph.output.extend([helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("Y_list", "kept_T")])
+    report = Report()
+    out = optimize(model, report=report)
+    assert report.all_rewritten and report.rules["cell_loop"].hits == 1, report.table()
+    assert not [n for n in out.graph.node if n.op_type in ("Loop", "ConcatFromSequence", "SequenceEmpty")]
+    f = {**feeds(rng), "kept": rng.standard_normal(2).astype(np.float32)}
+    assert max_abs(run(out, f), run(model, f, fused=False)) <= 1e-5
+
+
+def test_loop_carrying_a_value_it_changes_is_refused():
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(9)
+    model = looped_cell_model(5, 6, rng, loop="loop")
+    loop = next(n for n in model.graph.node if n.op_type == "Loop")
+    body = loop.attribute[0].g
+    body.input.append(helper.make_tensor_value_info("count_in", TensorProto.FLOAT, [1]))
+    body.node.append(helper.make_node("Neg", ["count_in"], ["count_out"]))
+    y_t = body.output.pop()
+    body.output.extend([helper.make_tensor_value_info("count_out", TensorProto.FLOAT, [1]), y_t])
+    loop.input.append("count")
+    scanned = loop.output.pop()
+    loop.output.extend(["count_T", scanned])
+    model.graph.input.append(helper.make_tensor_value_info("count", TensorProto.FLOAT, [1]))
+    report = Report()
+    optimize(model, report=report)
+    assert "the loop carries a value other than h, c" in report.findings[0].reason, report.table()

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 import onnx_ir as ir
 
 from lstm_ort.rewriter.fused_node import insert_fused_node, is_fused
-from lstm_ort.rewriter.graph_utils import add_constant, const_array, const_tensor, default_opset, unique_name
+from lstm_ort.rewriter import opset_nodes, shape_expr
+from lstm_ort.rewriter.graph_utils import axes_of, const_array, const_tensor, move_value, slice_bounds
 from lstm_ort.rewriter.lazy_weights import merged
 from lstm_ort.rewriter.rule import OK, CheckResult, Rule
 
@@ -35,22 +35,54 @@ def _num_dirs(node: ir.Node) -> int:
     return 2 if _attr(node, "direction", "forward") == "bidirectional" else 1
 
 
-def _single_use(value: ir.Value) -> ir.Node | None:
-    uses = list(value.uses())
+def _single_use(value: ir.Value, besides: list[ir.Node] = ()) -> ir.Node | None:
+    uses = [u for u in value.uses() if u.node not in besides]
     if len(uses) != 1 or value.is_graph_output():
         return None
     return uses[0].node
 
 
+_SHAPE_OPS = ("Shape", "Slice", "Gather", "Concat", "Mul", "Reshape", "Squeeze", "Unsqueeze", "Cast", "ReduceProd",
+              "Identity")
+
+
+def _shape_code(value: ir.Value) -> tuple[list[ir.Node], set[ir.Node]]:
+    """The shape arithmetic on Shape(value) (dynamo's export computes the target of the Reshape
+    that flattens value, with a dynamic batch), and the Reshapes whose target it computes; none
+    where it computes anything else."""
+    found, targets, todo = [], set(), [u.node for u in value.uses() if u.node.op_type == "Shape"]
+    while todo:
+        node = todo.pop()
+        if node in found:
+            continue
+        if node.op_type not in _SHAPE_OPS or any(out.is_graph_output() for out in node.outputs):
+            return [], set()
+        found.append(node)
+        for out in node.outputs:
+            for use in out.uses():
+                if use.node.op_type == "Reshape" and use.idx == 1 and use.node.inputs[0] is value:
+                    targets.add(use.node)
+                else:
+                    todo.append(use.node)
+    return found, targets
+
+
 def _is_flatten_reshape(node: ir.Node, width: int) -> bool:
     """Reshape [T, B, D, H] -> [T, B, D*H] (or the layout-1 twin): leading dims kept (0, or equal
-    to the known static dims), the last one D*H or -1."""
+    to the input's dims), the last one D*H or -1; the target a constant or computed from the
+    input's own shape (dynamo's export with a dynamic batch)."""
     if node.op_type != "Reshape" or len(node.inputs) < 2:
         return False
+    source = node.inputs[0]
     shape = const_array(node.inputs[1])
-    if shape is None or shape.shape != (3,) or shape[2] not in (-1, width) or list(shape).count(-1) > 1:
+    if shape is None:
+        found = shape_expr.elements(node.inputs[1])
+        return (found is not None and len(found) == 3 and found[0] == shape_expr.dim(source, 0)
+                and found[1] == shape_expr.dim(source, 1) and found[2] in (shape_expr.Product(width),
+                                                                           shape_expr.dim(source, 2) * shape_expr.dim(source, 3)))
+    if shape.shape != (3,) or shape[2] not in (-1, width) or list(shape).count(-1) > 1:
         return False
-    dims = node.inputs[0].shape
+    dims = source.shape
     for k in (0, 1):
         known = dims is not None and isinstance(dims[k], int)
         if not (shape[k] == 0 or (known and shape[k] == dims[k])):
@@ -59,10 +91,7 @@ def _is_flatten_reshape(node: ir.Node, width: int) -> bool:
 
 
 def _squeezes_axis(node: ir.Node, axis: int) -> bool:
-    if node.op_type != "Squeeze":
-        return False
-    axes = const_array(node.inputs[1]) if len(node.inputs) > 1 else _attr(node, "axes")
-    return axes is not None and [int(a) for a in np.atleast_1d(axes)] in ([axis], [axis - 4])
+    return node.op_type == "Squeeze" and axes_of(node) in ([axis], [axis - 4])
 
 
 def next_layer(a: ir.Node) -> tuple[ir.Node, list[ir.Node]] | None:
@@ -74,9 +103,11 @@ def next_layer(a: ir.Node) -> tuple[ir.Node, list[ir.Node]] | None:
         return None
     if layout == 0 and node.op_type == "Transpose" and list(_attr(node, "perm", [])) == [0, 2, 1, 3]:
         glue.append(node)
-        node = _single_use(node.outputs[0])
-        if node is None or not _is_flatten_reshape(node, D * H):
+        shape_code, targets = _shape_code(node.outputs[0])
+        node = _single_use(node.outputs[0], besides=shape_code)
+        if node is None or not _is_flatten_reshape(node, D * H) or targets - {node}:
             return None
+        glue += shape_code
     elif not (_is_flatten_reshape(node, D * H) and layout == 1) and not (D == 1 and _squeezes_axis(node, 1 + layout)):
         return None
     glue.append(node)
@@ -98,14 +129,15 @@ def _compatible(a: ir.Node, b: ir.Node) -> bool:
 
 
 def _slice_of(value: ir.Value | None):
-    """(source, start, end, axis) when value = Slice(source, [start], [end], [axis]) with constants."""
+    """(source, start, end, axis) when value = Slice(source, [start], [end], [axis]) with constants, step 1."""
     node = value.producer() if value is not None else None
-    if node is None or node.op_type != "Slice" or len(node.inputs) < 4:
+    bounds = slice_bounds(node) if node is not None else None
+    if bounds is None:
         return None
-    starts, ends, axes = (const_array(node.inputs[i]) for i in (1, 2, 3))
-    if any(c is None or c.size != 1 for c in (starts, ends, axes)):
+    starts, ends, axes, steps = bounds
+    if len(starts) != 1 or axes is None or len(axes) != 1 or (steps is not None and steps != [1]):
         return None
-    return node.inputs[0], int(starts.ravel()[0]), int(ends.ravel()[0]), int(axes.ravel()[0])
+    return node.inputs[0], starts[0], ends[0], axes[0]
 
 
 def _merged_state(chain: list[ir.Node], index: int, state_axis: int):
@@ -207,11 +239,10 @@ class StackLstm(Rule):
             if kind == "none":
                 return None
             if kind == "slice":
-                return _insert_slice(graph, first, *how, state_axis, f"{base}_state_slice")
-            concat = ir.Node("", "Concat", how[0], [ir.AttrInt64("axis", state_axis)],
-                             name=unique_name(graph, f"{base}_state_concat"))
-            graph.insert_before(first, concat)  # the graph is sorted below: later layers' states may come later
-            return concat.outputs[0]
+                source, start, end = how
+                return opset_nodes.slice_axis(graph, first, source, start, end, state_axis, name=f"{base}_state_slice")
+            # The graph is sorted below: later layers' states may come after the first layer.
+            return opset_nodes.node(graph, first, "Concat", how[0], {"axis": state_axis}, name=f"{base}_state_concat")
 
         attrs = dict(first.attributes)
         attrs["num_layers"] = ir.AttrInt64("num_layers", sum(counts))
@@ -225,55 +256,27 @@ class StackLstm(Rule):
             w_scale=_cat(nodes, 8, 8 * H, dtype) if w_dtype == "int8" else None)
 
         # Y: the last layer's. Y_h / Y_c: a whole-stack Concat reads the fused output; other uses a Slice.
-        _move(last.outputs[0], fused.outputs[0])
+        move_value(last.outputs[0], fused.outputs[0])
         for k in (1, 2):
             concat = _whole_stack_concat([n.outputs[k] for n in nodes], state_axis)
             if concat is not None:
-                _move(concat.outputs[0], fused.outputs[k])
+                move_value(concat.outputs[0], fused.outputs[k])
                 graph.remove(concat, safe=True)
             offset = 0
             for node, count in zip(nodes, counts):
                 value = node.outputs[k]
                 if value.uses() or value.is_graph_output():
-                    sliced = _insert_slice(graph, first, fused.outputs[k], offset, offset + count * D, state_axis,
-                                           f"{base}_out_slice_{k}", after=fused)
-                    _move(value, sliced)
+                    sliced = opset_nodes.slice_axis(graph, fused, fused.outputs[k], offset, offset + count * D,
+                                                    state_axis, name=f"{base}_out_slice_{k}", after=True)
+                    move_value(value, sliced)
                 offset += count * D
         graph.remove([*chain.glue, *nodes], safe=True)
         graph.sort()
         return fused
 
 
-def _insert_slice(graph, anchor: ir.Node, source: ir.Value, start: int, end: int, axis: int, name: str,
-                  after: ir.Node | None = None) -> ir.Value:
-    """source[start:end] along axis, by a Slice inserted before `anchor` (or after `after`)."""
-    name = unique_name(graph, name)
-    bounds = (("starts", start), ("ends", end), ("axes", axis))
-    if (default_opset(graph) or 10) < 10:  # Slice-1 takes its bounds as attributes
-        node = ir.Node("", "Slice", [source], ir.convenience.convert_attributes({n: [v] for n, v in bounds}),
-                       name=name)
-    else:
-        consts = [add_constant(graph, anchor, f"{name}_{n}", np.array([v], np.int64)) for n, v in bounds]
-        node = ir.Node("", "Slice", [source, *consts], name=name)
-    node.outputs[0].name = unique_name(graph, name + "_out")
-    if after is not None:
-        graph.insert_after(after, node)
-    else:
-        graph.insert_before(anchor, node)
-    return node.outputs[0]
-
-
 def _state_axis(node: ir.Node) -> int:
     return 0 if _attr(node, "layout", 0) == 0 else 1
-
-
-def _move(old: ir.Value, new: ir.Value) -> None:
-    name = old.name
-    new.type, new.shape = old.type, old.shape  # the same tensor the old value was
-    ir.convenience.replace_all_uses_with(old, new, replace_graph_outputs=True)
-    if old.is_graph_output() or name:
-        old.name = None
-        new.name = name
 
 
 def _whole_stack_concat(values: list[ir.Value], axis: int) -> ir.Node | None:

@@ -1,272 +1,71 @@
-"""Rule: an LSTM cell written out in plain ops -> a one-step (T=1) ``lstm_ort.FusedLSTM``.
+"""Rule: one LSTM cell written out in plain ops (rewriter/cell_pattern.py) -> a one-step (T=1)
+``lstm_ort.FusedLSTM``: streaming models that carry h and c through graph inputs and outputs.
 
-Pattern, as torch's ``nn.LSTMCell`` exports, tf2onnx writes Keras cells, and streaming models
-carry h and c through graph inputs and outputs:
-
-    gates = x @ Wx + h @ Wh (+ bias)      MatMul or Gemm terms, or one MatMul of Concat([x, h])
-    a, b, c, d = Split(gates, 4)          or four Slices of the last axis
-    c' = Sigmoid(f) * c + Sigmoid(i) * Tanh(g)
-    h' = Sigmoid(o) * Tanh(c')
-
-The gate order is read from the dataflow, not assumed: the chunk under Tanh is the cell input,
-the Sigmoid multiplied with it the input gate, the one multiplied with c the forget gate, the one
-multiplied with Tanh(c') the output gate. So torch (i, f, g, o), Keras (i, f, c, o) and ONNX
-(i, o, f, c) orders all match. Condition: weights and biases constant, x and h told apart
-(by their widths, or where both are H wide, by h coming from the same tensor as c).
+Condition: weights and biases constant, x and h told apart by their widths (where both are H
+wide either serves for one step, exactly: x W + h R is the same sum; h is then the operand from
+c's tensor, else a graph input, x the h' of a one-step node below if any). Cells chained over time (one's c' is the next one's
+c) are cell_chain's: a chain it refused is left as it is, never cut into one-step nodes, which
+would run slower than the cells (the chain's finding says why).
 Replacement: FusedLSTM over Unsqueeze(x) with initial states Unsqueeze(h), Unsqueeze(c); h' and
-c' read Squeeze(Y_h), Squeeze(Y_c).
+c' read Squeeze(Y_h), Squeeze(Y_c). A cell whose x is the h' of a one-step FusedLSTM made here
+(stacked streaming cells) reads that node's Y instead, so stack_lstm joins the two into one node.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-import numpy as np
 import onnx_ir as ir
 
-from lstm_ort.ops.packing import LayerWeights, pack_layers
-from lstm_ort.rewriter.fused_node import insert_fused_node
-from lstm_ort.rewriter.graph_utils import add_constant, const_array, is_zeros
+from lstm_ort.rewriter import opset_nodes
+from lstm_ort.rewriter.cell_pattern import Cell, activation_refusal, attr, insert_cell_node, match_cell, op, split_x_h
+from lstm_ort.rewriter.fused_node import is_fused
+from lstm_ort.rewriter.graph_utils import axes_of, move_value
 from lstm_ort.rewriter.rule import OK, CheckResult, Rule
 
-_GATE_ROWS = ("i", "o", "f", "c")  # ONNX's order of W's row blocks
 
-
-def _op(value: ir.Value | None, *op_types: str) -> ir.Node | None:
-    node = value.producer() if value is not None else None
-    return node if node is not None and node.op_type in op_types and node.domain in ("", "ai.onnx") else None
-
-
-def _attr(node: ir.Node, name: str, default=None):
-    a = node.attributes.get(name)
-    return default if a is None else a.value
-
-
-@dataclass
-class Term:
-    """One product in the gate sum: source @ weight, weight as [K, 4H]."""
-
-    source: ir.Value
-    weight: np.ndarray
-    node: ir.Node
-
-
-@dataclass
-class Cell:
-    gates: ir.Value
-    chunks: list[ir.Value]  # the four gate chunks, in their order along the last axis
-    roles: dict[str, int]  # "i", "f", "c", "o" -> index of its chunk
-    h_new: ir.Value
-    c_new: ir.Value
-    c_prev: ir.Value
-    terms: list[Term]
-    bias: np.ndarray  # [4H], zeros when the cell has none
-    hidden: int
-    x: ir.Value | None = None
-    h_prev: ir.Value | None = None
-    w_x: np.ndarray | None = None  # [I, 4H]
-    w_h: np.ndarray | None = None  # [H, 4H]
-
-
-def _chunks(gates_split: ir.Node) -> tuple[ir.Value, list[ir.Value]] | None:
-    """(gates, four chunks) when `gates_split` is a 4-way Split of the last axis into equal parts."""
-    if gates_split.op_type != "Split" or len(gates_split.outputs) != 4:
+def _one_step_y(x: ir.Value) -> ir.Value | None:
+    """For x = Squeeze(Y_h, 0) of a one-layer, one-direction FusedLSTM over one time step: that
+    node's Y, whose only step is the same h."""
+    squeeze = op(x, "Squeeze")
+    if squeeze is None or not is_fused(squeeze.inputs[0].producer()):
         return None
-    gates = gates_split.inputs[0]
-    # The last axis of 2-D gates (check() holds x, and so the gates, to rank 2).
-    if _attr(gates_split, "axis", 0) not in (-1, 1):
+    fused = squeeze.inputs[0].producer()
+    one_step = op(fused.inputs[0], "Unsqueeze")  # this rule's X: Unsqueeze(x, 0) of a [B, I] x
+    if (squeeze.inputs[0] is not fused.outputs[1] or axes_of(squeeze) != [0] or one_step is None
+            or axes_of(one_step) != [0] or one_step.inputs[0].shape is None or len(one_step.inputs[0].shape) != 2
+            or attr(fused, "num_layers", 1) != 1 or attr(fused, "direction", "forward") != "forward"
+            or attr(fused, "layout", 0) != 0):
         return None
-    sizes = const_array(gates_split.inputs[1]) if len(gates_split.inputs) > 1 else _attr(gates_split, "split")
-    if sizes is not None and len(set(int(s) for s in np.atleast_1d(sizes))) != 1:
-        return None
-    return gates, list(gates_split.outputs)
+    return fused.outputs[0]
 
 
-def _match_cell(h_new_node: ir.Node) -> Cell | None:
-    """The cell whose h' = Sigmoid(o) * Tanh(c') is `h_new_node`, or None."""
-    if h_new_node.op_type != "Mul" or h_new_node.domain not in ("", "ai.onnx"):
-        return None
-    for o_side, tc_side in ((0, 1), (1, 0)):
-        sig_o, tanh_c = _op(h_new_node.inputs[o_side], "Sigmoid"), _op(h_new_node.inputs[tc_side], "Tanh")
-        add = _op(tanh_c.inputs[0], "Add") if tanh_c is not None else None
-        if sig_o is None or add is None:
-            continue
-        muls = [_op(v, "Mul") for v in add.inputs]
-        if None in muls:
-            continue
-        # One Mul is Sigmoid(i) * Tanh(g); the other Sigmoid(f) * c_prev.
-        for ig, fc in ((muls[0], muls[1]), (muls[1], muls[0])):
-            ig_ops = [(_op(v, "Sigmoid"), _op(v, "Tanh")) for v in ig.inputs]
-            sig_i = next((s for s, _ in ig_ops if s is not None), None)
-            tanh_g = next((t for _, t in ig_ops if t is not None), None)
-            if sig_i is None or tanh_g is None:
-                continue
-            for f_side in (0, 1):
-                sig_f = _op(fc.inputs[f_side], "Sigmoid")
-                if sig_f is None:
-                    continue
-                c_prev = fc.inputs[1 - f_side]
-                cell = _with_gates(sig_i, sig_f, tanh_g, sig_o, h_new_node.outputs[0], add.outputs[0], c_prev)
-                if cell is not None:
-                    return cell
-    return None
-
-
-def _slices(chunk_values: list[ir.Value]) -> tuple[ir.Value, list[ir.Value]] | None:
-    """(gates, chunks in axis order) when each value is a Slice of one 2-D tensor's last axis, the
-    four covering it in equal parts."""
-    spans = []
-    for v in chunk_values:
-        node = _op(v, "Slice")
-        if node is None or len(node.inputs) < 4:
-            return None
-        starts, ends, axes = (const_array(node.inputs[k]) for k in (1, 2, 3))
-        steps = const_array(node.inputs[4]) if len(node.inputs) > 4 and node.inputs[4] is not None else None
-        if any(a is None or a.size != 1 for a in (starts, ends, axes)) or (steps is not None and int(steps[0]) != 1):
-            return None
-        if int(axes.ravel()[0]) not in (-1, 1):
-            return None
-        spans.append((int(starts.ravel()[0]), int(ends.ravel()[0]), node.inputs[0], v))
-    if len({s[2] for s in spans}) != 1:
-        return None
-    spans.sort(key=lambda s: s[0])
-    width = spans[0][1] - spans[0][0]
-    if [s[0] for s in spans] != [k * width for k in range(4)] or any(s[1] - s[0] != width for s in spans):
-        return None
-    return spans[0][2], [s[3] for s in spans]
-
-
-def _with_gates(sig_i, sig_f, tanh_g, sig_o, h_new, c_new, c_prev) -> Cell | None:
-    activations = {"i": sig_i, "f": sig_f, "c": tanh_g, "o": sig_o}
-    if len({id(a) for a in activations.values()}) != 4:
-        return None
-    producers = {a.inputs[0].producer() for a in activations.values()}
-    if len(producers) == 1 and None not in producers:
-        found = _chunks(producers.pop())
-    else:
-        found = _slices([a.inputs[0] for a in activations.values()])
-    if found is None:
-        return None
-    gates, chunks = found
-    roles = {role: chunks.index(a.inputs[0]) for role, a in activations.items()}
-    if len(set(roles.values())) != 4:
-        return None
-    terms, bias = _gate_sum(gates)
-    if terms is None or not terms:
-        return None
-    hidden = terms[0].weight.shape[1] // 4
-    if any(t.weight.shape[1] != 4 * hidden for t in terms) or (bias is not None and bias.size != 4 * hidden):
-        return None
-    return Cell(gates, chunks, roles, h_new, c_new, c_prev, terms,
-                bias if bias is not None else np.zeros(4 * hidden, np.float32), hidden)
-
-
-def _gate_sum(value: ir.Value, scale: float = 1.0) -> tuple[list[Term] | None, np.ndarray | None]:
-    """The products and the constant bias that add up to `value`; (None, None) if anything else does."""
-    array = const_array(value)
-    if array is not None:
-        return [], scale * array.astype(np.float64).reshape(-1)
-    node = value.producer()
-    if node is None or node.domain not in ("", "ai.onnx"):
-        return None, None
-    if node.op_type == "Add":
-        terms, bias = [], None
-        for v in node.inputs:
-            t, b = _gate_sum(v, scale)
-            if t is None:
-                return None, None
-            terms += t
-            bias = b if bias is None else (bias + b if b is not None else bias)
-        return terms, bias
-    if node.op_type == "MatMul":
-        w = const_array(node.inputs[1])
-        if w is None or w.ndim != 2:
-            return None, None
-        return [Term(node.inputs[0], scale * w.astype(np.float64), node)], None
-    if node.op_type == "Gemm":
-        if _attr(node, "transA", 0):
-            return None, None
-        w = const_array(node.inputs[1])
-        if w is None or w.ndim != 2:
-            return None, None
-        w = (w.T if _attr(node, "transB", 0) else w).astype(np.float64) * _attr(node, "alpha", 1.0) * scale
-        bias = None
-        if len(node.inputs) > 2 and node.inputs[2] is not None:
-            c = const_array(node.inputs[2])
-            if c is None or c.size != w.shape[1]:
-                return None, None
-            bias = c.astype(np.float64).reshape(-1) * _attr(node, "beta", 1.0) * scale
-        return [Term(node.inputs[0], w, node)], bias
-    return None, None
-
-
-def _same_source(a: ir.Value, b: ir.Value) -> bool:
-    """Both read from one tensor by Gather/Slice/Split/Squeeze (silero keeps h and c in one state)."""
-    def root(v):
-        node = v.producer()
-        while node is not None and node.op_type in ("Gather", "Slice", "Split", "Squeeze", "Reshape", "Identity"):
-            v = node.inputs[0]
-            node = v.producer()
-        return v
-    return root(a) is root(b)
-
-
-def _split_x_h(cell: Cell, states: frozenset = frozenset()) -> str | None:
-    """Fills cell.x / h_prev / w_x / w_h; returns a reason when they cannot be told apart.
-    `states`: values known to be carried state (a loop body's state inputs): h is among them."""
-    H = cell.hidden
-    if len(cell.terms) == 1:  # one MatMul of Concat([x, h]) (or [h, x])
-        term = cell.terms[0]
-        concat = _op(term.source, "Concat")
-        if concat is None or len(concat.inputs) != 2:
-            return "the gate product is neither two products nor one of a Concat of x and h"
-        rows = term.weight.shape[0]
-        widths = [_width(v) if v not in states else H for v in concat.inputs]
-        if widths.count(None) == 1:  # the weight's rows are I + H
-            known = next(w for w in widths if w is not None)
-            widths = [w if w is not None else rows - known for w in widths]
-        if None in widths or sum(widths) != rows:
-            return "the widths of the concatenated x and h are unknown"
-        parts = [(concat.inputs[0], term.weight[:widths[0]]), (concat.inputs[1], term.weight[widths[0]:])]
-    elif len(cell.terms) == 2:
-        parts = [(t.source, t.weight) for t in cell.terms]
-    else:
-        return f"the gates sum {len(cell.terms)} products, not an input and a recurrent one"
-    recurrent = [k for k, (_, w) in enumerate(parts) if w.shape[0] == H]
-    if len(recurrent) == 2:
-        recurrent = [k for k in recurrent if parts[k][0] in states or _same_source(parts[k][0], cell.c_prev)]
-    if len(recurrent) != 1:
-        return "cannot tell the input x from the recurrent h (both are H wide and neither shares c's source)"
-    k = recurrent[0]
-    (cell.h_prev, cell.w_h), (cell.x, cell.w_x) = parts[k], parts[1 - k]
-    return None
-
-
-def _width(value: ir.Value) -> int | None:
-    shape = value.shape
-    return shape[-1] if shape is not None and len(shape) == 2 and isinstance(shape[-1], int) else None
+def _pick_x(operands: list[ir.Value]) -> int:
+    """Which of two H-wide operands of one step to read as x (either gives the step's outputs
+    exactly, since one step computes x W + h R whichever is which): the h of a one-step node below
+    (stacked streaming cells, so the layers join), else one that is not a graph input."""
+    for k, value in enumerate(operands):
+        if _one_step_y(value) is not None:
+            return k
+    inputs = [v.is_graph_input() for v in operands]
+    return inputs.index(False) if inputs.count(False) == 1 else 0
 
 
 class UnrolledCell(Rule):
     name = "unrolled_cell"
 
     def find(self, graph) -> list[Cell]:
-        cells = []
-        for node in graph:
-            cell = _match_cell(node)
-            if cell is not None:
-                cells.append(cell)
-        return cells
+        cells = [cell for cell in (match_cell(node) for node in graph) if cell is not None]
+        states = {id(cell.c_new) for cell in cells}
+        carried = {id(cell.c_prev) for cell in cells}
+        return [cell for cell in cells if id(cell.c_prev) not in states and id(cell.c_new) not in carried]
 
     def nodes(self, cell: Cell) -> list[ir.Node]:
         return [cell.h_new.producer()]
 
     def describe(self, cell: Cell) -> str:
-        order = "".join(sorted(cell.roles, key=cell.roles.get))
-        return f"unrolled cell H={cell.hidden} gate order {order}"
+        return f"unrolled cell H={cell.hidden} gate order {cell.order}"
 
     def check(self, cell: Cell) -> CheckResult:
-        reason = _split_x_h(cell)
+        reason = split_x_h(cell, pick_x=_pick_x)
         if reason:
             return CheckResult.fail(reason)
         for name, value in (("x", cell.x), ("h", cell.h_prev), ("c", cell.c_prev)):
@@ -276,53 +75,22 @@ class UnrolledCell(Rule):
             return CheckResult.fail("the rank of x is unknown (a MatMul also takes batched inputs)")
         if cell.x.dtype not in (ir.DataType.FLOAT, ir.DataType.FLOAT16, None):
             return CheckResult.fail(f"element type {cell.x.dtype} is not float32/float16")
+        if activation_refusal(cell):
+            return CheckResult.fail(activation_refusal(cell))
         return OK
 
     def rewrite(self, graph, cell: Cell) -> ir.Node:
         # Inserted before the cell's last node, which comes after all of x, h and c; the graph is
         # sorted again at the end, since later uses of h' and c' may precede that node.
         anchor = cell.h_new.producer()
-        axis0 = add_constant(graph, anchor, "cell_axis0", np.array([0], np.int64))
-        x = insert_op(graph, anchor, "Unsqueeze", cell.x, axis0)
-        fused = insert_cell_node(graph, anchor, cell, x, cell.h_prev, cell.c_prev, axis0,
+        stacked = _one_step_y(cell.x)
+        if stacked is not None:
+            x = opset_nodes.squeeze(graph, anchor, stacked, [1])  # [1, 1, B, H] -> [1, B, H]
+        else:
+            x = opset_nodes.unsqueeze(graph, anchor, cell.x, [0])
+        fused = insert_cell_node(graph, anchor, cell, x, cell.h_prev, cell.c_prev,
                                  (cell.h_new.producer().name or "cell") + "_fused")
         for value, out in ((cell.h_new, fused.outputs[1]), (cell.c_new, fused.outputs[2])):
-            move_value(value, insert_op(graph, anchor, "Squeeze", out, axis0))
+            move_value(value, opset_nodes.squeeze(graph, anchor, out, [0]))
         graph.sort()
         return fused
-
-
-def insert_op(graph, anchor: ir.Node, op_type: str, *inputs: ir.Value) -> ir.Value:
-    node = ir.Node("", op_type, inputs)
-    graph.insert_before(anchor, node)
-    return node.outputs[0]
-
-
-def move_value(old: ir.Value, new: ir.Value) -> None:
-    """Every use, graph-output place and name of `old` to `new`, the same tensor."""
-    new.type, new.shape = old.type, old.shape
-    ir.convenience.replace_all_uses_with(old, new, replace_graph_outputs=True)
-    if old.is_graph_output() or old.name:
-        name, old.name = old.name, None
-        new.name = name
-
-
-def insert_cell_node(graph, anchor: ir.Node, cell: Cell, x: ir.Value, h_prev: ir.Value, c_prev: ir.Value,
-                     axis0: ir.Value, name: str, direction: str = "forward") -> ir.Node:
-    """A one-layer FusedLSTM with the cell's weights over x ([T, B, I]), starting from h_prev and
-    c_prev ([B, H]; Unsqueezed here, dropped when known zeros)."""
-    H = cell.hidden
-    order = [cell.roles[g] for g in _GATE_ROWS]
-
-    def onnx_rows(w):  # [K, 4H] in the model's chunk order -> [4H, K] in ONNX's gate order (i, o, f, c)
-        return np.concatenate([w[:, k * H:(k + 1) * H] for k in order], axis=1).T
-
-    layer = LayerWeights(W=onnx_rows(cell.w_x)[None].astype(np.float32),
-                         R=onnx_rows(cell.w_h)[None].astype(np.float32),
-                         B=np.concatenate([onnx_rows(cell.bias[None])[:, 0], np.zeros(4 * H)])[None].astype(np.float32))
-    packed = pack_layers([layer], np.float16 if cell.x.dtype == ir.DataType.FLOAT16 else np.float32)
-    h0 = None if is_zeros(h_prev) else insert_op(graph, anchor, "Unsqueeze", h_prev, axis0)
-    c0 = None if is_zeros(c_prev) else insert_op(graph, anchor, "Unsqueeze", c_prev, axis0)
-    return insert_fused_node(graph, anchor, name=name,
-                             attributes={"hidden_size": H, "num_layers": 1, "direction": direction},
-                             x=x, w=packed.W, b=packed.B, initial_h=h0, initial_c=c0)

@@ -57,15 +57,16 @@ def test_square_cell_with_shared_state():
     assert chained(model, out, feeds, {"state_out": "state"}) <= 1e-5
 
 
-def test_square_cell_with_separate_states_is_refused():
+def test_square_cell_with_separate_states():
     rng = np.random.default_rng(3)
+    # I == H and h, c separate inputs: either operand may be read as h for one step (x W + h R is
+    # the same sum), so the cell is rewritten and its outputs are the same.
     model = unrolled_cell_model(8, 8, rng)
     report = Report()
     out = optimize(model, report=report)
-    [finding] = report.findings
-    assert not finding.rewritten and "cannot tell the input x from the recurrent h" in finding.reason
-    assert report.rules["unrolled_cell"].hits == 0
-    assert not [n for n in out.graph.node if n.domain == "lstm_ort"]
+    assert report.all_rewritten and report.rules["unrolled_cell"].hits == 1, report.table()
+    feeds = {name: rng.standard_normal((2, 8)).astype(np.float32) for name in ("x", "h", "c")}
+    assert chained(model, out, feeds, {"h_out": "h", "c_out": "c"}) <= 1e-5
 
 
 def test_not_a_cell_is_left_alone():
@@ -76,3 +77,47 @@ def test_not_a_cell_is_left_alone():
     report = Report()
     out = optimize(model, report=report)
     assert report.findings == [] and not [n for n in out.graph.node if n.domain == "lstm_ort"]
+
+
+def stacked_streaming_model(I, H, rng, layers=2):
+    """Streaming cells stacked in one call (T=1): layer k reads layer k-1's new h; each layer's h
+    and c come in as inputs and go out as outputs."""
+    from onnx import TensorProto, helper
+
+    from lstm_ort.builders import IR_VERSION, cell_nodes
+
+    nodes, inits, inputs, outputs = [], [], [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", I])], []
+    x = "x"
+    for k in range(layers):
+        io = {"x": x, "h": f"h{k}", "c": f"c{k}", "h_out": f"h{k}_out", "c_out": f"c{k}_out"}
+        cell, consts = cell_nodes(I if k == 0 else H, H, rng, form="gemm", **io)
+        keep = set(io.values())
+        rename = lambda v: v if v in keep or not v else f"l{k}_{v}"  # noqa: E731
+        for node in cell:
+            node.input[:] = [rename(v) for v in node.input]
+            node.output[:] = [rename(v) for v in node.output]
+        for t in consts:
+            t.name = rename(t.name)
+        nodes += cell
+        inits += consts
+        inputs += [helper.make_tensor_value_info(f"{s}{k}", TensorProto.FLOAT, ["B", H]) for s in "hc"]
+        outputs += [helper.make_tensor_value_info(f"{s}{k}_out", TensorProto.FLOAT, ["B", H]) for s in "hc"]
+        x = f"h{k}_out"
+    model = helper.make_model(helper.make_graph(nodes, "stacked_cells", inputs, outputs, inits),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = IR_VERSION
+    return model
+
+
+def test_stacked_streaming_cells_become_one_multi_layer_node():
+    rng = np.random.default_rng(11)
+    I, H, B = 7, 8, 2
+    model = stacked_streaming_model(I, H, rng)
+    report = Report()
+    out = optimize(model, report=report)
+    assert report.all_rewritten and report.rules["stack_lstm"].hits == 1, report.table()
+    [node] = [n for n in out.graph.node if n.domain == "lstm_ort"]
+    assert next(a.i for a in node.attribute if a.name == "num_layers") == 2
+    feeds = {"x": rng.standard_normal((B, I)).astype(np.float32)}
+    feeds.update({f"{s}{k}": rng.standard_normal((B, H)).astype(np.float32) for s in "hc" for k in (0, 1)})
+    assert chained(model, out, feeds, {f"{s}{k}_out": f"{s}{k}" for s in "hc" for k in (0, 1)}) <= 1e-5

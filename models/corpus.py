@@ -47,7 +47,6 @@ class Entry:
     # quantizes h per slice of the batch (docs/ops.md, "int8 weights"); None: its default.
     stock_threads: int | None = None
     argmax_axis: int | None = None  # class scores: the axis whose argmax must agree with stock
-    left: str = ""  # a pattern the rewriter proves and leaves on purpose: part of the reason it gives
 
 
 # ---- third-party models, from PyPI wheels ----
@@ -562,8 +561,6 @@ ENTRIES: list[Entry] = [
     *[Entry(f"tf2onnx Keras LSTM(unroll=True){name} opset {opset}",
             functools.partial(keras_unrolled, opset=opset, **options),
             _keras_unrolled_feeds(options.get("T", 24)), lstms=options.get("layers", 1) * (1 + options.get("bidirectional", 0)),
-            fused=0 if options.get("hard_sigmoid") else 1, shapes={"x": [4, options.get("T", 24), 57]},
-            # the CPU kernel runs HardSigmoid gates per lane: slower than the cells (cell_pattern.py)
-            left="hard-sigmoid gates" if options.get("hard_sigmoid") else "")
+            fused=1, shapes={"x": [4, options.get("T", 24), 57]})
       for name, options, opset in KERAS_UNROLLED],
 ]

@@ -1,6 +1,6 @@
 """The real-model corpus (models/corpus.py): third-party models from PyPI, production-size torch
 exports with both exporters, hand-built graphs in other exporters' shapes. For every model: every
-LSTM taken into the fewest FusedLSTM nodes (or left for the reason the entry names), parity with
+LSTM taken into the fewest FusedLSTM nodes, parity with
 the original on stock onnxruntime over several inputs (streaming models over 50 chained calls),
 and `optimize --check` exits 0."""
 
@@ -59,12 +59,8 @@ def test_every_lstm_rewritten_with_parity(entry, built):
     optimized = optimize(model, report=report)
     seconds = time.perf_counter() - start
     # Folding can drop LSTMs in branches whose condition is constant (silero's inner If): those
-    # are gone, not left; every LSTM still there is rewritten, or left for the reason the entry names.
-    if entry.left:
-        assert all(not f.rewritten and entry.left in f.reason for f in report.findings), report.table()
-        assert report.lstm_count == entry.lstms, report.table()
-    else:
-        assert report.all_rewritten and report.lstm_count == entry.lstms, report.table()
+    # are gone, not left; every LSTM still there is rewritten.
+    assert report.all_rewritten and report.lstm_count == entry.lstms, report.table()
     assert not lstm_nodes(optimized) and len(fused_nodes(optimized)) == entry.fused, report.table()
     options = ort.SessionOptions()
     if entry.stock_threads:

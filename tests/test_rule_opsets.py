@@ -53,10 +53,7 @@ CASES = [(name, opset) for name, (_, _, first) in MODELS.items() for opset in OP
 
 
 @pytest.mark.parametrize("name,opset", CASES, ids=[f"{n}-opset{o}" for n, o in CASES])
-def test_rule_writes_nodes_of_the_model_opset(name, opset, monkeypatch):
-    from lstm_ort.rewriter import cell_pattern
-
-    monkeypatch.setattr(cell_pattern, "REWRITE_HARD_SIGMOID", True)  # left by default, written all the same
+def test_rule_writes_nodes_of_the_model_opset(name, opset):
     rule, build, _ = MODELS[name]
     model = build(opset)
     onnx.checker.check_model(model, full_check=True)  # the input is valid at this opset

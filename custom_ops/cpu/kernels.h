@@ -62,8 +62,16 @@ struct StepArgs {
   bool reverse;
   CellParams cell;
   bool default_acts;    // Sigmoid, Tanh, Tanh: vectorised cell (clip, peepholes, input_forget included)
+  bool vector_acts;     // other activations that all have 8-lane forms (not Softplus): vectorised too
   const float* peep;    // [3][Hp] (i, o, f), or null
 };
+
+// The activations the cell runs on 8 lanes when they are not the default three (Softplus needs a
+// log the kernels do not have: a cell with it runs per lane).
+inline bool HasVectorForm(ActKind kind) { return kind != ActKind::kSoftplus; }
+inline bool VectorCell(const CellParams& c) {
+  return HasVectorForm(c.act[0].kind) && HasVectorForm(c.act[1].kind) && HasVectorForm(c.act[2].kind);
+}
 
 struct KernelTable {
   const char* isa;

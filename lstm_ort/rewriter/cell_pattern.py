@@ -458,23 +458,6 @@ def layer_weights(cell: Cell, recurrent: Part | None = None) -> LayerWeights:
                         P=P)
 
 
-# The CPU kernel runs gate activations other than Sigmoid per lane (docs/cpu.md). Measured on
-# this project's 2-core CI box, 1 thread: FusedLSTM H160 T24 with HardSigmoid gates 0.27 / 4.3 /
-# 21.0 ms at B 1 / 8 / 32 against 0.11 / 0.59 / 6.4 ms with Sigmoid; the tf2onnx Keras
-# hard_sigmoid chain it replaces took 0.37 / 1.8 / 12.9 ms (0.18-0.45x at B >= 8). So cells
-# with hard-sigmoid gates are matched and proven, then left with this reason until the kernel
-# runs HardSigmoid vectorised; turning this on is the one change needed then.
-REWRITE_HARD_SIGMOID = False
-
-
-def activation_refusal(cell: Cell) -> str:
-    """Why a cell with these gates is left as it is (the FusedLSTM would run slower), or ""."""
-    if cell.activation.name == "HardSigmoid" and not REWRITE_HARD_SIGMOID:
-        return ("hard-sigmoid gates: the CPU kernel runs HardSigmoid per lane, slower than the cells "
-                "it would replace (measured 0.18-0.45x at batch 8-32)")
-    return ""
-
-
 def activation_attributes(activation: Activation, directions: int = 1) -> dict:
     """FusedLSTM attributes for the gates' activation (none for the default Sigmoid)."""
     if activation.name == "Sigmoid":

@@ -360,6 +360,7 @@ void CpuLstmInt8::Compute(OrtKernelContext* ctx, const CallIO& io) {
       a.cell = cell;
       a.default_acts = cell.act[0].kind == ActKind::kSigmoid && cell.act[1].kind == ActKind::kTanh &&
                        cell.act[2].kind == ActKind::kTanh;
+      a.vector_acts = cpu::VectorCell(cell);
       a.peep = pk->has_peep ? pk->peep.data() + (l * D + dir) * 3 * Hp : nullptr;
       return a;
     };

@@ -28,7 +28,7 @@ import numpy as np
 import onnx_ir as ir
 
 from lstm_ort.rewriter import opset_nodes, shape_expr
-from lstm_ort.rewriter.cell_pattern import (Cell, Part, activation_refusal, attr, insert_cell_node, match_cell,
+from lstm_ort.rewriter.cell_pattern import (Cell, Part, attr, insert_cell_node, match_cell,
                                            op, operands, split_x_h)
 from lstm_ort.rewriter.graph_utils import axes_of, const_array, move_value, slice_bounds
 from lstm_ort.rewriter.rule import OK, CheckResult, Rule
@@ -365,8 +365,6 @@ class CellChain(Rule):
             reason = _same_cell_math(cell, model)
             if reason:
                 return CheckResult.fail(reason)
-        if activation_refusal(model):
-            return CheckResult.fail(activation_refusal(model))
         if model.x.dtype not in (ir.DataType.FLOAT, ir.DataType.FLOAT16, None):
             return CheckResult.fail(f"element type {model.x.dtype} is not float32/float16")
         nodes = [_cell_nodes(cell) for cell in chain.cells]

@@ -74,16 +74,11 @@ def test_given_initial_states_are_kept():
 
 
 @pytest.mark.parametrize("gate_activation", ["hard_sigmoid", "keras2_hard_sigmoid", "keras3_hard_sigmoid"])
-def test_hard_sigmoid_gates_are_proven_then_left(gate_activation, monkeypatch):
+def test_hard_sigmoid_gates(gate_activation):
     """Hard-sigmoid gates (the HardSigmoid op, tf2onnx's Keras 2 and Keras 3 forms) are matched as
-    HardSigmoid(alpha, beta); the chain is left with the reason while the CPU kernel runs them
-    slower than the cells (cell_pattern.REWRITE_HARD_SIGMOID), and is exact once turned on."""
-    from lstm_ort.rewriter import cell_pattern
-
+    HardSigmoid(alpha, beta), exactly."""
     T, I, H = 4, 5, 8
     model = cell_chain_model(I, H, T, np.random.default_rng(4), style="keras", gate_activation=gate_activation)
-    refused(model, "hard-sigmoid gates: the CPU kernel runs HardSigmoid per lane")
-    monkeypatch.setattr(cell_pattern, "REWRITE_HARD_SIGMOID", True)
     out = optimize(model)
     [node] = fused(out)
     assert attribute(node, "activations").decode().startswith("HardSigmoid,Tanh,Tanh")

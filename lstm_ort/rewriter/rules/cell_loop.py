@@ -26,7 +26,7 @@ from lstm_ort.rewriter import opset_nodes, shape_expr
 from lstm_ort.rewriter.fused_node import insert_fused_node, is_fused
 from lstm_ort.rewriter.graph_utils import axes_of, const_array, const_tensor, is_zeros, move_value, slice_bounds
 from lstm_ort.rewriter.rule import OK, CheckResult, Rule
-from lstm_ort.rewriter.cell_pattern import Cell, activation_refusal, insert_cell_node, match_cell, split_x_h
+from lstm_ort.rewriter.cell_pattern import Cell, insert_cell_node, match_cell, split_x_h
 
 
 @dataclass
@@ -113,7 +113,7 @@ def _body_cell(body: ir.Graph, states: list[ir.Value]) -> tuple[Cell | OneStep |
         return None, ""
     if steps:
         return steps[0], ""
-    return cells[0], split_x_h(cells[0], frozenset(states)) or activation_refusal(cells[0])
+    return cells[0], split_x_h(cells[0], frozenset(states))
 
 
 def _states(match: CellLoopMatch, state_inputs: list[ir.Value], state_outputs: list[ir.Value], first_initial: int,

@@ -16,7 +16,7 @@ from __future__ import annotations
 import onnx_ir as ir
 
 from lstm_ort.rewriter import opset_nodes
-from lstm_ort.rewriter.cell_pattern import Cell, activation_refusal, attr, insert_cell_node, match_cell, op, split_x_h
+from lstm_ort.rewriter.cell_pattern import Cell, attr, insert_cell_node, match_cell, op, split_x_h
 from lstm_ort.rewriter.fused_node import is_fused
 from lstm_ort.rewriter.graph_utils import axes_of, move_value
 from lstm_ort.rewriter.rule import OK, CheckResult, Rule
@@ -75,8 +75,6 @@ class UnrolledCell(Rule):
             return CheckResult.fail("the rank of x is unknown (a MatMul also takes batched inputs)")
         if cell.x.dtype not in (ir.DataType.FLOAT, ir.DataType.FLOAT16, None):
             return CheckResult.fail(f"element type {cell.x.dtype} is not float32/float16")
-        if activation_refusal(cell):
-            return CheckResult.fail(activation_refusal(cell))
         return OK
 
     def rewrite(self, graph, cell: Cell) -> ir.Node:

@@ -211,6 +211,26 @@ class CudaBackend:
                       sess_options=None) -> OrtCudaRunner:
         return OrtCudaRunner(model_bytes, device, self.stream_handle(stream), providers_options, sess_options)
 
+    def create_single(self, model_bytes: bytes, device: int, providers_options: dict | None = None,
+                      sess_options=None) -> OrtCudaSingle:
+        return OrtCudaSingle(model_bytes, device, providers_options, sess_options)
+
+
+class OrtCudaSingle:
+    """The whole model on one GPU, numpy in and out: the one-GPU plan of a call no pipeline plan
+    is modelled faster for."""
+
+    def __init__(self, model_bytes: bytes, device: int, providers_options: dict | None = None, sess_options=None):
+        from lstm_ort.runtime.session import InferenceSession
+
+        options = {str(k): str(v) for k, v in (providers_options or {}).items()}
+        options["device_id"] = str(device)
+        self.session = InferenceSession(model_bytes, sess_options,
+                                        providers=[("CUDAExecutionProvider", options), "CPUExecutionProvider"])
+
+    def run(self, names: list[str], feeds: dict) -> list:
+        return self.session.run(names, feeds)
+
 
 class OrtCudaRunner:
     """One stage: an lstm_ort.InferenceSession on the CUDA EP of ``device`` computing on

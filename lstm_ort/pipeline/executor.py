@@ -40,7 +40,6 @@ from lstm_ort.pipeline.partition import (
     YH,
     PipelineModel,
     StageModel,
-    slice_states,
 )
 from lstm_ort.pipeline.schedule import Item, Plan, host_order
 
@@ -103,7 +102,7 @@ class StageRuntime:
     h: list = field(default_factory=list)  # 2 state buffers each (chunk c writes slot c % 2)
     c: list = field(default_factory=list)
     state_bytes: int = 0
-    zeros: DeviceBuffer | None = None  # the initial state of a model without initial_h / initial_c
+    zeros: DeviceBuffer | None = None  # the initial state of layers whose states are zeros
     zero_bytes: int = 0
     init: dict = field(default_factory=dict)  # H0 / C0 -> a buffer per micro-batch (given initial states)
 
@@ -364,7 +363,10 @@ class Executor:
         self.closed = True
 
     # -- one call ----------------------------------------------------------------------------
-    def run(self, plan: Plan, feeds: dict, want: list[str], profile: bool = False) -> dict[str, np.ndarray]:
+    def run(self, plan: Plan, feeds: dict, want: list[str], profile: bool = False) -> dict:
+        """The call's outputs: each wanted "post" output by name, and the stack's final states
+        (all its rows, as Y_h/Y_c are laid out) under ("state", "h") / ("state", "c") where
+        ``want`` holds those keys."""
         if self.closed:
             raise RuntimeError("this pipeline session is closed")
         pm, be = self.pm, self.backend
@@ -376,7 +378,7 @@ class Executor:
             for sig in bd.ready + bd.free:
                 sig.done = -1
         want_post = [o for o in pm.outputs if o.kind == "post" and o.name in want]
-        want_states = {o.kind for o in pm.outputs if o.kind != "post" and o.name in want}
+        want_states = {"Y_h" if key[1] == "h" else "Y_c" for key in want if isinstance(key, tuple)}
         if plan.num_chunks > 1:
             for o in want_post:
                 if o.axes.time is None:
@@ -539,19 +541,22 @@ class Executor:
         for pair in timing.values():
             for ev in pair if isinstance(pair, tuple) else (pair,):
                 be.destroy_event(ev)
-        for o in pm.outputs:
-            if o.kind != "post" and o.name in want:
-                per_mb = [np.concatenate([results[(o.kind, k, j)] for k in range(K)], axis=pm.state_axis)
-                          for j in range(plan.num_micro_batches)]
-                outputs[o.name] = np.concatenate(per_mb, axis=o.axes.batch)
+        for kind in sorted(want_states):
+            per_mb = [np.concatenate([results[(kind, k, j)] for k in range(K)], axis=pm.state_axis)
+                      for j in range(plan.num_micro_batches)]
+            outputs[("state", "h" if kind == "Y_h" else "c")] = np.concatenate(per_mb, axis=pm.state_batch_axis)
         return outputs
 
     def _upload_initial_states(self, plan: Plan, feeds: dict) -> dict:
         """(stage, micro-batch, H0/C0) -> a device view of that micro-batch's initial state for
-        the stage's layers. A state the model does not take is zeros: one buffer per stage, set
-        once when allocated. A given one is uploaded on the stage's stream (from pinned memory)
-        ahead of its first item, so ORT never copies a host input inside a stage's Run."""
+        the stage's layers. Rows that are zeros throughout a stage (``pm.states``) read the
+        stage's zero buffer, set once when allocated. Others are assembled row by row from where
+        they come from (a graph input's rows, a [B, H] input, a value the host computed) straight
+        into pinned memory, one micro-batch at a time, and uploaded on the stage's stream ahead
+        of its first item, so ORT never copies a host input inside a stage's Run."""
         pm, be = self.pm, self.backend
+        plan_rows = {H0: pm.states.h, C0: pm.states.c}
+        D = pm.directions
         views = {}
         for k, st in enumerate(self.stages):
             full = self._state_shape(k, plan.micro_batch)
@@ -563,13 +568,13 @@ class Executor:
                 be.memset(st.zeros, 0, st.stream)
                 st.zero_bytes = nbytes
             a, b = st.model.layers
-            for key, src in ((H0, pm.initial_h), (C0, pm.initial_c)):
-                given = slice_states(pm, feeds[src], a, b) if src else None
+            for key, rows in plan_rows.items():
+                rows = rows[a * D:b * D]
                 bufs = st.init.setdefault(key, [])
                 for j in range(plan.num_micro_batches):
                     b0, b1 = plan.micro_batch_rows(j)
                     shape = self._state_shape(k, b1 - b0)
-                    if given is None:
+                    if all(r[0] is None for r in rows):
                         views[(k, j, key)] = DeviceView(st.zeros, shape, pm.np_dtype)
                         continue
                     while len(bufs) <= j:
@@ -579,11 +584,23 @@ class Executor:
                             be.free(bufs[j])
                         bufs[j] = be.alloc(st.device, nbytes, f"{key}{k}.{j}")
                     host = self._host(("init", k, j, key), shape, pm.np_dtype)
-                    np.copyto(host, np.take(given, np.arange(b0, b1), axis=pm.state_batch_axis))
+                    self._fill_state(host, rows, feeds, b0, b1)
                     view = DeviceView(bufs[j], shape, pm.np_dtype)
                     be.copy_h2d(view, host, st.stream)
                     views[(k, j, key)] = view
         return views
+
+    def _fill_state(self, host: np.ndarray, rows: list, feeds: dict, b0: int, b1: int) -> None:
+        """host[i] (along the state axis) = batch rows [b0, b1) of row i's source."""
+        axis = self.pm.state_axis
+        for i, (source, row) in enumerate(rows):
+            dst = host[i] if axis == 0 else host[:, i]
+            if source is None:
+                dst[...] = 0
+            elif row is None:  # a [B, H] source, unsqueezed at the state axis
+                dst[...] = feeds[source][b0:b1]
+            else:
+                dst[...] = feeds[source][row, b0:b1] if axis == 0 else feeds[source][b0:b1, row]
 
     def _gather(self, plan: Plan, items: list[Item], want_post: list, results: dict, progress: Progress,
                 outputs: dict, lock) -> None:

@@ -38,6 +38,7 @@ class Plan:
     reason: str = ""
     modelled_ms: float | None = None
     modelled_single_ms: float | None = None
+    one_gpu: bool = False  # the call runs unsplit on the first device: no pipeline plan was modelled faster
 
     @property
     def num_micro_batches(self) -> int:
@@ -81,6 +82,8 @@ class Plan:
         return d
 
     def describe(self) -> str:
+        if self.one_gpu:
+            return f"one GPU, B={self.batch}, T={self.steps} ({self.reason})"
         layers = " | ".join(f"{a}-{b - 1}" if b - a > 1 else f"{a}" for a, b in self.ranges)
         return (f"layers {layers}; B={self.batch} as {self.num_micro_batches} x {self.micro_batch}, "
                 f"T={self.steps} as {self.num_chunks} x {self.time_chunk}: {self.num_items} items, "
@@ -118,6 +121,10 @@ class CostModel:
         return (sum(steps * self.layer_step_s(f, rows) + self.layer_call_s for f in layer_flops)
                 + self.stage_call_s + extra_flops * rows * steps / self.flops_per_s)
 
+    def single_s(self, layer_flops: list[float], rows: int, steps: int, extra_flops: float = 0.0) -> float:
+        """The whole model in one call on one GPU: its GPU time, or the host's Run where longer."""
+        return max(self.call_s(layer_flops, rows, steps, extra_flops), self.host_run_s)
+
 
 def modelled_ms(cost: CostModel, layer_flops, ranges, rows: int, steps: int, batch: int, total_steps: int,
                 boundary_bytes_per_row_step: float, extra: tuple[float, float] = (0.0, 0.0)) -> float:
@@ -137,8 +144,10 @@ def modelled_ms(cost: CostModel, layer_flops, ranges, rows: int, steps: int, bat
 def choose(layer_flops: list[float], ranges, batch: int, steps: int, *, chunkable: bool,
            micro_batch: int | None = None, time_chunk: int | None = None, cost: CostModel = CostModel(),
            boundary_bytes_per_row_step: float = 0.0, extra: tuple[float, float] = (0.0, 0.0),
-           chunk_refusal: str | None = None) -> Plan:
-    """The plan with the lowest modelled time; ``micro_batch``/``time_chunk`` fix either."""
+           chunk_refusal: str | None = None, one_gpu_ok: bool = False) -> Plan:
+    """The plan with the lowest modelled time; ``micro_batch``/``time_chunk`` fix either. With
+    ``one_gpu_ok`` and neither fixed, a call no pipeline plan is modelled faster for runs unsplit
+    on one GPU (``Plan.one_gpu``), so ``auto`` never picks a plan it models slower than that."""
     if micro_batch is not None and micro_batch < 1:
         raise ValueError(f"micro_batch must be >= 1, got {micro_batch}")
     if time_chunk is not None and time_chunk < 1:
@@ -152,7 +161,7 @@ def choose(layer_flops: list[float], ranges, batch: int, steps: int, *, chunkabl
         step_options = sorted({math.ceil(steps / c) for c in range(1, min(steps, 128) + 1)})
     else:
         step_options = [steps]
-    single = 1e3 * cost.call_s(layer_flops, batch, steps, sum(extra))
+    single = 1e3 * cost.single_s(layer_flops, batch, steps, sum(extra))
     best = None
     for rows in rows_options:
         rows = min(rows, batch)
@@ -162,6 +171,10 @@ def choose(layer_flops: list[float], ranges, batch: int, steps: int, *, chunkabl
             if best is None or key < best[0]:
                 best = (key, rows, tau, ms)
     _, rows, tau, ms = best
+    if one_gpu_ok and not micro_batch and not time_chunk and ms >= single:
+        return Plan(((0, ranges[-1][1]),), batch, steps, batch, steps,
+                    f"one GPU modelled {single:.3g} ms, the best of {len(rows_options)} micro-batch x "
+                    f"{len(step_options)} chunk sizes on {len(ranges)} stages {ms:.3g} ms", single, single, True)
     if micro_batch and time_chunk:
         reason = "as asked" + (f"; {chunk_refusal}" if chunk_refusal and not chunkable else "")
     else:

@@ -90,7 +90,8 @@ def _infer(model: onnx.ModelProto) -> dict[str, list[Dim] | None]:
     out = {}
     for vi in list(g.input) + list(g.value_info) + list(g.output):
         tt = vi.type.tensor_type
-        out[vi.name] = [_dim(d) for d in tt.shape.dim] if tt.HasField("shape") else None
+        if tt.HasField("shape") or vi.name not in out:  # an output declared without a shape keeps the inferred one
+            out[vi.name] = [_dim(d) for d in tt.shape.dim] if tt.HasField("shape") else None
     return out
 
 

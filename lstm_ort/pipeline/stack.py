@@ -189,6 +189,17 @@ def _check_glue(path, a: onnx.NodeProto, b: onnx.NodeProto, consts, consumers, s
                 graph_outputs) -> None:
     """Raises Unsupported unless ``path`` takes A's Y to exactly the stacked X of B. Each dim is
     tracked as the tuple of Y's axes it holds (row-major), size-1 axes left out."""
+    value = a.output[0]
+    outputs = {o.name for o in graph_outputs}
+    for node in path:  # nothing but the next layer reads Y or the glue (shape arithmetic aside)
+        if value in outputs:
+            raise Unsupported(f"graph output {value!r} is the Y of FusedLSTM node {a.name!r}, a layer inside the "
+                              f"stack: a pipeline stage hands Y only to the next layer")
+        for use in consumers.get(value, []):
+            if use is not node and not all(o in shape_vals for o in use.output if o):
+                raise Unsupported(f"{use.op_type} node {use.name!r} reads the Y of layer node {a.name!r} between "
+                                  f"layers: a pipeline stage hands Y only to the next layer")
+        value = node.output[0]
     layout = int(attr(a, "layout", 0))
     D = 2 if attr(a, "direction", b"forward") in (b"bidirectional", "bidirectional") else 1
     H = int(attr(a, "hidden_size"))
@@ -201,18 +212,8 @@ def _check_glue(path, a: onnx.NodeProto, b: onnx.NodeProto, consts, consumers, s
     sizes["D"], sizes["H"] = _Size(D), _Size(H)
     ones = {n for n, s in sizes.items() if s == _Size(1)}
     groups = [tuple(n for n in (name,) if n not in ones) for name in names]
-    value = a.output[0]
-    outputs = {o.name for o in graph_outputs}
     for node in path:
-        if value in outputs:
-            raise Unsupported(f"graph output {value!r} is the Y of FusedLSTM node {a.name!r}, a layer inside the "
-                              f"stack: a pipeline stage hands Y only to the next layer")
-        for use in consumers.get(value, []):
-            if use is not node and not all(o in shape_vals for o in use.output if o):
-                raise Unsupported(f"{use.op_type} node {use.name!r} reads the Y of layer node {a.name!r} between "
-                                  f"layers: a pipeline stage hands Y only to the next layer")
         groups = _apply(node, groups, sizes, consts, dims, opset)
-        value = node.output[0]
     want = [("T",), ("B",), ("D", "H")] if layout == 0 else [("B",), ("T",), ("D", "H")]
     want = [tuple(n for n in grp if n not in ones) for grp in want]
     if groups != want:

@@ -22,6 +22,7 @@ after the last item was enqueued, had outlasted the GPUs by 19 ms.
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 import time
@@ -65,6 +66,8 @@ class Progress:
             self.cond.notify_all()
 
     def wait_for(self, index: int) -> None:
+        if self.done >= index and not self.flag["abort"]:
+            return  # already there (``done`` only grows within a call): no lock, no wake-ups
         with self.cond:
             while self.done < index and not self.flag["abort"]:
                 self.cond.wait(timeout=1.0)
@@ -761,7 +764,7 @@ class _Feeder:
             off = 0
             for it in items:
                 self.offsets[(name, it.index)] = off
-                off += int(np.prod(self._shape(name, it))) * v.itemsize
+                off += math.prod(self._shape(name, it)) * v.itemsize
 
     def _shape(self, name: str, it: Item) -> tuple:
         return self.ex._item_shape(name, self.feeds[name].shape, it.rows[1] - it.rows[0], it.steps[1] - it.steps[0])
@@ -771,7 +774,7 @@ class _Feeder:
         for name in self.ex.pm.inputs:
             v, shape = self.feeds[name], self._shape(name, it)
             off = self.offsets[(name, it.index)]
-            nbytes = int(np.prod(shape)) * v.itemsize
+            nbytes = math.prod(shape) * v.itemsize
             out[name] = self.staging[name][off:off + nbytes].view(v.dtype).reshape(shape)
         return out
 

@@ -272,8 +272,8 @@ def analyze(model_or_path) -> PipelineModel:
         refusal = "an input has no time axis"
     elif time_picked:
         refusal = f"{time_picked}: each item needs its whole sequence"
-    elif "time" in pins:
-        refusal = f"the model runs at one length only ({pins['time'][1]})"
+    # A pinned length (a fixed-shape export, or dynamo's Reshape to the example's T) binds the
+    # call, not the items: the stages read 0 for the time axis wherever the model wrote T.
     return PipelineModel(
         model=model, stack=stack, states=states, consts=consts, pre_nodes=pre_nodes, post_nodes=post_nodes,
         inputs=inputs, sequence_lens=stack.sequence_lens, outputs=outputs, opset=opset, final_model=final_model,

@@ -148,6 +148,7 @@ class PipelineSession:
         if time_chunk is not None and self.pm.chunk_refusal:
             raise Unsupported(f"time_chunk={time_chunk}: {self.pm.chunk_refusal}")
         self.micro_batch, self.time_chunk = micro_batch, time_chunk
+        self._plans = {}  # (B, T, micro_batch) -> Plan: a plan depends on nothing else
 
     # -- planning ------------------------------------------------------------------------------
     def plan(self, batch: int, steps: int, micro_batch: int | None = None) -> Plan:
@@ -155,12 +156,16 @@ class PipelineSession:
         session fixes one, rows per micro-batch for this call). With nothing fixed, a call that
         no pipeline plan is modelled faster for runs on one GPU (``Plan.one_gpu``)."""
         pm = self.pm
-        boundary_bytes = pm.directions * pm.hidden * np.dtype(pm.np_dtype).itemsize
-        extra = (pm.extra_costs["pre"], pm.extra_costs["post"])
-        return choose(self.layer_flops, self.ranges, batch, steps, chunkable=pm.chunk_refusal is None,
-                      micro_batch=self.micro_batch or micro_batch, time_chunk=self.time_chunk, cost=self.cost_model,
-                      boundary_bytes_per_row_step=boundary_bytes, extra=extra, chunk_refusal=pm.chunk_refusal,
-                      one_gpu_ok=len(self.devices) > 1)
+        key = (batch, steps, self.micro_batch or micro_batch, self.cost_model)
+        if key not in self._plans:
+            boundary_bytes = pm.directions * pm.hidden * np.dtype(pm.np_dtype).itemsize
+            extra = (pm.extra_costs["pre"], pm.extra_costs["post"])
+            self._plans[key] = choose(
+                self.layer_flops, self.ranges, batch, steps, chunkable=pm.chunk_refusal is None,
+                micro_batch=self.micro_batch or micro_batch, time_chunk=self.time_chunk, cost=self.cost_model,
+                boundary_bytes_per_row_step=boundary_bytes, extra=extra, chunk_refusal=pm.chunk_refusal,
+                one_gpu_ok=len(self.devices) > 1)
+        return self._plans[key]
 
     def _sizes(self, feeds: dict) -> tuple[int, int]:
         """B and T of a call, from the sequence inputs; checks the states' sources agree."""
@@ -276,8 +281,8 @@ class PipelineSession:
         pm = self.pm
         by_name = {o.name: o for o in pm.outputs}
 
-        def rows(which, span):
-            return np.take(out[("state", which)], np.arange(*span), axis=pm.state_axis)
+        def rows(which, span):  # a view: no copy of the states
+            return out[("state", which)][(slice(None),) * pm.state_axis + (slice(*span),)]
 
         final = {}
         if any(by_name[n].kind == "final" for n in names):
@@ -394,12 +399,27 @@ class PipelineSession:
         modes = [bd.mode for bd in self.executor.boundaries]
         if modes:
             lines.append(f"  boundaries: {', '.join(modes)}")
-        if self.pm.chunk_refusal:
-            lines.append(f"  time chunks: off ({self.pm.chunk_refusal})")
+        pm = self.pm
+        if len(pm.stack.nodes) > 1:
+            lines.append(f"  stack: {len(pm.stack.nodes)} FusedLSTM nodes joined as one ({pm.layers} layers)")
+        rows = pm.states.h + pm.states.c
+        zero = sum(1 for src, _ in rows if src is None)
+        sources = sorted({src for src, _ in rows if src is not None})
+        lines.append(f"  initial states: {zero} of {len(rows)} rows zero" + (f", the rest from {sources}" if sources else "")
+                     + (f" (computed on the host: {pm.states.computed})" if pm.states.computed else ""))
+        finals = [o.name for o in pm.outputs if o.kind == "final"]
+        if finals:
+            lines.append(f"  computed from the final states on the host: {finals}")
+        for role, (size, why) in pm.pins.items():
+            lines.append(f"  {role} size fixed at {size} ({why})")
+        if pm.chunk_refusal:
+            lines.append(f"  time chunks: off ({pm.chunk_refusal})")
         return "\n".join(lines)
 
     def close(self) -> None:
         self.executor.close()
+        self._one_gpu = None
+        self._host_sessions.clear()
 
     def __del__(self):
         try:

@@ -617,10 +617,13 @@ def importlib_util_find(name):
     return importlib.util.find_spec(name)
 
 
-def test_run_batches_on_an_export():
-    """A stream of calls of one length through a three-node dynamo chain whose final states the
-    host concatenates: each call's outputs equal its own on stock onnxruntime."""
-    model, optimized, feeds_at = real_export("plain", "dynamo")
+@pytest.mark.parametrize("style,exporter", [("plain", "dynamo"), ("keras", "tf2onnx-opset13"),
+                                            ("learned_states", "torchscript")])
+def test_run_batches_on_an_export(style, exporter):
+    """A stream of calls of one length as one stream of items: a three-node dynamo chain, Keras'
+    [B, H] states and host-computed final outputs, learned states computed on the host per call;
+    each call's outputs equal its own on stock onnxruntime."""
+    model, optimized, feeds_at = real_export(style, exporter)
     calls = [feeds_at(B, 5) for B in (3, 2, 4)]
     be = FakeBackend()
     sess = PipelineSession(optimized, devices=(0, 1), backend=be)

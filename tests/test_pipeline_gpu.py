@@ -1,6 +1,7 @@
 """lstm_ort.pipeline on real GPUs: parity with the single-GPU session (<= 2e-5, fp32) for every
 split of a 4-layer stack, both schedules, uni/bidirectional, sequence_lens, ops before/after,
-peer and staged transfers, two stages on one GPU.
+peer and staged transfers, two stages on one GPU; every export style of the CPU tests (torch's
+two exporters, a tf2onnx-style Keras stack; torch needed) at 4 x H64; the one-GPU fallback.
 
     PYTHONPATH=. LSTM_ORT_LIBRARY=build/.../liblstm_ort_ops.so python3 -m pytest -q -m gpu tests/test_pipeline_gpu.py
 """

@@ -12,8 +12,8 @@ follows each row back through Slice, Concat, Unsqueeze and Identity to where it 
 - a row of a graph input (or of a constant): copied from the caller's array into the stage's
   buffer for each micro-batch, with no copy of the whole array;
 - anything else: the value that holds it is computed per call on the host by a small ONNX model
-  cut from the graph (``state_model``: the nodes it needs, from the graph inputs), and its rows are
-  copied as a graph input's are.
+  cut from the graph (``StatePlan.model``: the nodes it needs, from the graph inputs), and its
+  rows are copied as a graph input's are.
 
 After the stack, ops that read the final states (Keras squeezes ``Y_h``; torch's dynamo export
 concatenates each layer's; a classifier reads ``h_n[-1]``) run on the host once the states are
@@ -32,7 +32,8 @@ from lstm_ort.pipeline.axes import Unsupported, attr, axes_list
 from lstm_ort.pipeline.stack import Stack
 
 Row = tuple  # (source name or None for zeros, its row along the state axis or None for a [B, H] source)
-_MOVES_DATA = {"Slice", "Squeeze", "Unsqueeze", "Reshape", "Transpose", "Identity", "Cast", "Flatten", "Expand", "Tile"}
+_MOVES_DATA = {"Slice", "Squeeze", "Unsqueeze", "Reshape", "Transpose", "Identity", "Cast", "Flatten", "Expand", "Tile",
+               "Gather"}  # ops whose output is zeros where their first input is
 
 
 @dataclass
@@ -49,15 +50,10 @@ class StatePlan:
     def sources(self) -> set[str]:
         return {r[0] for r in self.h + self.c if r[0] is not None}
 
-    def zero(self, which: str, start: int, end: int) -> bool:
-        rows = self.h if which == "h" else self.c
-        return all(r[0] is None for r in rows[start:end])
-
 
 class _Tracer:
-    def __init__(self, graph: onnx.GraphProto, consts: dict, producers: dict, graph_inputs: set, dims: dict,
-                 state_axis: int, opset: int):
-        self.g, self.consts, self.producers, self.inputs = graph, consts, producers, graph_inputs
+    def __init__(self, consts: dict, producers: dict, graph_inputs: set, dims: dict, state_axis: int, opset: int):
+        self.consts, self.producers, self.inputs = consts, producers, graph_inputs
         self.dims, self.axis, self.opset = dims, state_axis, opset
         self.computed: list[str] = []
         self.sizes: dict = {}
@@ -165,7 +161,7 @@ def _norm(axis: int, rank: int) -> int:
 
 def trace_states(stack: Stack, model: onnx.ModelProto, consts: dict, producers: dict, graph_inputs: set, dims: dict,
                  state_axis: int, opset: int) -> StatePlan:
-    tracer = _Tracer(model.graph, consts, producers, graph_inputs, dims, state_axis, opset)
+    tracer = _Tracer(consts, producers, graph_inputs, dims, state_axis, opset)
     rows = {}
     for which, k in (("h", 4), ("c", 5)):
         rows[which] = []

@@ -334,7 +334,8 @@ def balanced_ranges(costs: list[float], stages: int, first_extra: float = 0.0, l
     stage cost (stage 0 also carries ``first_extra``, the last ``last_extra``). Ties: the most even."""
     L = len(costs)
     if not 1 <= stages <= L:
-        raise Unsupported(f"{stages} stages need between 1 and {L} (the stack's layers)")
+        raise Unsupported(f"a pipeline of {stages} stages needs a stack of at least {stages} layers (a stage runs "
+                          f"whole layers); this one has {L}")
     prefix = np.concatenate([[0.0], np.cumsum(costs)])
 
     def cost(k, a, b):

@@ -189,7 +189,8 @@ class PipelineSession:
         for role, got in (("time", T), ("batch", B)):
             if role in pm.pins and pm.pins[role][0] != got:
                 size, why = pm.pins[role]
-                raise ValueError(f"the model runs only at {role} size {size} ({why}); this call has {got}")
+                raise ValueError(f"the model runs only at {role} size {size} ({why}; at another size it fails or "
+                                 f"mixes time steps and batch entries); this call has {got}")
         if pm.sequence_lens is not None:
             lens = feeds[pm.sequence_lens]
             if lens.shape != (B,):

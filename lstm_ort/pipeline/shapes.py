@@ -148,8 +148,8 @@ def resolve_reshape(node: onnx.NodeProto, ax: Axes, in_dims: list[Dim] | None, o
         if t is None or t == d:
             continue
         role = "time" if p == ax.time else "batch" if p == ax.batch else None
-        if role and isinstance(t, int) and not isinstance(d, int):
-            pins[role] = t  # the model only runs where this axis is t
+        if role and isinstance(t, int) and not isinstance(d, int) and not any(u > lead for u in unknown):
+            pins[role] = t  # the model is right only where this axis is t (a traced example's size)
             continue
         raise Unsupported(f"{where} changes axis {p} ({d} -> {t}), which the pipeline cuts or keeps in place")
     tail_in = in_dims[lead + 1:]
@@ -167,5 +167,6 @@ def resolve_reshape(node: onnx.NodeProto, ax: Axes, in_dims: list[Dim] | None, o
             raise Unsupported(f"{where}: {in_dims} cannot be reshaped to {target}")
         tail = [total // max(1, math.prod(known)) if t is None else t for t in tail]
     if math.prod(tail) != total:
-        raise Unsupported(f"{where} moves data across the time or batch axis ({in_dims} -> {target})")
+        raise Unsupported(f"{where} merges or splits the time and batch axes ({in_dims} -> {target}), which the "
+                          f"pipeline cuts")
     return [0] * (lead + 1) + [int(t) for t in tail], pins

@@ -226,6 +226,14 @@ class Executor:
         last.out_stream = backend.create_stream(last.device, "outputs")
         last.out_event = backend.create_event(last.device)
         self.out_done: list[Event] = []  # per item: its outputs are on the host
+        # The last stage writes its outputs into slots of its own (item i: slot i % slots), so every
+        # item's Run sees the same few buffers (the op library's step graphs replay per set of
+        # pointers; a buffer ORT allocates per item is a new key each time). Their shapes are
+        # learnt from the first call, whose outputs ORT allocates: name -> (dims, None at the time
+        # and batch axes; dtype).
+        self.post_shapes: dict = {}
+        self.out_slots: dict[str, list] = {}
+        self.out_slot_bytes: dict[str, int] = {}
         self.workers: _Workers | None = None
         self.copiers: ThreadPoolExecutor | None = None  # made by the first large copy (feeder or gather)
         self.copiers_lock = threading.Lock()
@@ -284,6 +292,25 @@ class Executor:
             st.h = [be.alloc(st.device, nbytes, f"h{k}.{s}") for s in range(2)]
             st.c = [be.alloc(st.device, nbytes, f"c{k}.{s}") for s in range(2)]
             st.state_bytes = nbytes
+        self._ensure_out_slots(plan)
+
+    def _post_shape(self, name: str, rows: int, steps: int) -> tuple:
+        dims, _ = self.post_shapes[name]
+        ax = next(o.axes for o in self.pm.outputs if o.name == name)
+        return tuple(rows if k == ax.batch else steps if k == ax.time else d for k, d in enumerate(dims))
+
+    def _ensure_out_slots(self, plan: Plan) -> None:
+        """Output slots on the last stage for every output whose shape is known, sized for the
+        plan's largest item."""
+        be, dev = self.backend, self.stages[-1].device
+        for name, (_, dtype) in self.post_shapes.items():
+            nbytes = math.prod(self._post_shape(name, plan.micro_batch, plan.time_chunk)) * np.dtype(dtype).itemsize
+            if self.out_slot_bytes.get(name, 0) >= nbytes:
+                continue
+            for buf in self.out_slots.get(name, []):
+                be.free(buf)
+            self.out_slots[name] = [be.alloc(dev, nbytes, f"out:{name}.{s}") for s in range(self.slots)]
+            self.out_slot_bytes[name] = nbytes
 
     def _host(self, key, shape, dtype, grow: bool = False) -> np.ndarray:
         """Pinned host arrays, kept from call to call (``grow``: 1-D, reused while large enough)."""
@@ -355,6 +382,10 @@ class Executor:
             if st.out_event is not None:
                 events.append(st.out_event)
             st.runner = None
+        for bufs in self.out_slots.values():
+            for buf in bufs:
+                be.free(buf)
+        self.out_slots, self.out_slot_bytes = {}, {}
         for arr in self.host_cache.values():
             be.free_host(arr)
         self.host_cache.clear()
@@ -447,9 +478,18 @@ class Executor:
                     bd.free[s].wait(be, st.stream, it.index - self.slots)
                 outputs[STAGE_Y] = DeviceView(bd.send[s], self._y_shape(rows, steps), pm.np_dtype)
             else:
+                slotted = False
                 for o in pm.outputs:
                     if o.kind == "post":
-                        outputs[o.name] = None
+                        bufs = self.out_slots.get(o.name)
+                        if bufs:
+                            shape = self._post_shape(o.name, rows, steps)
+                            outputs[o.name] = DeviceView(bufs[s], shape, self.post_shapes[o.name][1])
+                            slotted = True
+                        else:
+                            outputs[o.name] = None  # ORT allocates it (the first call: its shape is learnt)
+                if slotted and it.index >= self.slots:
+                    be.wait(st.stream, self.out_done[it.index - self.slots])  # slot s copied to the host
             cur = it.chunk % 2
             outputs[YH] = DeviceView(st.h[cur], sshape, pm.np_dtype)
             outputs[YC] = DeviceView(st.c[cur], sshape, pm.np_dtype)
@@ -476,18 +516,24 @@ class Executor:
                         with lock:
                             results[(kind, k, it.micro_batch)] = host
             if k == K - 1:
-                # ORT allocated these for this call only (kept referenced until the end of the
-                # call); their copy to the host runs beside the next item's work, and the calling
-                # thread moves each into the call's outputs once ``out_done`` says it arrived.
+                # The outputs (in their slot, or allocated by ORT for this call only and kept
+                # referenced until its end) go to the host beside the next item's work, and the
+                # gather thread moves each into the call's outputs once ``out_done`` says it arrived.
+                for name, view in allocated.items():
+                    if name not in self.post_shapes:
+                        ax = next(o.axes for o in pm.outputs if o.name == name)
+                        self.post_shapes[name] = ([None if a in (ax.time, ax.batch) else d
+                                                   for a, d in enumerate(view.shape)], view.dtype)
                 be.record(st.out_event, st.stream)
                 be.wait(st.out_stream, st.out_event)
                 parts = {}
                 for o in want_post:
-                    view = allocated[o.name]
+                    view = outputs[o.name] if outputs[o.name] is not None else allocated[o.name]
                     host = self._host(("post", o.name, it.index), view.shape, view.dtype)
                     be.copy_d2h(host, view, st.out_stream)
                     parts[o.name] = host
-                    keep.append(view)
+                    if o.name in allocated:
+                        keep.append(view)
                 be.record(self.out_done[it.index], st.out_stream)
                 with lock:
                     results[("post", it.index)] = parts
@@ -536,6 +582,8 @@ class Executor:
                 if s is not None:
                     be.synchronize(s)
         wall_ms = (time.perf_counter() - start) * 1e3
+        if not errors:
+            self._ensure_out_slots(plan)  # shapes learnt this call: the next one writes into slots
         if errors:
             real = [e for e in errors if not isinstance(e, Aborted)]
             raise (real or errors)[0]
@@ -730,7 +778,7 @@ def stage_buffers_in_use(executor: Executor) -> list[DeviceBuffer]:
         bufs += bd.send + [r for r in bd.recv if r not in bd.send]
     for st in executor.stages:
         bufs += st.h + st.c + _init_buffers(st)
-    for slots in executor.in_bufs.values():
+    for slots in list(executor.in_bufs.values()) + list(executor.out_slots.values()):
         bufs += slots
     return bufs
 

@@ -50,7 +50,8 @@ class PipelineSession:
     (repeats allowed: ``(0, 0)`` puts two stages on one GPU). stages: "auto" (layer ranges
     balanced by modelled FLOPs, docs/pipeline.md) or a list of layers per stage. micro_batch /
     time_chunk: rows per micro-batch and steps per chunk; None lets each call's plan pick (by B
-    and T; time chunks only where they are exact: forward stacks without sequence_lens).
+    and T; time chunks only where they are exact: forward stacks without sequence_lens), and with
+    both None a call no split plan is modelled faster for runs unsplit on ``devices[0]``.
     providers_options: extra CUDA EP options for every stage. backend: the device layer
     (default: CudaBackend; tests pass lstm_ort.pipeline.fake.FakeBackend). threads: one thread
     enqueueing every stage in a wavefront order (False, the default: Run only enqueues, and one

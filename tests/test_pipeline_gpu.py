@@ -1,6 +1,7 @@
 """lstm_ort.pipeline on real GPUs: parity with the single-GPU session (<= 2e-5, fp32) for every
 split of a 4-layer stack, both schedules, uni/bidirectional, sequence_lens, ops before/after,
-peer and staged transfers, two stages on one GPU.
+peer and staged transfers, two stages on one GPU; every export style of the CPU tests (torch's
+two exporters, a tf2onnx-style Keras stack; torch needed) at 4 x H64; the one-GPU fallback.
 
     PYTHONPATH=. LSTM_ORT_LIBRARY=build/.../liblstm_ort_ops.so python3 -m pytest -q -m gpu tests/test_pipeline_gpu.py
 """
@@ -158,3 +159,62 @@ def test_profile(two_gpus, rng):
     assert prof["items"] == 16 and all(b > 0 for b in prof["stage_busy_ms"])
     assert prof["copy_ms_total"][0] > 0 and prof["copy_bytes"][0] == 64 * 32 * 128 * 4
     assert 0 <= prof["measured_bubble"] < 1
+
+
+# -- models as users export them ----------------------------------------------------------------
+
+def _real_cases():
+    from lstm_ort.pipeline.testing import EXPORTERS, TORCH_STYLES
+
+    return ([(s, e) for e in EXPORTERS for s in TORCH_STYLES if (s, e) != ("learned_states", "dynamo")]
+            + [("keras", "tf2onnx-opset13"), ("keras", "tf2onnx-opset11")])
+
+
+REAL = _real_cases()
+SIZES = {"input_size": 48, "hidden": 64, "layers": 4}
+
+
+def _real_export(style, exporter):
+    """(the export, lstm_ort.optimize of it, feeds at (B, T)) at 4 layers of H=64."""
+    from lstm_ort import optimize
+    from lstm_ort.pipeline.testing import keras_feeds, keras_stack, torch_export, torch_feeds
+
+    if style == "keras":
+        model = keras_stack(layers=4, input_size=48, hidden=64, opset=int(exporter.rsplit("opset", 1)[1]))
+        return model, optimize(model), lambda B, T: keras_feeds(input_size=48, hidden=64, batch=B, steps=T)
+    pytest.importorskip("torch", reason="torch makes the exports")
+    model, _ = torch_export(style, exporter, batch=16, steps=30, **SIZES)
+    return model, optimize(model), lambda B, T: torch_feeds(style, B, T, **SIZES)
+
+
+@pytest.mark.parametrize("style,exporter", REAL, ids=[f"{s}-{e}" for s, e in REAL])
+def test_real_exports_on_two_gpus(two_gpus, style, exporter):
+    """Each export style, optimized, split 1|3, 2|2, 3|1 over two GPUs, in micro-batches and (where
+    exact) time chunks: parity with the optimized model on one GPU (fp32, TF32 off on both sides
+    for the ops around the stack)."""
+    from lstm_ort.pipeline import Unsupported
+
+    _, optimized, feeds_at = _real_export(style, exporter)
+    feeds = feeds_at(16, 30)
+    ref = single_gpu(optimized, feeds, use_tf32="0")
+    for counts in ([1, 3], [2, 2], [3, 1]):
+        sess = pipeline(optimized, devices=(0, 1), stages=counts, providers_options={"use_tf32": "0"})
+        for mb, tc in ((4, None), (16, None), (8, 10), (16, 7)):
+            try:
+                sess.set_schedule(mb, tc)
+            except Unsupported:
+                assert tc and sess.pm.chunk_refusal
+                continue
+            got = sess.run(None, feeds)
+            assert max_diff(ref, got) <= TOL, (counts, mb, tc, sess.last_plan.describe())
+        sess.close()
+
+
+def test_auto_falls_back_to_one_gpu(two_gpus, rng):
+    """A call no split plan is modelled faster for runs unsplit on the first GPU, and says so."""
+    model, feeds = case(rng, "forward", T=3, B=1, H=32, I=32)
+    ref = single_gpu(model, feeds)
+    sess = pipeline(model, devices=(0, 1))
+    got = sess.run(None, feeds)
+    assert sess.last_plan.one_gpu, sess.last_plan.describe()
+    assert max_diff(ref, got) <= TOL

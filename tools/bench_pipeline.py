@@ -3,6 +3,14 @@
 
     PYTHONPATH=. LSTM_ORT_LIBRARY=<lib> python3 tools/bench_pipeline.py --json out.json
     python3 tools/bench_pipeline.py --quick            # a small stack, to check the setup
+    python3 tools/bench_pipeline.py --torch-export torchscript   # the stack as users export it
+
+``--torch-export torchscript|dynamo`` builds ``torch.nn.LSTM(I, H, num_layers=L)``, exports it
+with ``torch.onnx.export`` (the TorchScript exporter, or ``dynamo=True``; time and batch dynamic)
+and runs ``lstm_ort.optimize`` on it, instead of building the fused stack directly; dynamo's
+export runs at the example's length only (its Reshape of Y writes T), so it is exported once per
+length the cases use, and its export time grows with T (torch 2.13 on a shared two-core box:
+20 s at T=100, 100 s at T=400 for a small stack): ``--long-steps 0`` leaves the latency case out.
 
 Default: an 8-layer H=1024 I=1024 fp32 stack (256 MiB of weights) on devices 0,1: throughput at
 B in {64, 256}, T=100, and the latency of one sequence, B=1, T=2000. Both sides are timed the
@@ -208,6 +216,78 @@ def bench_case(name, model, feeds, devices, args, kind: str, backend) -> dict:
     return out
 
 
+def host_probe(repeats: int = 15, runs: int = 200) -> dict:
+    """Host-side costs of the pipeline's per-call and per-item work that need no GPU: a stage Run
+    through a binding kept for its buffers against one bound afresh (CPU EP, 3 inputs and 3
+    outputs of [20, 64, 16], a graph of Identity ops, so the time is ORT's and Python's
+    bookkeeping), and choosing a plan for the 8 x H1024 stack. Both sides interleaved, medians."""
+    from onnx import TensorProto, helper
+
+    from lstm_ort.pipeline.backend import Bindings, DeviceBuffer
+    from lstm_ort.pipeline.partition import layer_costs
+    from lstm_ort.pipeline.schedule import choose
+
+    names_in, names_out = ["x", "h0", "c0"], ["y", "yh", "yc"]
+    graph = helper.make_graph([helper.make_node("Identity", [i], [o]) for i, o in zip(names_in, names_out)], "probe",
+                              [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in names_in],
+                              [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in names_out])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    sess = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    arrays = {n: np.zeros((20, 64, 16), np.float32) for n in names_in + names_out}
+    views = {n: DeviceView(DeviceBuffer(a.ctypes.data, 0, a.nbytes, owner=a), a.shape, a.dtype) for n, a in arrays.items()}
+    ins, outs = {n: views[n] for n in names_in}, {n: views[n] for n in names_out}
+    kept = Bindings(sess, "cpu", 0)
+    sides = {"kept binding": lambda: kept.run(ins, outs), "binding per Run": lambda: Bindings(sess, "cpu", 0).run(ins, outs)}
+    flops = layer_costs(8, 1, 1024, 1024)
+    for B, T in ((64, 100), (256, 100)):
+        sides[f"plan B={B} T={T}"] = lambda B=B, T=T: choose(flops, [(0, 4), (4, 8)], B, T, chunkable=True,
+                                                            one_gpu_ok=True)
+    times: dict[str, list] = {k: [] for k in sides}
+    for _ in range(repeats):
+        for k, fn in sides.items():
+            n = runs if "binding" in k else max(1, runs // 10)
+            t0 = time.perf_counter()
+            for _ in range(n):
+                fn()
+            times[k].append((time.perf_counter() - t0) / n * 1e6)
+    return {k: {"median_us": statistics.median(v), "min_us": min(v)} for k, v in times.items()}
+
+
+class Models:
+    """The benched model: the fused stack built directly, or torch.nn.LSTM exported and optimized
+    (``--torch-export``; a dynamo export once per length, since it runs at its example's only)."""
+
+    def __init__(self, args, rng):
+        self.args, self.rng, self.cache = args, rng, {}
+
+    def describe(self) -> str:
+        a = self.args
+        what = f"torch.nn.LSTM({a.input}, {a.hidden}, num_layers={a.layers})"
+        if a.torch_export:
+            return f"{what} exported by torch.onnx.export ({a.torch_export}), then lstm_ort.optimize"
+        return f"{what}'s shape built by lstm_ort.builders.fused_model (random weights)"
+
+    def get(self, B: int, T: int):
+        a = self.args
+        key = T if a.torch_export == "dynamo" else None
+        if key not in self.cache:
+            self.cache.clear()  # one model at a time: a production-size stack is 256 MiB
+            if a.torch_export:
+                from lstm_ort import optimize
+                from lstm_ort.pipeline.testing import torch_export
+
+                exported, _ = torch_export("plain", a.torch_export, input_size=a.input, hidden=a.hidden,
+                                           layers=a.layers, batch=2, steps=T)
+                self.cache[key] = optimize(exported)
+            else:
+                spec = LstmSpec(input_size=a.input, hidden_size=a.hidden, num_layers=a.layers)
+                self.cache[key] = fused_model(spec, random_layers(spec, self.rng))
+        return self.cache[key]
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--devices", default="0,1", help="one device per stage, e.g. 0,1 or 0,0 (default 0,1)")
@@ -216,14 +296,25 @@ def main(argv=None) -> int:
     p.add_argument("--input", type=int, default=1024)
     p.add_argument("--batches", default="64,256")
     p.add_argument("--steps", type=int, default=100)
-    p.add_argument("--long-steps", type=int, default=2000)
+    p.add_argument("--long-steps", type=int, default=2000, help="T of the latency case (0: no latency case)")
     p.add_argument("--runs", type=int, default=10)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--quick", action="store_true", help="a 4-layer H=256 stack, fewer runs and sweep points")
     p.add_argument("--json", type=Path, help="write the results here")
+    p.add_argument("--torch-export", choices=("torchscript", "dynamo"),
+                   help="bench torch.nn.LSTM exported by torch.onnx.export with this exporter, then optimized")
     p.add_argument("--dry-run", action="store_true",
                    help="no GPU: the fake device layer and the CPU EP on a tiny stack (checks this script only)")
+    p.add_argument("--host-probe", action="store_true",
+                   help="only the host-side probe (no GPU): a kept I/O binding against one per Run, plan choice")
     args = p.parse_args(argv)
+    if args.host_probe:
+        probe = host_probe()
+        for k, v in probe.items():
+            print(f"{k}: {v['median_us']:.1f} µs median ({v['min_us']:.1f} min)")
+        if args.json:
+            args.json.write_text(json.dumps(probe, indent=1))
+        return 0
     if args.dry_run:
         args.layers, args.hidden, args.input, args.runs, args.warmup = 4, 16, 16, 2, 1
         args.batches, args.steps, args.long_steps = "4,8", 20, 60
@@ -247,15 +338,16 @@ def main(argv=None) -> int:
             "targets": TARGETS}
     print(json.dumps(info, indent=1))
     rng = np.random.default_rng(0)
-    spec = LstmSpec(input_size=args.input, hidden_size=args.hidden, num_layers=args.layers)
-    model = fused_model(spec, random_layers(spec, rng))
-    weights_mb = model.graph.initializer[0].ByteSize() / 2**20
-    info["weights_mib"] = weights_mb
+    models = Models(args, rng)
+    info["model"] = models.describe()
     results = []
     cases = [(f"throughput B={b} T={args.steps}", b, args.steps, "throughput") for b in map(int, args.batches.split(","))]
-    cases.append((f"latency B=1 T={args.long_steps}", 1, args.long_steps, "latency"))
+    if args.long_steps > 0:
+        cases.append((f"latency B=1 T={args.long_steps}", 1, args.long_steps, "latency"))
     for name, B, T, kind in cases:
         feeds = {"X": rng.standard_normal((T, B, args.input)).astype(np.float32)}
+        model = models.get(B, T)
+        info["weights_mib"] = sum(i.ByteSize() for i in model.graph.initializer) / 2**20
         t0 = time.perf_counter()
         r = bench_case(name, model, feeds, devices, args, kind, be)
         r["bench_seconds"] = time.perf_counter() - t0

@@ -5,8 +5,12 @@ A pipeline cuts every input into micro-batches (the batch axis) and time chunks 
 glues the outputs back, so each op around the stack must act on each (time step, batch entry) on
 its own. The ops below do, when their other operands are constants that do not broadcast along
 time or batch: elementwise ops, MatMul by a constant matrix, Gather from a constant table (an
-embedding), softmax-like ops and layer norm over a feature axis, and Transpose, Squeeze,
-Unsqueeze, Reshape that keep the time and batch axes. Anything else is refused with a reason.
+embedding), Gemm of a [batch, features] value by constants (a Linear), softmax-like ops and
+layer norm over a feature axis, Transpose, Squeeze, Unsqueeze, Reshape that keep the time and
+batch axes, Concat and Slice along another axis. Gather or Slice of constant time steps (``y[:,
+-1]``, a classifier on the last step) acts on each batch entry on its own but leaves a value with
+no time axis: a pipeline takes it with whole sequences per item (micro-batches), not time chunks.
+Anything else is refused, naming the node and the op.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ UNARY = {
 BINARY = {"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "PRelu", "And", "Or", "Equal", "Less", "Greater"}
 FEATURE_AXIS = {"Softmax", "LogSoftmax", "Hardmax", "LayerNormalization", "RMSNormalization"}
 SHAPE_OPS = {"Transpose", "Squeeze", "Unsqueeze", "Reshape"}
-SUPPORTED = UNARY | BINARY | FEATURE_AXIS | SHAPE_OPS | {"MatMul", "Gather"}
+SUPPORTED = UNARY | BINARY | FEATURE_AXIS | SHAPE_OPS | {"MatMul", "Gemm", "Gather", "Slice", "Concat"}
 
 
 class Unsupported(ValueError):
@@ -50,7 +54,7 @@ def attr(node: onnx.NodeProto, name: str, default=None):
     return default
 
 
-def _axes_list(node: onnx.NodeProto, consts: dict, opset: int) -> list[int] | None:
+def axes_list(node: onnx.NodeProto, consts: dict, opset: int) -> list[int] | None:
     """Squeeze/Unsqueeze axes: an attribute before opset 13, the second input since."""
     if opset < 13:
         value = attr(node, "axes")
@@ -60,6 +64,29 @@ def _axes_list(node: onnx.NodeProto, consts: dict, opset: int) -> list[int] | No
     if node.input[1] not in consts:
         raise Unsupported(f"{node.op_type} node {node.name!r}: its axes are not a constant")
     return [int(a) for a in np.asarray(consts[node.input[1]]).ravel()]
+
+
+def _norm(axis: int, rank: int) -> int:
+    return int(axis) + rank if int(axis) < 0 else int(axis)
+
+
+def _slice_axes(node: onnx.NodeProto, consts: dict, rank: int, opset: int) -> list[tuple[int, bool]]:
+    """(axis, whether the slice keeps all of it) for each axis a Slice with constant bounds cuts."""
+    if opset < 10:
+        starts, ends, axes, steps = attr(node, "starts"), attr(node, "ends"), attr(node, "axes"), None
+    else:
+        vals = []
+        for k in range(1, 5):
+            name = node.input[k] if len(node.input) > k else ""
+            if name and name not in consts:
+                raise Unsupported(f"Slice node {node.name!r}: its bounds are computed")
+            vals.append(consts[name] if name else None)
+        starts, ends, axes, steps = vals
+    starts = [int(v) for v in np.asarray(starts).ravel()]
+    ends = [int(v) for v in np.asarray(ends).ravel()]
+    axes = list(range(len(starts))) if axes is None else [_norm(a, rank) for a in np.asarray(axes).ravel()]
+    steps = [1] * len(starts) if steps is None else [int(v) for v in np.asarray(steps).ravel()]
+    return [(a, s == 0 and e >= 2**31 - 1 and st == 1) for a, s, e, st in zip(axes, starts, ends, steps)]
 
 
 def _check_const_operand(node: onnx.NodeProto, const: np.ndarray, out: Axes) -> None:
@@ -126,18 +153,52 @@ def forward(node: onnx.NodeProto, inputs: dict[str, Axes], consts: dict, opset: 
         if first.rank < 2 or first.touches(first.rank - 1):
             raise Unsupported(f"MatMul node {node.name!r} contracts the time or batch axis")
         return first
+    if op == "Gemm":
+        if node.input[0] in consts or any(i and i not in consts for i in node.input[1:]) or attr(node, "transA", 0):
+            raise Unsupported(f"Gemm node {node.name!r}: only x @ (constant matrix) + (constant) is supported")
+        if first.rank != 2 or first.touches(1):
+            raise Unsupported(f"Gemm node {node.name!r} contracts the time or batch axis")
+        if len(node.input) > 2 and node.input[2]:
+            _check_const_operand(node, consts[node.input[2]], first)
+        return first
     if op == "Gather":
-        if node.input[0] not in consts or node.input[1] in consts or attr(node, "axis", 0) != 0:
-            raise Unsupported(f"Gather node {node.name!r}: only a lookup in a constant table along axis 0 "
-                              f"(an embedding) is supported")
-        return Axes(first.rank + np.ndim(consts[node.input[0]]) - 1, first.time, first.batch)
+        if node.input[0] in consts:
+            if node.input[1] in consts or attr(node, "axis", 0) != 0:
+                raise Unsupported(f"Gather node {node.name!r}: only a lookup in a constant table along axis 0 "
+                                  f"(an embedding) is supported")
+            return Axes(first.rank + np.ndim(consts[node.input[0]]) - 1, first.time, first.batch)
+        if node.input[1] not in consts:
+            raise Unsupported(f"Gather node {node.name!r}: its indices are computed")
+        axis = _norm(attr(node, "axis", 0), first.rank)
+        if axis == first.batch:
+            raise Unsupported(f"Gather node {node.name!r} picks batch entries")
+        grow = np.ndim(consts[node.input[1]]) - 1  # the indices' axes replace ``axis``
+
+        def moved(a):
+            return None if a is None or a == axis else (a if a < axis else a + grow)
+        return Axes(first.rank + grow, moved(first.time), moved(first.batch))
+    if op == "Slice":
+        for a, whole in _slice_axes(node, consts, first.rank, opset):
+            if a == first.batch and not whole:
+                raise Unsupported(f"Slice node {node.name!r} slices the batch axis")
+            if a == first.time and not whole:  # constant steps picked: no longer the call's time axis
+                return Axes(first.rank, None, first.batch)
+        return first
+    if op == "Concat":
+        axis = _norm(attr(node, "axis", 0), first.rank)
+        if first.touches(axis):
+            raise Unsupported(f"Concat node {node.name!r} joins along the time or batch axis")
+        for name in node.input:
+            if name in consts:
+                raise Unsupported(f"Concat node {node.name!r} joins a constant (it has no time/batch axes)")
+        return first
     if op == "Transpose":
         perm = attr(node, "perm") or list(range(first.rank))[::-1]
         where = {old: new for new, old in enumerate(perm)}
         return Axes(first.rank, where.get(first.time) if first.time is not None else None,
                     where.get(first.batch) if first.batch is not None else None)
     if op in ("Squeeze", "Unsqueeze"):
-        axes = _axes_list(node, consts, opset)
+        axes = axes_list(node, consts, opset)
         if axes is None:
             raise Unsupported(f"{op} node {node.name!r}: its axes are not given")
         if op == "Squeeze":
@@ -179,7 +240,7 @@ def backward(node: onnx.NodeProto, out: Axes, consts: dict, opset: int) -> dict[
         guess = Axes(out.rank, None if out.time is None else perm[out.time],
                      None if out.batch is None else perm[out.batch])
     elif op in ("Squeeze", "Unsqueeze"):
-        axes = _axes_list(node, consts, opset)
+        axes = axes_list(node, consts, opset)
         if axes is None:
             raise Unsupported(f"{op} node {node.name!r}: its axes are not given")
         if op == "Unsqueeze":

@@ -22,6 +22,7 @@ after the last item was enqueued, had outlasted the GPUs by 19 ms.
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 import time
@@ -40,7 +41,6 @@ from lstm_ort.pipeline.partition import (
     YH,
     PipelineModel,
     StageModel,
-    slice_states,
 )
 from lstm_ort.pipeline.schedule import Item, Plan, host_order
 
@@ -66,6 +66,8 @@ class Progress:
             self.cond.notify_all()
 
     def wait_for(self, index: int) -> None:
+        if self.done >= index and not self.flag["abort"]:
+            return  # already there (``done`` only grows within a call): no lock, no wake-ups
         with self.cond:
             while self.done < index and not self.flag["abort"]:
                 self.cond.wait(timeout=1.0)
@@ -103,7 +105,7 @@ class StageRuntime:
     h: list = field(default_factory=list)  # 2 state buffers each (chunk c writes slot c % 2)
     c: list = field(default_factory=list)
     state_bytes: int = 0
-    zeros: DeviceBuffer | None = None  # the initial state of a model without initial_h / initial_c
+    zeros: DeviceBuffer | None = None  # the initial state of layers whose states are zeros
     zero_bytes: int = 0
     init: dict = field(default_factory=dict)  # H0 / C0 -> a buffer per micro-batch (given initial states)
 
@@ -224,6 +226,14 @@ class Executor:
         last.out_stream = backend.create_stream(last.device, "outputs")
         last.out_event = backend.create_event(last.device)
         self.out_done: list[Event] = []  # per item: its outputs are on the host
+        # The last stage writes its outputs into slots of its own (item i: slot i % slots), so every
+        # item's Run sees the same few buffers (the op library's step graphs replay per set of
+        # pointers; a buffer ORT allocates per item is a new key each time). Their shapes are
+        # learnt from the first call, whose outputs ORT allocates: name -> (dims, None at the time
+        # and batch axes; dtype).
+        self.post_shapes: dict = {}
+        self.out_slots: dict[str, list] = {}
+        self.out_slot_bytes: dict[str, int] = {}
         self.workers: _Workers | None = None
         self.copiers: ThreadPoolExecutor | None = None  # made by the first large copy (feeder or gather)
         self.copiers_lock = threading.Lock()
@@ -282,6 +292,25 @@ class Executor:
             st.h = [be.alloc(st.device, nbytes, f"h{k}.{s}") for s in range(2)]
             st.c = [be.alloc(st.device, nbytes, f"c{k}.{s}") for s in range(2)]
             st.state_bytes = nbytes
+        self._ensure_out_slots(plan)
+
+    def _post_shape(self, name: str, rows: int, steps: int) -> tuple:
+        dims, _ = self.post_shapes[name]
+        ax = next(o.axes for o in self.pm.outputs if o.name == name)
+        return tuple(rows if k == ax.batch else steps if k == ax.time else d for k, d in enumerate(dims))
+
+    def _ensure_out_slots(self, plan: Plan) -> None:
+        """Output slots on the last stage for every output whose shape is known, sized for the
+        plan's largest item."""
+        be, dev = self.backend, self.stages[-1].device
+        for name, (_, dtype) in self.post_shapes.items():
+            nbytes = math.prod(self._post_shape(name, plan.micro_batch, plan.time_chunk)) * np.dtype(dtype).itemsize
+            if self.out_slot_bytes.get(name, 0) >= nbytes:
+                continue
+            for buf in self.out_slots.get(name, []):
+                be.free(buf)
+            self.out_slots[name] = [be.alloc(dev, nbytes, f"out:{name}.{s}") for s in range(self.slots)]
+            self.out_slot_bytes[name] = nbytes
 
     def _host(self, key, shape, dtype, grow: bool = False) -> np.ndarray:
         """Pinned host arrays, kept from call to call (``grow``: 1-D, reused while large enough)."""
@@ -353,6 +382,10 @@ class Executor:
             if st.out_event is not None:
                 events.append(st.out_event)
             st.runner = None
+        for bufs in self.out_slots.values():
+            for buf in bufs:
+                be.free(buf)
+        self.out_slots, self.out_slot_bytes = {}, {}
         for arr in self.host_cache.values():
             be.free_host(arr)
         self.host_cache.clear()
@@ -364,7 +397,10 @@ class Executor:
         self.closed = True
 
     # -- one call ----------------------------------------------------------------------------
-    def run(self, plan: Plan, feeds: dict, want: list[str], profile: bool = False) -> dict[str, np.ndarray]:
+    def run(self, plan: Plan, feeds: dict, want: list[str], profile: bool = False) -> dict:
+        """The call's outputs: each wanted "post" output by name, and the stack's final states
+        (all its rows, as Y_h/Y_c are laid out) under ("state", "h") / ("state", "c") where
+        ``want`` holds those keys."""
         if self.closed:
             raise RuntimeError("this pipeline session is closed")
         pm, be = self.pm, self.backend
@@ -376,7 +412,7 @@ class Executor:
             for sig in bd.ready + bd.free:
                 sig.done = -1
         want_post = [o for o in pm.outputs if o.kind == "post" and o.name in want]
-        want_states = {o.kind for o in pm.outputs if o.kind != "post" and o.name in want}
+        want_states = {"Y_h" if key[1] == "h" else "Y_c" for key in want if isinstance(key, tuple)}
         if plan.num_chunks > 1:
             for o in want_post:
                 if o.axes.time is None:
@@ -442,9 +478,18 @@ class Executor:
                     bd.free[s].wait(be, st.stream, it.index - self.slots)
                 outputs[STAGE_Y] = DeviceView(bd.send[s], self._y_shape(rows, steps), pm.np_dtype)
             else:
+                slotted = False
                 for o in pm.outputs:
                     if o.kind == "post":
-                        outputs[o.name] = None
+                        bufs = self.out_slots.get(o.name)
+                        if bufs:
+                            shape = self._post_shape(o.name, rows, steps)
+                            outputs[o.name] = DeviceView(bufs[s], shape, self.post_shapes[o.name][1])
+                            slotted = True
+                        else:
+                            outputs[o.name] = None  # ORT allocates it (the first call: its shape is learnt)
+                if slotted and it.index >= self.slots:
+                    be.wait(st.stream, self.out_done[it.index - self.slots])  # slot s copied to the host
             cur = it.chunk % 2
             outputs[YH] = DeviceView(st.h[cur], sshape, pm.np_dtype)
             outputs[YC] = DeviceView(st.c[cur], sshape, pm.np_dtype)
@@ -471,18 +516,24 @@ class Executor:
                         with lock:
                             results[(kind, k, it.micro_batch)] = host
             if k == K - 1:
-                # ORT allocated these for this call only (kept referenced until the end of the
-                # call); their copy to the host runs beside the next item's work, and the calling
-                # thread moves each into the call's outputs once ``out_done`` says it arrived.
+                # The outputs (in their slot, or allocated by ORT for this call only and kept
+                # referenced until its end) go to the host beside the next item's work, and the
+                # gather thread moves each into the call's outputs once ``out_done`` says it arrived.
+                for name, view in allocated.items():
+                    if name not in self.post_shapes:
+                        ax = next(o.axes for o in pm.outputs if o.name == name)
+                        self.post_shapes[name] = ([None if a in (ax.time, ax.batch) else d
+                                                   for a, d in enumerate(view.shape)], view.dtype)
                 be.record(st.out_event, st.stream)
                 be.wait(st.out_stream, st.out_event)
                 parts = {}
                 for o in want_post:
-                    view = allocated[o.name]
+                    view = outputs[o.name] if outputs[o.name] is not None else allocated[o.name]
                     host = self._host(("post", o.name, it.index), view.shape, view.dtype)
                     be.copy_d2h(host, view, st.out_stream)
                     parts[o.name] = host
-                    keep.append(view)
+                    if o.name in allocated:
+                        keep.append(view)
                 be.record(self.out_done[it.index], st.out_stream)
                 with lock:
                     results[("post", it.index)] = parts
@@ -531,6 +582,8 @@ class Executor:
                 if s is not None:
                     be.synchronize(s)
         wall_ms = (time.perf_counter() - start) * 1e3
+        if not errors:
+            self._ensure_out_slots(plan)  # shapes learnt this call: the next one writes into slots
         if errors:
             real = [e for e in errors if not isinstance(e, Aborted)]
             raise (real or errors)[0]
@@ -539,19 +592,22 @@ class Executor:
         for pair in timing.values():
             for ev in pair if isinstance(pair, tuple) else (pair,):
                 be.destroy_event(ev)
-        for o in pm.outputs:
-            if o.kind != "post" and o.name in want:
-                per_mb = [np.concatenate([results[(o.kind, k, j)] for k in range(K)], axis=pm.state_axis)
-                          for j in range(plan.num_micro_batches)]
-                outputs[o.name] = np.concatenate(per_mb, axis=o.axes.batch)
+        for kind in sorted(want_states):
+            per_mb = [np.concatenate([results[(kind, k, j)] for k in range(K)], axis=pm.state_axis)
+                      for j in range(plan.num_micro_batches)]
+            outputs[("state", "h" if kind == "Y_h" else "c")] = np.concatenate(per_mb, axis=pm.state_batch_axis)
         return outputs
 
     def _upload_initial_states(self, plan: Plan, feeds: dict) -> dict:
         """(stage, micro-batch, H0/C0) -> a device view of that micro-batch's initial state for
-        the stage's layers. A state the model does not take is zeros: one buffer per stage, set
-        once when allocated. A given one is uploaded on the stage's stream (from pinned memory)
-        ahead of its first item, so ORT never copies a host input inside a stage's Run."""
+        the stage's layers. Rows that are zeros throughout a stage (``pm.states``) read the
+        stage's zero buffer, set once when allocated. Others are assembled row by row from where
+        they come from (a graph input's rows, a [B, H] input, a value the host computed) straight
+        into pinned memory, one micro-batch at a time, and uploaded on the stage's stream ahead
+        of its first item, so ORT never copies a host input inside a stage's Run."""
         pm, be = self.pm, self.backend
+        plan_rows = {H0: pm.states.h, C0: pm.states.c}
+        D = pm.directions
         views = {}
         for k, st in enumerate(self.stages):
             full = self._state_shape(k, plan.micro_batch)
@@ -563,13 +619,13 @@ class Executor:
                 be.memset(st.zeros, 0, st.stream)
                 st.zero_bytes = nbytes
             a, b = st.model.layers
-            for key, src in ((H0, pm.initial_h), (C0, pm.initial_c)):
-                given = slice_states(pm, feeds[src], a, b) if src else None
+            for key, rows in plan_rows.items():
+                rows = rows[a * D:b * D]
                 bufs = st.init.setdefault(key, [])
                 for j in range(plan.num_micro_batches):
                     b0, b1 = plan.micro_batch_rows(j)
                     shape = self._state_shape(k, b1 - b0)
-                    if given is None:
+                    if all(r[0] is None for r in rows):
                         views[(k, j, key)] = DeviceView(st.zeros, shape, pm.np_dtype)
                         continue
                     while len(bufs) <= j:
@@ -579,11 +635,23 @@ class Executor:
                             be.free(bufs[j])
                         bufs[j] = be.alloc(st.device, nbytes, f"{key}{k}.{j}")
                     host = self._host(("init", k, j, key), shape, pm.np_dtype)
-                    np.copyto(host, np.take(given, np.arange(b0, b1), axis=pm.state_batch_axis))
+                    self._fill_state(host, rows, feeds, b0, b1)
                     view = DeviceView(bufs[j], shape, pm.np_dtype)
                     be.copy_h2d(view, host, st.stream)
                     views[(k, j, key)] = view
         return views
+
+    def _fill_state(self, host: np.ndarray, rows: list, feeds: dict, b0: int, b1: int) -> None:
+        """host[i] (along the state axis) = batch rows [b0, b1) of row i's source."""
+        axis = self.pm.state_axis
+        for i, (source, row) in enumerate(rows):
+            dst = host[i] if axis == 0 else host[:, i]
+            if source is None:
+                dst[...] = 0
+            elif row is None:  # a [B, H] source, unsqueezed at the state axis
+                dst[...] = feeds[source][b0:b1]
+            else:
+                dst[...] = feeds[source][row, b0:b1] if axis == 0 else feeds[source][b0:b1, row]
 
     def _gather(self, plan: Plan, items: list[Item], want_post: list, results: dict, progress: Progress,
                 outputs: dict, lock) -> None:
@@ -710,7 +778,7 @@ def stage_buffers_in_use(executor: Executor) -> list[DeviceBuffer]:
         bufs += bd.send + [r for r in bd.recv if r not in bd.send]
     for st in executor.stages:
         bufs += st.h + st.c + _init_buffers(st)
-    for slots in executor.in_bufs.values():
+    for slots in list(executor.in_bufs.values()) + list(executor.out_slots.values()):
         bufs += slots
     return bufs
 
@@ -744,7 +812,7 @@ class _Feeder:
             off = 0
             for it in items:
                 self.offsets[(name, it.index)] = off
-                off += int(np.prod(self._shape(name, it))) * v.itemsize
+                off += math.prod(self._shape(name, it)) * v.itemsize
 
     def _shape(self, name: str, it: Item) -> tuple:
         return self.ex._item_shape(name, self.feeds[name].shape, it.rows[1] - it.rows[0], it.steps[1] - it.steps[0])
@@ -754,7 +822,7 @@ class _Feeder:
         for name in self.ex.pm.inputs:
             v, shape = self.feeds[name], self._shape(name, it)
             off = self.offsets[(name, it.index)]
-            nbytes = int(np.prod(shape)) * v.itemsize
+            nbytes = math.prod(shape) * v.itemsize
             out[name] = self.staging[name][off:off + nbytes].view(v.dtype).reshape(shape)
         return out
 

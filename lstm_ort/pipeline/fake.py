@@ -27,7 +27,7 @@ class Hazard(AssertionError):
 
 @dataclass
 class Op:
-    kind: str  # "run", "copy_peer", "copy_d2h", "copy_h2d", "memset", "record", "wait", "alloc", "sync", "event_sync"
+    kind: str  # "run", "single", "copy_peer", "copy_d2h", "copy_h2d", "memset", "record", "wait", "alloc", "sync", "event_sync"
     stream: str | None
     start: float = 0.0
     end: float = 0.0
@@ -231,6 +231,20 @@ class FakeBackend:
     def create_runner(self, model_bytes: bytes, device: int, stream: Stream, providers_options=None,
                       sess_options=None) -> FakeRunner:
         return FakeRunner(self, model_bytes, device, stream, sess_options)
+
+    def create_single(self, model_bytes: bytes, device: int, providers_options=None, sess_options=None):
+        """The unsplit model (the one-GPU plan), on the CPU EP; its calls are logged as "single"."""
+        from lstm_ort.runtime.session import InferenceSession
+
+        session = InferenceSession(model_bytes, sess_options, providers=["CPUExecutionProvider"])
+        backend = self
+
+        class Single:
+            def run(self, names, feeds):
+                with backend.lock:
+                    backend.log.append(Op("single", None, meta={"device": device}))
+                return session.run(names, feeds)
+        return Single()
 
     # -- reading the log -------------------------------------------------------------------
     def runs(self) -> list[Op]:

@@ -1,14 +1,17 @@
 """Splitting a model with one FusedLSTM stack into pipeline stages (docs/pipeline.md).
 
-``analyze`` reads the model: the one FusedLSTM node, the per-time-step ops before it (ancestors
-of X: stage 0) and after it (consumers of Y: the last stage), and where every input and output
-has its time and batch axes. ``layer_costs`` / ``balanced_ranges`` choose layer ranges, and
-``stage_models`` builds one ONNX model per range: a FusedLSTM node of ``num_layers`` = the range's
-size whose W/B/P are the packed slices of the original's (``weight_offset`` gives the
-boundaries; a range starting at layer l > 0 has input size D*H), fed by the previous range's Y
-through Transpose(0,2,1,3) + Reshape (docs/ops.md's stacking). Every stage reads its initial
-states (``pipe_h0``/``pipe_c0``: the original's rows of its layers, or zeros) and writes its final
-states (``pipe_yh``/``pipe_yc``): a pipeline concatenates those, and time chunks carry them.
+``analyze`` reads the model as an exporter and ``lstm-ort optimize`` left it: the stack (one
+FusedLSTM node or a chain of them, ``stack.py``), where every layer's initial state comes from
+(``states.py``), the per-time-step ops before it (ancestors of X: stage 0) and after it (consumers
+of Y: the last stage, each Reshape given the constant shape ``shapes.resolve_reshape`` proves),
+the ops on its final states (run on the host), and where every input and output has its time and
+batch axes. ``layer_costs`` / ``balanced_ranges`` choose layer ranges, and ``stage_models`` builds
+one ONNX model per range: a FusedLSTM node of ``num_layers`` = the range's size whose W/B/P are
+the packed slices of the stack's (``weight_offset`` gives the boundaries; a range starting at
+layer l > 0 has input size D*H), fed by the previous range's Y through Transpose(0,2,1,3) +
+Reshape (docs/ops.md's stacking). Every stage reads its initial states (``pipe_h0``/``pipe_c0``)
+and writes its final states (``pipe_yh``/``pipe_yc``): a pipeline concatenates those, and time
+chunks carry them.
 """
 
 from __future__ import annotations
@@ -22,9 +25,11 @@ from onnx import helper, numpy_helper
 
 from lstm_ort.ops.identity import DOMAIN, OP_TYPE, OPSET_VERSION
 from lstm_ort.ops.packing import layer_input_size, weight_offset
-from lstm_ort.pipeline.axes import Axes, Unsupported, attr, backward, forward
+from lstm_ort.pipeline.axes import Axes, Unsupported, backward, forward
+from lstm_ort.pipeline.shapes import infer_dims, resolve_reshape, shape_values
+from lstm_ort.pipeline.stack import Stack, find_stack, fused_nodes
+from lstm_ort.pipeline.states import StatePlan, cut_model, trace_states
 from lstm_ort.runtime.model_io import load_model
-from lstm_ort.runtime.nodes import node_ranks, node_shapes
 
 # Names inside stage models.
 STAGE_IN, STAGE_Y, H0, C0, YH, YC = "pipe_in", "pipe_y", "pipe_h0", "pipe_c0", "pipe_yh", "pipe_yc"
@@ -34,8 +39,11 @@ CONTROL_FLOW = {"If", "Loop", "Scan"}
 @dataclass
 class OutputInfo:
     name: str
-    kind: str  # "post" (Y or an op after it, computed by the last stage), "Y_h" or "Y_c" (assembled)
-    axes: Axes
+    kind: str  # "post" (Y or an op after it: the last stage), "state" (rows of the stack's final h or c),
+    # "final" (computed on the host from the final states)
+    axes: Axes | None  # time/batch axes ("post" and "state"); None for "final"
+    state: str | None = None  # "h" or "c" (kind "state")
+    rows: tuple | None = None  # [a, b) of the stack's state rows (kind "state")
 
 
 @dataclass
@@ -43,25 +51,28 @@ class PipelineModel:
     """What a pipeline needs to know about a model; ``analyze`` builds it."""
 
     model: onnx.ModelProto
-    node: onnx.NodeProto
-    layers: int
-    directions: int
-    input_size: int
-    hidden: int
-    layout: int
-    direction: str
-    elem_type: int
+    stack: Stack
+    states: StatePlan
     consts: dict
     pre_nodes: list
-    post_nodes: list
-    inputs: dict  # stage-0 graph inputs (not states nor lengths) -> Axes
+    post_nodes: list  # as stages run them (a Reshape with the constant shape resolve_reshape proved)
+    inputs: dict  # stage-0 graph inputs -> Axes
     sequence_lens: str | None
-    initial_h: str | None
-    initial_c: str | None
     outputs: list  # OutputInfo, in graph order
     opset: int
+    final_model: onnx.ModelProto | None = None  # the chain's final states (and graph inputs) -> "final" outputs
+    final_inputs: dict = field(default_factory=dict)  # its inputs from the stack: name -> ("h"|"c", (a, b))
+    pins: dict = field(default_factory=dict)  # "time"/"batch" -> (size, why): the only size the model runs at
     chunk_refusal: str | None = None  # why time chunks are not exact for this model, None if they are
     extra_costs: dict = field(default_factory=dict)  # "pre"/"post": FLOPs per (time step, batch entry)
+
+    layers = property(lambda self: self.stack.layers)
+    directions = property(lambda self: self.stack.directions)
+    input_size = property(lambda self: self.stack.input_size)
+    hidden = property(lambda self: self.stack.hidden)
+    layout = property(lambda self: self.stack.layout)
+    direction = property(lambda self: self.stack.direction)
+    elem_type = property(lambda self: self.stack.elem_type)
 
     @property
     def state_axis(self) -> int:
@@ -100,56 +111,67 @@ def _constants(model: onnx.ModelProto) -> dict[str, np.ndarray]:
 
 
 def _matmul_flops(nodes, consts) -> float:
-    """FLOPs per (time step, batch entry) of the MatMuls by constant matrices among ``nodes``."""
+    """FLOPs per (time step, batch entry) of the products by constant matrices among ``nodes``."""
     return float(sum(2 * np.prod(np.shape(consts[n.input[1]])) for n in nodes
-                     if n.op_type == "MatMul" and n.input[1] in consts))
+                     if n.op_type in ("MatMul", "Gemm") and n.input[1] in consts))
+
+
+def _ancestors(values, producers: dict, consts: dict) -> set[int]:
+    out, todo = set(), [v for v in values if v]
+    while todo:
+        node = producers.get(todo.pop())
+        if node is None or id(node) in out:
+            continue
+        out.add(id(node))
+        todo.extend(i for i in node.input if i and i not in consts)
+    return out
+
+
+def _declared(vi: onnx.ValueInfoProto) -> list | None:
+    tt = vi.type.tensor_type
+    if not tt.HasField("shape"):
+        return None
+    return [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tt.shape.dim]
 
 
 def analyze(model_or_path) -> PipelineModel:
-    """Reads a model with one FusedLSTM stack; raises Unsupported (saying why) for any other."""
+    """Reads a model with one FusedLSTM stack; raises Unsupported (naming the node and its op)
+    for any other."""
     model = load_model(model_or_path)
     g = model.graph
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 13)
-    if any(n.op_type in CONTROL_FLOW for n in g.node) or model.functions:
-        raise Unsupported("the model has control flow (If/Loop/Scan) or functions: a pipeline takes one graph "
-                          "with one FusedLSTM stack")
-    fused = [n for n in g.node if n.domain == DOMAIN and n.op_type == OP_TYPE]
-    if len(fused) != 1:
-        raise Unsupported(f"a pipeline takes a model with exactly one FusedLSTM node, this one has {len(fused)}"
-                          + (" (run `lstm-ort optimize` first)" if not fused else ""))
-    node = fused[0]
-    if node_ranks(node).any:
-        raise Unsupported("the FusedLSTM node has factored weights (optimize --low-rank): a pipeline splits "
-                          "whole-weight stacks only")
-    shapes = {id(n): s for n, s in node_shapes(model)}
-    shape = shapes.get(id(node))
-    if shape is None:
-        raise Unsupported("the FusedLSTM node's W is not an initializer: its layers cannot be split")
+    flow = next((n for n in g.node if n.op_type in CONTROL_FLOW), None)
+    if flow is not None or model.functions:
+        what = f"{flow.op_type} node {flow.name!r}" if flow is not None else "model-local functions"
+        raise Unsupported(f"the model has {what}: a pipeline takes one graph with one FusedLSTM stack")
     consts = _constants(model)
-    ins = list(node.input) + [""] * (7 - len(node.input))
-    for k, what in ((1, "W"), (2, "B"), (6, "P")):
-        if ins[k] and ins[k] not in consts:
-            raise Unsupported(f"the FusedLSTM node's {what} is not a constant")
-    graph_inputs = {vi.name: vi for vi in g.input if vi.name not in consts}
-    for k, what in ((3, "sequence_lens"), (4, "initial_h"), (5, "initial_c")):
-        if ins[k] and ins[k] not in graph_inputs:
-            raise Unsupported(f"the FusedLSTM node's {what} is computed in the graph; the pipeline needs it as a "
-                              f"graph input")
-    if (ins[4] == "") != (ins[5] == ""):
-        raise Unsupported("the FusedLSTM node has one of initial_h/initial_c only")
-    layout = int(attr(node, "layout", 0))
-    direction = attr(node, "direction", b"forward")
-    direction = direction.decode() if isinstance(direction, bytes) else str(direction)
-    L, D, I, H = shape.layers, shape.directions, shape.input_size, shape.hidden_size
-    elem_type = g.initializer[[i.name for i in g.initializer].index(ins[1])].data_type
-
+    graph_inputs = {vi.name for vi in g.input if vi.name not in consts}
     producers = {o: n for n in g.node for o in n.output if o}
+    consumers: dict[str, list] = {}
+    for n in g.node:
+        for i in n.input:
+            if i:
+                consumers.setdefault(i, []).append(n)
+    shape_vals = shape_values(g, consts)
+    fused = fused_nodes(g)
+    layout = int(next((a.i for a in fused[0].attribute if a.name == "layout"), 0)) if fused else 0
+    state_axis = 0 if layout == 0 else 1
+    dims = infer_dims(model, fused, state_axis)
+    stack = find_stack(model, consts, producers, consumers, shape_vals, dims, opset)
+    states = trace_states(stack, model, consts, producers, graph_inputs, dims, state_axis, opset)
+    if stack.sequence_lens and stack.sequence_lens not in graph_inputs:
+        node = producers.get(stack.sequence_lens)
+        what = f" by {node.op_type} node {node.name!r}" if node is not None else ""
+        raise Unsupported(f"the stack's sequence_lens is computed in the graph{what}; a pipeline cuts it by "
+                          f"micro-batch and needs it as a graph input")
+
     # Before: the ancestors of X (constants aside), walked back from X with X's axes.
+    chain_ids = {id(n) for n in stack.nodes}
     x_axes = Axes(3, 0, 1) if layout == 0 else Axes(3, 1, 0)
-    known: dict[str, Axes] = {ins[0]: x_axes}
-    pre_ids, order, stack = set(), [], [ins[0]]
-    while stack:
-        name = stack.pop()
+    known: dict[str, Axes] = {stack.x: x_axes}
+    pre_ids, todo = set(), [stack.x]
+    while todo:
+        name = todo.pop()
         if name in consts or name in graph_inputs:
             continue
         prod = producers.get(name)
@@ -157,69 +179,145 @@ def analyze(model_or_path) -> PipelineModel:
             raise Unsupported(f"value {name!r} has no producer")
         if id(prod) in pre_ids:
             continue
-        if prod is node:
-            raise Unsupported("the FusedLSTM node feeds itself")
+        if id(prod) in chain_ids:
+            raise Unsupported(f"FusedLSTM node {prod.name!r} feeds the stack's first layer")
         pre_ids.add(id(prod))
-        order.append(prod)
         for n_in, ax in backward(prod, known[prod.output[0]], consts, opset).items():
             if n_in in known and known[n_in] != ax:
                 raise Unsupported(f"value {n_in!r} is used with different time/batch axes")
             known[n_in] = ax
-            stack.append(n_in)
+            todo.append(n_in)
         if len([o for o in prod.output if o]) > 1 and prod.op_type != "Dropout":
-            raise Unsupported(f"node {prod.name!r} before the LSTM has several outputs")
+            raise Unsupported(f"{prod.op_type} node {prod.name!r} before the LSTM has several outputs")
     pre_nodes = [n for n in g.node if id(n) in pre_ids]  # graph order is topological
     inputs = {name: ax for name, ax in known.items() if name in graph_inputs}
-
-    # After: every other node must read Y (or values computed from it), never the final states.
-    y_out = node.output[0] if len(node.output) > 0 else ""
-    state_outs = {o for o in node.output[1:3] if o}
-    post_axes: dict[str, Axes] = {}
-    if y_out:
-        post_axes[y_out] = Axes(4, 0, 2) if layout == 0 else Axes(4, 1, 0)
-    post_nodes = []
-    for n in g.node:
-        if n is node or id(n) in pre_ids or n.op_type == "Constant":
-            continue
-        var = [i for i in n.input if i and i not in consts]
-        if any(i in state_outs for i in var):
-            raise Unsupported(f"node {n.name!r} ({n.op_type}) reads the LSTM's final states: the pipeline assembles "
-                              f"those from every stage, only ops on Y may follow the stack")
-        missing = [i for i in var if i not in post_axes]
-        if missing:
-            raise Unsupported(f"node {n.name!r} ({n.op_type}) is neither before the LSTM nor computed from its Y "
-                              f"(it reads {missing[0]!r})")
-        out_axes = forward(n, {i: post_axes[i] for i in var}, consts, opset)
-        for o in n.output:
-            if o:
-                post_axes[o] = out_axes
-        post_nodes.append(n)
-    outputs = []
-    for vi in g.output:
-        if vi.name in state_outs:
-            outputs.append(OutputInfo(vi.name, "Y_h" if vi.name == node.output[1] else "Y_c",
-                                      Axes(3, None, 1) if layout == 0 else Axes(3, None, 0)))
-        elif vi.name in post_axes:
-            outputs.append(OutputInfo(vi.name, "post", post_axes[vi.name]))
-        else:
-            raise Unsupported(f"graph output {vi.name!r} is computed before the LSTM or is an input/constant")
     for name, ax in inputs.items():
         if ax.batch is None:
             raise Unsupported(f"input {name!r} has no batch axis the pipeline can find")
 
+    # After: ops on Y go to the last stage; ops on the final states run on the host.
+    skip = chain_ids | pre_ids | {id(n) for n in stack.glue}
+    skip |= _ancestors([i for n in stack.nodes for i in n.input[3:6]], producers, consts)
+    state_outs = {}  # a chain node's Y_h / Y_c -> ("h" | "c", its rows of the stack's)
+    for node, rows in zip(stack.nodes, stack.node_rows):
+        for k, which in ((1, "h"), (2, "c")):
+            if len(node.output) > k and node.output[k]:
+                state_outs[node.output[k]] = (which, rows)
+    post_axes: dict[str, Axes] = {stack.y: Axes(4, 0, 2) if layout == 0 else Axes(4, 1, 0)} if stack.y else {}
+    final_values: set[str] = set(state_outs)
+    post_nodes, pins, time_picked = [], {}, None
+    for n in g.node:
+        if id(n) in skip or n.op_type == "Constant" or (n.output and all(o in shape_vals for o in n.output if o)):
+            continue
+        var = [i for i in n.input if i and i not in consts and i not in shape_vals]
+        on_y = [i for i in var if i in post_axes]
+        on_final = [i for i in var if i in final_values]
+        if on_y and on_final:
+            raise Unsupported(f"{n.op_type} node {n.name!r} reads both the stack's Y and its final states: a "
+                              f"pipeline computes those apart (Y on the last stage, the states from every stage)")
+        if on_final:
+            final_values.update(o for o in n.output if o)
+            continue
+        if not on_y:
+            raise Unsupported(f"{n.op_type} node {n.name!r} is neither before the LSTM stack nor computed from its "
+                              f"outputs (it reads {(var or list(n.input))[0]!r})")
+        missing = [i for i in var if i not in post_axes and i not in graph_inputs]
+        if missing or any(i in graph_inputs for i in var):
+            raise Unsupported(f"{n.op_type} node {n.name!r} after the LSTM stack reads "
+                              f"{(missing or [i for i in var if i in graph_inputs])[0]!r}, not only values "
+                              f"computed from its Y")
+        if n.op_type == "Reshape":
+            n = _stage_reshape(n, post_axes[n.input[0]], dims, consts, pins, len(post_nodes))
+        out_axes = forward(n, {i: post_axes[i] for i in var}, consts, opset)
+        if out_axes.time is None and post_axes[var[0]].time is not None and time_picked is None:
+            time_picked = f"{n.op_type} node {n.name!r} picks time steps"
+        for o in n.output:
+            if o:
+                post_axes[o] = out_axes
+        post_nodes.append(n)
+
+    outputs = []
+    for vi in g.output:
+        rows_of = _state_rows(vi.name, state_outs, producers, state_axis)
+        if vi.name in post_axes:
+            outputs.append(OutputInfo(vi.name, "post", post_axes[vi.name]))
+        elif rows_of is not None:
+            outputs.append(OutputInfo(vi.name, "state", Axes(3, None, 1 - state_axis), *rows_of))
+        elif vi.name in final_values:
+            outputs.append(OutputInfo(vi.name, "final", None))
+        else:
+            raise Unsupported(f"graph output {vi.name!r} is computed before the LSTM stack or is an input/constant")
+    final_model, final_inputs = None, {}
+    finals = [vi for vi in g.output if any(o.name == vi.name and o.kind == "final" for o in outputs)]
+    if finals:
+        shape = lambda rows: [rows[1] - rows[0], "B", stack.hidden] if state_axis == 0 else \
+            ["B", rows[1] - rows[0], stack.hidden]  # noqa: E731
+        given = [helper.make_tensor_value_info(v, stack.elem_type, shape(rows)) for v, (_, rows) in state_outs.items()]
+        final_model, read = cut_model(model, finals, consts, producers, graph_inputs, "pipeline_final", given)
+        final_inputs = {v: state_outs[v] for v in read if v in state_outs}
+
+    declared = {vi.name: _declared(vi) for vi in g.input if vi.name in graph_inputs}
+    for name, ax in inputs.items():
+        d = declared.get(name) or []
+        for role, axis in (("time", ax.time), ("batch", ax.batch)):
+            if axis is not None and axis < len(d) and isinstance(d[axis], int) and d[axis] > 0:
+                pins.setdefault(role, (d[axis], f"input {name!r} is declared with {role} size {d[axis]}"))
+
     refusal = None
-    if direction != "forward":
-        refusal = f"time chunks are exact only for forward stacks, this one is {direction}"
-    elif ins[3]:
+    if stack.direction != "forward":
+        refusal = f"time chunks are exact only for forward stacks, this one is {stack.direction}"
+    elif stack.sequence_lens:
         refusal = "time chunks are not exact with sequence_lens (the micro-batch schedule handles them)"
     elif any(ax.time is None for ax in inputs.values()):
         refusal = "an input has no time axis"
+    elif time_picked:
+        refusal = f"{time_picked}: each item needs its whole sequence"
+    # A pinned length (a fixed-shape export, or dynamo's Reshape to the example's T) binds the
+    # call, not the items: the stages read 0 for the time axis wherever the model wrote T.
     return PipelineModel(
-        model=model, node=node, layers=L, directions=D, input_size=I, hidden=H, layout=layout,
-        direction=direction, elem_type=elem_type, consts=consts, pre_nodes=pre_nodes, post_nodes=post_nodes,
-        inputs=inputs, sequence_lens=ins[3] or None, initial_h=ins[4] or None, initial_c=ins[5] or None,
-        outputs=outputs, opset=opset, chunk_refusal=refusal,
+        model=model, stack=stack, states=states, consts=consts, pre_nodes=pre_nodes, post_nodes=post_nodes,
+        inputs=inputs, sequence_lens=stack.sequence_lens, outputs=outputs, opset=opset, final_model=final_model,
+        final_inputs=final_inputs, pins=pins, chunk_refusal=refusal,
         extra_costs={"pre": _matmul_flops(pre_nodes, consts), "post": _matmul_flops(post_nodes, consts)})
+
+
+def _state_rows(value: str, state_outs: dict, producers: dict, state_axis: int) -> tuple | None:
+    """("h" | "c", [a, b)) where ``value`` is rows a..b of the stack's final h or c: a node's
+    Y_h/Y_c, or consecutive ones joined by a Concat (as torch's dynamo export writes the whole
+    stack's from each layer's), so the pipeline hands them out without a host model."""
+    if value in state_outs:
+        return state_outs[value]
+    node = producers.get(value)
+    if node is None or node.op_type not in ("Concat", "Identity"):
+        return None
+    if node.op_type == "Concat" and int(next((a.i for a in node.attribute if a.name == "axis"), 0)) % 3 != state_axis:
+        return None
+    parts = [_state_rows(i, state_outs, producers, state_axis) for i in node.input]
+    if any(p is None for p in parts) or len({p[0] for p in parts}) != 1:
+        return None
+    for (_, (_, end)), (_, (start, _)) in zip(parts, parts[1:]):
+        if end != start:
+            return None
+    return parts[0][0], (parts[0][1][0], parts[-1][1][1])
+
+
+def _stage_reshape(node: onnx.NodeProto, ax: Axes, dims: dict, consts: dict, pins: dict, k: int) -> onnx.NodeProto:
+    """The Reshape as a stage runs it: the constant shape ``resolve_reshape`` proves (0 for the
+    time and batch axes), so items of any size go through; the sizes it pins are recorded."""
+    shape_in = node.input[1]
+    shape, pinned = resolve_reshape(node, ax, dims.get(node.input[0]), dims.get(node.output[0]),
+                                    consts.get(shape_in))
+    for role, size in pinned.items():
+        pins.setdefault(role, (size, f"Reshape node {node.name!r} writes {size} for the {role} axis"))
+    name = f"pipe_shape{k}_{shape_in}"
+    consts[name] = np.array(shape, np.int64)
+    out = onnx.NodeProto()
+    out.CopyFrom(node)
+    out.input[1] = name
+    kept = [a for a in out.attribute if a.name != "allowzero"]
+    del out.attribute[:]
+    out.attribute.extend(kept)
+    return out
 
 
 # -- layer ranges -----------------------------------------------------------------------------
@@ -236,7 +334,8 @@ def balanced_ranges(costs: list[float], stages: int, first_extra: float = 0.0, l
     stage cost (stage 0 also carries ``first_extra``, the last ``last_extra``). Ties: the most even."""
     L = len(costs)
     if not 1 <= stages <= L:
-        raise Unsupported(f"{stages} stages need between 1 and {L} (the stack's layers)")
+        raise Unsupported(f"a pipeline of {stages} stages needs a stack of at least {stages} layers (a stage runs "
+                          f"whole layers); this one has {L}")
     prefix = np.concatenate([[0.0], np.cumsum(costs)])
 
     def cost(k, a, b):
@@ -272,13 +371,11 @@ def ranges_from_counts(counts, L: int) -> list[tuple[int, int]]:
 
 def slice_weights(pm: PipelineModel, start: int, end: int) -> dict[str, np.ndarray | None]:
     """The packed W/B/P of layers [start, end) (docs/ops.md's layout: blocks layer-major)."""
-    L, D, I, H = pm.layers, pm.directions, pm.input_size, pm.hidden
-    ins = list(pm.node.input) + [""] * (7 - len(pm.node.input))
-    W = pm.consts[ins[1]]
-    out = {"W": W[weight_offset(L, D, I, H, start, 0):weight_offset(L, D, I, H, end, 0)]}
-    out["B"] = pm.consts[ins[2]][start * D * 4 * H:end * D * 4 * H] if ins[2] else None
-    out["P"] = pm.consts[ins[6]][start * D * 3 * H:end * D * 3 * H] if ins[6] else None
-    return out
+    st = pm.stack
+    L, D, I, H = st.layers, st.directions, st.input_size, st.hidden
+    return {"W": st.W[weight_offset(L, D, I, H, start, 0):weight_offset(L, D, I, H, end, 0)],
+            "B": None if st.B is None else st.B[start * D * 4 * H:end * D * 4 * H],
+            "P": None if st.P is None else st.P[start * D * 3 * H:end * D * 3 * H]}
 
 
 def slice_states(pm: PipelineModel, value: np.ndarray, start: int, end: int) -> np.ndarray:
@@ -299,14 +396,28 @@ class StageModel:
     has_y: bool  # it writes STAGE_Y for the next stage
 
 
+def _item_value_info(vi: onnx.ValueInfoProto, ax: Axes | None, elem: int) -> onnx.ValueInfoProto:
+    """``vi`` with its time and batch dims left open (a stage runs items of any size); a value
+    without declared type gets ``elem`` and no shape."""
+    tt = vi.type.tensor_type
+    if not tt.HasField("shape") or ax is None:
+        return helper.make_tensor_value_info(vi.name, tt.elem_type or elem, None)
+    dims = [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tt.shape.dim]
+    for axis, sym in ((ax.time, "T"), (ax.batch, "B")):
+        if axis is not None and axis < len(dims):
+            dims[axis] = sym
+    return helper.make_tensor_value_info(vi.name, tt.elem_type, dims)
+
+
 def stage_models(pm: PipelineModel, ranges: list[tuple[int, int]]) -> list[StageModel]:
     K = len(ranges)
+    st = pm.stack
     g = pm.model.graph
-    elem = pm.elem_type
+    elem = st.elem_type
     vinfo = {vi.name: vi for vi in list(g.input) + list(g.output) + list(g.value_info)}
-    y_name = pm.node.output[0] if len(pm.node.output) > 0 and pm.node.output[0] else STAGE_Y
-    post_outputs = [o.name for o in pm.outputs if o.kind == "post"]
-    attrs = [a for a in pm.node.attribute if a.name != "num_layers"]
+    y_name = st.y or STAGE_Y
+    post = [o for o in pm.outputs if o.kind == "post"]
+    first_node = st.nodes[0]
     opsets = [o for o in pm.model.opset_import if o.domain != DOMAIN] + [helper.make_opsetid(DOMAIN, OPSET_VERSION)]
     stages = []
     for k, (a, b) in enumerate(ranges):
@@ -323,11 +434,11 @@ def stage_models(pm: PipelineModel, ranges: list[tuple[int, int]]) -> list[Stage
             p_name = prefix + "P"
             inits.append(numpy_helper.from_array(np.ascontiguousarray(w["P"]), p_name))
         if first:
-            x = pm.node.input[0]
+            x = st.x
             nodes.extend(pm.pre_nodes)
-            for name in pm.inputs:
-                inputs.append(vinfo[name] if name in vinfo else helper.make_tensor_value_info(name, elem, None))
-            needed = {i for n in pm.pre_nodes for i in n.input} | {x}
+            for name, ax in pm.inputs.items():
+                inputs.append(_item_value_info(vinfo.get(name) or helper.make_empty_tensor_value_info(name), ax, elem))
+            needed = {i for n in pm.pre_nodes for i in n.input}
         else:
             shape = ["T", pm.directions, "B", pm.hidden] if pm.layout == 0 else ["B", "T", pm.directions, pm.hidden]
             inputs.append(helper.make_tensor_value_info(STAGE_IN, elem, shape))
@@ -343,29 +454,31 @@ def stage_models(pm: PipelineModel, ranges: list[tuple[int, int]]) -> list[Stage
         inputs.append(helper.make_tensor_value_info(H0, elem, state_shape))
         inputs.append(helper.make_tensor_value_info(C0, elem, state_shape))
         if pm.sequence_lens:
-            inputs.append(vinfo.get(pm.sequence_lens) or helper.make_tensor_value_info(pm.sequence_lens, onnx.TensorProto.INT32, ["B"]))
+            inputs.append(helper.make_tensor_value_info(pm.sequence_lens, onnx.TensorProto.INT32, ["B"]))
         y = y_name if last else STAGE_Y
         nodes.append(helper.make_node(
             OP_TYPE, [x, prefix + "W", b_name, pm.sequence_lens or "", H0, C0, p_name], [y, YH, YC],
-            name=f"{pm.node.name or 'fused_lstm'}_layers{a}_{b}", domain=DOMAIN))
-        nodes[-1].attribute.extend(attrs)
+            name=f"{first_node.name or 'fused_lstm'}_layers{a}_{b}", domain=DOMAIN))
+        nodes[-1].attribute.extend(st.attributes)
         nodes[-1].attribute.append(helper.make_attribute("num_layers", b - a))
         outputs = []
         if last:
             nodes.extend(pm.post_nodes)
             needed |= {i for n in pm.post_nodes for i in n.input}
-            for name in post_outputs:
-                outputs.append(vinfo[name] if name in vinfo else helper.make_tensor_value_info(name, elem, None))
+            for o in post:
+                outputs.append(_item_value_info(vinfo.get(o.name) or helper.make_empty_tensor_value_info(o.name),
+                                                o.axes, elem))
         else:
             outputs.append(helper.make_tensor_value_info(STAGE_Y, elem, None))
         outputs.append(helper.make_tensor_value_info(YH, elem, state_shape))
         outputs.append(helper.make_tensor_value_info(YC, elem, state_shape))
-        for name in sorted(needed):
-            if name in pm.consts and name not in pm.node.input:
+        made = {o for n in nodes for o in n.output}
+        for name in sorted(needed - made):
+            if name in pm.consts:
                 inits.append(numpy_helper.from_array(np.asarray(pm.consts[name]), name))
         graph = helper.make_graph(nodes, f"{g.name or 'model'}_stage{k}", inputs, outputs, inits)
         model = helper.make_model(graph, opset_imports=opsets, producer_name="lstm_ort.pipeline")
         model.ir_version = pm.model.ir_version
         stages.append(StageModel(k, (a, b), model, list(pm.inputs) if first else [STAGE_IN],
-                                 post_outputs if last else [], not last))
+                                 [o.name for o in post] if last else [], not last))
     return stages

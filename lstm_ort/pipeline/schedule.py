@@ -11,8 +11,11 @@ K stages the pipeline's bubble is (K-1)/(N+K-1) of each stage's time.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import asdict, dataclass
+
+import numpy as np
 
 
 @dataclass(frozen=True)
@@ -38,6 +41,7 @@ class Plan:
     reason: str = ""
     modelled_ms: float | None = None
     modelled_single_ms: float | None = None
+    one_gpu: bool = False  # the call runs unsplit on the first device: no pipeline plan was modelled faster
 
     @property
     def num_micro_batches(self) -> int:
@@ -81,6 +85,8 @@ class Plan:
         return d
 
     def describe(self) -> str:
+        if self.one_gpu:
+            return f"one GPU, B={self.batch}, T={self.steps} ({self.reason})"
         layers = " | ".join(f"{a}-{b - 1}" if b - a > 1 else f"{a}" for a, b in self.ranges)
         return (f"layers {layers}; B={self.batch} as {self.num_micro_batches} x {self.micro_batch}, "
                 f"T={self.steps} as {self.num_chunks} x {self.time_chunk}: {self.num_items} items, "
@@ -114,31 +120,41 @@ class CostModel:
     def layer_step_s(self, flops_per_row_step: float, rows: int) -> float:
         return self.step_floor_s + flops_per_row_step * rows / self.flops_per_s
 
-    def call_s(self, layer_flops: list[float], rows: int, steps: int, extra_flops: float = 0.0) -> float:
-        return (sum(steps * self.layer_step_s(f, rows) + self.layer_call_s for f in layer_flops)
-                + self.stage_call_s + extra_flops * rows * steps / self.flops_per_s)
+    def call_s(self, layer_flops: list[float], rows, steps, extra_flops: float = 0.0):
+        """A stage call of these layers; ``rows`` and ``steps`` may be numpy arrays (every plan of
+        a grid at once): sum over layers of steps * layer_step_s + layer_call_s, in closed form."""
+        n, flops = len(layer_flops), float(sum(layer_flops))
+        return (steps * (n * self.step_floor_s + (flops + extra_flops) * rows / self.flops_per_s)
+                + n * self.layer_call_s + self.stage_call_s)
+
+    def single_s(self, layer_flops: list[float], rows: int, steps: int, extra_flops: float = 0.0) -> float:
+        """The whole model in one call on one GPU: its GPU time, or the host's Run where longer."""
+        return max(float(self.call_s(layer_flops, rows, steps, extra_flops)), self.host_run_s)
 
 
-def modelled_ms(cost: CostModel, layer_flops, ranges, rows: int, steps: int, batch: int, total_steps: int,
-                boundary_bytes_per_row_step: float, extra: tuple[float, float] = (0.0, 0.0)) -> float:
+def modelled_ms(cost: CostModel, layer_flops, ranges, rows, steps, batch: int, total_steps: int,
+                boundary_bytes_per_row_step: float, extra: tuple[float, float] = (0.0, 0.0)):
     """Modelled wall time of a plan: (N + K - 1) slots of the slowest stage's item, plus the
     transfers on the critical path; or, where enqueueing is slower than the GPUs, the host's
-    N x K stage calls plus the last item."""
+    N x K stage calls plus the last item. ``rows`` and ``steps`` may be numpy arrays."""
     K = len(ranges)
-    n = math.ceil(batch / rows) * math.ceil(total_steps / steps)
-    per = max(cost.call_s(layer_flops[a:b], rows, steps, (extra[0] if k == 0 else 0) + (extra[1] if k == K - 1 else 0))
-              for k, (a, b) in enumerate(ranges))
+    n = np.ceil(batch / rows) * np.ceil(total_steps / steps)
+    per = functools.reduce(np.maximum, [
+        cost.call_s(layer_flops[a:b], rows, steps, (extra[0] if k == 0 else 0) + (extra[1] if k == K - 1 else 0))
+        for k, (a, b) in enumerate(ranges)])
     link = cost.link_latency_s + boundary_bytes_per_row_step * rows * steps / cost.link_bytes_per_s
     gpus = (n + K - 1) * per + (K - 1) * link
     host = n * K * cost.host_run_s + per
-    return 1e3 * max(gpus, host)
+    return 1e3 * np.maximum(gpus, host)
 
 
 def choose(layer_flops: list[float], ranges, batch: int, steps: int, *, chunkable: bool,
            micro_batch: int | None = None, time_chunk: int | None = None, cost: CostModel = CostModel(),
            boundary_bytes_per_row_step: float = 0.0, extra: tuple[float, float] = (0.0, 0.0),
-           chunk_refusal: str | None = None) -> Plan:
-    """The plan with the lowest modelled time; ``micro_batch``/``time_chunk`` fix either."""
+           chunk_refusal: str | None = None, one_gpu_ok: bool = False) -> Plan:
+    """The plan with the lowest modelled time; ``micro_batch``/``time_chunk`` fix either. With
+    ``one_gpu_ok`` and neither fixed, a call no pipeline plan is modelled faster for runs unsplit
+    on one GPU (``Plan.one_gpu``), so ``auto`` never picks a plan it models slower than that."""
     if micro_batch is not None and micro_batch < 1:
         raise ValueError(f"micro_batch must be >= 1, got {micro_batch}")
     if time_chunk is not None and time_chunk < 1:
@@ -152,16 +168,21 @@ def choose(layer_flops: list[float], ranges, batch: int, steps: int, *, chunkabl
         step_options = sorted({math.ceil(steps / c) for c in range(1, min(steps, 128) + 1)})
     else:
         step_options = [steps]
-    single = 1e3 * cost.call_s(layer_flops, batch, steps, sum(extra))
-    best = None
-    for rows in rows_options:
-        rows = min(rows, batch)
-        for tau in step_options:
-            ms = modelled_ms(cost, layer_flops, ranges, rows, tau, batch, steps, boundary_bytes_per_row_step, extra)
-            key = (round(ms, 6), math.ceil(batch / rows) * math.ceil(steps / tau))
-            if best is None or key < best[0]:
-                best = (key, rows, tau, ms)
-    _, rows, tau, ms = best
+    single = 1e3 * cost.single_s(layer_flops, batch, steps, sum(extra))
+    # Every (rows, steps) plan at once; the best is the lowest modelled time, then the fewest
+    # items, then the fewest rows and steps (numpy: milliseconds for the 64 x 128 grid in Python).
+    rows_grid, tau_grid = np.meshgrid(np.minimum(np.array(rows_options, np.int64), batch),
+                                      np.array(step_options, np.int64), indexing="ij")
+    rows_grid, tau_grid = rows_grid.ravel(), tau_grid.ravel()
+    ms_grid = modelled_ms(cost, layer_flops, ranges, rows_grid, tau_grid, batch, steps, boundary_bytes_per_row_step,
+                          extra)
+    items = np.ceil(batch / rows_grid) * np.ceil(steps / tau_grid)
+    at = np.lexsort((tau_grid, rows_grid, items, np.round(ms_grid, 6)))[0]
+    rows, tau, ms = int(rows_grid[at]), int(tau_grid[at]), float(ms_grid[at])
+    if one_gpu_ok and not micro_batch and not time_chunk and ms >= single:
+        return Plan(((0, ranges[-1][1]),), batch, steps, batch, steps,
+                    f"one GPU modelled {single:.3g} ms, the best of {len(rows_options)} micro-batch x "
+                    f"{len(step_options)} chunk sizes on {len(ranges)} stages {ms:.3g} ms", single, single, True)
     if micro_batch and time_chunk:
         reason = "as asked" + (f"; {chunk_refusal}" if chunk_refusal and not chunkable else "")
     else:

@@ -152,9 +152,9 @@ def test_check_that_compared_nothing_fails(tmp_path, rng, capsys):
 
 
 def test_nothing_compared_is_never_a_pass():
-    from lstm_ort.verify import CheckUnavailable, Comparison
+    from lstm_ort.verify import CheckUnavailable, Comparison, Tolerance
 
-    comparison = Comparison(rtol=0.0)
+    comparison = Comparison(Tolerance(0.0))
     comparison.add("Y", np.zeros((0, 3), np.float32), np.zeros((0, 3), np.float32))
     with pytest.raises(CheckUnavailable, match="nothing to compare"):
         comparison.result("stock onnxruntime")

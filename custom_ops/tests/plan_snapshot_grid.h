@@ -1,5 +1,5 @@
 // The grid of calls whose planning decisions data/plan_snapshot.tsv holds (issue 35: the call plan
-// must decide as the code before it did), and the text the decisions are compared as. Rows are
+// must decide as the code before it did; the table was written from that code, commit 328d3f9), and the text the decisions are compared as. Rows are
 // groups of calls (device, element type, strategy, precision, knobs, L, D, T, I) over a grid of
 // H x B, each with an FNV-1a hash of its calls' decision lines; a mismatch prints the group's
 // lines as they are now (call_plan_snapshot_test.cc).
@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/cluster/plan.h"
 #include "cuda/heuristics.h"
 #include "cuda/persistent/plan.h"
 #include "fake_devices.h"
@@ -27,15 +28,11 @@ struct Device {
   int max_cluster_blocks;
 };
 
-// The overrides a developer could set (environment variables before the call plan).
+// The overrides a developer could set (environment variables before the call plan): a name for
+// the table and the same overrides as `debug` attribute text (overrides.h).
 struct Knobs {
   const char* name = "none";
-  std::optional<Strategy> strategy;
-  bool gemm_step = false;
-  std::optional<std::optional<MmaOperand>> mma;  // set: forced; inner empty: the FMA kernel
-  int cluster_size = 0, cluster_slices = 0;
-  int only_u = 0, only_bb = 0, resident_chunks = 1;
-  bool half_step_weights = true;
+  const char* debug = "";
 };
 
 struct Case {
@@ -84,33 +81,29 @@ inline const char* OperandText(MmaOperand op) {
   return names[static_cast<int>(op)];
 }
 
-// Every field of every range's plan that a kernel reads.
-inline std::string RangesText(const std::vector<LayerRange>& ranges) {
-  std::string out;
-  for (const LayerRange& r : ranges) {
-    out += std::to_string(r.first) + "+" + std::to_string(r.count);
-    if (r.cluster) {
-      const ClusterPlan& c = *r.cluster;
-      out += ":c" + std::to_string(c.C) + "," + std::to_string(c.U) + "," + std::to_string(c.S) + "," +
-             std::to_string(c.KPT) + "," + std::to_string(c.NB) + "," + std::to_string(c.threads) + "," +
-             std::to_string(c.smem);
-    } else if (r.plan) {
-      const PersistentPlan& p = *r.plan;
-      out += ":p" + std::to_string(p.U) + "," + std::to_string(p.Bb) + "," + std::to_string(p.R) + "," +
-             std::to_string(p.KC) + "," + std::to_string(p.resident) + "," + std::to_string(p.slots) + "," +
-             std::to_string(p.P) + "," + std::to_string(p.S) + "," + std::to_string(p.n_u) + "," +
-             std::to_string(p.n_b) + "," + std::to_string(p.Bp) + "," + std::to_string(p.blocks) + "," +
-             std::to_string(p.w_floats) + "," + std::to_string(p.smem);
-      if (p.mma)
-        out += ",mma=" + std::string(OperandText(p.operand)) + "," + std::to_string(p.ksplit) + "," +
-               std::to_string(p.tpw) + "," + std::to_string(p.kw) + "," + std::to_string(p.ws) + "," +
-               std::to_string(p.bbp);
-    } else {
-      out += ":v1";
-    }
-    out += ";";
+// Every field of one range's plan that a kernel reads (cluster or persistent plan; neither: v1).
+inline std::string RangeText(int first, int count, const ClusterPlan* cluster, const PersistentPlan* plan) {
+  std::string out = std::to_string(first) + "+" + std::to_string(count);
+  if (cluster) {
+    const ClusterPlan& c = *cluster;
+    out += ":c" + std::to_string(c.C) + "," + std::to_string(c.U) + "," + std::to_string(c.S) + "," +
+           std::to_string(c.KPT) + "," + std::to_string(c.NB) + "," + std::to_string(c.threads) + "," +
+           std::to_string(c.smem);
+  } else if (plan) {
+    const PersistentPlan& p = *plan;
+    out += ":p" + std::to_string(p.U) + "," + std::to_string(p.Bb) + "," + std::to_string(p.R) + "," +
+           std::to_string(p.KC) + "," + std::to_string(p.resident) + "," + std::to_string(p.slots) + "," +
+           std::to_string(p.P) + "," + std::to_string(p.S) + "," + std::to_string(p.n_u) + "," +
+           std::to_string(p.n_b) + "," + std::to_string(p.Bp) + "," + std::to_string(p.blocks) + "," +
+           std::to_string(p.w_floats) + "," + std::to_string(p.smem);
+    if (p.mma)
+      out += ",mma=" + std::string(OperandText(p.operand)) + "," + std::to_string(p.ksplit) + "," +
+             std::to_string(p.tpw) + "," + std::to_string(p.kw) + "," + std::to_string(p.ws) + "," +
+             std::to_string(p.bbp);
+  } else {
+    out += ":v1";
   }
-  return out;
+  return out + ";";
 }
 
 inline std::vector<Device> Devices() {
@@ -120,49 +113,18 @@ inline std::vector<Device> Devices() {
 }
 
 inline std::vector<Knobs> KnobVariants() {
-  std::vector<Knobs> v;
-  Knobs k;
-  k.name = "gemm_step";
-  k.gemm_step = true;
-  v.push_back(k);
-  for (std::optional<MmaOperand> op : {std::optional<MmaOperand>(), std::optional<MmaOperand>(MmaOperand::kTf32x3),
-                                       std::optional<MmaOperand>(MmaOperand::kTf32),
-                                       std::optional<MmaOperand>(MmaOperand::kFp16),
-                                       std::optional<MmaOperand>(MmaOperand::kBf16)}) {
-    k = Knobs{};
-    k.name = op ? (op == MmaOperand::kTf32x3 ? "mma=3xtf32" : op == MmaOperand::kTf32 ? "mma=tf32"
-                   : op == MmaOperand::kFp16 ? "mma=fp16" : "mma=bf16")
-                : "mma=fma";
-    k.mma = op;
-    v.push_back(k);
-  }
-  k = Knobs{};
-  k.name = "cluster=2x4";
-  k.cluster_size = 2;
-  k.cluster_slices = 4;
-  v.push_back(k);
-  k = Knobs{};
-  k.name = "cluster_slices=8";
-  k.cluster_slices = 8;
-  v.push_back(k);
-  k = Knobs{};
-  k.name = "tile=8,16";
-  k.only_u = 8;
-  k.only_bb = 16;
-  v.push_back(k);
-  k = Knobs{};
-  k.name = "chunks=3";
-  k.resident_chunks = 3;
-  v.push_back(k);
-  k = Knobs{};
-  k.name = "half_step_weights=0";
-  k.half_step_weights = false;
-  v.push_back(k);
-  k = Knobs{};
-  k.name = "strategy=persistent";
-  k.strategy = Strategy::kPersistent;
-  v.push_back(k);
-  return v;
+  return {{"gemm_step", "gemm_step=1"},
+          {"mma=fma", "mma=fma"},
+          {"mma=3xtf32", "mma=3xtf32"},
+          {"mma=tf32", "mma=tf32"},
+          {"mma=fp16", "mma=fp16"},
+          {"mma=bf16", "mma=bf16"},
+          {"cluster=2x4", "cluster_size=2;cluster_slices=4"},
+          {"cluster_slices=8", "cluster_slices=8"},
+          {"tile=8,16", "persistent_tile=8,16"},
+          {"chunks=3", "persistent_chunks=3"},
+          {"half_step_weights=0", "half_step_weights=0"},
+          {"strategy=persistent", "strategy=persistent"}};
 }
 
 inline void AddShapes(std::vector<Case>& out, Case c, const std::vector<int64_t>& Ls, const std::vector<int64_t>& Ts,
@@ -210,13 +172,12 @@ inline std::vector<Case> Grid() {
         }
   for (ElementType type : types)
     for (Precision p : precisions) {
-      Case c{h100, type, Strategy::kAuto, p, Knobs{}, false, true, {}, Dims{}};
-      c.knobs.name = "tuned";
+      Case c{h100, type, Strategy::kAuto, p, Knobs{"tuned", ""}, false, true, {}, Dims{}};
       c.tuned = {{"h100", 100, 8, Strategy::kWavefront}, {"h100", 100, 64, Strategy::kCluster},
                  {"h100", 5, 1, Strategy::kSplitK}, {"other", 100, 17, Strategy::kTiled},
                  {"cpu:x", 100, 2, Strategy::kAuto, CpuKernel::kStock}};
       AddShapes(out, c, {1, 3}, {5, 100}, {16});
-      c.knobs.name = "unbounded";
+      c.knobs = Knobs{"unbounded", ""};
       c.tuned.clear();
       c.bounded_cell = false;
       AddShapes(out, c, {1, 3}, {5, 100}, {16});

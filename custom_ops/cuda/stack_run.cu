@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "attribute_parsing.h"
 #include "call_io.h"
 #include "cuda/cluster/args.h"
 #include "cuda/cluster/launch.h"
@@ -324,9 +325,10 @@ template <typename T>
 std::string DescribeStrategy(const Dims& d, Strategy strategy, Precision precision) {
   int device = 0;
   Check(cudaGetDevice(&device), "current device");
-  Attributes attrs;
+  Attributes attrs;  // a node with these strategy and precision and the default cell
   attrs.strategy = strategy;
   attrs.precision = precision;
+  ResolveActivations(std::nullopt, {}, {}, static_cast<int>(d.D), attrs.act);
   Overrides overrides = OverridesFromEnvironment();
   overrides.strict = false;  // a description names its fallbacks
   const CallInputs in{d, static_cast<int>(d.T), kElementTypeOf<T>, kElementTypeOf<T> == ElementType::kFloat32};

@@ -195,3 +195,15 @@ TEST(ClusterPlansRunEveryLayerAndSayHow) {
   const std::string text = DescribeRanges(plan);
   CHECK(Has(text, "layer 0: cluster (") && Has(text, "layer 2: cluster"));
 }
+
+TEST(EmptyCallsPlan) {
+  // B = 0 (nothing runs) and T = 0 (no steps): every strategy and precision plans without dividing by zero.
+  const DeviceLimits h100 = unit::H100();
+  for (Strategy s : {Strategy::kAuto, Strategy::kTiled, Strategy::kSplitK, Strategy::kPersistent,
+                     Strategy::kWavefront, Strategy::kCluster})
+    for (Precision p : {Precision::kFp32, Precision::kTf32, Precision::kFp16, Precision::kBf16, Precision::kAuto})
+      for (const Dims& d : {MakeDims(2, 2, 10, 0, 16, 64), MakeDims(2, 1, 0, 8, 16, 64)}) {
+        const CallPlan plan = PlanCall(Call(d), Attrs(s, p), Fake(h100), {});
+        CHECK_EQ(plan.ranges.size(), size_t{2});
+      }
+}

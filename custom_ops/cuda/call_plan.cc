@@ -46,13 +46,13 @@ std::vector<RangePlan> StepwiseRanges(int L) {
 
 // The persistent planner's ranges as the plan's; the FMA plans of a call that asked for tensor
 // cores are fallbacks.
-std::vector<RangePlan> FromStackPlan(const std::vector<LayerRange>& stack, Strategy strategy, bool operand_asked,
-                                     const CallPlan& p, FallbackLog& log) {
+std::vector<RangePlan> FromStackPlan(const std::vector<LayerRange>& stack, Strategy strategy, bool forced,
+                                     bool operand_asked, const CallPlan& p, FallbackLog& log) {
   std::vector<RangePlan> ranges;
   for (const LayerRange& r : stack) {
     if (!r.plan) {
       for (int l = r.first; l < r.first + r.count; ++l) ranges.push_back(RangePlan{l, 1, Backend::kStepwise, {}});
-      if (strategy != Strategy::kAuto && UsesPersistentPlanner(strategy))
+      if (forced && UsesPersistentPlanner(strategy))
         log.Add(LayersText(r.first, r.count) + ": " + EnumName(strategy) + " does not fit this device at " +
                 SizesText(p.in.dims) + ": v1 " + StepName(p.step));
       continue;
@@ -71,6 +71,9 @@ void PlanRangesOf(CallPlan& p, const Attributes& attrs, const CallDevice& device
   const ElementType type = p.in.type;
   const int L = static_cast<int>(d.L);
   Strategy strategy = p.strategy;
+  // Asked for by the call (attribute or override), not a tuned winner: only then is not having it
+  // a fallback.
+  const bool forced = o.strategy.value_or(attrs.strategy) != Strategy::kAuto;
   if (o.gemm_step && type != ElementType::kFloat32)
     p.fallbacks.Add("gemm_step: float16 calls have no cuBLAS step");
   if (type == ElementType::kFloat32 && (PrefersGemmSteps(strategy, p.resolved, type, d) || o.gemm_step)) {
@@ -88,12 +91,13 @@ void PlanRangesOf(CallPlan& p, const Attributes& attrs, const CallDevice& device
     }
   }
   if (strategy == Strategy::kCluster) {
-    p.fallbacks.Add("cluster does not plan at " + SizesText(d) + " with clusters of at most " +
-                    std::to_string(device.max_cluster_blocks) + " blocks: runs as auto");
+    if (forced)
+      p.fallbacks.Add("cluster does not plan at " + SizesText(d) + " with clusters of at most " +
+                      std::to_string(device.max_cluster_blocks) + " blocks: runs as auto");
     strategy = Strategy::kAuto;
   }
   p.step = ChooseStepKernel(strategy, type, d);
-  if (strategy == Strategy::kSplitK && p.step != StepKernel::kSplitK)
+  if (forced && strategy == Strategy::kSplitK && p.step != StepKernel::kSplitK)
     p.fallbacks.Add("splitk holds a unit's weights in registers up to H=" + std::to_string(kSplitKMaxHidden) +
                     ", not " + std::to_string(d.H) + ": v1 tiled");
   p.mma = o.mma_forced ? o.mma : MmaOperandFor(p.resolved, type, d);
@@ -108,7 +112,8 @@ void PlanRangesOf(CallPlan& p, const Attributes& attrs, const CallDevice& device
     with_overrides.resident_chunks = o.resident_chunks;
     return with_overrides;
   };
-  p.ranges = FromStackPlan(PlanRanges(strategy, d, limits, p.mma), strategy, OperandAskedFor(attrs, o), p, p.fallbacks);
+  p.ranges = FromStackPlan(PlanRanges(strategy, d, limits, p.mma), strategy, forced, OperandAskedFor(attrs, o), p,
+                           p.fallbacks);
 }
 
 // v1's cuBLAS step: the weights it reads and whether it streams them.
@@ -129,8 +134,9 @@ void PlanStepWeights(CallPlan& p, const Attributes& attrs, const Overrides& o) {
 // direction's is factored and the factors' tiles fit, else per step.
 void PlanLowRank(CallPlan& p, const Attributes& attrs, const CallDevice& device, const Overrides& o) {
   const Dims& d = p.in.dims;
-  if (p.strategy != Strategy::kAuto)
-    p.fallbacks.Add(std::string("strategy ") + EnumName(p.strategy) + " does not apply to factored weights: low rank");
+  const Strategy forced = o.strategy.value_or(attrs.strategy);  // a tuned winner is no request
+  if (forced != Strategy::kAuto)
+    p.fallbacks.Add(std::string("strategy ") + EnumName(forced) + " does not apply to factored weights: low rank");
   const WeightLayout layout(d, attrs.ranks);
   for (int l = 0; l < d.L; ++l) {
     RangePlan r{l, 1, Backend::kLowRank, {}};

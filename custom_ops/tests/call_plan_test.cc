@@ -207,3 +207,17 @@ TEST(EmptyCallsPlan) {
         CHECK_EQ(plan.ranges.size(), size_t{2});
       }
 }
+
+TEST(TunedWinnersAreNoRequest) {
+  // A tuned cluster winner where the cluster kernel does not plan runs as auto without a fallback:
+  // only what the call asked for (attribute or override) can fall back.
+  const DeviceLimits h100 = unit::H100();
+  const Dims d = MakeDims(1, 1, 50, 64, 16, 512);
+  Attributes a = Attrs(Strategy::kAuto);
+  a.tuned = {{"fake", 50, 64, Strategy::kCluster}};
+  Overrides strict;
+  strict.strict = true;
+  const CallPlan plan = PlanCall(Call(d), a, Fake(h100), strict);
+  CHECK(plan.strategy == Strategy::kCluster && plan.fallbacks.Entries().empty());
+  CHECK(plan.ranges[0].backend != Backend::kCluster);
+}

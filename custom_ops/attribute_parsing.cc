@@ -6,9 +6,8 @@
 #include <sstream>
 #include <tuple>
 
-#include "cpu_kernel_names.h"
-#include "precision_names.h"
-#include "strategy_names.h"
+#include "enum_names.h"
+#include "overrides.h"
 
 namespace lstm_ort {
 namespace {
@@ -103,22 +102,22 @@ void ValidateLayout(int64_t layout) {
 
 Strategy ResolveStrategy(const std::string& name) {
   Strategy s;
-  if (!ParseStrategy(name.c_str(), &s))
-    Reject("attribute strategy must be " + StrategyChoices() + ", got '" + name + "'");
+  if (!ParseEnum(name.c_str(), &s))
+    Reject("attribute strategy must be " + EnumChoices<Strategy>() + ", got '" + name + "'");
   return s;
 }
 
 CpuKernel ResolveCpuKernel(const std::string& name) {
   CpuKernel k;
-  if (!ParseCpuKernel(name.c_str(), &k))
-    Reject("attribute cpu_kernel must be " + CpuKernelChoices() + ", got '" + name + "'");
+  if (!ParseEnum(name.c_str(), &k))
+    Reject("attribute cpu_kernel must be " + EnumChoices<CpuKernel>() + ", got '" + name + "'");
   return k;
 }
 
 Precision ResolvePrecision(const std::string& name) {
   Precision p;
-  if (!ParsePrecision(name.c_str(), &p))
-    Reject("attribute precision must be " + PrecisionChoices() + ", got '" + name + "'");
+  if (!ParseEnum(name.c_str(), &p))
+    Reject("attribute precision must be " + EnumChoices<Precision>() + ", got '" + name + "'");
   return p;
 }
 
@@ -130,7 +129,7 @@ std::vector<TunedStrategy> ParseTuned(const std::string& text) {
     TunedStrategy t;
     const bool cpu = f.size() == 4 && f[0].rfind(kTunedCpuPrefix, 0) == 0;
     const bool ok = f.size() == 4 && !f[0].empty() && ParseInt(f[1], &t.T) && ParseInt(f[2], &t.B) &&
-                    (cpu ? ParseCpuKernel(f[3].c_str(), &t.cpu_kernel) : ParseStrategy(f[3].c_str(), &t.strategy));
+                    (cpu ? ParseEnum(f[3].c_str(), &t.cpu_kernel) : ParseEnum(f[3].c_str(), &t.strategy));
     if (!ok)
       Reject("attribute tuned must hold 'gpu|T|B|strategy' (or 'cpu:NAME|T|B|cpu_kernel') entries separated by ';', got '" +
              entry + "'");
@@ -146,7 +145,7 @@ std::string FormatTuned(const std::vector<TunedStrategy>& entries) {
     if (!out.empty()) out += ';';
     const bool cpu = t.gpu.rfind(kTunedCpuPrefix, 0) == 0;
     out += t.gpu + '|' + std::to_string(t.T) + '|' + std::to_string(t.B) + '|' +
-           (cpu ? CpuKernelName(t.cpu_kernel) : StrategyName(t.strategy));
+           (cpu ? EnumName(t.cpu_kernel) : EnumName(t.strategy));
   }
   return out;
 }
@@ -227,6 +226,14 @@ Attributes ResolveAttributes(const RawAttributes& raw) {
   if (raw.cpu_kernel) a.cpu_kernel = ResolveCpuKernel(*raw.cpu_kernel);
   a.cpu_kernel_set = raw.cpu_kernel.has_value();
   if (raw.tuned) a.tuned = ParseTuned(*raw.tuned);
+  if (raw.debug) {
+    try {
+      ParseDebugOptions(*raw.debug);
+    } catch (const std::invalid_argument& e) {
+      Reject(std::string("attribute debug: ") + e.what());
+    }
+    a.debug = *raw.debug;
+  }
 
   const int64_t input_forget = raw.input_forget.value_or(0);
   if (input_forget != 0 && input_forget != 1) Reject("attribute input_forget must be 0 or 1");

@@ -1,22 +1,15 @@
-// CpuKernel <-> name, from one table: the `cpu_kernel` attribute, the CPU entries of `tuned`,
-// the kernel report and the Python side (LstmOrtCpuKernelNames) read it.
+// CpuKernel <-> name for the CPU kernel's sources: the table is enum_names.cc's.
 #pragma once
 
 #include <string>
 
-#include "lstm_ort/contract.h"
+#include "enum_names.h"
 
 namespace lstm_ort {
 
-// "auto", "fused", "stock", "stock_split"; false for anything else.
-bool ParseCpuKernel(const char* name, CpuKernel* out);
-
-const char* CpuKernelName(CpuKernel kernel);
-
-// Every name in enum order, joined by `separator`.
-std::string CpuKernelNames(const char* separator);
-
-// "auto, fused, stock or stock_split", for error messages.
-std::string CpuKernelChoices();
+inline bool ParseCpuKernel(const char* name, CpuKernel* out) { return ParseEnum(name, out); }
+inline const char* CpuKernelName(CpuKernel kernel) { return EnumName(kernel); }
+inline std::string CpuKernelNames(const char* separator) { return EnumNames<CpuKernel>(separator); }
+inline std::string CpuKernelChoices() { return EnumChoices<CpuKernel>(); }
 
 }  // namespace lstm_ort

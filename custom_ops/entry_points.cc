@@ -7,24 +7,29 @@
 
 #include "attribute_parsing.h"
 #include "c_entry_point.h"
-#include "cpu_kernel_names.h"
+#include "enum_names.h"
 #include "lstm_ort/contract.h"
-#include "precision_names.h"
-#include "strategy_names.h"
+#include "overrides.h"
 
 // The strategy names in enum order, comma-separated: "auto,tiled,splitk,persistent,wavefront,cluster".
 LSTM_ORT_C_ENTRY int LstmOrtStrategyNames(char* out, int size) {
-  return lstm_ort::CopyOutWhole(lstm_ort::StrategyNames(","), out, size);
+  return lstm_ort::CopyOutWhole(lstm_ort::EnumNames<lstm_ort::Strategy>(","), out, size);
 }
 
 // The precision names in enum order, comma-separated: "fp32,tf32,fp16,bf16,auto".
 LSTM_ORT_C_ENTRY int LstmOrtPrecisionNames(char* out, int size) {
-  return lstm_ort::CopyOutWhole(lstm_ort::PrecisionNames(","), out, size);
+  return lstm_ort::CopyOutWhole(lstm_ort::EnumNames<lstm_ort::Precision>(","), out, size);
 }
 
 // The CPU kernel names in enum order, comma-separated: "auto,fused,stock,stock_split".
 LSTM_ORT_C_ENTRY int LstmOrtCpuKernelNames(char* out, int size) {
-  return lstm_ort::CopyOutWhole(lstm_ort::CpuKernelNames(","), out, size);
+  return lstm_ort::CopyOutWhole(lstm_ort::EnumNames<lstm_ort::CpuKernel>(","), out, size);
+}
+
+// The per-node debug override keys in table order, comma-separated: "strict,strategy,mma,...",
+// each a session config entry lstm_ort.debug.<key> (overrides.h).
+LSTM_ORT_C_ENTRY int LstmOrtDebugKeys(char* out, int size) {
+  return lstm_ort::CopyOutWhole(lstm_ort::DebugKeys(","), out, size);
 }
 
 // Offset in elements of the packed W block of (layer l, direction d) for these sizes;
@@ -41,11 +46,7 @@ LSTM_ORT_C_ENTRY int64_t LstmOrtWeightOffset(int64_t L, int64_t D, int64_t I, in
         __builtin_mul_overflow(block, D, &block) || __builtin_add_overflow(total, block, &total))
       return -1;
   }
-  lstm_ort::Dims dims;
-  dims.L = L;
-  dims.D = D;
-  dims.I = I;
-  dims.H = H;
+  const lstm_ort::Dims dims = lstm_ort::MakeDims(L, D, 0, 0, I, H);
   return dims.WeightOffset(l, d);
 }
 
@@ -66,11 +67,7 @@ LSTM_ORT_C_ENTRY int64_t LstmOrtFactoredOffset(int64_t L, int64_t D, int64_t I, 
         ranks.Recurrent(k) > std::min(H, G))
       return -1;
   }
-  lstm_ort::Dims dims;
-  dims.L = L;
-  dims.D = D;
-  dims.I = I;
-  dims.H = H;
+  const lstm_ort::Dims dims = lstm_ort::MakeDims(L, D, 0, 0, I, H);
   const lstm_ort::WeightLayout layout(dims, ranks);
   if (what == 0) return layout.WeightOffset(l, d);
   if (l == L) return layout.FactorCount();

@@ -82,6 +82,7 @@ RawAttributes ReadAttributes(const OrtKernelInfo* info) {
   raw.precision = StringAttribute(info, "precision");
   raw.cpu_kernel = StringAttribute(info, "cpu_kernel");
   raw.tuned = StringAttribute(info, "tuned");
+  raw.debug = StringAttribute(info, "debug");
   raw.input_forget = IntAttribute(info, "input_forget");
   raw.activations = StringAttribute(info, "activations");
   raw.activation_alpha = FloatsOrEmpty(info, "activation_alpha");

@@ -15,7 +15,7 @@ import onnxruntime as ort
 from lstm_ort.builders import LstmSpec, fused_model, stock_model
 from lstm_ort.ops.factoring import truncated_svd
 from lstm_ort.ops.packing import LayerWeights
-from lstm_ort.runtime.session import PRECISION_KEY, STRATEGY_KEY, InferenceSession
+from lstm_ort.runtime.session import DEBUG_PREFIX, PRECISION_KEY, STRATEGY_KEY, InferenceSession
 from lstm_ort.verify import CPU, max_abs
 
 __all__ = ["CPU", "CUDA", "max_abs"]  # re-exported: tests and tools compare through one function
@@ -61,14 +61,17 @@ def make_feeds(spec: LstmSpec, T: int, B: int, rng: np.random.Generator, dtype=n
 
 
 def run(model: onnx.ModelProto, feeds: dict, providers=CPU, fused: bool = True,
-        strategy: str | None = None, precision: str | None = None) -> list[np.ndarray]:
-    """One session, one run; ``strategy`` forces a CUDA strategy and ``precision`` a precision
-    mode on every FusedLSTM node, through the session options."""
+        strategy: str | None = None, precision: str | None = None, debug: dict | None = None) -> list[np.ndarray]:
+    """One session, one run; ``strategy`` forces a CUDA strategy, ``precision`` a precision mode and
+    ``debug`` ({key: value}) the kernel's debug overrides on every FusedLSTM node, through the
+    session options."""
     options = ort.SessionOptions()
     if strategy is not None:
         options.add_session_config_entry(STRATEGY_KEY, strategy)
     if precision is not None:
         options.add_session_config_entry(PRECISION_KEY, precision)
+    for key, value in (debug or {}).items():
+        options.add_session_config_entry(DEBUG_PREFIX + key, str(value))
     cls = InferenceSession if fused else ort.InferenceSession
     sess = cls(model.SerializeToString(), options, providers=providers)
     names = {i.name for i in sess.get_inputs()}
@@ -101,8 +104,43 @@ def run_stock(spec: LstmSpec, layers: list[LayerWeights], feeds: dict, dtype=np.
 
 
 def run_fused(spec: LstmSpec, layers: list[LayerWeights], feeds: dict, dtype=np.float32, providers=CPU,
-              strategy: str | None = None, precision: str | None = None, **model_kw) -> list[np.ndarray]:
-    return run(fused_model(spec, layers, dtype, **model_kw), feeds, providers, strategy=strategy, precision=precision)
+              strategy: str | None = None, precision: str | None = None, debug: dict | None = None,
+              **model_kw) -> list[np.ndarray]:
+    return run(fused_model(spec, layers, dtype, **model_kw), feeds, providers, strategy=strategy, precision=precision,
+               debug=debug)
+
+
+def planned_fallbacks(spec: LstmSpec, T: int, B: int, dtype=np.float32, strategy: str | None = None,
+                      precision: str | None = None) -> list[str]:
+    """The fallbacks the CUDA kernel's plan names for one call (its description, as `lstm-ort check`
+    prints it; the environment's override aliases included)."""
+    from lstm_ort.runtime import native
+    from lstm_ort.runtime.nodes import NodeShape
+
+    shape = NodeShape(spec.num_layers, spec.num_directions, spec.input_size, spec.hidden_size, np.dtype(dtype).name)
+    text = native.describe(shape, T, B, strategy or "auto", precision or "fp32")
+    return [part[len("fallback: "):] for part in text.split("; ") if part.startswith("fallback: ")]
+
+
+def run_fused_strict(spec: LstmSpec, layers: list[LayerWeights], feeds: dict, dtype=np.float32,
+                     strategy: str | None = None, precision: str | None = None, **model_kw) -> list[np.ndarray]:
+    """run_fused on CUDA in strict mode (lstm_ort.debug.strict=1), so the outputs come from the path the
+    call's plan names: a fallback, planned or at launch, fails the call. Where the plan itself names
+    fallbacks, first checks that strict mode refuses the call naming the first, then runs it without."""
+    X = feeds["X"]
+    T, B = (X.shape[0], X.shape[1]) if spec.layout == 0 else (X.shape[1], X.shape[0])
+    expected = planned_fallbacks(spec, T, B, dtype, strategy, precision)
+    kw = dict(strategy=strategy, precision=precision, **model_kw)
+    try:
+        strict = run_fused(spec, layers, feeds, dtype, CUDA, debug={"strict": "1"}, **kw)
+    except Exception as e:  # onnxruntime's error for the kernel's status
+        if not expected or expected[0] not in str(e):
+            raise
+    else:
+        if expected:
+            raise AssertionError(f"strict mode ran a call whose plan names a fallback: {expected[0]}")
+        return strict
+    return run_fused(spec, layers, feeds, dtype, CUDA, **kw)
 
 
 def weights_as_graph_input(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:

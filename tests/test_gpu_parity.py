@@ -1,6 +1,7 @@
 """FusedLSTM on the CUDA EP: the parity grid against stock onnxruntime (CUDA where stock's cuDNN
 path takes the case, CPU otherwise) and against our own CPU kernel, for every strategy (forced
-through the lstm_ort.strategy session option)."""
+through the lstm_ort.strategy session option, in strict mode: a case runs the forced strategy, or
+its plan names the fallback and strict mode refuses it; lstm_ort.testing.run_fused_strict)."""
 
 import dataclasses
 import threading
@@ -21,6 +22,7 @@ from lstm_ort.testing import (
     make_feeds,
     max_abs,
     run_fused,
+    run_fused_strict,
     run_stock,
     weights_as_graph_input,
 )
@@ -42,7 +44,8 @@ def check_gpu(spec, T, B, rng, strategy, *, seq_lens=False, initial_states=False
     layers = random_layers(spec, rng)
     feeds = make_feeds(spec, T, B, rng, seq_lens=seq_lens, initial_states=initial_states)
     kw = dict(seq_lens=seq_lens, initial_states=initial_states)
-    got = run_fused(spec, layers, feeds, providers=CUDA, strategy=strategy, **kw)
+    # Strict: the outputs are the forced strategy's, or its plan names why not (lstm_ort.testing).
+    got = run_fused_strict(spec, layers, feeds, dtype, strategy=strategy, **kw)
     ours_cpu = run_fused(spec, layers, feeds, providers=CPU, **kw)
     assert max_abs(got, ours_cpu) <= TOL, f"vs our CPU kernel: {max_abs(got, ours_cpu)}"
     stock = run_stock(spec, layers, feeds, **kw)
@@ -146,8 +149,8 @@ CLUSTER_CASES = [  # (H, B, cluster size, slices; None for the planner's): parti
 @pytest.mark.parametrize("direction", DIRECTIONS)
 def test_cluster_kernel(H, B, cluster, slices, direction, monkeypatch, rng):
     """The cluster kernel at every size it plans, cluster sizes and slices per column forced through
-    the developer knobs (read at every call): ragged lengths and initial states on alternate cases,
-    peepholes always."""
+    the debug overrides' environment aliases (read when a kernel is made): ragged lengths and
+    initial states on alternate cases, peepholes always."""
     if cluster:
         monkeypatch.setenv("LSTM_ORT_CLUSTER_SIZE", str(cluster))
     if slices:

@@ -10,7 +10,7 @@ import pytest
 
 from lstm_ort.builders import LstmSpec, fused_model, random_layers
 from lstm_ort.ops import packing
-from lstm_ort.ops.identity import CPU_KERNELS, DEFAULT_PRECISION, ELEMENT_TYPES, PRECISIONS, STRATEGIES
+from lstm_ort.ops.identity import CPU_KERNELS, DEBUG_KEYS, DEFAULT_PRECISION, ELEMENT_TYPES, PRECISIONS, STRATEGIES
 from lstm_ort.ops.tuned import TunedEntry, format_tuned
 from lstm_ort.runtime import native
 from lstm_ort.testing import make_feeds, run
@@ -22,6 +22,10 @@ def test_strategy_names_are_the_kernels():
 
 def test_cpu_kernel_names_are_the_kernels():
     assert native.cpu_kernel_names() == list(CPU_KERNELS)
+
+
+def test_debug_keys_are_the_kernels():
+    assert native.debug_keys() == list(DEBUG_KEYS)
 
 
 def test_precision_names_are_the_kernels():

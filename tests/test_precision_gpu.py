@@ -18,6 +18,7 @@ from lstm_ort.testing import (
     make_feeds,
     max_abs,
     run_fused,
+    run_fused_strict,
     run_stock,
     weights_as_graph_input,
 )
@@ -48,7 +49,7 @@ def test_mode_within_its_bound(direction, L, H, B, T, strategy, precision, rng):
     layers = random_layers(spec, rng)
     feeds = make_feeds(spec, T, B, rng, seq_lens=extras, initial_states=extras)
     kw = dict(seq_lens=extras, initial_states=extras)
-    got = run_fused(spec, layers, feeds, providers=CUDA, strategy=strategy, precision=precision, **kw)
+    got = run_fused_strict(spec, layers, feeds, strategy=strategy, precision=precision, **kw)
     err = max_abs(got, run_stock(spec, layers, feeds, **kw))
     assert err <= bound(precision), f"{precision}: {err:.2e} > {bound(precision):.0e}"
 
@@ -75,8 +76,8 @@ def test_reduced_mode_runs_reduced(precision, batch, rng):
     spec = LstmSpec(input_size=32, hidden_size=128, num_layers=2)
     layers = random_layers(spec, rng)
     feeds = make_feeds(spec, 20, batch, rng)
-    fp32 = run_fused(spec, layers, feeds, providers=CUDA, precision="fp32")
-    reduced = run_fused(spec, layers, feeds, providers=CUDA, precision=precision)
+    fp32 = run_fused_strict(spec, layers, feeds, precision="fp32")
+    reduced = run_fused_strict(spec, layers, feeds, precision=precision)
     assert max_abs(reduced, fp32) > 1e-6
     assert max_abs(reduced, fp32) <= bound(precision)
 
@@ -102,7 +103,7 @@ def test_gemm_step_on_half_weights(direction, B, precision, monkeypatch, rng):
     spec = LstmSpec(input_size=7, hidden_size=301, num_layers=2, direction=direction)
     layers = random_layers(spec, rng)
     feeds = make_feeds(spec, 12, B, rng, **kw)
-    got = run_fused(spec, layers, feeds, providers=CUDA, precision=precision, **kw)
+    got = run_fused_strict(spec, layers, feeds, precision=precision, **kw)
     err = max_abs(got, run_stock(spec, layers, feeds, **kw))
     assert err <= bound(precision), f"{precision}: {err:.2e} > {bound(precision):.0e}"
 

@@ -1,9 +1,10 @@
 // Times FusedLSTM's CUDA path without onnxruntime: RunLstmCuda on random weights, for fast
 // kernel iteration on a GPU machine (tools/bench.py is the end-to-end comparison).
-//   nvcc -std=c++17 -arch=sm_90 -O3 -Icustom_ops -Icustom_ops/include tools/kernel_bench.cu custom_ops/strategy_names.cc \
-//     custom_ops/cuda/{stack_run.cu,stack_plan.cc,scratch_layout.cc,heuristics.cc,device_limits.cc,developer_knobs.cc} \
-//     custom_ops/cuda/{v1,persistent,gemm}/*.c[cu] -lcublas -o kernel_bench
-//   ./kernel_bench L T H B D strategy [runs]      strategy: auto tiled splitk persistent wavefront (float32)
+//   nvcc -std=c++17 -arch=sm_90 -O3 -Icustom_ops -Icustom_ops/include tools/kernel_bench.cu \
+//     custom_ops/{enum_names,overrides}.cc $(ls custom_ops/cuda/*.c[cu] | grep -v 'cuda_ops\|entry') \
+//     custom_ops/cuda/{v1,persistent,cluster,gemm,low_rank}/*.c[cu] -lcublas -lcublasLt -o kernel_bench
+//   ./kernel_bench L T H B D strategy [runs]      strategy: auto tiled splitk persistent wavefront cluster
+// (float32; the LSTM_ORT_* override aliases apply, docs/architecture.md "Overrides").
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -15,7 +16,8 @@
 
 #include "call_io.h"
 #include "cuda/lstm_cuda.h"
-#include "strategy_names.h"
+#include "enum_names.h"
+#include "overrides.h"
 
 using namespace lstm_ort;
 
@@ -24,16 +26,11 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: %s L T H B D strategy [runs]\n", argv[0]);
     return 2;
   }
-  Dims d;
-  d.L = std::atoi(argv[1]);
-  d.T = std::atoi(argv[2]);
-  d.H = std::atoi(argv[3]);
-  d.B = std::atoi(argv[4]);
-  d.D = std::atoi(argv[5]);
-  d.I = d.H;
+  const int64_t H = std::atoi(argv[3]);
+  const Dims d = MakeDims(std::atoi(argv[1]), std::atoi(argv[5]), std::atoi(argv[2]), std::atoi(argv[4]), H, H);
   Strategy strategy = Strategy::kAuto;
-  if (!ParseStrategy(argv[6], &strategy)) {
-    std::fprintf(stderr, "strategy must be one of %s\n", StrategyNames(", ").c_str());
+  if (!ParseEnum(argv[6], &strategy)) {
+    std::fprintf(stderr, "strategy must be one of %s\n", EnumNames<Strategy>(", ").c_str());
     return 2;
   }
   const int runs = argc > 7 ? std::atoi(argv[7]) : 20;
@@ -70,18 +67,27 @@ int main(int argc, char** argv) {
   io.out[kY] = y;
   io.out[kYH] = yh;
   io.out[kYC] = yc;
+  int device = 0;
+  cudaGetDevice(&device);
+  const CallInputs in{d, static_cast<int>(d.T), ElementType::kFloat32, false};
+  auto plan_for = [&](Strategy s) {
+    attrs.strategy = s;
+    return PlanCall(in, attrs, CallDeviceOf<float>(device, ""), OverridesFromEnvironment());
+  };
+  CallPlan plan = plan_for(strategy), tiled = plan_for(Strategy::kTiled);
+  std::printf("%s\n", DescribeCallPlan(plan).c_str());
   void* scratch = nullptr;
-  cudaMalloc(&scratch, CudaScratchBytes<float>(d, attrs.precision, false));
+  cudaMalloc(&scratch, std::max(plan.scratch_bytes, tiled.scratch_bytes));
   cudaStream_t stream;
   cudaStreamCreate(&stream);
   cudaEvent_t start, stop;
   cudaEventCreate(&start);
   cudaEventCreate(&stop);
-  for (int i = 0; i < 3; ++i) RunLstmCuda<float>(attrs, io, stream, scratch, strategy, {});
+  for (int i = 0; i < 3; ++i) RunLstmCuda<float>(attrs, io, stream, scratch, plan);
   std::vector<float> times;
   for (int i = 0; i < runs; ++i) {
     cudaEventRecord(start, stream);
-    RunLstmCuda<float>(attrs, io, stream, scratch, strategy, {});
+    RunLstmCuda<float>(attrs, io, stream, scratch, plan);
     cudaEventRecord(stop, stream);
     cudaEventSynchronize(stop);
     float ms = 0;
@@ -93,7 +99,7 @@ int main(int argc, char** argv) {
   const size_t ny = d.T * d.D * d.B * d.H;
   std::vector<float> got(ny), ref(ny);
   cudaMemcpy(got.data(), y, ny * sizeof(float), cudaMemcpyDeviceToHost);
-  RunLstmCuda<float>(attrs, io, stream, scratch, Strategy::kTiled, {});
+  RunLstmCuda<float>(attrs, io, stream, scratch, tiled);
   cudaMemcpy(ref.data(), y, ny * sizeof(float), cudaMemcpyDeviceToHost);
   float err = 0;
   for (size_t i = 0; i < ny; ++i) err = std::max(err, std::fabs(got[i] - ref[i]));

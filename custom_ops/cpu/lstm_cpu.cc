@@ -31,6 +31,7 @@
 #include "cpu/stock_stack.h"
 #include "cpu_kernel_names.h"
 #include "lstm_ort/cell.h"
+#include "overrides.h"
 
 namespace lstm_ort {
 namespace {
@@ -44,17 +45,18 @@ inline float ToFloat(Ort::Float16_t v) { return v.ToFloat(); }
 template <typename T>
 inline T FromFloat(float v) { return T(v); }
 
-// Developer knobs, read once per process (LSTM_ORT_CPU_*; see docs/cpu.md).
+// Developer knobs (LSTM_ORT_CPU_*; docs/cpu.md), read once per process by the one override
+// parser (overrides.h): a bad value fails the kernels with its message.
 struct Knobs {
-  int64_t split_min = EnvInt("LSTM_ORT_CPU_SPLIT_MIN", 400000);      // step flops to split units over threads
-  int64_t parallel_min = EnvInt("LSTM_ORT_CPU_PARALLEL_MIN", 400000);  // flops worth another thread
-  bool verbose = EnvInt("LSTM_ORT_CPU_VERBOSE", 0) != 0;
+  const CpuOverrides& env = CpuOverridesFromEnvironment();
+  int64_t split_min = env.split_min;        // step flops to split units over threads
+  int64_t parallel_min = env.parallel_min;  // flops worth another thread
+  bool verbose = env.verbose;
   // How one direction's recurrence uses its threads: 0 as planned, 1 one thread, 2 batch rows
   // split, 3 hidden-unit panels split (for measuring the plan's choices).
-  int64_t split = EnvInt("LSTM_ORT_CPU_SPLIT", 0);
-  // The kernel of nodes that name none (cpu_kernel attribute absent): a development alias, read by
-  // the attribute's own parser (a bad value fails every session's kernels with its message).
-  const char* cpu_kernel = std::getenv("LSTM_ORT_CPU_KERNEL");
+  int64_t split = env.split;
+  // The kernel of nodes that name none (cpu_kernel attribute absent), or null.
+  const char* cpu_kernel = env.cpu_kernel.empty() ? nullptr : env.cpu_kernel.c_str();
 };
 const Knobs& GetKnobs() {
   static const Knobs k;

@@ -16,13 +16,9 @@
 #include <sched.h>
 
 #include "ort_api.h"
+#include "overrides.h"
 
 namespace lstm_ort {
-
-inline int64_t EnvInt(const char* name, int64_t fallback) {
-  const char* v = std::getenv(name);
-  return v && *v ? std::strtoll(v, nullptr, 10) : fallback;
-}
 
 // Threads to plan for: the cores, or LSTM_ORT_CPU_THREADS. The pool runs as many of the tasks at
 // once as it has threads (with intra_op_num_threads=1 it has none and runs them in turn on the
@@ -32,7 +28,7 @@ inline int64_t EnvInt(const char* name, int64_t fallback) {
 // /sys on every call.
 inline int PlanThreads() {
   static const int threads = [] {
-    const int64_t forced = EnvInt("LSTM_ORT_CPU_THREADS", 0);
+    const int64_t forced = CpuOverridesFromEnvironment().threads;
     if (forced > 0) return static_cast<int>(forced);
     return static_cast<int>(std::min(64u, std::max(1u, std::thread::hardware_concurrency())));
   }();

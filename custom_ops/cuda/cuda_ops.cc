@@ -12,22 +12,21 @@
 #include <string>
 #include <type_traits>
 
-#include "cuda/developer_knobs.h"
+#include "cuda/call_plan.h"
 #include "cuda/device_limits.h"
 #include "cuda/element_traits.h"
 #include "cuda/gemm/kept_split.h"
-#include "cuda/heuristics.h"
-#include "cuda/low_rank/run.h"
 #include "cuda/lstm_cuda.h"
 #include "fused_lstm_op.h"
+#include "overrides.h"
 
 namespace lstm_ort {
 namespace {
 
-// The node's strategy attribute, unless the developer knob LSTM_ORT_STRATEGY overrides it.
-Strategy StrategyFor(const Attributes& attrs) {
+// The node's overrides: the environment's aliases, then its `debug` attribute (overrides.h).
+Overrides OverridesOf(const Attributes& attrs) {
   try {
-    return StrategyOverrideFromEnvironment().value_or(attrs.strategy);
+    return OverridesForNode(attrs.debug);
   } catch (const std::invalid_argument& e) {
     Fail(e.what());
   }
@@ -101,50 +100,58 @@ struct CudaKernel {
   static constexpr const char* kProvider = "CUDAExecutionProvider";
 
   explicit CudaKernel(const OrtKernelInfo* info)
-      : attrs_(ParseAttributes(info)), strategy_(StrategyFor(attrs_)), kept_split_(KeptSplitFor<T>(info)) {}
+      : attrs_(ParseAttributes(info)), overrides_(OverridesOf(attrs_)), kept_split_(KeptSplitFor<T>(info)) {}
 
   void Compute(OrtKernelContext* context) {
     Ort::KernelContext ctx(context);
     const CallIO io = PrepareCall(ctx, attrs_);
     int device = 0;
     if (cudaGetDevice(&device) != cudaSuccess) Fail("no CUDA device");
+    void* stream = ctx.GetGPUComputeStream();
+    CallPlan plan = PlanFor(io, device);
+    const KeptSplit kept = KeptHalvesFor(plan, io, static_cast<cudaStream_t>(stream));
     // Freed back to ORT's arena at the end of Compute: work queued on this stream runs first.
     ScratchBuffer scratch;
     Ort::MemoryInfo mem("Cuda", OrtArenaAllocator, device, OrtMemTypeDefault);
     Ort::ThrowOnError(Ort::GetApi().KernelContext_GetAllocator(context, mem, &scratch.allocator));
-    // Factored weights have a path of their own (low_rank/), which the strategies do not apply to.
-    const bool factored = attrs_.ranks.Any();
-    void* stream = ctx.GetGPUComputeStream();
-    const KeptSplit kept = factored ? KeptSplit{} : KeptSplitForCall(io, static_cast<cudaStream_t>(stream));
-    const size_t bytes = factored ? LowRankCudaScratchBytes<T>(io.dims, attrs_.ranks)
-                                  : CudaScratchBytes<T>(io.dims, attrs_.precision, kept.Kept());
-    scratch.data = scratch.allocator->Alloc(scratch.allocator, bytes);
-    if (!scratch.data) Fail("could not allocate " + std::to_string(bytes) + " bytes of scratch");
-    if (factored) return RunLowRankCuda<T>(attrs_, io, stream, scratch.data);
-    const Strategy strategy =
-        attrs_.tuned.empty() ? strategy_ : StrategyForCall(strategy_, attrs_.tuned, GpuName(device), io.dims);
-    RunLstmCuda<T>(attrs_, io, stream, scratch.data, strategy, kept, &step_graphs_);
+    scratch.data = scratch.allocator->Alloc(scratch.allocator, plan.scratch_bytes);
+    if (!scratch.data) Fail("could not allocate " + std::to_string(plan.scratch_bytes) + " bytes of scratch");
+    // In strict mode a launch-time fallback throws from here, naming it.
+    RunLstmCuda<T>(attrs_, io, stream, scratch.data, plan, kept, &step_graphs_);
   }
 
  private:
-  // The kept halves this call's projections read (heuristics.h CallReadsKeptHalves).
-  KeptSplit KeptSplitForCall(const CallIO& io, cudaStream_t stream) {
-    const KeptHalves halves = CallReadsKeptHalves(kElementTypeOf<T>, attrs_.precision, io.dims);
-    if (!kept_split_ || halves == KeptHalves::kNone) return {};
-    if constexpr (std::is_same_v<T, float>)
-      return kept_split_->For(static_cast<const float*>(io.in[kW]), io.dims, stream, halves == KeptHalves::kBoth);
-    return {};
+  // This call's plan (call_plan.h); in strict mode a planned fallback throws, naming it.
+  CallPlan PlanFor(const CallIO& io, int device) {
+    const CallInputs in{io.dims, io.max_len, kElementTypeOf<T>, kept_split_ != nullptr};
+    return PlanCall(in, attrs_, DeviceFor(device), overrides_);
   }
 
-  const std::string& GpuName(int device) {
-    std::lock_guard<std::mutex> lock(names_mutex_);
-    auto it = gpu_names_.find(device);
-    if (it == gpu_names_.end()) it = gpu_names_.emplace(device, DeviceName(device)).first;
-    return it->second;
+  // The kept halves the plan asks for, as they come (none where they could not be had: the plan
+  // then makes room to split W itself).
+  KeptSplit KeptHalvesFor(CallPlan& plan, const CallIO& io, cudaStream_t stream) {
+    if (plan.kept == KeptHalves::kNone) return {};
+    KeptSplit kept;
+    if constexpr (std::is_same_v<T, float>)
+      kept = kept_split_->For(static_cast<const float*>(io.in[kW]), io.dims, stream, plan.kept == KeptHalves::kBoth);
+    if (!kept.hi || (plan.kept == KeptHalves::kBoth && !kept.Kept())) plan.KeptHalvesUnavailable();
+    return kept;
+  }
+
+  // The device as PlanCall sees it; its name (for tuned entries) is read once per device.
+  CallDevice DeviceFor(int device) {
+    std::string name;
+    if (!attrs_.tuned.empty()) {
+      std::lock_guard<std::mutex> lock(names_mutex_);
+      auto it = gpu_names_.find(device);
+      if (it == gpu_names_.end()) it = gpu_names_.emplace(device, DeviceName(device)).first;
+      name = it->second;
+    }
+    return CallDeviceOf<T>(device, std::move(name));
   }
 
   Attributes attrs_;
-  Strategy strategy_;
+  Overrides overrides_;
   std::unique_ptr<KeptSplitWeights> kept_split_;
   StepGraphs step_graphs_;
   std::mutex names_mutex_;

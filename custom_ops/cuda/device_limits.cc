@@ -7,7 +7,6 @@
 #include <utility>
 
 #include "cuda/cuda_check.h"
-#include "cuda/developer_knobs.h"
 #include "cuda/persistent/launch.h"
 #include "cuda/persistent/plan.h"
 #include "cuda/process_cache.h"
@@ -52,10 +51,6 @@ DeviceLimits PersistentLimits(int device) {
        PersistentMmaKernelFor<T>(MmaOperand::kFp16), PersistentMmaKernelFor<T>(MmaOperand::kBf16)},
       kPersistentThreads, sm.smem_per_block, "occupancy of the tensor-core persistent kernel");
   DeviceLimits dev;
-  const PersistentKnobs knobs = PersistentKnobsFromEnvironment();
-  dev.only_u = knobs.only_u;
-  dev.only_bb = knobs.only_bb;
-  dev.resident_chunks = knobs.resident_chunks;
   dev.sm_count = sm.sm_count;
   dev.smem_per_block = static_cast<size_t>(sm.smem_per_block);
   dev.blocks_per_sm = [r4, r8, smem_per_sm, reserved](size_t bytes, int R) {

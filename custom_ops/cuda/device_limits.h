@@ -15,7 +15,7 @@ struct DeviceLimits {
   size_t smem_per_block = 0;                             // opt-in maximum
   std::function<int(size_t smem, int R)> blocks_per_sm;  // co-resident blocks of the kernel
   std::function<int(size_t smem)> mma_blocks_per_sm;     // of the tensor-core kernel; unset: as blocks_per_sm
-  int only_u = 0, only_bb = 0;                           // developer knob: plan with this tile only
+  int only_u = 0, only_bb = 0;                           // override: plan with this tile only
   int resident_chunks = 1;                               // chunks (cp.async groups) of resident h, 1..4
 };
 
@@ -31,7 +31,8 @@ SmAttributes ReadSmAttributes(int device);
 int FewestBlocksByRegisters(std::initializer_list<const void*> kernels, int threads, int smem_per_block,
                             const char* what);
 
-// The persistent kernel's occupancy for element type T on `device`, developer knobs included.
+// The persistent kernel's occupancy for element type T on `device` (the tile overrides are the
+// call plan's to apply).
 template <typename T>
 const DeviceLimits& CachedDeviceLimits(int device);
 

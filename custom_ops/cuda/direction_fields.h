@@ -33,4 +33,14 @@ const T* PeepSlice(const CallIO& io, int k, long long H) {
   return p ? p + k * 3LL * H : nullptr;
 }
 
+// Layer l's bias and peephole slices of every direction into `bias` and `peep` (an argument
+// struct's, or a range's row of them).
+template <typename T, typename Slices>
+void SetLayerSlices(Slices& bias, Slices& peep, const CallIO& io, int l, int D, long long H) {
+  for (int dir = 0; dir < D; ++dir) {
+    bias[dir] = BiasSlice<T>(io, l * D + dir, H);
+    peep[dir] = PeepSlice<T>(io, l * D + dir, H);
+  }
+}
+
 }  // namespace lstm_ort

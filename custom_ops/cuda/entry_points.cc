@@ -10,8 +10,7 @@
 #include "cuda/device_limits.h"
 #include "cuda/element_type.h"
 #include "cuda/lstm_cuda.h"
-#include "precision_names.h"
-#include "strategy_names.h"
+#include "enum_names.h"
 
 // The name of the current CUDA device, as tuned entries record it.
 LSTM_ORT_C_ENTRY int LstmOrtCudaDeviceName(char* out, int size) {
@@ -34,18 +33,12 @@ LSTM_ORT_C_ENTRY int LstmOrtDescribeStrategy(int64_t L, int64_t D, int64_t T, in
   if (!element_type || !lstm_ort::ParseElementType(element_type, &type))
     return lstm_ort::Failure("unknown element type", out, size);
   lstm_ort::Strategy s;
-  if (!strategy || !lstm_ort::ParseStrategy(strategy, &s)) return lstm_ort::Failure("unknown strategy", out, size);
+  if (!strategy || !lstm_ort::ParseEnum(strategy, &s)) return lstm_ort::Failure("unknown strategy", out, size);
   lstm_ort::Precision p;
-  if (!precision || !lstm_ort::ParsePrecision(precision, &p)) return lstm_ort::Failure("unknown precision", out, size);
+  if (!precision || !lstm_ort::ParseEnum(precision, &p)) return lstm_ort::Failure("unknown precision", out, size);
   if (L < 1 || (D != 1 && D != 2) || T < 0 || I < 1 || H < 1 || B < 0)
     return lstm_ort::Failure("invalid sizes", out, size);
-  lstm_ort::Dims d;
-  d.L = L;
-  d.D = D;
-  d.T = T;
-  d.I = I;
-  d.H = H;
-  d.B = B;
+  const lstm_ort::Dims d = lstm_ort::MakeDims(L, D, T, B, I, H);
   try {
     const std::string text = type == lstm_ort::ElementType::kFloat16 ? lstm_ort::DescribeStrategy<__half>(d, s, p)
                                                                      : lstm_ort::DescribeStrategy<float>(d, s, p);

@@ -3,9 +3,9 @@
 // math is fp32 for both.
 #pragma once
 
-#include <cstddef>
 #include <string>
 
+#include "cuda/call_plan.h"
 #include "cuda/gemm/kept_split.h"
 #include "cuda/v1/step_graphs.h"
 #include "lstm_ort/contract.h"
@@ -14,20 +14,22 @@ namespace lstm_ort {
 
 struct CallIO;
 
-// `precision`: the node's mode, which decides whether v1's steps need 16-bit copies;
-// `weights_kept`: the call gets W's 3xTF32 halves (KeptSplit) and needs no room to split them.
+// What PlanCall knows of `device` for storage type T: its limits (measured once per process and
+// device, when a backend first asks) and `name` (the device's, for tuned entries; may be empty).
 template <typename T>
-size_t CudaScratchBytes(const Dims& d, Precision precision, bool weights_kept);
+CallDevice CallDeviceOf(int device, std::string name);
 
-// What RunLstmCuda<T> does for these sizes on the current device, in words (for reports).
+// What RunLstmCuda<T> does for these sizes on the current device, in words (for reports): the
+// call plan's description, with the environment's overrides.
 template <typename T>
 std::string DescribeStrategy(const Dims& d, Strategy strategy, Precision precision);
 
-// Enqueues the whole stack on `stream` (a cudaStream_t); `scratch` holds CudaScratchBytes<T>(...,
-// kept.Kept()) bytes of device memory; `graphs`: the node's cached step graphs (v1/step_graphs.h),
-// or null to launch every step.
+// Enqueues the whole stack on `stream` (a cudaStream_t) as `plan` (PlanCall's for this call) says;
+// `scratch` holds plan.scratch_bytes of device memory; `kept`: the halves plan.kept asked for, as
+// they came; `graphs`: the node's cached step graphs (v1/step_graphs.h), or null to launch every
+// step. Launch-time fallbacks are recorded in plan.fallbacks (an error in strict mode).
 template <typename T>
-void RunLstmCuda(const Attributes& attrs, const CallIO& io, void* stream, void* scratch, Strategy strategy,
-                 KeptSplit kept, StepGraphs* graphs = nullptr);
+void RunLstmCuda(const Attributes& attrs, const CallIO& io, void* stream, void* scratch, CallPlan& plan,
+                 KeptSplit kept = {}, StepGraphs* graphs = nullptr);
 
 }  // namespace lstm_ort

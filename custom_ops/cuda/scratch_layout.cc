@@ -14,8 +14,22 @@ size_t Aligned(size_t n) { return (n + kScratchAlign - 1) / kScratchAlign * kScr
 
 size_t HBufBytes(const Dims& d) { return sizeof(float) * 2 * d.L * d.D * d.H * ((d.B + 127) / 128 * 128); }
 
-Scratch CarveScratch(const Dims& d, ElementType type, Precision precision, bool weights_kept, void* base,
-                     size_t* total) {
+ScratchNeeds ScratchNeedsFor(const Dims& d, ElementType type, Precision precision, bool weights_kept) {
+  ScratchNeeds n;
+  if (type == ElementType::kFloat32) {
+    const StepWeights weights = StepWeightsFor(ProjectionMathFor(precision, d), d);
+    const bool streams = StepStreamsWeights(d, weights);
+    n.gates = true;
+    n.gate_copies = streams ? StreamSplitsAtMost(d.H) : 1;  // partial sums per K split
+    n.stream_done = streams;
+    n.half_weights = weights != StepWeights::kFp32;
+  }
+  n.split_x = CallProjectsWithSplitTf32(type, precision, d, weights_kept);
+  n.split_w = n.split_x && !weights_kept;  // kept halves need no room here
+  return n;
+}
+
+Scratch CarveScratch(const Dims& d, ElementType type, const ScratchNeeds& needs, void* base, size_t* total) {
   Scratch s{};
   char* p = static_cast<char*>(base);
   size_t off = 0;
@@ -40,24 +54,22 @@ Scratch CarveScratch(const Dims& d, ElementType type, Precision precision, bool 
   s.c_fin = reinterpret_cast<float*>(take(states));
   s.hbuf = reinterpret_cast<float*>(take(HBufBytes(d)));
   s.barrier = reinterpret_cast<unsigned*>(take(sizeof(unsigned)));
-  const bool fp32 = type == ElementType::kFloat32;
-  const StepWeights weights = fp32 ? StepWeightsFor(ProjectionMathFor(precision, d), d) : StepWeights::kFp32;
-  const bool streams = fp32 && StepStreamsWeights(d, weights);
-  const int64_t gate_copies = streams ? StreamSplitsAtMost(d.H) : 1;  // partial sums per K split
-  s.gates = reinterpret_cast<float*>(take(fp32 ? sizeof(float) * gate_copies * d.D * d.B * kGates * d.H : 0));
-  unsigned* done = reinterpret_cast<unsigned*>(take(streams ? sizeof(unsigned) * d.D * StreamColumnTiles(d.H) : 0));
-  s.stream_done = streams ? done : nullptr;  // take(0) would point at the next region
-  if (weights != StepWeights::kFp32) {
+  s.gates = reinterpret_cast<float*>(
+      take(needs.gates ? sizeof(float) * needs.gate_copies * d.D * d.B * kGates * d.H : 0));
+  unsigned* done =
+      reinterpret_cast<unsigned*>(take(needs.stream_done ? sizeof(unsigned) * d.D * StreamColumnTiles(d.H) : 0));
+  s.stream_done = needs.stream_done ? done : nullptr;  // take(0) would point at the next region
+  if (needs.half_weights) {
     s.wh_half = take(sizeof(uint16_t) * d.D * d.H * kGates * d.H);
     s.h_half = take(sizeof(uint16_t) * d.D * d.B * d.H);
     s.wh_amax = reinterpret_cast<unsigned*>(take(sizeof(unsigned) * 2));
   }
-  if (CallProjectsWithSplitTf32(type, precision, d, weights_kept)) {
+  if (needs.split_x) {
     const int64_t widest = WidestLayerInput(d);
     const size_t x = sizeof(float) * std::min<int64_t>(d.T * d.B, kSplitChunkRows) * widest;
     s.x_hi = reinterpret_cast<float*>(take(x));
     s.x_lo = reinterpret_cast<float*>(take(x));
-    if (!weights_kept) {  // kept halves need no room here
+    if (needs.split_w) {
       const size_t w = sizeof(float) * d.D * widest * kGates * d.H;
       s.w_hi = reinterpret_cast<float*>(take(w));
       s.w_lo = reinterpret_cast<float*>(take(w));
@@ -67,9 +79,9 @@ Scratch CarveScratch(const Dims& d, ElementType type, Precision precision, bool 
   return s;
 }
 
-size_t ScratchBytes(const Dims& d, ElementType type, Precision precision, bool weights_kept) {
+size_t ScratchBytes(const Dims& d, ElementType type, const ScratchNeeds& needs) {
   size_t total = 0;
-  CarveScratch(d, type, precision, weights_kept, nullptr, &total);
+  CarveScratch(d, type, needs, nullptr, &total);
   return total;
 }
 

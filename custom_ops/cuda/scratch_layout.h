@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 #include "cuda/element_type.h"
 #include "lstm_ort/contract.h"
@@ -35,15 +36,26 @@ struct Scratch {
   float *x_hi, *x_lo, *w_hi, *w_lo;
 };
 
+// What a call's scratch holds besides the regions every call has: the call plan's decisions.
+struct ScratchNeeds {
+  bool gates = false;         // v1's cuBLAS step's products, [gate_copies][D][B][4H] (fp32 storage)
+  int64_t gate_copies = 1;    // partial sums per K split where the step may stream the weights
+  bool stream_done = false;   // the streaming step's split counters
+  bool half_weights = false;  // the 16-bit copies of R and h (reduced modes)
+  bool split_x = false;       // 3xTF32 projections: x split, a chunk of rows
+  bool split_w = false;       //   and W's input rows split (where its halves are not kept)
+};
+
+// The rule: what a call of these sizes needs in `precision` (the node's mode; `auto` is resolved
+// here for the shape); `weights_kept`: W's 3xTF32 halves are kept across calls. PlanCall asks it.
+ScratchNeeds ScratchNeedsFor(const Dims& d, ElementType type, Precision precision, bool weights_kept);
+
 // h in flight for the persistent kernel: [2][L][D][H][B rounded up to 128], room for any plan's padding.
 size_t HBufBytes(const Dims& d);
 
 // The regions inside `base` (all null when base is null); `total` (if given) gets the bytes used.
-// `precision` is the node's mode (`auto` is resolved here for the shape); `weights_kept`: the
-// weights' 3xTF32 halves are kept across calls.
-Scratch CarveScratch(const Dims& d, ElementType type, Precision precision, bool weights_kept, void* base,
-                     size_t* total);
+Scratch CarveScratch(const Dims& d, ElementType type, const ScratchNeeds& needs, void* base, size_t* total);
 
-size_t ScratchBytes(const Dims& d, ElementType type, Precision precision, bool weights_kept);
+size_t ScratchBytes(const Dims& d, ElementType type, const ScratchNeeds& needs);
 
 }  // namespace lstm_ort

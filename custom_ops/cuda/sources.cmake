@@ -4,37 +4,20 @@
 set(CMAKE_CUDA_STANDARD 17)
 set(CMAKE_CUDA_STANDARD_REQUIRED ON)
 set(_cuda_dir ${CMAKE_CURRENT_SOURCE_DIR}/custom_ops/cuda)
+include(${_cuda_dir}/plain_sources.cmake)
+list(TRANSFORM LSTM_ORT_CUDA_PLAIN_SOURCES PREPEND ${_cuda_dir}/)
+# Paths relative to custom_ops/cuda, by job.
+set(_cuda_sources
+  plugin_entry.cc cuda_ops.cc entry_points.cc  # registration, the op, the Python tools' entry points
+  stack_run.cu device_limits.cc                # one call as its plan says; the device's limits
+  v1/launch_tiled.cu v1/launch_splitk.cu v1/gemm_step.cu v1/step_graphs.cc  # the backends
+  persistent/launch.cu cluster/launch.cu
+  low_rank/run.cu low_rank/gemm.cc             # factored weights (optimize --low-rank)
+  gemm/input_projection.cu gemm/kept_split.cc gemm/cublas_handles.cc gemm/step_gemm.cc)  # cuBLAS
+list(TRANSFORM _cuda_sources PREPEND ${_cuda_dir}/)
 add_library(lstm_ort_cuda SHARED
-  # the plugin's registration function, the op and the Python tools' entry points
-  ${_cuda_dir}/plugin_entry.cc
-  ${_cuda_dir}/cuda_ops.cc
-  ${_cuda_dir}/entry_points.cc
-  # one call: orchestration, plans, scratch, heuristics, device limits
-  ${_cuda_dir}/stack_run.cu
-  ${_cuda_dir}/stack_plan.cc
-  ${_cuda_dir}/scratch_layout.cc
-  ${_cuda_dir}/heuristics.cc
-  ${_cuda_dir}/device_limits.cc
-  ${_cuda_dir}/developer_knobs.cc
-  # strategies and the input projection
-  ${_cuda_dir}/v1/launch_tiled.cu
-  ${_cuda_dir}/v1/launch_splitk.cu
-  ${_cuda_dir}/v1/gemm_step.cu
-  ${_cuda_dir}/v1/step_graphs.cc
-  ${_cuda_dir}/persistent/plan.cc
-  ${_cuda_dir}/persistent/mma_plan.cc
-  ${_cuda_dir}/persistent/launch.cu
-  ${_cuda_dir}/cluster/plan.cc
-  ${_cuda_dir}/cluster/launch.cu
-  ${_cuda_dir}/gemm/input_projection.cu
-  ${_cuda_dir}/gemm/kept_split.cc
-  ${_cuda_dir}/gemm/cublas_handles.cc
-  ${_cuda_dir}/gemm/step_gemm.cc
-  # factored weights (optimize --low-rank): their own path, chosen by the op
-  ${_cuda_dir}/low_rank/run.cu
-  ${_cuda_dir}/low_rank/gemm.cc
-  ${_cuda_dir}/low_rank/scratch.cc
-  ${_cuda_dir}/low_rank/recurrence_plan.cc
+  ${LSTM_ORT_CUDA_PLAIN_SOURCES}  # the call plan, planners, heuristics, scratch layouts (plain C++)
+  ${_cuda_sources}
   $<TARGET_OBJECTS:lstm_ort_common>)
 target_include_directories(lstm_ort_cuda PRIVATE custom_ops/include custom_ops)
 target_include_directories(lstm_ort_cuda SYSTEM PRIVATE "${ORT_INCLUDE_DIR}")

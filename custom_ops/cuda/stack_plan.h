@@ -1,9 +1,8 @@
-// Which ranges of layers one call runs, and how, in words. Plain C++ (unit-tested); the device's
+// Which ranges of layers the persistent strategies cut a stack into (call_plan.h asks). Plain C++ (unit-tested); the device's
 // limits come from the caller.
 #pragma once
 
 #include <optional>
-#include <string>
 #include <vector>
 
 #include "cuda/heuristics.h"
@@ -19,9 +18,6 @@ inline bool UsesPersistentPlanner(Strategy strategy) {
 }
 
 std::vector<LayerRange> OneLayerPerRange(int L);
-
-// Every layer on the cluster kernel with `plan` (the plan depends on H and B only).
-std::vector<LayerRange> ClusterRanges(int L, const ClusterPlan& plan);
 
 // v1 runs one layer per range; the persistent strategies cut the stack into ranges that fit,
 // on tensor cores in operand type `mma` when given. `limits()` returns the DeviceLimits, and is
@@ -40,8 +36,5 @@ std::vector<LayerRange> PlanRanges(Strategy strategy, const Dims& d, LimitsFn&& 
     return plan ? plan : PlanRange(layers, D, H, B, dev);  // e.g. too narrow for 16 x 16 tiles
   });
 }
-
-// "layer 0: v1 tiled (one launch per step); layers 1-3: wavefront (...)", for reports.
-std::string DescribeRanges(const std::vector<LayerRange>& ranges, StepKernel v1_step);
 
 }  // namespace lstm_ort

@@ -1,6 +1,8 @@
-// One FusedLSTM call on CUDA: per range of layers (stack_plan.h), the input projection on cuBLAS
-// (gemm/), then the recurrence, either one launch per step (v1/) or one persistent launch per
-// range (persistent/). Everything is enqueued on the caller's stream.
+// One FusedLSTM call on CUDA, as its plan (call_plan.h) says: per range of layers, the input
+// projection on cuBLAS (gemm/), then the recurrence on the range's backend, through the backend
+// table below: one launch per step (v1/), one cooperative launch per range (persistent/), one
+// cluster launch per layer (cluster/); factored weights go to low_rank/run.cu. Everything is
+// enqueued on the caller's stream.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -9,11 +11,11 @@
 #include <string>
 #include <vector>
 
+#include "attribute_parsing.h"
 #include "call_io.h"
 #include "cuda/cluster/args.h"
 #include "cuda/cluster/launch.h"
 #include "cuda/cuda_check.h"
-#include "cuda/developer_knobs.h"
 #include "cuda/device_limits.h"
 #include "cuda/direction_fields.h"
 #include "cuda/element_traits.h"
@@ -21,12 +23,13 @@
 #include "cuda/gemm/input_projection.h"
 #include "cuda/grid_stride.h"
 #include "cuda/heuristics.h"
+#include "cuda/call_plan.h"
 #include "cuda/lstm_cuda.h"
 #include "cuda/persistent/args.h"
 #include "cuda/persistent/launch.h"
 #include "cuda/scratch_layout.h"
-#include "cuda/stack_plan.h"
-#include "cuda/state_kernels.cuh"
+#include "cuda/layer_io.cuh"
+#include "cuda/low_rank/run.h"
 #include "cuda/v1/launch_step.h"
 #include "cuda/v1/step_args.cuh"
 
@@ -39,63 +42,25 @@ int Log2(int n) {
   return k;
 }
 
-template <typename T>
-std::vector<LayerRange> PlanRangesOn(int device, Strategy strategy, const Dims& d, std::optional<MmaOperand> mma) {
-  return PlanRanges(
-      strategy, d, [device]() -> const DeviceLimits& { return CachedDeviceLimits<T>(device); }, mma);
-}
-
-// The tensor-core operand of the persistent ranges, or none for the FMA kernel: the developer
-// knob LSTM_ORT_MMA if set, else what the precision mode and the shape call for.
-template <typename T>
-std::optional<MmaOperand> MmaOperandOf(Precision precision, const Dims& d) {
-  std::optional<MmaOverride> knob;
-  try {
-    knob = MmaOverrideFromEnvironment();
-  } catch (const std::invalid_argument& e) {
-    throw std::runtime_error(std::string("FusedLSTM: ") + e.what());
-  }
-  if (knob) return knob->operand;
-  return MmaOperandFor(precision, kElementTypeOf<T>, d);
-}
-
-// The ranges of one call and v1's step kernel: the persistent plans, unless the call runs every
-// layer on v1's cuBLAS step (PrefersGemmSteps, or the developer knob LSTM_ORT_GEMM_STEP=1).
-template <typename T>
-std::vector<LayerRange> PlanCall(int device, Strategy strategy, Precision precision, const Dims& d, StepKernel* step) {
-  constexpr ElementType type = kElementTypeOf<T>;
-  if (type == ElementType::kFloat32 &&
-      (PrefersGemmSteps(strategy, precision, type, d) || GemmStepForcedFromEnvironment())) {
-    *step = StepKernel::kGemm;
-    return OneLayerPerRange(static_cast<int>(d.L));
-  }
-  if (RunsOnCluster(strategy, d)) {
-    const auto plan = PlanCluster(static_cast<int>(d.H), static_cast<int>(d.B), MaxClusterBlocks(device),
-                                  ClusterSizeFromEnvironment(), ClusterSlicesFromEnvironment());
-    if (plan) {
-      *step = ChooseStepKernel(Strategy::kAuto, type, d);  // for a layer whose cluster the device refuses
-      return ClusterRanges(static_cast<int>(d.L), *plan);
-    }
-  }
-  if (strategy == Strategy::kCluster) strategy = Strategy::kAuto;  // the shape is beyond the cluster kernel
-  *step = ChooseStepKernel(strategy, type, d);
-  return PlanRangesOn<T>(device, strategy, d, MmaOperandOf<T>(precision, d));
+std::string LayersText(int first, int count) {
+  return count == 1 ? "layer " + std::to_string(first)
+                    : "layers " + std::to_string(first) + "-" + std::to_string(first + count - 1);
 }
 
 // One call's stack, layer by layer or range by range, on one stream.
 template <typename T>
 class StackRun {
  public:
-  StackRun(const Attributes& attrs, const CallIO& io, cudaStream_t stream, void* scratch, KeptSplit kept,
-           StepGraphs* graphs)
+  StackRun(const Attributes& attrs, const CallIO& io, cudaStream_t stream, void* scratch, CallPlan& plan,
+           KeptSplit kept, StepGraphs* graphs)
       : attrs_(attrs),
         io_(io),
         d_(io.dims),
         stream_(stream),
-        precision_(ResolvedPrecision(attrs.precision, io.dims)),
+        plan_(plan),
         kept_(kept),
         graphs_(graphs),
-        s_(CarveScratch(io.dims, kElementTypeOf<T>, attrs.precision, kept.Kept(), scratch, nullptr)) {
+        s_(CarveScratch(io.dims, kElementTypeOf<T>, plan.scratch, scratch, nullptr)) {
     T_ = static_cast<int>(d_.T);
     B_ = static_cast<int>(d_.B);
     H_ = static_cast<int>(d_.H);
@@ -108,7 +73,7 @@ class StackRun {
     cublas_ = CublasHandleFor(stream);
   }
 
-  void Run(Strategy strategy) {
+  void Run() {
     if (io_.seq_lens) {
       Check(cudaMemcpyAsync(s_.lens, io_.seq_lens, sizeof(int) * B_, cudaMemcpyHostToDevice, stream_), "copy lengths");
     } else {
@@ -116,11 +81,10 @@ class StackRun {
       FillLengths<<<GridStrideBlocks(B_), kGridStrideThreads, 0, stream_>>>(s_.lens, B_, T_);
       Check(cudaGetLastError(), "fill lengths");
     }
-    StepKernel step = StepKernel::kTiled;
-    for (const LayerRange& range : PlanCall<T>(device_, strategy, precision_, d_, &step)) {
-      if (range.cluster && RunCluster(range)) continue;
-      if (range.plan && RunPersistent(range)) continue;
-      for (int l = range.first; l < range.first + range.count; ++l) RunStepwise(l, step);
+    for (const RangePlan& range : plan_.ranges) {
+      if ((this->*kLaunchers[static_cast<int>(range.backend)])(range)) continue;
+      // Refused at launch (the launcher recorded why): the range's layers on v1.
+      for (int l = range.first; l < range.first + range.count; ++l) RunStepwise(l);
     }
   }
 
@@ -128,6 +92,14 @@ class StackRun {
   const T* Weights() const { return static_cast<const T*>(io_.in[kW]); }
   // Layer l's recurrent rows of direction dir: they follow its input rows.
   const T* RecurrentWeights(int l, int dir) const { return Weights() + d_.WeightOffset(l, dir) + d_.LayerInput(l) * G_; }
+
+  // A launch the device refused: recorded (an error in strict mode); the caller runs v1.
+  bool Refused(const RangePlan& range, cudaError_t e) {
+    ClearPending();
+    plan_.fallbacks.Add(LayersText(range.first, range.count) + ": the device refused the " +
+                        BackendName(range.backend) + " launch (" + cudaGetErrorName(e) + "): v1");
+    return false;
+  }
 
   // gx[d] = x @ Wx[d] for every row of layer l's input.
   void Project(int l) {
@@ -146,68 +118,47 @@ class StackRun {
     p.w_lo = s_.w_lo;
     const int64_t kept_at = KeptSplitOffset(d_, l, 0);
     if (kept_.hi) p.kept = {kept_.hi + kept_at, kept_.lo ? kept_.lo + kept_at : nullptr};
-    p.math = ProjectionMathFor(precision_, d_);
+    p.math = plan_.projection;
     ProjectInput(p, cublas_, stream_);
   }
 
-  // Layer 0 in layout 1 is batch-major: its projection rows come in (b, t) order.
-  long long GxStrideT(int l) const { return l == 0 && attrs_.layout == 1 ? 1 : B_; }
-  long long GxStrideB(int l) const { return l == 0 && attrs_.layout == 1 ? T_ : 1; }
-
-  // Where layer l writes its sequence output: Y for the last layer, else a buffer the next
-  // layer's projection reads as [T][B][D][H]. Positions past a sequence's end stay zero.
-  void Output(int l, T** y, long long* st, long long* sd, long long* sb) {
-    if (l == L_ - 1) {
-      *y = static_cast<T*>(io_.out[kY]);
-      const bool l0 = attrs_.layout == 0;
-      *st = l0 ? static_cast<long long>(D_) * B_ * H_ : static_cast<long long>(D_) * H_;
-      *sd = l0 ? static_cast<long long>(B_) * H_ : H_;
-      *sb = l0 ? H_ : static_cast<long long>(T_) * D_ * H_;
-    } else {
-      *y = static_cast<T*>(s_.layer[l % 2]);
-      *st = static_cast<long long>(B_) * D_ * H_;
-      *sd = H_;
-      *sb = static_cast<long long>(D_) * H_;
-    }
-    if (*y && (io_.seq_lens || io_.max_len < T_))
-      Check(cudaMemsetAsync(*y, 0, sizeof(T) * rows_ * D_ * H_, stream_), "zero Y");
+  // The strides (layer_io.cuh) of a range's first layer's projection and of its last layer's
+  // output into the arguments of any backend. That layer writes its sequence output to Y if it
+  // is the stack's last, else to a buffer the next layer's projection reads.
+  template <typename Args>
+  void SetLayerIO(int first, int last, Args& a) {
+    const LayerIO out = LayerIOFor(d_, attrs_.layout, last);
+    ApplyLayerIO(LayerIOFor(d_, attrs_.layout, first), out, out.last ? static_cast<T*>(io_.out[kY])
+                                                                      : static_cast<T*>(s_.layer[last % 2]), a);
+    ZeroPastEnds(a.y, io_, stream_);
   }
 
-  void InitLayerStates(int l, float* h, float* c) {
-    LaunchInitStates<T>(static_cast<const T*>(io_.in[kInitialH]), static_cast<const T*>(io_.in[kInitialC]), h, c, l,
-                        D_, L_ * D_, B_, H_, static_cast<int>(attrs_.layout), stream_);
+  bool RunStepwiseRange(const RangePlan& range) {
+    for (int l = range.first; l < range.first + range.count; ++l) RunStepwise(l);
+    return true;
   }
 
-  void WriteFinalStates(int l, const float* h, const float* c) {
-    LaunchFinalStates<T>(h, c, s_.lens, static_cast<T*>(io_.out[kYH]), static_cast<T*>(io_.out[kYC]), l, D_, L_ * D_,
-                         B_, H_, static_cast<int>(attrs_.layout), stream_);
-  }
-
-  // v1: one launch of a fused step kernel per timestep.
-  void RunStepwise(int l, StepKernel kernel) {
+  // v1: one launch of a fused step kernel per timestep, the plan's step kernel.
+  void RunStepwise(int l) {
+    const StepKernel kernel = plan_.step;
     Project(l);
     StepArgs<T> a{};
     a.B = B_;
     a.H = H_;
     a.lens = s_.lens;
-    a.gx_st = GxStrideT(l);
-    a.gx_sb = GxStrideB(l);
-    Output(l, &a.y, &a.y_st, &a.y_sd, &a.y_sb);
+    SetLayerIO(l, l, a);
     SetDirectionFields(a, attrs_, s_.gx, rows_, G_, D_);
+    SetLayerSlices<T>(a.bias, a.peep, io_, l, D_, H_);
     for (int dir = 0; dir < D_; ++dir) {
-      const int k = l * D_ + dir;
       a.wh[dir] = RecurrentWeights(l, dir);
-      a.bias[dir] = BiasSlice<T>(io_, k, H_);
-      a.peep[dir] = PeepSlice<T>(io_, k, H_);
       a.c[dir] = s_.c + static_cast<long long>(dir) * B_ * H_;
     }
-    InitLayerStates(l, s_.h[0], s_.c);
+    InitLayerStates<T>(io_, attrs_.layout, l, s_.h[0], s_.c, stream_);
     [[maybe_unused]] const GemmStepScratch gemm{s_.gates, s_.stream_done, s_.wh_half, s_.h_half, s_.wh_amax};
     [[maybe_unused]] GemmStepPlan plan;
     if constexpr (kElementTypeOf<T> == ElementType::kFloat32) {
       if (kernel == StepKernel::kGemm)
-        plan = PrepareGemmSteps(a, d_, ProjectionMathFor(precision_, d_), !HalfStepWeightsDisabledFromEnvironment(),
-                                gemm, stream_);
+        plan = PrepareGemmSteps(a, d_, plan_.projection, plan_.step_weights, plan_.step_streams, gemm, stream_);
     }
     // Each launch below is checked right after it, so nothing foreign is pending between them.
     // The loop works on its own copy of the arguments: a replayed graph skips it.
@@ -241,7 +192,7 @@ class StackRun {
       if (through_graph) graphs_->Run(GemmStepLoopKey(a, gemm, plan), stream_, enqueue_steps);
     }
     if (!through_graph) enqueue_steps();
-    WriteFinalStates(l, s_.h[io_.max_len % 2], s_.c);
+    WriteFinalStates<T>(io_, attrs_.layout, l, s_.h[io_.max_len % 2], s_.c, s_.lens, stream_);
   }
 
   // What the cuBLAS step loop of a layer captures by value (v1/step_graphs.h).
@@ -264,13 +215,9 @@ class StackRun {
 
   // The persistent kernel over a range; false when the device cannot launch its grid
   // cooperatively, and the caller falls back to v1.
-  bool RunPersistent(const LayerRange& range) {
-    const PersistentPlan& plan = *range.plan;
+  bool RunPersistent(const RangePlan& range) {
+    const PersistentPlan& plan = *range.persistent();
     const int l0 = range.first;
-    if (io_.max_len == 0) {
-      for (int r = 0; r < range.count; ++r) RunStepwise(l0 + r, StepKernel::kTiled);
-      return true;
-    }
     Project(l0);
     PersistentArgs<T> a{};
     a.plan = plan;
@@ -283,20 +230,15 @@ class StackRun {
     a.log2_bb4 = Log2(plan.Bb / 4);
     a.log2_p = Log2(plan.P);
     a.lens = s_.lens;
-    a.gx_st = GxStrideT(l0);
-    a.gx_sb = GxStrideB(l0);
     const long long state = static_cast<long long>(D_) * B_ * H_;
     for (int r = 0; r < range.count; ++r) {
       const int l = l0 + r;
       a.in_rows[r] = r == 0 ? 0 : static_cast<int>(d_.LayerInput(l));
-      for (int dir = 0; dir < D_; ++dir) {
-        const int k = l * D_ + dir;
-        // The first layer multiplies only its recurrent rows; the others their input rows too.
+      // The first layer multiplies only its recurrent rows; the others their input rows too.
+      for (int dir = 0; dir < D_; ++dir)
         a.w[r][dir] = r == 0 ? RecurrentWeights(l, dir) : Weights() + d_.WeightOffset(l, dir);
-        a.bias[r][dir] = BiasSlice<T>(io_, k, H_);
-        a.peep[r][dir] = PeepSlice<T>(io_, k, H_);
-      }
-      InitLayerStates(l, s_.h0 + r * state, s_.c0 + r * state);
+      SetLayerSlices<T>(a.bias[r], a.peep[r], io_, l, D_, H_);
+      InitLayerStates<T>(io_, attrs_.layout, l, s_.h0 + r * state, s_.c0 + r * state, stream_);
     }
     SetDirectionFields(a, attrs_, s_.gx, rows_, G_, D_);
     a.hbuf = s_.hbuf;
@@ -305,65 +247,60 @@ class StackRun {
     a.h_fin = s_.h_fin;
     a.c_fin = s_.c_fin;
     a.barrier = s_.barrier;
-    const int last = l0 + range.count - 1;
-    Output(last, &a.y, &a.y_st, &a.y_sd, &a.y_sb);
+    SetLayerIO(l0, l0 + range.count - 1, a);
     Check(cudaMemsetAsync(s_.hbuf, 0, HBufBytes(d_), stream_), "zero h");
     Check(cudaMemsetAsync(s_.barrier, 0, sizeof(unsigned), stream_), "zero barrier");
     const cudaError_t e = plan.mma ? LaunchPersistentMma(a, plan.operand, stream_) : LaunchPersistent(a, stream_);
-    if (e == cudaErrorCooperativeLaunchTooLarge || e == cudaErrorNotSupported) {  // e.g. no cooperative launch
-      ClearPending();
-      return false;
-    }
+    if (e == cudaErrorCooperativeLaunchTooLarge || e == cudaErrorNotSupported)  // e.g. no cooperative launch
+      return Refused(range, e);
     Check(e, "persistent kernel");
     if (!plan.mma) ReportPhaseClocks(stream_, io_.max_len + range.count - 1);
-    for (int r = 0; r < range.count; ++r) WriteFinalStates(l0 + r, s_.h_fin + r * state, s_.c_fin + r * state);
+    for (int r = 0; r < range.count; ++r)
+      WriteFinalStates<T>(io_, attrs_.layout, l0 + r, s_.h_fin + r * state, s_.c_fin + r * state, s_.lens, stream_);
     return true;
   }
 
   // One layer on the cluster kernel; false when the device refuses the cluster (the caller runs
-  // the layer with v1) or the call has no steps.
-  bool RunCluster(const LayerRange& range) {
+  // the layer with v1).
+  bool RunCluster(const RangePlan& range) {
     const int l = range.first;
-    if (io_.max_len == 0) return false;
     Project(l);
     ClusterArgs<T> a{};
-    a.plan = *range.cluster;
+    a.plan = *range.cluster();
     a.B = B_;
     a.H = H_;
     a.max_len = io_.max_len;
     a.D = D_;
     a.lens = s_.lens;
-    a.gx_st = GxStrideT(l);
-    a.gx_sb = GxStrideB(l);
     SetDirectionFields(a, attrs_, s_.gx, rows_, G_, D_);
-    for (int dir = 0; dir < D_; ++dir) {
-      const int k = l * D_ + dir;
-      a.w[dir] = RecurrentWeights(l, dir);
-      a.bias[dir] = BiasSlice<T>(io_, k, H_);
-      a.peep[dir] = PeepSlice<T>(io_, k, H_);
-    }
-    Output(l, &a.y, &a.y_st, &a.y_sd, &a.y_sb);
-    InitLayerStates(l, s_.h[0], s_.c);
+    SetLayerSlices<T>(a.bias, a.peep, io_, l, D_, H_);
+    for (int dir = 0; dir < D_; ++dir) a.w[dir] = RecurrentWeights(l, dir);
+    SetLayerIO(l, l, a);
+    InitLayerStates<T>(io_, attrs_.layout, l, s_.h[0], s_.c, stream_);
     a.h0 = s_.h[0];
     a.c0 = s_.c;
     a.h_fin = s_.h[1];
     a.c_fin = s_.c;  // each cell's c is read once by its owner before the loop and written after it
     const cudaError_t e = LaunchCluster(a, stream_);
-    if (e == cudaErrorInvalidClusterSize || e == cudaErrorNotSupported || e == cudaErrorLaunchOutOfResources) {
-      ClearPending();
-      return false;
-    }
+    if (e == cudaErrorInvalidClusterSize || e == cudaErrorNotSupported || e == cudaErrorLaunchOutOfResources)
+      return Refused(range, e);
     Check(e, "cluster kernel");
-    WriteFinalStates(l, s_.h[1], s_.c);
+    WriteFinalStates<T>(io_, attrs_.layout, l, s_.h[1], s_.c, s_.lens, stream_);
     return true;
   }
 
+
+  // The backend table: each backend's launcher, in Backend's order (call_plan.h); false where the
+  // device refused the launch, after recording why in the plan's fallbacks.
+  using Launcher = bool (StackRun::*)(const RangePlan&);
+  static constexpr Launcher kLaunchers[] = {&StackRun::RunStepwiseRange, &StackRun::RunPersistent,
+                                            &StackRun::RunPersistent, &StackRun::RunCluster, nullptr};
 
   const Attributes& attrs_;
   const CallIO& io_;
   const Dims& d_;
   cudaStream_t stream_;
-  Precision precision_;  // `auto` resolved for this call's shape
+  CallPlan& plan_;       // every decision of this call; launch-time fallbacks are recorded in it
   KeptSplit kept_;       // W's TF32 halves kept across calls, or none
   StepGraphs* graphs_;   // the node's cached step graphs, or null
   Scratch s_;
@@ -375,35 +312,43 @@ class StackRun {
 }  // namespace
 
 template <typename T>
+CallDevice CallDeviceOf(int device, std::string name) {
+  CallDevice dev;
+  dev.name = std::move(name);
+  dev.max_cluster_blocks = MaxClusterBlocks(device);
+  dev.persistent = [device]() -> const DeviceLimits& { return CachedDeviceLimits<T>(device); };
+  dev.low_rank = [device]() -> const DeviceLimits& { return LowRankRecurrenceLimits<T>(device); };
+  return dev;
+}
+
+template <typename T>
 std::string DescribeStrategy(const Dims& d, Strategy strategy, Precision precision) {
   int device = 0;
   Check(cudaGetDevice(&device), "current device");
-  StepKernel step = StepKernel::kTiled;
-  const Precision resolved = ResolvedPrecision(precision, d);
-  const std::vector<LayerRange> ranges = PlanCall<T>(device, strategy, resolved, d, &step);
-  const std::string text = DescribeRanges(ranges, step);
-  if (precision != Precision::kAuto) return text;
-  return text + "; auto runs " + (resolved == Precision::kTf32 ? "tf32" : "fp32") + " at this size";
+  Attributes attrs;  // a node with these strategy and precision and the default cell
+  attrs.strategy = strategy;
+  attrs.precision = precision;
+  ResolveActivations(std::nullopt, {}, {}, static_cast<int>(d.D), attrs.act);
+  Overrides overrides = OverridesFromEnvironment();
+  overrides.strict = false;  // a description names its fallbacks
+  const CallInputs in{d, static_cast<int>(d.T), kElementTypeOf<T>, kElementTypeOf<T> == ElementType::kFloat32};
+  return DescribeCallPlan(PlanCall(in, attrs, CallDeviceOf<T>(device, DeviceName(device)), overrides));
 }
 
 template <typename T>
-size_t CudaScratchBytes(const Dims& d, Precision precision, bool weights_kept) {
-  return ScratchBytes(d, kElementTypeOf<T>, precision, weights_kept);
-}
-
-template <typename T>
-void RunLstmCuda(const Attributes& attrs, const CallIO& io, void* stream, void* scratch, Strategy strategy,
+void RunLstmCuda(const Attributes& attrs, const CallIO& io, void* stream, void* scratch, CallPlan& plan,
                  KeptSplit kept, StepGraphs* graphs) {
   if (io.dims.B == 0) return;
-  StackRun<T>(attrs, io, static_cast<cudaStream_t>(stream), scratch, kept, graphs).Run(strategy);
+  if (plan.low_rank()) return RunLowRankCuda<T>(attrs, io, stream, scratch, plan);
+  StackRun<T>(attrs, io, static_cast<cudaStream_t>(stream), scratch, plan, kept, graphs).Run();
 }
 
 // The element types FusedLSTM registers for CUDA (cuda_ops.cc).
-#define LSTM_ORT_INSTANTIATE(T)                                                  \
-  template std::string DescribeStrategy<T>(const Dims& d, Strategy strategy, Precision precision); \
-  template size_t CudaScratchBytes<T>(const Dims& d, Precision precision, bool weights_kept); \
-  template void RunLstmCuda<T>(const Attributes& attrs, const CallIO& io, void* stream, void* scratch, \
-                               Strategy strategy, KeptSplit kept, StepGraphs* graphs);
+#define LSTM_ORT_INSTANTIATE(T)                                                                         \
+  template CallDevice CallDeviceOf<T>(int device, std::string name);                                    \
+  template std::string DescribeStrategy<T>(const Dims& d, Strategy strategy, Precision precision);      \
+  template void RunLstmCuda<T>(const Attributes& attrs, const CallIO& io, void* stream, void* scratch,   \
+                               CallPlan& plan, KeptSplit kept, StepGraphs* graphs);
 LSTM_ORT_INSTANTIATE(float)
 LSTM_ORT_INSTANTIATE(__half)
 #undef LSTM_ORT_INSTANTIATE

@@ -1,4 +1,4 @@
-// FusedLSTM's attribute rules (attribute_parsing.cc, strategy_names.cc, precision_names.cc):
+// FusedLSTM's attribute rules (attribute_parsing.cc, enum_names.cc):
 // defaults, and the exact error messages tests/test_bad_input.py and users see.
 #include <cmath>
 #include <string>
@@ -6,8 +6,7 @@
 
 #include "attribute_parsing.h"
 #include "check.h"
-#include "precision_names.h"
-#include "strategy_names.h"
+#include "enum_names.h"
 
 using namespace lstm_ort;
 
@@ -23,32 +22,32 @@ bool Near(float a, float b) { return std::fabs(a - b) < 1e-7f; }
 
 }  // namespace
 
-TEST(StrategyNamesInEnumOrder) {
-  CHECK_EQ(StrategyNames(","), std::string("auto,tiled,splitk,persistent,wavefront,cluster"));
-  CHECK_EQ(StrategyChoices(), std::string("auto, tiled, splitk, persistent, wavefront or cluster"));
-  for (int i = 0; i <= static_cast<int>(Strategy::kCluster); ++i) {
-    Strategy s;
-    CHECK(ParseStrategy(StrategyName(static_cast<Strategy>(i)), &s));
-    CHECK(s == static_cast<Strategy>(i));
+// Every name parses back to its value, in enum order; "?" for a value outside the table.
+template <typename Enum>
+void CheckNames(const char* names, const char* choices, int count) {
+  CHECK_EQ(EnumNames<Enum>(","), std::string(names));
+  CHECK_EQ(EnumChoices<Enum>(), std::string(choices));
+  for (int i = 0; i < count; ++i) {
+    Enum e;
+    CHECK(ParseEnum(EnumName(static_cast<Enum>(i)), &e));
+    CHECK(e == static_cast<Enum>(i));
   }
-  Strategy s;
-  CHECK(!ParseStrategy("Tiled", &s));  // names are case-sensitive
-  CHECK(!ParseStrategy("", &s));
+  CHECK_EQ(std::string(EnumName(static_cast<Enum>(99))), std::string("?"));
+  Enum e;
+  CHECK(!ParseEnum("", &e));
 }
 
-TEST(PrecisionNamesInEnumOrder) {
-  CHECK_EQ(PrecisionNames(","), std::string("fp32,tf32,fp16,bf16,auto"));
-  CHECK_EQ(PrecisionChoices(), std::string("fp32, tf32, fp16, bf16 or auto"));
-  for (int i = 0; i <= static_cast<int>(Precision::kAuto); ++i) {
-    Precision p;
-    CHECK(ParsePrecision(PrecisionName(static_cast<Precision>(i)), &p));
-    CHECK(p == static_cast<Precision>(i));
-  }
-  CHECK_EQ(std::string(PrecisionName(static_cast<Precision>(99))), std::string("?"));
+TEST(EnumNamesInEnumOrder) {
+  CheckNames<Strategy>("auto,tiled,splitk,persistent,wavefront,cluster",
+                       "auto, tiled, splitk, persistent, wavefront or cluster", 6);
+  CheckNames<Precision>("fp32,tf32,fp16,bf16,auto", "fp32, tf32, fp16, bf16 or auto", 5);
+  CheckNames<CpuKernel>("auto,fused,stock,stock_split", "auto, fused, stock or stock_split", 4);
+  CheckNames<MmaOperand>("3xtf32,tf32,fp16,bf16", "3xtf32, tf32, fp16 or bf16", 4);
+  Strategy s;
+  CHECK(!ParseEnum("Tiled", &s));  // names are case-sensitive
   Precision p;
-  CHECK(!ParsePrecision("FP16", &p));  // names are case-sensitive
-  CHECK(!ParsePrecision("float16", &p));
-  CHECK(!ParsePrecision("", &p));
+  CHECK(!ParseEnum("FP16", &p));
+  CHECK(!ParseEnum("float16", &p));
 }
 
 TEST(EachPrecisionNameResolves) {

@@ -62,15 +62,3 @@ TEST(ClusterSizeKnobPlansThatSizeOnly) {
   CHECK(!PlanCluster(128, 1, 16, 1));  // 256 KB of fp32 weights do not fit one SM's registers
 }
 
-TEST(ClusterRangesRunEveryLayerAndSayHow) {
-  const ClusterPlan plan = *PlanCluster(128, 1, 16, 8);
-  const auto ranges = ClusterRanges(3, plan);
-  CHECK_EQ(static_cast<int>(ranges.size()), 3);
-  for (int l = 0; l < 3; ++l) {
-    CHECK_EQ(ranges[l].first, l);
-    CHECK(ranges[l].cluster.has_value() && !ranges[l].plan.has_value());
-  }
-  const std::string text = DescribeRanges(ranges, StepKernel::kSplitK);
-  CHECK_EQ(text.substr(0, 30), std::string("layer 0: cluster (8 blocks of "));
-  CHECK(text.find("layer 2: cluster") != std::string::npos);
-}

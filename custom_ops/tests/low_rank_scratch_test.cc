@@ -22,13 +22,7 @@ struct Region {
 
 void CheckLayout(int64_t L, int64_t D, int64_t T, int64_t B, int64_t I, int64_t H, const Ranks& ranks,
                  ElementType type) {
-  Dims d;
-  d.L = L;
-  d.D = D;
-  d.T = T;
-  d.B = B;
-  d.I = I;
-  d.H = H;
+  const Dims d = MakeDims(L, D, T, B, I, H);
   size_t total = 0;
   CarveLowRankScratch(d, ranks, type, nullptr, &total);
   CHECK_EQ(total, LowRankScratchBytes(d, ranks, type));

@@ -5,6 +5,7 @@
 #include "check.h"
 #include "cuda/persistent/mma_plan.h"
 #include "cuda/stack_plan.h"
+#include "enum_names.h"
 #include "fake_devices.h"
 
 using namespace lstm_ort;
@@ -52,7 +53,7 @@ TEST(MmaPlansAreLaunchable) {
               if (!plan) continue;
               ++planned;
               CheckMmaPlan(*plan, layers, D, H, B, op, device.dev,
-                           std::string(device.name) + " " + MmaOperandName(op) + " layers=" + std::to_string(layers) +
+                           std::string(device.name) + " " + EnumName(op) + " layers=" + std::to_string(layers) +
                                " D=" + std::to_string(D) + " H=" + std::to_string(H) + " B=" + std::to_string(B));
             }
   CHECK(planned > 300);

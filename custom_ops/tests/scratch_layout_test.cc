@@ -15,15 +15,11 @@ using namespace lstm_ort;
 
 namespace {
 
-Dims Sizes(int64_t L, int64_t D, int64_t T, int64_t B, int64_t I, int64_t H) {
-  Dims d;
-  d.L = L;
-  d.D = D;
-  d.T = T;
-  d.B = B;
-  d.I = I;
-  d.H = H;
-  return d;
+Dims Sizes(int64_t L, int64_t D, int64_t T, int64_t B, int64_t I, int64_t H) { return MakeDims(L, D, T, B, I, H); }
+
+// The bytes of a call's scratch as PlanCall sizes it: the needs of the mode, then the carve-up.
+size_t Bytes(const Dims& d, ElementType type, Precision precision, bool kept) {
+  return ScratchBytes(d, type, ScratchNeedsFor(d, type, precision, kept));
 }
 
 int64_t WidestInput(const Dims& d) { return std::max(d.I, d.D * d.H); }
@@ -36,12 +32,13 @@ struct Region {
 
 void CheckLayout(const Dims& d, ElementType type, Precision precision, bool kept) {
   size_t total = 0;
-  CarveScratch(d, type, precision, kept, nullptr, &total);
-  CHECK_EQ(total, ScratchBytes(d, type, precision, kept));
+  const ScratchNeeds needs = ScratchNeedsFor(d, type, precision, kept);
+  CarveScratch(d, type, needs, nullptr, &total);
+  CHECK_EQ(total, Bytes(d, type, precision, kept));
   // Only addresses are compared: memory that is never touched costs no page faults.
   const std::unique_ptr<char[]> memory(new char[total + 1]);
   char* base = memory.get();
-  const Scratch s = CarveScratch(d, type, precision, kept, base, nullptr);
+  const Scratch s = CarveScratch(d, type, needs, base, nullptr);
 
   const size_t f = sizeof(float), state = f * d.D * d.B * d.H, states = state * d.L;
   const size_t layer = ElementBytes(type) * d.T * d.B * d.D * d.H;
@@ -117,17 +114,19 @@ TEST(ScratchRegionsAreAlignedAndDisjoint) {
 
 TEST(ScratchWithoutBaseIsAllNull) {
   const Scratch s =
-      CarveScratch(Sizes(3, 2, 2000, 4, 8, 8), ElementType::kFloat32, Precision::kFp32, false, nullptr, nullptr);
+      CarveScratch(Sizes(3, 2, 2000, 4, 8, 8), ElementType::kFloat32,
+                   ScratchNeedsFor(Sizes(3, 2, 2000, 4, 8, 8), ElementType::kFloat32, Precision::kFp32, false), nullptr,
+                   nullptr);
   CHECK(!s.gx && !s.h[0] && !s.layer[0] && !s.hbuf && !s.barrier && !s.x_hi && !s.w_lo && !s.wh_half);
 }
 
 TEST(SplitBuffersFollowTheProjectionHeuristic) {
   const Dims below = Sizes(1, 1, kMinRowsForSplit - 1, 1, 8, 8);
   const Dims at = Sizes(1, 1, kMinRowsForSplit, 1, 8, 8);
-  CHECK(ScratchBytes(at, ElementType::kFloat32, Precision::kFp32, false) > ScratchBytes(below, ElementType::kFloat32, Precision::kFp32, false) + 4 * 8 * 8 * 4);
+  CHECK(Bytes(at, ElementType::kFloat32, Precision::kFp32, false) > Bytes(below, ElementType::kFloat32, Precision::kFp32, false) + 4 * 8 * 8 * 4);
   // float16 projects on tensor cores as it is: no split copies, only the smaller layer buffers.
-  CHECK(ScratchBytes(Sizes(3, 1, 5000, 4, 8, 8), ElementType::kFloat16, Precision::kFp32, false) <
-        ScratchBytes(Sizes(3, 1, 5000, 4, 8, 8), ElementType::kFloat32, Precision::kFp32, false));
+  CHECK(Bytes(Sizes(3, 1, 5000, 4, 8, 8), ElementType::kFloat16, Precision::kFp32, false) <
+        Bytes(Sizes(3, 1, 5000, 4, 8, 8), ElementType::kFloat32, Precision::kFp32, false));
 }
 
 TEST(KeptWeightsSplitFromFewerRowsAndLeaveTheScratch) {
@@ -135,19 +134,19 @@ TEST(KeptWeightsSplitFromFewerRowsAndLeaveTheScratch) {
   // 512 rows of a 1024-wide layer input (L2 bidirectional H512): split with kept halves (room for
   // x's halves only), not split per call.
   const Dims d = Sizes(2, 2, 512, 1, 8, 512);
-  CHECK(ScratchBytes(d, f32, Precision::kFp32, false) < ScratchBytes(d, f32, Precision::kFp32, true));
+  CHECK(Bytes(d, f32, Precision::kFp32, false) < Bytes(d, f32, Precision::kFp32, true));
   const Dims big = Sizes(2, 2, kMinRowsForSplit, 1, 8, 8);
   const size_t w = 4 * 2 * 16 * 4 * 8;  // D blocks of the widest input (D*H = 16 rows) x 4H, each half
-  CHECK(ScratchBytes(big, f32, Precision::kFp32, false) >= ScratchBytes(big, f32, Precision::kFp32, true) + 2 * w);
+  CHECK(Bytes(big, f32, Precision::kFp32, false) >= Bytes(big, f32, Precision::kFp32, true) + 2 * w);
   // Modes that do not split keep nothing either.
-  CHECK_EQ(ScratchBytes(big, f32, Precision::kTf32, true), ScratchBytes(big, f32, Precision::kTf32, false));
+  CHECK_EQ(Bytes(big, f32, Precision::kTf32, true), Bytes(big, f32, Precision::kTf32, false));
 }
 
 TEST(SplitInputIsCutInChunks) {
   // Past kSplitChunkRows rows, the x split stays one chunk: only gx and the layer buffers grow.
   const Dims a = Sizes(1, 1, kSplitChunkRows, 1, 512, 8), b = Sizes(1, 1, 4 * kSplitChunkRows, 1, 512, 8);
   const size_t gx_growth = 4 * 3 * kSplitChunkRows * 4 * 8;
-  CHECK(ScratchBytes(b, ElementType::kFloat32, Precision::kFp32, false) - ScratchBytes(a, ElementType::kFloat32, Precision::kFp32, false) <= gx_growth + 4 * kScratchAlign);
+  CHECK(Bytes(b, ElementType::kFloat32, Precision::kFp32, false) - Bytes(a, ElementType::kFloat32, Precision::kFp32, false) <= gx_growth + 4 * kScratchAlign);
 }
 
 TEST(HBufHoldsTheBatchRoundedUpTo128) {
@@ -161,11 +160,11 @@ TEST(HalfStepCopiesOnlyWhereTheReducedModesTakeThem) {
   const ElementType f32 = ElementType::kFloat32, f16 = ElementType::kFloat16;
   const Dims d = Sizes(2, 2, kMinStepsForHalfWeights, 8, 8, 64);
   const size_t copies = 2 * 2 * 64 * 4 * 64;  // a layer's recurrent weights, both directions, 16-bit
-  CHECK(ScratchBytes(d, f32, Precision::kTf32, false) >= ScratchBytes(d, f32, Precision::kFp32, false) + copies);
-  CHECK(ScratchBytes(d, f32, Precision::kBf16, false) >= ScratchBytes(d, f32, Precision::kFp32, false) + copies);
+  CHECK(Bytes(d, f32, Precision::kTf32, false) >= Bytes(d, f32, Precision::kFp32, false) + copies);
+  CHECK(Bytes(d, f32, Precision::kBf16, false) >= Bytes(d, f32, Precision::kFp32, false) + copies);
   // auto runs fp32 at this size; fp16 storage has 16-bit weights already; short sequences skip it.
-  CHECK_EQ(ScratchBytes(d, f32, Precision::kAuto, false), ScratchBytes(d, f32, Precision::kFp32, false));
-  CHECK_EQ(ScratchBytes(d, f16, Precision::kTf32, false), ScratchBytes(d, f16, Precision::kFp32, false));
+  CHECK_EQ(Bytes(d, f32, Precision::kAuto, false), Bytes(d, f32, Precision::kFp32, false));
+  CHECK_EQ(Bytes(d, f16, Precision::kTf32, false), Bytes(d, f16, Precision::kFp32, false));
   const Dims short_seq = Sizes(2, 2, kMinStepsForHalfWeights - 1, 8, 8, 64);
-  CHECK_EQ(ScratchBytes(short_seq, f32, Precision::kTf32, false), ScratchBytes(short_seq, f32, Precision::kFp32, false));
+  CHECK_EQ(Bytes(short_seq, f32, Precision::kTf32, false), Bytes(short_seq, f32, Precision::kFp32, false));
 }

@@ -9,16 +9,7 @@ using namespace lstm_ort;
 
 namespace {
 
-Dims Sizes(int64_t L, int64_t D, int64_t H, int64_t B) {
-  Dims d;
-  d.L = L;
-  d.D = D;
-  d.T = 50;
-  d.I = 16;
-  d.H = H;
-  d.B = B;
-  return d;
-}
+Dims Sizes(int64_t L, int64_t D, int64_t H, int64_t B) { return MakeDims(L, D, 50, B, 16, H); }
 
 }  // namespace
 
@@ -65,19 +56,4 @@ TEST(AutoPlansLikeWavefront) {
     CHECK_EQ(a[i].first, w[i].first);
     CHECK_EQ(a[i].count, w[i].count);
   }
-}
-
-TEST(DescriptionNamesEachRange) {
-  PersistentPlan p;
-  p.blocks = 96;
-  p.U = 8;
-  p.Bb = 16;
-  p.smem = 100 * 1024 + 17;
-  const std::vector<LayerRange> ranges = {{0, 1, std::nullopt, std::nullopt}, {1, 3, p, std::nullopt}, {4, 1, p, std::nullopt}};
-  CHECK_EQ(DescribeRanges(ranges, StepKernel::kSplitK),
-           std::string("layer 0: v1 splitk (one launch per step); "
-                       "layers 1-3: wavefront (96 blocks of 8 units x 16 rows, 100 KiB shared memory); "
-                       "layer 4: persistent (96 blocks of 8 units x 16 rows, 100 KiB shared memory)"));
-  CHECK_EQ(DescribeRanges(OneLayerPerRange(2), StepKernel::kTiled),
-           std::string("layer 0: v1 tiled (one launch per step); layer 1: v1 tiled (one launch per step)"));
 }

@@ -26,6 +26,11 @@ def cpu_kernel_names() -> list[str]:
     return call_for_text(native().LstmOrtCpuKernelNames).split(",")
 
 
+def debug_keys() -> list[str]:
+    """The `debug` attribute's keys the C++ override parser accepts, in the order of its table."""
+    return call_for_text(native().LstmOrtDebugKeys).split(",")
+
+
 def cpu_name() -> str:
     """This CPU's name as the kernels key their `tuned` entries ("cpu:" + it)."""
     return call_for_text(native().LstmOrtCpuName)

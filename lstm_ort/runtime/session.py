@@ -9,7 +9,7 @@ from typing import Any
 import onnx
 import onnxruntime as ort
 
-from lstm_ort.ops.identity import CPU_KERNELS, PRECISIONS, STRATEGIES, require_choice
+from lstm_ort.ops.identity import CPU_KERNELS, DEBUG_KEYS, PRECISIONS, STRATEGIES, require_choice
 from lstm_ort.runtime.library import cuda_status, get_library_path, preload_cuda_libraries
 from lstm_ort.runtime.model_io import load_model
 from lstm_ort.runtime.nodes import fused_nodes, set_attribute
@@ -27,6 +27,12 @@ PRECISION_KEY = "lstm_ort.precision"
 # faster per shape class of the fused kernel and onnxruntime's own, docs/cpu.md), e.g.
 # so.add_session_config_entry("lstm_ort.cpu_kernel", "fused").
 CPU_KERNEL_KEY = "lstm_ort.cpu_kernel"
+
+# Session options lstm_ort.debug.<key> (key one of DEBUG_KEYS): developer overrides of the CUDA
+# kernel's own choices, passed to every FusedLSTM node as its `debug` attribute ("key=value;...")
+# and checked by the kernel's parser (docs/architecture.md, "Overrides"), e.g.
+# so.add_session_config_entry("lstm_ort.debug.strict", "1"): every fallback is an error naming it.
+DEBUG_PREFIX = "lstm_ort.debug."
 
 # The session options that set one attribute on every FusedLSTM node, subgraphs included:
 # attribute -> (its session config key, the values it takes).
@@ -55,6 +61,8 @@ class InferenceSession(ort.InferenceSession):
     ``path_or_bytes`` may also be an ``onnx.ModelProto``. ``precision`` (one of PRECISIONS) runs
     every FusedLSTM node in that mode: it sets the session config entry ``lstm_ort.precision``
     (PRECISION_KEY) in ``sess_options``, which a session also reads when set there directly.
+    ``debug`` ({key: value}, keys from DEBUG_KEYS) sets the entries ``lstm_ort.debug.<key>`` likewise,
+    e.g. ``debug={"strict": "1"}``.
     """
 
     def __init__(
@@ -65,6 +73,7 @@ class InferenceSession(ort.InferenceSession):
         provider_options: Any = None,
         *,
         precision: str | None = None,
+        debug: dict[str, str] | None = None,
         **kwargs: Any,
     ) -> None:
         if isinstance(path_or_bytes, onnx.ModelProto):
@@ -77,6 +86,12 @@ class InferenceSession(ort.InferenceSession):
             sess_options = sess_options if sess_options is not None else ort.SessionOptions()
             if _config_entry(sess_options, PRECISION_KEY) != precision:  # onnxruntime warns on each overwrite
                 sess_options.add_session_config_entry(PRECISION_KEY, precision)
+        if debug:
+            sess_options = sess_options if sess_options is not None else ort.SessionOptions()
+            for key, value in debug.items():
+                require_choice("debug key", key, DEBUG_KEYS)
+                if _config_entry(sess_options, DEBUG_PREFIX + key) != str(value):
+                    sess_options.add_session_config_entry(DEBUG_PREFIX + key, str(value))
         wants_cuda = _asks_for_cuda(providers)
         if wants_cuda:
             preload_cuda_libraries()  # before registering: the CUDA plugin needs them to load
@@ -141,7 +156,25 @@ def node_options(sess_options: ort.SessionOptions) -> dict[str, str]:
         value = _config_entry(sess_options, key)
         if value is not None:
             forced[attribute] = require_choice(key, value, choices)
+    debug = debug_attribute(sess_options)
+    if debug:
+        forced["debug"] = debug
     return forced
+
+
+def debug_attribute(sess_options: ort.SessionOptions) -> str:
+    """The `debug` attribute for the lstm_ort.debug.<key> entries set in ``sess_options``:
+    "key=value;..." in DEBUG_KEYS order, empty when none is set. The kernel's parser checks the
+    values (a bad one fails the session, naming the key); a value may not hold ';' or '='."""
+    entries = []
+    for key in DEBUG_KEYS:
+        value = _config_entry(sess_options, DEBUG_PREFIX + key)
+        if value is None:
+            continue
+        if ";" in value or "=" in value:
+            raise ValueError(f"{DEBUG_PREFIX}{key} may not contain ';' or '=', got {value!r}")
+        entries.append(f"{key}={value}")
+    return ";".join(entries)
 
 
 def session_threads(sess_options: ort.SessionOptions | None) -> int:
@@ -158,8 +191,9 @@ def with_attributes(path_or_bytes: str | bytes, attributes: dict[str, str], cach
     cached per precision), and the CPU kernel's for ``cpu_threads`` to those without a forced
     cpu_kernel. ``path_or_bytes`` itself when nothing changes. One parse of the model serves both."""
     for attribute, value in attributes.items():
-        key, choices = NODE_OPTIONS[attribute]
-        require_choice(key, value, choices)
+        if attribute in NODE_OPTIONS:  # `debug` is checked by debug_attribute and the kernel
+            key, choices = NODE_OPTIONS[attribute]
+            require_choice(key, value, choices)
     if not attributes and not cache:
         return path_or_bytes
     model = load_model(path_or_bytes)

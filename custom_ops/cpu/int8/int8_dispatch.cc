@@ -6,6 +6,7 @@
 #include <string>
 
 #include "cpu/int8/int8_kernels.h"
+#include "overrides.h"
 
 namespace lstm_ort::cpu::int8 {
 namespace {
@@ -29,8 +30,9 @@ const Table* const kTables[] = {&vnni512::kTable, &avxvnni::kTable, &avx2::kTabl
 
 const Table& Int8Kernels() {
   static const Table* table = [] {
-    const char* force = std::getenv("LSTM_ORT_CPU_INT8_ISA");
-    if (force && *force) {
+    const std::string& forced = CpuOverridesFromEnvironment().int8_isa;
+    const char* force = forced.c_str();
+    if (*force) {
       for (const Table* t : kTables)
         if (std::strcmp(force, t->isa) == 0) {
           if (!Has(t->isa))

@@ -21,6 +21,7 @@
 #include "cpu/int8/int8_kernels.h"
 #include "cpu/kernels.h"
 #include "cpu/pool.h"
+#include "overrides.h"
 #include "lstm_ort/cell.h"
 
 namespace lstm_ort {
@@ -32,14 +33,14 @@ namespace q8 = cpu::int8;
 
 // The work worth another thread, in multiply-adds (LSTM_ORT_CPU_INT8_SPLIT_MIN, for measuring).
 int64_t SplitMin() {
-  static const int64_t split_min = EnvInt("LSTM_ORT_CPU_INT8_SPLIT_MIN", 1 << 19);
+  static const int64_t split_min = CpuOverridesFromEnvironment().int8_split_min;
   return split_min;
 }
 
 // One step's multiply-adds from which its panels are split over threads that meet after every step
 // (LSTM_ORT_CPU_INT8_STEP_SPLIT_MIN, for measuring).
 int64_t StepSplitMin() {
-  static const int64_t split_min = EnvInt("LSTM_ORT_CPU_INT8_STEP_SPLIT_MIN", 1 << 19);
+  static const int64_t split_min = CpuOverridesFromEnvironment().int8_step_split_min;
   return split_min;
 }
 
@@ -193,7 +194,7 @@ CpuLstmInt8::CpuLstmInt8(const OrtKernelInfo* info, const Attributes& attrs) : s
   const auto* p =
       static_cast<const float*>(ConstantInput(info, kP, ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT, d.PeepholeCount()));
   Pack(st.prepacked, *st.int8, d, w, s, b, p);
-  if (EnvInt("LSTM_ORT_CPU_VERBOSE", 0))
+  if (CpuOverridesFromEnvironment().verbose)
     std::fprintf(stderr, "lstm_ort cpu int8: packed constant weights at kernel creation (I=%lld, H=%lld, L=%lld, D=%lld, %s)\n",
                  static_cast<long long>(d.I), static_cast<long long>(d.H), static_cast<long long>(d.L),
                  static_cast<long long>(d.D), st.int8->isa);

@@ -14,6 +14,7 @@
 #pragma once
 
 #include "cuda/element_access.cuh"
+#include "cuda/fma_tile.cuh"
 #include "cuda/low_rank/recurrence_plan.h"
 #include "cuda/persistent/grid_barrier.cuh"
 #include "lstm_ort/cell.h"
@@ -47,26 +48,12 @@ struct LowRankRecurrenceArgs {
 // resident [K][ld_w] (4 columns at `col4`); both strides in float4s.
 __device__ __forceinline__ void TileProduct(const float4* in, int ld_in, int row4, const float4* w, int ld_w, int col4,
                                             int K, int ks, int S, float acc[kLrpTileRows][4]) {
-  auto fma_row = [&](int k) {
+  ForSliceRows(ks, S, K, [&](int k) {
     const float4 wv = w[k * ld_w + col4];
     const float4 iv = in[k * ld_in + row4];
     const float rows[kLrpTileRows] = {iv.x, iv.y, iv.z, iv.w};
-#pragma unroll
-    for (int i = 0; i < kLrpTileRows; ++i) {
-      acc[i][0] = fmaf(rows[i], wv.x, acc[i][0]);
-      acc[i][1] = fmaf(rows[i], wv.y, acc[i][1]);
-      acc[i][2] = fmaf(rows[i], wv.z, acc[i][2]);
-      acc[i][3] = fmaf(rows[i], wv.w, acc[i][3]);
-    }
-  };
-  int k = ks;
-  for (; k + 3 * S < K; k += 4 * S) {  // four rows' loads in flight before their FMAs
-    fma_row(k);
-    fma_row(k + S);
-    fma_row(k + 2 * S);
-    fma_row(k + 3 * S);
-  }
-  for (; k < K; k += S) fma_row(k);
+    FmaTileRow<kLrpTileRows>(acc, rows, wv);
+  });
 }
 
 // Stages rows [b0, b0 + rows) of src ([K][Bp] in L2, Bp a multiple of 4) as [K][rows] in shared

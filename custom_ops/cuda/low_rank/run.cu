@@ -14,12 +14,12 @@
 
 #include "call_io.h"
 #include "cuda/cuda_check.h"
-#include "cuda/developer_knobs.h"
 #include "cuda/device_limits.h"
 #include "cuda/direction_fields.h"
 #include "cuda/element_traits.h"
 #include "cuda/gemm/cublas_handles.h"
 #include "cuda/grid_stride.h"
+#include "cuda/layer_io.cuh"
 #include "cuda/low_rank/gemm.h"
 #include "cuda/low_rank/recurrence_kernel.cuh"
 #include "cuda/low_rank/recurrence_plan.h"
@@ -27,7 +27,6 @@
 #include "cuda/low_rank/scratch.h"
 #include "cuda/low_rank/step_kernel.cuh"
 #include "cuda/process_cache.h"
-#include "cuda/state_kernels.cuh"
 
 namespace lstm_ort {
 namespace {
@@ -64,15 +63,11 @@ DeviceLimits MeasureRecurrenceLimits(int device) {
 }
 
 template <typename T>
-const DeviceLimits& RecurrenceLimits(int device) {
-  return ProcessCached(device, [device] { return MeasureRecurrenceLimits<T>(device); });
-}
-
-template <typename T>
 class LowRankRun {
  public:
-  LowRankRun(const Attributes& attrs, const CallIO& io, cudaStream_t stream, void* scratch)
+  LowRankRun(const Attributes& attrs, const CallIO& io, cudaStream_t stream, void* scratch, CallPlan& plan)
       : attrs_(attrs),
+        plan_(plan),
         io_(io),
         d_(io.dims),
         layout_(io.dims, attrs.ranks),
@@ -90,7 +85,7 @@ class LowRankRun {
     x_ = Fp32(kX, s_.x, rows_ * d_.I);
     w_ = Fp32(kW, s_.w, layout_.WeightCount());
     f_ = Fp32(kFactors, s_.factors, layout_.FactorCount());
-    for (int l = 0; l < d_.L; ++l) RunLayer(l);
+    for (const RangePlan& range : plan_.ranges) RunLayer(range);
   }
 
  private:
@@ -106,8 +101,6 @@ class LowRankRun {
       return to;
     }
   }
-
-  int K(int l, int dir) const { return l * static_cast<int>(d_.D) + dir; }
 
   // gx[dir] for every row of layer l's input `in` [rows][I].
   void Project(int l, const float* in) {
@@ -125,74 +118,42 @@ class LowRankRun {
     }
   }
 
-  void RunLayer(int l) {
-    const bool last = l == d_.L - 1;
+  void RunLayer(const RangePlan& range) {
+    const int l = range.first;
     const float* in = l == 0 ? x_ : s_.layer[(l - 1) % 2];
     if (rows_ > 0) Project(l, in);
-    if (last) Step<T>(l, static_cast<T*>(io_.out[kY]), true);
-    else Step<float>(l, s_.layer[l % 2], false);
+    if (l == d_.L - 1) Step<T>(range, static_cast<T*>(io_.out[kY]));
+    else Step<float>(range, s_.layer[l % 2]);
   }
 
   template <typename TY>
-  void Step(int l, TY* y, bool last) {
+  void Step(const RangePlan& range, TY* y) {
+    const int l = range.first;
     const int B = static_cast<int>(d_.B), H = static_cast<int>(d_.H), D = static_cast<int>(d_.D);
     LowRankStepArgs<T, TY> a{};
     a.B = B;
     a.H = H;
     a.lens = s_.lens;
-    // Layer 0 in layout 1 is batch-major: its projection rows come in (b, t) order.
-    const bool batch_major = l == 0 && attrs_.layout == 1;
-    a.gx_st = batch_major ? 1 : d_.B;
-    a.gx_sb = batch_major ? d_.T : 1;
-    a.y = y;
-    if (last) {
-      const bool l0 = attrs_.layout == 0;
-      a.y_st = l0 ? d_.D * d_.B * d_.H : d_.D * d_.H;
-      a.y_sd = l0 ? d_.B * d_.H : d_.H;
-      a.y_sb = l0 ? d_.H : d_.T * d_.D * d_.H;
-    } else {  // [T][B][D][H], the next layer's input rows
-      a.y_st = d_.B * d_.D * d_.H;
-      a.y_sd = d_.H;
-      a.y_sb = d_.D * d_.H;
-    }
-    if (y && (io_.seq_lens || io_.max_len < d_.T))  // positions past a sequence's end are zero
-      Check(cudaMemsetAsync(y, 0, sizeof(TY) * rows_ * d_.D * d_.H, stream_), "zero Y");
+    const LayerIO io = LayerIOFor(d_, attrs_.layout, l);
+    ApplyLayerIO(io, io, y, a);
+    ZeroPastEnds(y, io_, stream_);
     const long long state = d_.B * d_.H;
     SetDirectionFields(a, attrs_, s_.gx, rows_, G_, D);
     for (int dir = 0; dir < D; ++dir) {
-      const int k = K(l, dir);
       const long long r = layout_.RecurrentRank(l, dir);
       a.K[dir] = static_cast<int>(r ? r : d_.H);
       a.w[dir] = r ? f_ + layout_.RecurrentFactorOffset(l, dir) + d_.H * r
                    : w_ + layout_.WeightOffset(l, dir) + layout_.InputRows(l, dir) * G_;
       a.ld_lhs[dir] = r ? r : d_.H;
-      a.bias[dir] = BiasSlice<T>(io_, k, d_.H);
-      a.peep[dir] = PeepSlice<T>(io_, k, d_.H);
       a.c[dir] = s_.c + dir * state;
     }
-    LaunchInitStates<T>(static_cast<const T*>(io_.in[kInitialH]), static_cast<const T*>(io_.in[kInitialC]), s_.h[0],
-                        s_.c, l, D, static_cast<int>(d_.L) * D, B, H, static_cast<int>(attrs_.layout), stream_);
+    SetLayerSlices<T>(a.bias, a.peep, io_, l, D, d_.H);
+    InitLayerStates<T>(io_, attrs_.layout, l, s_.h[0], s_.c, stream_);
     int cur = 0;  // the buffer of the final h
-    const auto plan = RecurrencePlan(l);
+    // The plan's persistent recurrence (every direction factored and its tiles fit), else per step.
+    const LowRankPlan* plan = range.low_rank();
     if (!plan || !RunRecurrence<TY>(l, *plan, a)) cur = StepByStep<TY>(l, a);
-    LaunchFinalStates<T>(s_.h[cur], s_.c, s_.lens, static_cast<T*>(io_.out[kYH]), static_cast<T*>(io_.out[kYC]), l, D,
-                         static_cast<int>(d_.L) * D, B, H, static_cast<int>(attrs_.layout), stream_);
-  }
-
-  // The persistent recurrence's plan for layer l, or none: a direction keeps its recurrence whole,
-  // the factors' tiles do not fit, or LSTM_ORT_LOW_RANK_STEPWISE=1 asks for the per-step path.
-  std::optional<LowRankPlan> RecurrencePlan(int l) const {
-    if (io_.max_len < 1 || LowRankStepwiseForcedFromEnvironment()) return std::nullopt;
-    long long widest = 0;
-    for (int dir = 0; dir < d_.D; ++dir) {
-      const long long r = layout_.RecurrentRank(l, dir);
-      if (r == 0) return std::nullopt;
-      widest = std::max(widest, r);
-    }
-    int device = 0;
-    Check(cudaGetDevice(&device), "current device");
-    return PlanLowRankRecurrence(static_cast<int>(d_.D), static_cast<int>(d_.H), static_cast<int>(d_.B),
-                                 static_cast<int>(widest), RecurrenceLimits<T>(device));
+    WriteFinalStates<T>(io_, attrs_.layout, l, s_.h[cur], s_.c, s_.lens, stream_);
   }
 
   // Every step of layer l in one cooperative launch; h and c come from and go back to s_.h[0] and
@@ -216,17 +177,13 @@ class LowRankRun {
       a.reverse[dir] = step.reverse[dir];
       a.cell[dir] = step.cell[dir];
     }
-    a.gx_st = step.gx_st;
-    a.gx_sb = step.gx_sb;
+    const LayerIO io = LayerIOFor(d_, attrs_.layout, l);
+    ApplyLayerIO(io, io, step.y, a);
     a.h = s_.h[0];
     a.c = s_.c;
     a.ht = s_.h[1];
     a.p = s_.p;
     a.lens = s_.lens;
-    a.y = step.y;
-    a.y_st = step.y_st;
-    a.y_sd = step.y_sd;
-    a.y_sb = step.y_sb;
     a.barrier = s_.barrier;
     const long long Bp = PaddedBatch(d_.B);
     Check(cudaMemsetAsync(s_.barrier, 0, sizeof(unsigned), stream_), "reset the grid barrier");
@@ -238,6 +195,8 @@ class LowRankRun {
                                                       params, plan.smem, stream_);
     if (e == cudaErrorCooperativeLaunchTooLarge || e == cudaErrorNotSupported) {
       ClearPending();
+      plan_.fallbacks.Add("layer " + std::to_string(l) + ": the device refused the low rank recurrence's launch (" +
+                          cudaGetErrorName(e) + "): one launch per step");
       return false;
     }
     Check(e, "factored recurrence");
@@ -276,6 +235,7 @@ class LowRankRun {
   }
 
   const Attributes& attrs_;
+  CallPlan& plan_;
   const CallIO& io_;
   const Dims& d_;
   WeightLayout layout_;
@@ -289,19 +249,21 @@ class LowRankRun {
 }  // namespace
 
 template <typename T>
-size_t LowRankCudaScratchBytes(const Dims& d, const Ranks& ranks) {
-  return LowRankScratchBytes(d, ranks, kElementTypeOf<T>);
+const DeviceLimits& LowRankRecurrenceLimits(int device) {
+  return ProcessCached(device, [device] { return MeasureRecurrenceLimits<T>(device); });
 }
 
 template <typename T>
-void RunLowRankCuda(const Attributes& attrs, const CallIO& io, void* stream, void* scratch) {
+void RunLowRankCuda(const Attributes& attrs, const CallIO& io, void* stream, void* scratch, CallPlan& plan) {
   if (io.dims.B == 0) return;
-  LowRankRun<T>(attrs, io, static_cast<cudaStream_t>(stream), scratch).Run();
+  LowRankRun<T>(attrs, io, static_cast<cudaStream_t>(stream), scratch, plan).Run();
 }
 
-template size_t LowRankCudaScratchBytes<float>(const Dims& d, const Ranks& ranks);
-template size_t LowRankCudaScratchBytes<__half>(const Dims& d, const Ranks& ranks);
-template void RunLowRankCuda<float>(const Attributes& attrs, const CallIO& io, void* stream, void* scratch);
-template void RunLowRankCuda<__half>(const Attributes& attrs, const CallIO& io, void* stream, void* scratch);
+template const DeviceLimits& LowRankRecurrenceLimits<float>(int device);
+template const DeviceLimits& LowRankRecurrenceLimits<__half>(int device);
+template void RunLowRankCuda<float>(const Attributes& attrs, const CallIO& io, void* stream, void* scratch,
+                                    CallPlan& plan);
+template void RunLowRankCuda<__half>(const Attributes& attrs, const CallIO& io, void* stream, void* scratch,
+                                     CallPlan& plan);
 
 }  // namespace lstm_ort

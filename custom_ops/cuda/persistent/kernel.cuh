@@ -16,15 +16,15 @@
 #include <cuda_pipeline_primitives.h>
 
 #include "cuda/element_access.cuh"
+#include "cuda/fma_tile.cuh"
 #include "cuda/persistent/args.h"
+#include "cuda/persistent/cells.cuh"
 #include "cuda/persistent/grid_barrier.cuh"
 #include "cuda/persistent/phase_clocks.cuh"
 #include "cuda/persistent/plan.h"
 #include "lstm_ort/cell.h"
 
 namespace lstm_ort {
-
-constexpr int kCellsPerThread = 4;   // Bb * U <= 4 * kPersistentThreads
 
 // cp.async.wait_group takes an immediate.
 __device__ __forceinline__ void WaitPrior(int pending) {
@@ -85,6 +85,7 @@ __global__ void __launch_bounds__(kPersistentThreads, 1) PersistentLstm(Persiste
   float peep[kCellsPerThread][3] = {};
   int t_of[kCellsPerThread] = {}, len[kCellsPerThread] = {};
   bool active[kCellsPerThread] = {};
+  const CellSlots cells{c, h, bias, g, peep, t_of, len, active};
   auto cell_row = [&](int j) { return (tid + j * kPersistentThreads) >> a.log2_u; };
   auto cell_unit = [&](int j) { return u0 + ((tid + j * kPersistentThreads) & (U - 1)); };
   auto cell_valid = [&](int j) {
@@ -111,22 +112,7 @@ __global__ void __launch_bounds__(kPersistentThreads, 1) PersistentLstm(Persiste
       h_init[u * Bb + (b - b0)] = h[j];
     }
   }
-  // Which cells a step updates, and the first layer's input projection for them. Loaded an
-  // interval ahead, so the latency hides behind the grid barrier.
-  auto load_inputs = [&](int step) {
-#pragma unroll
-    for (int j = 0; j < kCellsPerThread; ++j) {
-      active[j] = false;
-      if (!cell_valid(j)) continue;
-      const int b = b0 + cell_row(j);
-      active[j] = step < len[j];
-      t_of[j] = active[j] ? (a.reverse[d] ? len[j] - 1 - step : step) : 0;
-      // Unconditional, so nothing waits on it until the gates need it.
-      if (r == 0)
-        g[j] = *reinterpret_cast<const float4*>(a.gx[d] + (t_of[j] * a.gx_st + b * a.gx_sb) * 4LL * H +
-                                                4LL * cell_unit(j));
-    }
-  };
+  auto load_inputs = [&](int step) { LoadCellInputs(a, r, d, b0, H, step, cell_row, cell_unit, cell_valid, cells); };
   load_inputs(0);
   unsigned barriers = 1;
   GridBarrier(a.barrier, barriers * gridDim.x);
@@ -184,7 +170,7 @@ __global__ void __launch_bounds__(kPersistentThreads, 1) PersistentLstm(Persiste
         const int k0 = chunk * p.KC, n = min(p.KC, K - k0);
         const float* hc = hs + slot * p.KC * Bb + rg * R;
         const float* wc = ws + k0 * WS + 4 * ul;
-        auto fma_row = [&](int kl) {
+        ForSliceRows(ks, S, n, [&](int kl) {
           const float4 wv = *reinterpret_cast<const float4*>(wc + kl * WS);
           float hr[R];
 #pragma unroll
@@ -195,22 +181,8 @@ __global__ void __launch_bounds__(kPersistentThreads, 1) PersistentLstm(Persiste
             hr[i + 2] = hv.z;
             hr[i + 3] = hv.w;
           }
-#pragma unroll
-          for (int i = 0; i < R; ++i) {
-            acc[i][0] = fmaf(hr[i], wv.x, acc[i][0]);
-            acc[i][1] = fmaf(hr[i], wv.y, acc[i][1]);
-            acc[i][2] = fmaf(hr[i], wv.z, acc[i][2]);
-            acc[i][3] = fmaf(hr[i], wv.w, acc[i][3]);
-          }
-        };
-        int kl = ks;
-        for (; kl + 3 * S < n; kl += 4 * S) {  // four rows' loads in flight before their FMAs
-          fma_row(kl);
-          fma_row(kl + S);
-          fma_row(kl + 2 * S);
-          fma_row(kl + 3 * S);
-        }
-        for (; kl < n; kl += S) fma_row(kl);
+          FmaTileRow<R>(acc, hr, wv);
+        });
         if (!p.resident) __syncthreads();  // before the next stage() overwrites this slot
       }
       PHASE(1);
@@ -268,13 +240,7 @@ __global__ void __launch_bounds__(kPersistentThreads, 1) PersistentLstm(Persiste
     PHASE(5);
   }
 
-#pragma unroll
-  for (int j = 0; j < kCellsPerThread; ++j) {
-    if (!cell_valid(j)) continue;
-    const long long at = state + static_cast<long long>(b0 + cell_row(j)) * H + cell_unit(j);
-    a.h_fin[at] = h[j];
-    a.c_fin[at] = c[j];
-  }
+  WriteFinalCells(a, state, b0, H, cell_row, cell_unit, cell_valid, cells);
 }
 
 }  // namespace lstm_ort

@@ -11,6 +11,7 @@
 
 #include "cuda/element_access.cuh"
 #include "cuda/persistent/args.h"
+#include "cuda/persistent/cells.cuh"
 #include "cuda/persistent/grid_barrier.cuh"
 #include "cuda/persistent/kernel.cuh"
 #include "cuda/persistent/mma_operands.cuh"
@@ -73,6 +74,7 @@ __global__ void __launch_bounds__(kPersistentThreads, 1) PersistentMmaLstm(Persi
   float peep[kCellsPerThread][3] = {};
   int t_of[kCellsPerThread] = {}, len[kCellsPerThread] = {};
   bool active[kCellsPerThread] = {};
+  const CellSlots cells{c, h, bias, g, peep, t_of, len, active};
   auto cell_row = [&](int j) { return (tid + j * kPersistentThreads) >> a.log2_u; };
   auto cell_unit = [&](int j) { return u0 + ((tid + j * kPersistentThreads) & (U - 1)); };
   auto cell_valid = [&](int j) {
@@ -99,19 +101,7 @@ __global__ void __launch_bounds__(kPersistentThreads, 1) PersistentMmaLstm(Persi
       StoreOperand<O>(h_init + u * Bb + (b - b0), h[j]);
     }
   }
-  auto load_inputs = [&](int step) {
-#pragma unroll
-    for (int j = 0; j < kCellsPerThread; ++j) {
-      active[j] = false;
-      if (!cell_valid(j)) continue;
-      const int b = b0 + cell_row(j);
-      active[j] = step < len[j];
-      t_of[j] = active[j] ? (a.reverse[d] ? len[j] - 1 - step : step) : 0;
-      if (r == 0)
-        g[j] = *reinterpret_cast<const float4*>(a.gx[d] + (t_of[j] * a.gx_st + b * a.gx_sb) * 4LL * H +
-                                                4LL * cell_unit(j));
-    }
-  };
+  auto load_inputs = [&](int step) { LoadCellInputs(a, r, d, b0, H, step, cell_row, cell_unit, cell_valid, cells); };
   load_inputs(0);
   unsigned barriers = 1;
   GridBarrier(a.barrier, barriers * gridDim.x);
@@ -205,13 +195,7 @@ __global__ void __launch_bounds__(kPersistentThreads, 1) PersistentMmaLstm(Persi
     if (s + 1 < n_intervals) GridBarrier(a.barrier, ++barriers * gridDim.x);
   }
 
-#pragma unroll
-  for (int j = 0; j < kCellsPerThread; ++j) {
-    if (!cell_valid(j)) continue;
-    const long long at = state + static_cast<long long>(b0 + cell_row(j)) * H + cell_unit(j);
-    a.h_fin[at] = h[j];
-    a.c_fin[at] = c[j];
-  }
+  WriteFinalCells(a, state, b0, H, cell_row, cell_unit, cell_valid, cells);
 }
 
 }  // namespace lstm_ort

@@ -18,6 +18,4 @@ enum class MmaOperand : int {
 LSTM_ORT_HOST_DEVICE constexpr int MmaKStep(MmaOperand op) { return op == MmaOperand::kTf32x3 || op == MmaOperand::kTf32 ? 8 : 16; }
 LSTM_ORT_HOST_DEVICE constexpr int MmaOperandBytes(MmaOperand op) { return MmaKStep(op) == 8 ? 4 : 2; }
 
-const char* MmaOperandName(MmaOperand op);
-
 }  // namespace lstm_ort

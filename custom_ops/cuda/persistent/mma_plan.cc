@@ -81,14 +81,4 @@ std::optional<PersistentPlan> PlanMmaRange(int layers, int D, int H, int B, MmaO
   return best;
 }
 
-const char* MmaOperandName(MmaOperand op) {
-  switch (op) {
-    case MmaOperand::kTf32x3: return "3xtf32";
-    case MmaOperand::kTf32: return "tf32";
-    case MmaOperand::kFp16: return "fp16";
-    case MmaOperand::kBf16: return "bf16";
-  }
-  return "?";
-}
-
 }  // namespace lstm_ort

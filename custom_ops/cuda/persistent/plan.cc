@@ -66,7 +66,7 @@ std::vector<LayerRange> PlanStack(int L, int D, int T, int H, int B, bool wavefr
 std::vector<LayerRange> PlanStack(int L, int D, int T, bool wavefront, const RangePlanner& plan_range) {
   std::vector<LayerRange> ranges;
   for (int first = 0; first < L;) {
-    LayerRange best{first, 1, plan_range(1), std::nullopt};
+    LayerRange best{first, 1, plan_range(1)};
     if (wavefront && D == 1 && best.plan) {
       // Fewest estimated cycles per layer: more layers share intervals but spread thinner.
       double best_per_layer = T * best.plan->cost;
@@ -76,7 +76,7 @@ std::vector<LayerRange> PlanStack(int L, int D, int T, bool wavefront, const Ran
         const double per_layer = (T + n - 1) * plan->cost / n;
         if (per_layer < best_per_layer) {
           best_per_layer = per_layer;
-          best = LayerRange{first, n, plan, std::nullopt};
+          best = LayerRange{first, n, plan};
         }
       }
     }

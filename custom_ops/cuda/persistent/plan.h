@@ -7,7 +7,6 @@
 #include <optional>
 #include <vector>
 
-#include "cuda/cluster/plan.h"
 #include "cuda/device_limits.h"
 #include "cuda/host_device.h"
 #include "cuda/persistent/mma_operand.h"
@@ -53,7 +52,6 @@ std::optional<PersistentPlan> PlanRange(int layers, int D, int H, int B, const D
 struct LayerRange {
   int first = 0, count = 1;
   std::optional<PersistentPlan> plan;    // empty: run with the per-step kernels (v1)
-  std::optional<ClusterPlan> cluster;    // set: one layer on the cluster kernel (plan is empty)
 };
 
 // The plan of a range of `layers` layers, or none where it does not fit the device.

@@ -108,11 +108,6 @@ cublasComputeType_t ComputeTypeOf(ProjectionMath math) {
   return CUBLAS_COMPUTE_32F;
 }
 
-// h = o * h_act(c) stays within fp16's range only for bounded activations: the defaults are.
-bool HiddenWithinOne(const CellParams& cell) {
-  return cell.act[0].kind == ActKind::kSigmoid && cell.act[2].kind == ActKind::kTanh;
-}
-
 template <typename W>
 void LaunchCell(const StepArgs<float>& a, int D, const float* gates, long long gates_sd, const unsigned* amax,
                 const GemmStepScratch& scratch, cudaStream_t stream) {
@@ -145,14 +140,6 @@ void ConvertLayer(const StepArgs<float>& a, int D, const GemmStepScratch& scratc
   Check(cudaGetLastError(), "16-bit copy of the recurrent weights");  // the steps clear what is pending
 }
 
-StepWeights WeightsFor(const StepArgs<float>& a, const Dims& d, ProjectionMath math, bool streams) {
-  const StepWeights weights = StepWeightsFor(math, d);
-  if (weights == StepWeights::kFp32 || streams) return weights;  // streaming reads h in fp32
-  for (int dir = 0; dir < d.D; ++dir)
-    if (!HiddenWithinOne(a.cell[dir])) return StepWeights::kFp32;
-  return weights;
-}
-
 // The product's operands: the fp32 weights and h, or the 16-bit copies ([D][H][4H], [D][B][H]).
 struct GemmOperands {
   const void *w, *h;
@@ -173,13 +160,13 @@ GemmOperands OperandsOf(const StepArgs<float>& a, int D, const GemmStepScratch& 
 
 }  // namespace
 
-GemmStepPlan PrepareGemmSteps(const StepArgs<float>& a, const Dims& d, ProjectionMath math, bool half_weights,
-                              const GemmStepScratch& scratch, cudaStream_t stream) {
+GemmStepPlan PrepareGemmSteps(const StepArgs<float>& a, const Dims& d, ProjectionMath math, StepWeights weights,
+                              bool streams, const GemmStepScratch& scratch, cudaStream_t stream) {
   const int D = static_cast<int>(d.D);
   GemmStepPlan plan;
   plan.math = math;
-  plan.streams = StreamsStepWith(math, d);
-  plan.weights = half_weights ? WeightsFor(a, d, math, plan.streams) : StepWeights::kFp32;
+  plan.streams = streams;
+  plan.weights = weights;
   if (scratch.stream_done)
     Check(cudaMemsetAsync(scratch.stream_done, 0, sizeof(unsigned) * D * StreamColumnTiles(d.H), stream),
           "zero split counters");

@@ -35,18 +35,16 @@ struct GemmStepScratch {
 // How a layer's steps run on v1's cuBLAS step (fp32 storage only).
 struct GemmStepPlan {
   ProjectionMath math = ProjectionMath::kFp32;
-  // The weights the steps read for `math` (StepWeightsFor), except that cuBLAS's 16-bit GEMM reads
-  // h as fp16 too, which holds only for activations that keep |h| <= 1.
-  StepWeights weights = StepWeights::kFp32;
-  bool streams = false;            // the weight-streaming step (StreamsStepWith)
+  StepWeights weights = StepWeights::kFp32;  // the call plan's step_weights
+  bool streams = false;                      // the weight-streaming step: the plan's step_streams
   std::unique_ptr<StepGemm> gemm;  // else the product through cublasLt, if it has an algorithm
 };
 
 // Before a layer's first step: zeroes the split counters and makes the 16-bit copy of its
-// weights that the plan's weights ask for (the first step's cell writes h's). `half_weights`:
-// false keeps the fp32 weights (the developer knob LSTM_ORT_HALF_STEP_WEIGHTS=0).
-GemmStepPlan PrepareGemmSteps(const StepArgs<float>& a, const Dims& d, ProjectionMath math, bool half_weights,
-                              const GemmStepScratch& scratch, cudaStream_t stream);
+// weights that `weights` asks for (the first step's cell writes h's); math, weights and streams
+// are the call plan's (call_plan.h).
+GemmStepPlan PrepareGemmSteps(const StepArgs<float>& a, const Dims& d, ProjectionMath math, StepWeights weights,
+                              bool streams, const GemmStepScratch& scratch, cudaStream_t stream);
 
 // h_is_zero: h_in is all zeros (the first step without initial_h), so the product is skipped.
 void LaunchGemmStep(const StepArgs<float>& a, const Dims& d, const GemmStepScratch& scratch, const GemmStepPlan& plan,

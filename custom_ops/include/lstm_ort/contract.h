@@ -111,6 +111,7 @@ struct Attributes {
   bool cpu_kernel_set = false;  // the node names one (else LSTM_ORT_CPU_KERNEL may, docs/cpu.md)
   std::vector<TunedStrategy> tuned;  // attribute `tuned`: "gpu|T|B|strategy;..."; used when strategy is auto
   Ranks ranks;                       // factored parts; none by default
+  std::string debug;                 // attribute `debug`: "key=value;..." developer overrides (overrides.h)
 };
 
 // Sizes of one call, resolved from the inputs and validated.
@@ -131,6 +132,8 @@ struct Dims {
   int64_t WeightScaleCount() const { return L * D * 2 * kGates * H; }
   int64_t PeepholeCount() const { return L * D * 3 * H; }
 };
+
+inline Dims MakeDims(int64_t L, int64_t D, int64_t T, int64_t B, int64_t I, int64_t H) { return Dims{T, B, I, H, L, D}; }
 
 // Where every part of a node's weights lies in W and in `factors`, for one call's sizes and the
 // node's ranks. With no rank set, W is laid out as Dims::WeightOffset says.

@@ -1,0 +1,61 @@
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+#include "cpu/int8/int8_kernels.h"
+
+namespace lstm_ort::cpu::int8 {
+namespace {
+
+bool Has(const char* feature) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_cpu_init();
+  if (std::strcmp(feature, "vnni512") == 0)
+    return __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl") &&
+           __builtin_cpu_supports("avx2");
+  if (std::strcmp(feature, "avxvnni") == 0) return __builtin_cpu_supports("avxvnni") && __builtin_cpu_supports("avx2");
+  if (std::strcmp(feature, "avx2") == 0) return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#endif
+  return std::strcmp(feature, "generic") == 0;
+}
+
+// Best first.
+const Table* const kTables[] = {&vnni512::kTable, &avxvnni::kTable, &avx2::kTable, &generic::kTable};
+
+}  // namespace
+
+const Table& Int8Kernels() {
+  static const Table* table = [] {
+    const char* force = std::getenv("LSTM_ORT_CPU_INT8_ISA");
+    if (force && *force) {
+      for (const Table* t : kTables)
+        if (std::strcmp(force, t->isa) == 0) {
+          if (!Has(t->isa))
+            throw std::runtime_error(std::string("LSTM_ORT_CPU_INT8_ISA=") + force + ": this CPU lacks that instruction set");
+          return t;
+        }
+      throw std::runtime_error(std::string("LSTM_ORT_CPU_INT8_ISA=") + force +
+                               " is not one of vnni512, avxvnni, avx2, generic");
+    }
+    for (const Table* t : kTables)
+      if (Has(t->isa)) return t;
+    return &generic::kTable;
+  }();
+  return *table;
+}
+
+QuantParams QuantParamsFor(float lo, float hi) {
+  // The range holds 0, so that 0 (padding, a zero state) is exact; 255 levels span it.
+  lo = std::min(lo, 0.f);
+  hi = std::max(hi, 0.f);
+  QuantParams p;
+  p.scale = hi == lo ? 1.f : (hi - lo) / 255.f;
+  const float zp = std::max(0.f, std::min(255.f, 0.f - lo / p.scale));
+  p.zero_point = static_cast<int32_t>(std::nearbyint(zp));  // half to even in the default rounding mode
+  return p;
+}
+
+}  // namespace lstm_ort::cpu::int8

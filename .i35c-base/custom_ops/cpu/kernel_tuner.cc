@@ -1,0 +1,103 @@
+#include "cpu/kernel_tuner.h"
+
+#include <algorithm>
+
+namespace lstm_ort {
+namespace {
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+}  // namespace
+
+ShapeClass ClassOf(int64_t T, int64_t B) {
+  int64_t bucket = 1;
+  while (bucket < T) bucket *= 2;
+  return {bucket, B};
+}
+
+void KernelTuner::Preset(ShapeClass shape, CpuKernel kernel) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ClassState& s = classes_[shape];
+  s.chosen = kernel;
+  s.preset = true;
+}
+
+KernelTuner::Pick KernelTuner::Choose(ShapeClass shape, const std::vector<CpuKernel>& candidates) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto [it, added] = classes_.try_emplace(shape);
+  ClassState& s = it->second;
+  calls_since_new_ = added ? 0 : calls_since_new_ + 1;
+  if (added) s.candidates = candidates;
+  if (s.chosen != CpuKernel::kAuto) {
+    // A preset kernel this call cannot run (stock's on weights it cannot take) gives way.
+    if (std::find(candidates.begin(), candidates.end(), s.chosen) != candidates.end()) return {s.chosen, false};
+    return {candidates.front(), false};
+  }
+  if (s.candidates.size() == 1) {
+    s.chosen = s.candidates.front();
+    return {s.chosen, false};
+  }
+  return {s.candidates[s.issued++ % s.candidates.size()], true};
+}
+
+void KernelTuner::Record(ShapeClass shape, CpuKernel kernel, double ms) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = classes_.find(shape);
+  if (it == classes_.end() || it->second.chosen != CpuKernel::kAuto) return;
+  ClassState& s = it->second;
+  if (++s.seen[kernel] <= config_.warmup) return;
+  s.times[kernel].push_back(ms);
+  DecideIfMeasured(s);
+}
+
+void KernelTuner::DecideIfMeasured(ClassState& s) const {
+  double best = 0;
+  CpuKernel winner = CpuKernel::kAuto;
+  for (CpuKernel k : s.candidates) {
+    auto t = s.times.find(k);
+    if (t == s.times.end() || static_cast<int>(t->second.size()) < config_.samples) return;
+    const double m = Median(t->second);
+    // Ties go to the earlier candidate (callers list the fused kernel first: no session to run).
+    if (winner == CpuKernel::kAuto || m < best) best = m, winner = k;
+  }
+  s.chosen = winner;
+}
+
+bool KernelTuner::Settled() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (calls_since_new_ < config_.settle_calls) return false;
+  for (const auto& [shape, s] : classes_)
+    if (s.chosen == CpuKernel::kAuto) return false;
+  return true;
+}
+
+bool KernelTuner::Uses(CpuKernel kernel) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const auto& [shape, s] : classes_) {
+    if (s.chosen == kernel) return true;
+    if (s.chosen == CpuKernel::kAuto && std::find(s.candidates.begin(), s.candidates.end(), kernel) != s.candidates.end())
+      return true;
+  }
+  return false;
+}
+
+std::vector<ClassReport> KernelTuner::Report() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<ClassReport> out;
+  for (const auto& [shape, s] : classes_) {
+    ClassReport r;
+    r.shape = shape;
+    r.chosen = s.chosen;
+    r.preset = s.preset;
+    for (const auto& [k, t] : s.times)
+      if (!t.empty()) r.median_ms[k] = Median(t);
+    out.push_back(r);
+  }
+  return out;
+}
+
+}  // namespace lstm_ort

@@ -1,0 +1,92 @@
+// The CPU kernel's hot loops, compiled once per instruction set (kernels_v2.cc: x86-64-v2,
+// kernels_v3.cc: x86-64-v3 = AVX2 + FMA) and chosen once at run time by the CPU's features.
+//
+// Packed weights (built once per kernel from the contract's [K, 4H] blocks, see lstm_cpu.cc):
+// hidden units are grouped in panels of kUnits; a panel's kPanel columns are gate-major (i x8, o x8,
+// f x8, c x8), so one row of a panel's product is four vectors that the cell update consumes in
+// registers. A panel is stored as two strips of kStrip columns, each a contiguous row-major
+// [K][kStrip] matrix: a register tile's weights are one sequential stream (no stride that would
+// leave half of the L1 sets unused) and a k-block of a strip is one contiguous range.
+#pragma once
+
+#include <cstdint>
+
+#include "lstm_ort/cell.h"
+
+namespace lstm_ort::cpu {
+
+constexpr int kUnits = 8;                  // hidden units per panel
+constexpr int kPanel = kGates * kUnits;    // columns per panel
+constexpr int kStrip = 16;                 // columns per strip (two per panel)
+
+// Where column col (0..kPanel) of row k lies within a panel of K rows.
+inline int64_t PanelIndex(int64_t K, int64_t k, int64_t col) {
+  return (col / kStrip) * K * kStrip + k * kStrip + col % kStrip;
+}
+
+// out[r][q*kPanel ..] = bias[q*kPanel ..] + a[r][0..K) * panel q, for rows [r0, r1), panels [q0, q1).
+struct ProjectArgs {
+  const float* a;      // layer input rows
+  int64_t lda;
+  const float* w;      // panels, each K * kPanel floats
+  int64_t K;
+  const float* bias;   // n_panels * kPanel, or null
+  float* out;
+  int64_t ldo;
+  int64_t n_panels;    // panels in w (all of them, not only the range a call computes)
+};
+
+// One recurrent step of a group of batch rows, for panels [p0, p1) of one direction.
+struct StepArgs {
+  const float* w;       // recurrent panels, each K * kPanel floats (K = H, or the rank when factored)
+  int64_t H;            // real hidden size (rows of each panel unless factored)
+  int64_t Hp;           // padded hidden size: row stride of h_in, h_out, c
+  // Factored recurrence: the gates' product reads lhs [rows][lhs_ld] (h times the first factor,
+  // K wide) and w holds the second factor's panels; null: it reads h_in, K = H.
+  const float* lhs;
+  int64_t lhs_ld, K;
+  const float* h_in;    // [rows][Hp]
+  bool h_zero;          // h_in is all zeros (first step, no initial_h): the recurrent product is skipped
+  float* h_out;         // [rows][Hp]
+  float* c;             // [rows][Hp], updated in place
+  int64_t rows;
+  // Row r of the group is batch entry b = b0 + r, of length lens[b] (T when lens is null); at step
+  // s it is at time t = s (or len-1-s when reverse) and reads gx + (t*B + b)*gx_ld, writes
+  // y + (t*B + b)*y_ld (y may be null). Rows with s >= len keep their state.
+  const float* gx;
+  int64_t gx_ld;
+  float* y;
+  int64_t y_ld;
+  int64_t B, b0, T, s;
+  const int32_t* lens;
+  bool reverse;
+  CellParams cell;
+  bool default_acts;    // Sigmoid, Tanh, Tanh: vectorised cell (clip, peepholes, input_forget included)
+  bool vector_acts;     // other activations that all have 8-lane forms (not Softplus): vectorised too
+  const float* peep;    // [3][Hp] (i, o, f), or null
+};
+
+// The activations the cell runs on 8 lanes when they are not the default three (Softplus needs a
+// log the kernels do not have: a cell with it runs per lane).
+inline bool HasVectorForm(ActKind kind) { return kind != ActKind::kSoftplus; }
+inline bool VectorCell(const CellParams& c) {
+  return HasVectorForm(c.act[0].kind) && HasVectorForm(c.act[1].kind) && HasVectorForm(c.act[2].kind);
+}
+
+struct KernelTable {
+  const char* isa;
+  void (*project)(const ProjectArgs&, int64_t r0, int64_t r1, int64_t q0, int64_t q1);
+  void (*step)(const StepArgs&, int64_t p0, int64_t p1);
+};
+
+namespace v2 {
+extern const KernelTable kTable;
+}
+namespace v3 {
+extern const KernelTable kTable;
+}
+
+// The best table this CPU runs (LSTM_ORT_CPU_ISA=v2 forces the baseline, for testing).
+const KernelTable& Kernels();
+
+}  // namespace lstm_ort::cpu

@@ -1,0 +1,100 @@
+// What the CPU kernels (float, cpu/lstm_cpu.cc, and int8, cpu/int8/lstm_int8.cc) share about
+// running on the session's intra-op pool: how many threads to plan for, running tasks on it, the
+// counters tasks meet at after every step, and the scratch they work in.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
+#include <new>
+#include <thread>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+#include <sched.h>
+
+#include "ort_api.h"
+
+namespace lstm_ort {
+
+inline int64_t EnvInt(const char* name, int64_t fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::strtoll(v, nullptr, 10) : fallback;
+}
+
+// Threads to plan for: the cores, or LSTM_ORT_CPU_THREADS. The pool runs as many of the tasks at
+// once as it has threads (with intra_op_num_threads=1 it has none and runs them in turn on the
+// caller); every split the kernels make is correct, and nearly as fast, when fewer run at once.
+// (A probe of the pool's size at the first call proved unreliable on a loaded machine: a sleeping
+// worker may take milliseconds to start.) Once per process: glibc's hardware_concurrency reads
+// /sys on every call.
+inline int PlanThreads() {
+  static const int threads = [] {
+    const int64_t forced = EnvInt("LSTM_ORT_CPU_THREADS", 0);
+    if (forced > 0) return static_cast<int>(forced);
+    return static_cast<int>(std::min(64u, std::max(1u, std::thread::hardware_concurrency())));
+  }();
+  return threads;
+}
+
+// Runs fn(0..n-1) on the session's intra-op pool (inline when n == 1). fn must not throw.
+template <typename Fn>
+void Parallel(OrtKernelContext* ctx, int64_t n, Fn& fn) {
+  if (n <= 1) {
+    if (n == 1) fn(0);
+    return;
+  }
+  void (*tramp)(void*, size_t) = [](void* u, size_t i) { (*static_cast<Fn*>(u))(static_cast<int64_t>(i)); };
+  Ort::ThrowOnError(Ort::GetApi().KernelContext_ParallelFor(ctx, tramp, static_cast<size_t>(n), 0, &fn));
+}
+
+inline void SpinPause(int& n) {
+#if defined(__x86_64__) || defined(__i386__)
+  if (++n < 2000) {
+    _mm_pause();
+    return;
+  }
+#else
+  ++n;
+#endif
+  sched_yield();
+}
+
+// The tasks of one group claim items in order (`next`) and count those finished (`done`); each
+// counter on its own cache line.
+struct alignas(64) GroupSync {
+  std::atomic<int64_t> next{0};
+  char pad[56];
+  std::atomic<int64_t> done{0};
+};
+
+// A 64-byte aligned buffer of T that only grows.
+template <typename T>
+class AlignedBuffer {
+ public:
+  AlignedBuffer() = default;
+  AlignedBuffer(const AlignedBuffer&) = delete;
+  AlignedBuffer& operator=(const AlignedBuffer&) = delete;
+  ~AlignedBuffer() { std::free(data_); }
+  T* Reserve(size_t n) {
+    if (n > cap_) {
+      std::free(data_);
+      data_ = nullptr;
+      cap_ = 0;
+      const size_t bytes = ((n * sizeof(T) + 63) / 64) * 64;
+      data_ = static_cast<T*>(std::aligned_alloc(64, bytes));
+      if (!data_) throw std::bad_alloc();
+      cap_ = n;
+    }
+    return data_;
+  }
+  T* data() const { return data_; }
+
+ private:
+  T* data_ = nullptr;
+  size_t cap_ = 0;
+};
+
+}  // namespace lstm_ort

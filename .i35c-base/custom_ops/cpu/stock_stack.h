@@ -1,0 +1,40 @@
+// onnxruntime's own LSTM kernel on a FusedLSTM node's weights: the stack's stock model
+// (cpu/stock_model.h) in a session of its own, so that stock's kernel runs as it runs in the
+// original model, weights prepacked once by onnxruntime. (OrtApi::InvokeOp runs a kernel without
+// its PrePack: stock's LSTM then packs R at every step and ran 1.1-2.5x slower on this
+// project's shapes, docs/cpu.md.) The session has one intra-op thread; a call uses the FusedLSTM
+// session's threads by splitting its batch rows into pieces that run side by side.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "call_io.h"
+#include "cpu/stock_model.h"
+#include "ort_api.h"
+
+namespace lstm_ort {
+
+class StockStack {
+ public:
+  // Throws (an Ort::Exception) when onnxruntime cannot make the session.
+  StockStack(const Attributes& attrs, const Dims& dims, const StockSignature& sig, const float* w, const float* b,
+             const float* p);
+
+  // Rows [b0, b1) of the call, outputs written into io.out. Where the call is one piece in layout 0
+  // the session reads and writes the call's own buffers; else pieces go through `scratch`
+  // (ScratchFloats of its rows). Thread-safe (sessions run concurrently).
+  void Run(const CallIO& io, int64_t b0, int64_t b1, float* scratch) const;
+  size_t ScratchFloats(const CallIO& io, int64_t rows) const;
+
+  const StockSignature& signature() const { return sig_; }
+
+ private:
+  Attributes attrs_;
+  Dims dims_;  // I, H, L, D
+  StockSignature sig_;
+  Ort::Env env_;  // onnxruntime's one environment, held while the session lives
+  std::unique_ptr<Ort::Session> session_;
+};
+
+}  // namespace lstm_ort

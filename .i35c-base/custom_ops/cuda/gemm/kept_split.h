@@ -1,0 +1,69 @@
+// The TF32 halves of a node's constant W (gemm/split_tf32.cuh), split once on the device and
+// kept for every later call. Split per call, the halves re-read W and wrote it twice: 36 us a
+// layer at H1024 on an H100, up to 13% of a 10-step chunk in the layer pipeline. Only the rows
+// that multiply a layer's input are kept, transposed to K-major for the tensor cores:
+// [l][dir][4H][LayerInput(l)], half of W above the first layer. hi alone serves TF32 calls (W
+// rounded once, read in the order the tensor cores take); 3xTF32 calls read hi and lo, and lo is
+// made only once a call asks for it.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+
+#include "lstm_ort/contract.h"
+
+namespace lstm_ort {
+
+// Where (l, dir)'s input rows lie in a kept half; (L, 0) gives its element count.
+inline int64_t KeptSplitOffset(const Dims& d, int64_t l, int64_t dir) {
+  int64_t off = 0;
+  for (int64_t k = 0; k < l; ++k) off += d.D * d.LayerInput(k) * kGates * d.H;
+  return off + dir * d.LayerInput(l) * kGates * d.H;
+}
+
+// Device pointers to the kept halves, K-major, or null where the call does not read them.
+struct KeptSplit {
+  const float* hi = nullptr;
+  const float* lo = nullptr;  // null where the call reads hi only (TF32)
+  // Both halves: the call's 3xTF32 split needs no room for W's.
+  bool Kept() const { return hi != nullptr && lo != nullptr; }
+};
+
+class KeptSplitWeights {
+ public:
+  // Device memory of the kernel's own device, from onnxruntime's allocator; `allocate` may
+  // return null (nothing is kept then).
+  KeptSplitWeights(std::function<void*(size_t)> allocate, std::function<void(void*)> release)
+      : allocate_(std::move(allocate)), release_(std::move(release)) {}
+  ~KeptSplitWeights();
+  KeptSplitWeights(const KeptSplitWeights&) = delete;
+  KeptSplitWeights& operator=(const KeptSplitWeights&) = delete;
+
+  // hi (and lo, with `with_lo`) of w (a d-shaped W), ready for the work `stream` runs from now
+  // on: each half is made on the first call that asks for it (on that call's stream) and waited
+  // for by every stream after. Empty for any other w than the first one (a constant's address
+  // does not change; the caller then reads W itself) and where the memory could not be had.
+  KeptSplit For(const float* w, const Dims& d, cudaStream_t stream, bool with_lo);
+
+ private:
+  struct Half {
+    bool tried = false;
+    float* data = nullptr;
+    cudaEvent_t ready = nullptr;
+  };
+  // Makes `half` from W on its first call; false where it has no memory.
+  bool Ensure(Half& half, bool is_hi, const float* w, const Dims& d, cudaStream_t stream);
+
+  std::function<void*(size_t)> allocate_;
+  std::function<void(void*)> release_;
+  std::mutex mutex_;
+  const float* source_ = nullptr;
+  int64_t count_ = 0;
+  Half hi_, lo_;
+};
+
+}  // namespace lstm_ort

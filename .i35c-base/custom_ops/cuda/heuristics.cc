@@ -1,0 +1,166 @@
+#include "cuda/heuristics.h"
+
+#include <algorithm>
+
+#include "cuda/v1/step_shapes.h"
+
+namespace lstm_ort {
+
+Strategy StrategyForCall(Strategy configured, const std::vector<TunedStrategy>& tuned, const std::string& gpu,
+                         const Dims& d) {
+  if (configured != Strategy::kAuto) return configured;
+  for (const TunedStrategy& t : tuned)
+    if (t.T == d.T && t.B == d.B && t.gpu == gpu) return t.strategy;
+  return configured;
+}
+
+bool RunsOnCluster(Strategy strategy, const Dims& d) {
+  if (strategy == Strategy::kCluster) return true;
+  if (strategy != Strategy::kAuto || d.H > kMaxHiddenForCluster || d.B > kClusterMaxBatch) return false;
+  const bool small_hidden = d.H <= kMaxHiddenForClusterAtAnyBatch;
+  if (!small_hidden && d.B * d.H > kMaxCellsForCluster) return false;
+  return d.D == 2 || d.L <= (small_hidden ? kMaxLayersForClusterAtSmallHidden : kMaxLayersForCluster);
+}
+
+StepKernel ChooseStepKernel(Strategy strategy, ElementType type, const Dims& d) {
+  if (strategy == Strategy::kSplitK && d.H <= kSplitKMaxHidden) return StepKernel::kSplitK;
+  if (strategy == Strategy::kTiled || strategy == Strategy::kSplitK) return StepKernel::kTiled;
+  if (d.B <= kSplitKMaxBatch && d.H <= kSplitKMaxHidden) return StepKernel::kSplitK;
+  if (type == ElementType::kFloat32 && (d.H >= kMinHiddenForGemmStep || d.B >= kMinBatchForGemmStep))
+    return StepKernel::kGemm;
+  return StepKernel::kTiled;
+}
+
+bool ProjectsWithSplitTf32(ElementType type, ProjectionMath math, int64_t rows, int64_t input, bool weights_kept) {
+  if (type != ElementType::kFloat32 || math != ProjectionMath::kFp32) return false;
+  return rows >= kMinRowsForSplit || (weights_kept && rows * input >= kMinRowsTimesInputForKeptSplit);
+}
+
+int64_t WidestLayerInput(const Dims& d) { return std::max(d.I, d.D * d.H); }
+
+bool CallProjectsWithSplitTf32(ElementType type, Precision precision, const Dims& d, bool weights_kept) {
+  return ProjectsWithSplitTf32(type, ProjectionMathFor(precision, d), d.T * d.B, WidestLayerInput(d), weights_kept);
+}
+
+bool ProjectsFromKeptTf32(ElementType type, ProjectionMath math, int64_t rows, int64_t input) {
+  return type == ElementType::kFloat32 && math == ProjectionMath::kTf32 &&
+         rows * input >= kMinRowsTimesInputForKeptTf32;
+}
+
+KeptHalves CallReadsKeptHalves(ElementType type, Precision precision, const Dims& d) {
+  if (CallProjectsWithSplitTf32(type, precision, d, true)) return KeptHalves::kBoth;
+  if (ProjectsFromKeptTf32(type, ProjectionMathFor(precision, d), d.T * d.B, WidestLayerInput(d)))
+    return KeptHalves::kHi;
+  return KeptHalves::kNone;
+}
+
+std::optional<MmaOperand> MmaOperandFor(Precision precision, ElementType type, const Dims& d) {
+  const bool half_batch = d.B >= kMinBatchForHalfMma;
+  if (type == ElementType::kFloat16) {
+    if (precision == Precision::kBf16) return half_batch ? std::optional<MmaOperand>(MmaOperand::kBf16) : std::nullopt;
+    return half_batch ? std::optional<MmaOperand>(MmaOperand::kFp16) : std::nullopt;
+  }
+  switch (precision) {
+    case Precision::kFp16: return half_batch ? std::optional<MmaOperand>(MmaOperand::kFp16) : std::nullopt;
+    case Precision::kBf16: return half_batch ? std::optional<MmaOperand>(MmaOperand::kBf16) : std::nullopt;
+    case Precision::kTf32: return d.B >= kMinBatchForTf32Mma ? std::optional<MmaOperand>(MmaOperand::kTf32) : std::nullopt;
+    case Precision::kAuto: return MmaOperandFor(ResolvedPrecision(precision, d), type, d);
+    case Precision::kFp32: break;
+  }
+  return std::nullopt;
+}
+
+bool PrefersGemmSteps(Strategy strategy, Precision precision, ElementType type, const Dims& d) {
+  if (strategy != Strategy::kAuto || type != ElementType::kFloat32) return false;
+  const Precision p = ResolvedPrecision(precision, d);
+  const bool half_weights = StepWeightsFor(ProjectionMathFor(p, d), d) != StepWeights::kFp32;
+  const int64_t cells = d.B * d.H;
+  if (p == Precision::kFp16 || p == Precision::kBf16)
+    return half_weights && d.H >= kMinHiddenForHalfGemmSteps && kGates * cells * d.H >= kMinStepMacsForHalfGemmSteps;
+  if (p != Precision::kTf32) return false;
+  return (d.H >= kMinHiddenForTf32GemmSteps && cells >= kMinCellsForTf32GemmSteps) ||
+         (half_weights && d.H >= kMinHiddenForTf32GemmStepsAtFewerCells &&
+          cells >= kMinCellsForTf32GemmStepsAtLargeHidden);
+}
+
+bool AutoRunsAsTf32(const Dims& d) {
+  return d.B >= kMinBatchForTf32Mma || (d.H >= kMinHiddenForAutoTf32 && d.B * d.H >= kMinCellsForAutoTf32);
+}
+
+Precision ResolvedPrecision(Precision precision, const Dims& d) {
+  if (precision != Precision::kAuto) return precision;
+  return AutoRunsAsTf32(d) ? Precision::kTf32 : Precision::kFp32;
+}
+
+StepWeights StepWeightsFor(ProjectionMath math, const Dims& d) {
+  if (math == ProjectionMath::kFp32 || d.T < kMinStepsForHalfWeights) return StepWeights::kFp32;
+  return math == ProjectionMath::kBf16 ? StepWeights::kBf16 : StepWeights::kFp16;
+}
+
+bool StepStreamsWeights(const Dims& d, StepWeights weights) {
+  const int64_t max_hidden = static_cast<int64_t>(kStreamMaxSplits) * kStreamMaxRowsPerSplit;  // h fits a split
+  const bool fp32 = weights == StepWeights::kFp32;
+  const int64_t min_batch = fp32 ? kStreamMinBatch : 1, max_batch = fp32 ? kStreamMaxBatch : kStreamMaxBatchForHalf;
+  return d.B >= min_batch && d.B <= max_batch && d.H <= max_hidden;
+}
+
+bool StreamsStepWith(ProjectionMath math, const Dims& d) {
+  const StepWeights weights = StepWeightsFor(math, d);
+  if (weights != StepWeights::kFp32) return StepStreamsWeights(d, weights);
+  const bool math_streams =
+      math == ProjectionMath::kFp32 || (math == ProjectionMath::kTf32 && d.B <= kStreamMaxBatchForTf32);
+  return math_streams && StepStreamsWeights(d, weights);
+}
+
+int StreamColumnTiles(int64_t H) {
+  return static_cast<int>((kGates * H + kStreamTileCols - 1) / kStreamTileCols);
+}
+
+int StreamSplitsAtMost(int64_t H) {
+  return static_cast<int>(std::min<int64_t>(kStreamMaxSplits, std::max<int64_t>(1, H / 32)));
+}
+
+int StreamSplits(int H, int tiles, int D, int resident_blocks) {
+  const int for_rows = (H + kStreamMaxRowsPerSplit - 1) / kStreamMaxRowsPerSplit;
+  const int one_wave = std::max(1, resident_blocks / (tiles * D));
+  return std::max(for_rows, std::min(one_wave, StreamSplitsAtMost(H)));
+}
+
+ProjectionMath ProjectionMathFor(Precision precision, const Dims& d) {
+  switch (precision) {
+    case Precision::kTf32: return ProjectionMath::kTf32;
+    case Precision::kFp16: return ProjectionMath::kFp16;
+    case Precision::kBf16: return ProjectionMath::kBf16;
+    case Precision::kAuto: return ProjectionMathFor(ResolvedPrecision(precision, d), d);
+    case Precision::kFp32: break;
+  }
+  return ProjectionMath::kFp32;
+}
+
+int TiledRowGroups(int B) { return B <= 32 ? 8 : 16; }
+
+int TiledChunkRows(int H, int row_groups, ElementType type) {
+  const int align = TiledKSplit(row_groups);
+  int kc = (H + align - 1) / align * align;
+  while (kc > align && TiledSmemBytes(kc, H, row_groups, ElementBytes(type)) > kTiledSmemBudget) kc -= align;
+  return kc;
+}
+
+int SplitKValuesPerLane(int H) {
+  if (H <= 32) return 1;
+  if (H <= 64) return 2;
+  if (H <= 128) return 4;
+  if (H <= 256) return 8;
+  if (H <= 512) return 16;
+  return 32;
+}
+
+int SplitKUnitBlocks(int H) { return (H + kSplitKWarps - 1) / kSplitKWarps; }
+
+int SplitKRowsPerBlock(int B, int H, int D, int sm_count) {
+  const int blocks_x = SplitKUnitBlocks(H);
+  const int split = std::max(1, std::min(B, (sm_count + blocks_x * D - 1) / (blocks_x * D)));
+  return (B + split - 1) / split;
+}
+
+}  // namespace lstm_ort

@@ -1,0 +1,204 @@
+// The CUDA path's shape heuristics as named functions of sizes. Plain C++, so they can be
+// unit-tested without a GPU; thresholds measured on an H100 unless noted.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <optional>
+
+#include "cuda/cluster/plan.h"
+#include "cuda/element_type.h"
+#include "cuda/persistent/mma_operand.h"
+#include "lstm_ort/contract.h"
+
+namespace lstm_ort {
+
+// A tuned winner for this GPU model and (T, B) when the node's strategy is auto, else the
+// node's strategy.
+Strategy StrategyForCall(Strategy configured, const std::vector<TunedStrategy>& tuned, const std::string& gpu,
+                         const Dims& d);
+
+// Whether a call's layers run on the cluster kernel (cluster/kernel.cuh) where it plans (H <= 256,
+// B <= 8): always when forced; under auto up to kMaxHiddenForCluster, at every batch it plans up to
+// kMaxHiddenForClusterAtAnyBatch and above that up to kMaxCellsForCluster = B*H, where the
+// persistent kernel's step is bound by its grid barrier and h's trip through L2; unidirectional
+// stacks only up to kMaxLayersForCluster layers (kMaxLayersForClusterAtSmallHidden up to H = 128),
+// beyond which the wavefront, which overlaps layers, wins. H100, T=100, cluster vs the best other
+// strategy (ms): H128 B8 0.24 vs 0.34, H64 B8 0.18 vs 0.35, H256 B2 0.25 vs 0.35, L4 H64 B1 0.30
+// vs wavefront 0.45, L4 H128 B1 0.33 vs 0.38, L2 H128 B1 bi 0.19 vs 0.68; but H256 B4 0.37 vs
+// 0.36, L4 H256 B1 0.64 vs wavefront 0.45.
+constexpr int64_t kMaxHiddenForCluster = 256;
+constexpr int64_t kMaxHiddenForClusterAtAnyBatch = 128;
+constexpr int64_t kMaxCellsForCluster = 512;
+constexpr int64_t kMaxLayersForCluster = 2;
+constexpr int64_t kMaxLayersForClusterAtSmallHidden = 4;
+bool RunsOnCluster(Strategy strategy, const Dims& d);
+
+// The per-step kernels v1 can use.
+enum class StepKernel { kTiled, kSplitK, kGemm };
+
+// Split-K keeps a unit's weights in registers: H = 1024 is as far as registers go.
+constexpr int64_t kSplitKMaxHidden = 1024;
+// v1's own choice (auto and the persistent strategies): split-K up to this batch, tiled above.
+constexpr int64_t kSplitKMaxBatch = 16;
+
+// v1's cuBLAS step (v1/gemm_step.cu) for fp32 storage, unless v1 is forced: from this H (the
+// tiled kernel streams [H, 4H] weights per step through one block per 32 units) or this batch.
+// Measured on an H100 (docs/ops.md).
+constexpr int64_t kMinHiddenForGemmStep = 1024;
+constexpr int64_t kMinBatchForGemmStep = 256;
+
+// In tf32 (and `auto` where it runs as tf32), large fp32 calls run every layer on v1's cuBLAS
+// step rather than the persistent kernels under strategy auto (fp16 and bf16 too, below): cuBLAS's TF32 GEMM beats the
+// tf32 WMMA kernel from H = 256 and B*H = 64K on (H100: L4 H512 B256 9.6 -> 6.5 ms, H1024 B64
+// 2.65 -> 2.0 ms), and loses below (H128 B512 0.84 -> 1.5 ms). With the 16-bit weight copies
+// (StepWeightsFor) it also wins from H = 768 and B*H = 32K, where the persistent kernel holds
+// the weights poorly (T=100 ms, persistent vs cuBLAS steps: L2 T200 H1024 B32 5.49 vs 4.50,
+// H1024 B32 1.42 vs 1.19, H1024 B48 2.57 vs 1.26, L2 H768 B64 3.67 vs 2.24), but not below
+// (H1024 B16 0.81 vs 1.16, H512 B64 0.77 vs 1.25, H256 B128 0.58 vs 1.46).
+constexpr int64_t kMinHiddenForTf32GemmSteps = 256;
+constexpr int64_t kMinCellsForTf32GemmSteps = 64 * 1024;
+constexpr int64_t kMinHiddenForTf32GemmStepsAtFewerCells = 768;
+constexpr int64_t kMinCellsForTf32GemmStepsAtLargeHidden = 32 * 1024;
+// fp16 and bf16 (on their 16-bit copies) from H = 512 and 4*B*H^2 = 256M multiply-adds per step
+// (T=100 ms, fp16 persistent vs cuBLAS steps: H512 B256 1.47 vs 1.28, H1024 B64 1.65 vs 1.46, L4
+// H1024 B64 6.47 vs 4.95; bf16 L4 H512 B256 7.20 vs 5.39), not below, where the tensor-core
+// persistent kernel holds the weights (H512 B128 1.05 vs 1.51, H256 B256 0.77 vs 1.28, L2 T200
+// H1024 B32 3.95 vs 5.41).
+constexpr int64_t kMinHiddenForHalfGemmSteps = 512;
+constexpr int64_t kMinStepMacsForHalfGemmSteps = 256LL * 1024 * 1024;
+bool PrefersGemmSteps(Strategy strategy, Precision precision, ElementType type, const Dims& d);
+
+// Which per-step kernel v1 runs (also for layers the persistent strategies leave to v1).
+StepKernel ChooseStepKernel(Strategy strategy, ElementType type, const Dims& d);
+
+// The input projection's cuBLAS compute type for an fp32 model: FP32 (with the 3xTF32 split of
+// ProjectsWithSplitTf32), or the mode's fast TF32 / fp16 / bf16 conversions.
+enum class ProjectionMath { kFp32, kTf32, kFp16, kBf16 };
+ProjectionMath ProjectionMathFor(Precision precision, const Dims& d);
+
+// Inside v1's cuBLAS step, small batches take the weight-streaming step (v1/step_stream.cuh)
+// instead of cuBLAS (StreamsStepWith, below, says for which math): each weight is used by at most
+// 16 rows, so a step is bound by reading the [H, 4H] weights once, and cuBLAS's FP32 kernels for
+// 2-16 columns read them at well below the memory's rate (H100, T=100 H2048: B8 bi 10.1 -> 7.2 ms,
+// B8 5.7 -> 4.3 ms, B16 -> 6.1). cuBLAS's GEMV for one row stays (H2048 B1 3.08 vs 3.28 ms).
+// StepStreamsWeights is the shape test (it also sizes the scratch). The product is split along K
+// over blocks (kStreamMaxSplits at most, kStreamMaxRowsPerSplit rows each) so that every SM
+// streams; the last block of each column tile adds the splits' partial sums and runs the cell.
+constexpr int64_t kStreamMinBatch = 2;
+constexpr int64_t kStreamMaxBatch = 16;
+constexpr int kStreamMaxSplits = 16;
+constexpr int kStreamMaxRowsPerSplit = 512;
+constexpr int kStreamTileCols = 128;  // columns of 4H per block: a warp's float4 per lane
+
+// In the reduced modes (tf32, fp16, bf16) v1's cuBLAS step reads a 16-bit copy of a layer's
+// recurrent weights, made once per layer and call (v1/half_weights.cuh): steps there are bound
+// by reading R (H100, T=100, tf32: H2048 B8 3.65 -> 2.42 ms, B32 4.35 -> 1.98; docs/ops.md). tf32
+// takes fp16 with a power-of-two scale per direction, which keeps TF32's 10-bit significand and
+// puts the largest weight just under 2^15; bf16 takes bf16. Not for sequences shorter than
+// kMinStepsForHalfWeights, where the copy (6 bytes per weight) would not pay for itself.
+enum class StepWeights { kFp32, kFp16, kBf16 };
+constexpr int64_t kMinStepsForHalfWeights = 8;
+StepWeights StepWeightsFor(ProjectionMath math, const Dims& d);
+
+// With 16-bit weights the streaming step serves one row too (H2048 B1 tf32 1.44 ms, against
+// 3.08 for fp32 on cuBLAS's GEMV) and up to kStreamMaxBatchForHalf rows; above, cuBLAS's 16-bit
+// GEMM is faster (H2048: B16 1.65 ms on cuBLAS, B8 streamed 2.42).
+constexpr int64_t kStreamMaxBatchForHalf = 8;
+bool StepStreamsWeights(const Dims& d, StepWeights weights);
+int StreamColumnTiles(int64_t H);  // blocks along 4H per direction and split
+// K splits for H rows, `tiles` column tiles and D directions when the GPU holds `resident_blocks`
+// of the kernel at once: as many as one wave of blocks takes (a second, partial wave cost ~25% at
+// H2048: 576 blocks on 396 slots), each split at most kStreamMaxRowsPerSplit rows. Never more
+// than StreamSplitsAtMost(H), which sizes the partial sums' scratch.
+int StreamSplits(int H, int tiles, int D, int resident_blocks);
+int StreamSplitsAtMost(int64_t H);
+
+// fp32 input projections run as 3xTF32 (gemm/split_tf32.cuh) from this many rows (T*B) on, in
+// chunks of at most kSplitChunkRows rows so the split copies stay small. B=1 (100 rows) lost 3%
+// with the split, B=64 (6400 rows) gained 10-15%. Where the node's W is a constant, its halves
+// are split once and kept (gemm/kept_split.h); a call then splits only x, and the split also pays
+// for fewer rows once rows x layer input reaches kMinRowsTimesInputForKeptSplit (H100, 4 x H1024
+// whole op, kept split against SGEMM: B64 T10 0.91x, B256 T2 0.77x, B16 T32 0.92x, 1 x H2048 B64
+// T4 0.86x; below it, B64 T5 at H1024 1.19x, H512 B8 T64 1.20x, H256 B64 T4 1.22x).
+constexpr int64_t kMinRowsForSplit = 1024;
+constexpr int64_t kMinRowsTimesInputForKeptSplit = 512 * 1024;
+constexpr int64_t kSplitChunkRows = 16384;
+
+// The widest layer input a call can have, for the rules below that answer for a whole call.
+int64_t WidestLayerInput(const Dims& d);
+
+// `input`: the layer's input width; `weights_kept`: W's halves are kept across calls. Monotone
+// in `input`, so the widest layer input answers for a call's scratch.
+bool ProjectsWithSplitTf32(ElementType type, ProjectionMath math, int64_t rows, int64_t input, bool weights_kept);
+// Whether any layer of a call splits: asked with the widest layer input. Sizes the scratch, and
+// decides whether the call takes kept halves.
+bool CallProjectsWithSplitTf32(ElementType type, Precision precision, const Dims& d, bool weights_kept);
+
+// TF32 projections (precision tf32, or auto resolved to it) read W's kept hi half, K-major
+// (gemm/kept_split.h), once rows x layer input reaches kMinRowsTimesInputForKeptTf32 (H100,
+// cuBLAS TF32, W K-major against W as stored: 512 x 2048 rows x input 1.17x, 640 x 1024 1.08x,
+// 6400 x 512 1.15x, 51200 x 2048 1.15x; below it, 64 x 1024 0.77x, 512 x 128 0.81x).
+constexpr int64_t kMinRowsTimesInputForKeptTf32 = 512 * 1024;
+bool ProjectsFromKeptTf32(ElementType type, ProjectionMath math, int64_t rows, int64_t input);
+
+// Which kept halves a call reads: both where a layer splits for 3xTF32 with them, hi where a
+// layer's TF32 projection reads it, else none. Asked with the widest layer input (both rules
+// are monotone in it).
+enum class KeptHalves { kNone, kHi, kBoth };
+KeptHalves CallReadsKeptHalves(ElementType type, Precision precision, const Dims& d);
+
+// The tensor-core product the persistent ranges use for `precision`, or none for the FP32 FMA
+// kernel. Measured on an H100 (tools/mma_probe.py, T=100, H 256-1024, docs/ops.md): fp16 and
+// bf16 operands win from one 16-row tile of batch on (1.1-1.7x over FMA); tf32 only from 256
+// rows; 3xTF32 never (1.3-2x slower than FMA at every batch), so fp32 stays on FMA. fp16 models
+// (storage T = float16) take fp16 tensor cores in their default mode, as stock fp16 LSTMs do.
+constexpr int64_t kMinBatchForHalfMma = 16;
+constexpr int64_t kMinBatchForTf32Mma = 256;
+std::optional<MmaOperand> MmaOperandFor(Precision precision, ElementType type, const Dims& d);
+
+// `auto` keeps FP32 accuracy where it costs nothing and runs as tf32 (stock's own default class)
+// where FP32 measurably loses to stock's TF32 default: from kMinBatchForTf32Mma rows on, and for
+// H >= kMinHiddenForAutoTf32 from kMinCellsForAutoTf32 = B*H on, where the FP32 weights stream
+// from memory every step (H100, T=100, fp32 vs best stock TF32 ms: H512 B256 3.05 vs 2.50,
+// H1024 B32 1.70 vs 1.69, H1024 B64 3.09 vs 2.05, H2048 B8 4.46 vs 3.97, H2048 B32 7.37 vs 4.17;
+// fp32 still wins at H2048 B4 3.74 vs 3.90, H1024 B8, H512 B128 1.64 vs 1.74, H256 B512).
+constexpr int64_t kMinHiddenForAutoTf32 = 1024;
+constexpr int64_t kMinCellsForAutoTf32 = 16 * 1024;
+bool AutoRunsAsTf32(const Dims& d);
+// The mode a call runs: `auto` resolved for this shape to fp32 or tf32; other modes unchanged.
+Precision ResolvedPrecision(Precision precision, const Dims& d);
+
+// Whether v1's cuBLAS step streams the weights for this step's math: FP32 at StepStreamsWeights'
+// shapes; tf32 too up to kStreamMaxBatchForTf32 rows, in fp32 (within tf32's bound), where it beats
+// cuBLAS's TF32 kernels (H100, H2048 T=100: B8 3.78 vs 3.80-4.24 ms, B8 bi 6.21 vs 6.40-6.55) and
+// not above (B16 5.72 vs 3.94). With the cell fused in (one launch per step): fp32 B8 4.29 vs
+// 4.46-4.71 ms unfused.
+// With 16-bit weights (StepWeightsFor), up to kStreamMaxBatchForHalf rows in any reduced mode.
+constexpr int64_t kStreamMaxBatchForTf32 = 8;
+bool StreamsStepWith(ProjectionMath math, const Dims& d);
+
+// Dynamic shared memory the tiled step kernel may use; its limit is raised to this once per device.
+constexpr size_t kTiledSmemBudget = 200 * 1024;
+
+// Row groups of the tiled kernel's register tile (its RG template argument: 8 or 16).
+int TiledRowGroups(int B);
+
+// The tiled kernel's K chunk: the largest multiple of its K split that fits kTiledSmemBudget,
+// so one chunk whenever H allows.
+int TiledChunkRows(int H, int row_groups, ElementType type);
+
+// K values per lane of the split-K kernel (its KPL template argument): H <= 32 * KPL.
+int SplitKValuesPerLane(int H);
+
+// Blocks along the units of the split-K kernel (one warp per unit).
+int SplitKUnitBlocks(int H);
+
+// Batch rows per split-K block: rows spread over more blocks when one block per unit group
+// would leave SMs idle.
+int SplitKRowsPerBlock(int B, int H, int D, int sm_count);
+
+}  // namespace lstm_ort

@@ -1,0 +1,76 @@
+#include "cuda/scratch_layout.h"
+
+#include <algorithm>
+#include <cstdint>
+
+#include "cuda/heuristics.h"
+
+namespace lstm_ort {
+namespace {
+
+size_t Aligned(size_t n) { return (n + kScratchAlign - 1) / kScratchAlign * kScratchAlign; }
+
+}  // namespace
+
+size_t HBufBytes(const Dims& d) { return sizeof(float) * 2 * d.L * d.D * d.H * ((d.B + 127) / 128 * 128); }
+
+Scratch CarveScratch(const Dims& d, ElementType type, Precision precision, bool weights_kept, void* base,
+                     size_t* total) {
+  Scratch s{};
+  char* p = static_cast<char*>(base);
+  size_t off = 0;
+  auto take = [&](size_t bytes) {
+    char* q = p ? p + off : nullptr;
+    off += Aligned(bytes);
+    return q;
+  };
+  const size_t state = sizeof(float) * d.D * d.B * d.H;
+  s.gx = reinterpret_cast<float*>(take(sizeof(float) * d.D * d.T * d.B * kGates * d.H));
+  s.h[0] = reinterpret_cast<float*>(take(state));
+  s.h[1] = reinterpret_cast<float*>(take(state));
+  s.c = reinterpret_cast<float*>(take(state));
+  s.lens = reinterpret_cast<int*>(take(sizeof(int) * d.B));
+  const size_t layer = d.L > 1 ? ElementBytes(type) * d.T * d.B * d.D * d.H : 0;
+  s.layer[0] = take(layer);
+  s.layer[1] = take(d.L > 2 ? layer : 0);
+  const size_t states = sizeof(float) * d.L * d.D * d.B * d.H;
+  s.h0 = reinterpret_cast<float*>(take(states));
+  s.c0 = reinterpret_cast<float*>(take(states));
+  s.h_fin = reinterpret_cast<float*>(take(states));
+  s.c_fin = reinterpret_cast<float*>(take(states));
+  s.hbuf = reinterpret_cast<float*>(take(HBufBytes(d)));
+  s.barrier = reinterpret_cast<unsigned*>(take(sizeof(unsigned)));
+  const bool fp32 = type == ElementType::kFloat32;
+  const StepWeights weights = fp32 ? StepWeightsFor(ProjectionMathFor(precision, d), d) : StepWeights::kFp32;
+  const bool streams = fp32 && StepStreamsWeights(d, weights);
+  const int64_t gate_copies = streams ? StreamSplitsAtMost(d.H) : 1;  // partial sums per K split
+  s.gates = reinterpret_cast<float*>(take(fp32 ? sizeof(float) * gate_copies * d.D * d.B * kGates * d.H : 0));
+  unsigned* done = reinterpret_cast<unsigned*>(take(streams ? sizeof(unsigned) * d.D * StreamColumnTiles(d.H) : 0));
+  s.stream_done = streams ? done : nullptr;  // take(0) would point at the next region
+  if (weights != StepWeights::kFp32) {
+    s.wh_half = take(sizeof(uint16_t) * d.D * d.H * kGates * d.H);
+    s.h_half = take(sizeof(uint16_t) * d.D * d.B * d.H);
+    s.wh_amax = reinterpret_cast<unsigned*>(take(sizeof(unsigned) * 2));
+  }
+  if (CallProjectsWithSplitTf32(type, precision, d, weights_kept)) {
+    const int64_t widest = WidestLayerInput(d);
+    const size_t x = sizeof(float) * std::min<int64_t>(d.T * d.B, kSplitChunkRows) * widest;
+    s.x_hi = reinterpret_cast<float*>(take(x));
+    s.x_lo = reinterpret_cast<float*>(take(x));
+    if (!weights_kept) {  // kept halves need no room here
+      const size_t w = sizeof(float) * d.D * widest * kGates * d.H;
+      s.w_hi = reinterpret_cast<float*>(take(w));
+      s.w_lo = reinterpret_cast<float*>(take(w));
+    }
+  }
+  if (total) *total = off;
+  return s;
+}
+
+size_t ScratchBytes(const Dims& d, ElementType type, Precision precision, bool weights_kept) {
+  size_t total = 0;
+  CarveScratch(d, type, precision, weights_kept, nullptr, &total);
+  return total;
+}
+
+}  // namespace lstm_ort

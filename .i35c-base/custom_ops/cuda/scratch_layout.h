@@ -1,0 +1,49 @@
+// One call's device scratch, carved out of a single allocation. Plain C++: the op asks for the
+// size before anything runs on the GPU, and the unit tests check the carve-up.
+#pragma once
+
+#include <cstddef>
+
+#include "cuda/element_type.h"
+#include "lstm_ort/contract.h"
+
+namespace lstm_ort {
+
+// Every region starts on this boundary (cuBLAS and 16-byte vector loads want aligned rows).
+constexpr size_t kScratchAlign = 256;
+
+struct Scratch {
+  float* gx;       // [D][T*B][4H]
+  float* h[2];     // [D][B][H] each
+  float* c;        // [D][B][H]
+  int* lens;       // [B]
+  void* layer[2];  // [T][B][D][H] of the element type, between layers
+  // The persistent kernel's: states per layer of a range, [L][D][B][H]; h in flight; barrier.
+  float *h0, *c0, *h_fin, *c_fin;
+  float* hbuf;
+  unsigned* barrier;
+  float* gates;    // v1's cuBLAS step: [splits][D][B][4H] recurrent products (fp32 storage only)
+  unsigned* stream_done;  // its weight-streaming step: [D][column tiles] split counters
+  // Its 16-bit operands in the reduced modes (StepWeightsFor; null otherwise): a layer's
+  // recurrent weights [D][H][4H], h [D][B][H], and the largest |weight| per direction (float bits).
+  void* wh_half;
+  void* h_half;
+  unsigned* wh_amax;
+  // fp32 input projections on TF32 tensor cores: the layer input (a chunk of rows) and the
+  // input rows of its weights, split; null when ProjectsWithSplitTf32 says no, and the weights'
+  // also where they are kept across calls (gemm/kept_split.h).
+  float *x_hi, *x_lo, *w_hi, *w_lo;
+};
+
+// h in flight for the persistent kernel: [2][L][D][H][B rounded up to 128], room for any plan's padding.
+size_t HBufBytes(const Dims& d);
+
+// The regions inside `base` (all null when base is null); `total` (if given) gets the bytes used.
+// `precision` is the node's mode (`auto` is resolved here for the shape); `weights_kept`: the
+// weights' 3xTF32 halves are kept across calls.
+Scratch CarveScratch(const Dims& d, ElementType type, Precision precision, bool weights_kept, void* base,
+                     size_t* total);
+
+size_t ScratchBytes(const Dims& d, ElementType type, Precision precision, bool weights_kept);
+
+}  // namespace lstm_ort

@@ -1,0 +1,111 @@
+// Initial and final states of one layer: between the op's [L*D, B, H] (layout 0) or
+// [B, L*D, H] (layout 1) tensors of the element type and the fp32 [D][B][H] the recurrence uses.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "cuda/cuda_check.h"
+#include "cuda/element_access.cuh"
+#include "cuda/grid_stride.h"
+
+namespace lstm_ort {
+
+// Row of state k = l*D + d for batch entry b.
+__device__ __forceinline__ long long StateRow(int layout, int LD, int B, int k, int b) {
+  return layout == 0 ? static_cast<long long>(k) * B + b : static_cast<long long>(b) * LD + k;
+}
+
+// Both fp32 state buffers can be read or written a float4 at a time (a persistent range's later
+// layers are not 16-byte aligned when D*B*H is odd).
+inline bool Float4Aligned(const float* h, const float* c) {
+  return ((reinterpret_cast<uintptr_t>(h) | reinterpret_cast<uintptr_t>(c)) & 15) == 0;
+}
+
+// `zero4` (no initial_h nor initial_c, h and c Float4Aligned): zeros four at a time; the
+// per-element row arithmetic made the kernel three times a memset's time at D2 B512 H2048.
+template <typename T>
+__global__ void InitStates(const T* h0, const T* c0, float* h, float* c, int layer, int D, int LD, int B, int H,
+                           int layout, bool zero4) {
+  const long long n = static_cast<long long>(D) * B * H;
+  const long long first = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x;
+  const long long stride = static_cast<long long>(gridDim.x) * blockDim.x;
+  if (zero4) {
+    for (long long i = first; i < n / 4; i += stride) {
+      reinterpret_cast<float4*>(h)[i] = float4{};
+      reinterpret_cast<float4*>(c)[i] = float4{};
+    }
+    for (long long i = n / 4 * 4 + first; i < n; i += stride) h[i] = c[i] = 0.f;
+    return;
+  }
+  for (long long i = first; i < n; i += stride) {
+    const int j = i % H, b = (i / H) % B, d = i / (static_cast<long long>(H) * B);
+    const long long src = StateRow(layout, LD, B, layer * D + d, b) * H + j;
+    h[i] = h0 ? ToF(h0[src]) : 0.f;
+    c[i] = c0 ? ToF(c0[src]) : 0.f;
+  }
+}
+
+// Every length T: no host copy, so a call without sequence_lens enqueues without waiting on the
+// stream (a copy from pageable host memory may synchronise the host with it).
+__global__ inline void FillLengths(int* lens, int B, int T) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < B; i += gridDim.x * blockDim.x) lens[i] = T;
+}
+
+// A sequence of length 0 ends in zeros, as stock onnxruntime gives. kUnits consecutive units per
+// thread (H a multiple of kUnits, h and c aligned to them): one wide load of h and c each.
+template <typename T, int kUnits>
+__global__ void FinalStates(const float* h, const float* c, const int* lens, T* y_h, T* y_c, int layer, int D,
+                            int LD, int B, int H, int layout) {
+  static_assert(kUnits == 1 || kUnits == 4, "a float or a float4 per thread");
+  using Vec = std::conditional_t<kUnits == 4, float4, float>;
+  const long long n = static_cast<long long>(D) * B * H / kUnits;
+  for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<long long>(gridDim.x) * blockDim.x) {
+    const long long e = i * kUnits;
+    const int j = e % H, b = (e / H) % B, d = e / (static_cast<long long>(H) * B);
+    const long long dst = StateRow(layout, LD, B, layer * D + d, b) * H + j;
+    const bool empty = lens[b] == 0;
+    for (int k = 0; k < 2; ++k) {
+      T* out = k == 0 ? y_h : y_c;
+      if (!out) continue;
+      const Vec v = reinterpret_cast<const Vec*>(k == 0 ? h : c)[i];
+      const float* f = reinterpret_cast<const float*>(&v);
+#pragma unroll
+      for (int u = 0; u < kUnits; ++u) out[dst + u] = FromF<T>(empty ? 0.f : f[u]);
+    }
+  }
+}
+
+// A layer's fp32 states from initial_h / initial_c (either may be null: zeros), enqueued on
+// `stream`.
+template <typename T>
+void LaunchInitStates(const T* h0, const T* c0, float* h, float* c, int layer, int D, int LD, int B, int H,
+                      int layout, cudaStream_t stream) {
+  const long long n = static_cast<long long>(D) * B * H;
+  const bool zero4 = !h0 && !c0 && Float4Aligned(h, c);
+  ClearPending();
+  InitStates<T><<<GridStrideBlocks(zero4 ? n / 4 + 1 : n), kGridStrideThreads, 0, stream>>>(h0, c0, h, c, layer, D,
+                                                                                            LD, B, H, layout, zero4);
+  Check(cudaGetLastError(), "init states");
+}
+
+// Y_h / Y_c of a layer (either may be null: not asked for), enqueued on `stream`.
+template <typename T>
+void LaunchFinalStates(const float* h, const float* c, const int* lens, T* y_h, T* y_c, int layer, int D, int LD,
+                       int B, int H, int layout, cudaStream_t stream) {
+  if (!y_h && !y_c) return;
+  const long long n = static_cast<long long>(D) * B * H;
+  ClearPending();
+  if (H % 4 == 0 && Float4Aligned(h, c))
+    FinalStates<T, 4><<<GridStrideBlocks(n / 4), kGridStrideThreads, 0, stream>>>(h, c, lens, y_h, y_c, layer, D,
+                                                                                  LD, B, H, layout);
+  else
+    FinalStates<T, 1><<<GridStrideBlocks(n), kGridStrideThreads, 0, stream>>>(h, c, lens, y_h, y_c, layer, D, LD, B,
+                                                                              H, layout);
+  Check(cudaGetLastError(), "final states");
+}
+
+}  // namespace lstm_ort

@@ -1,0 +1,72 @@
+// RegisterCustomOps: the library's one entry point, for SessionOptions.register_custom_ops_library
+// and for C++ hosts.
+#include <dlfcn.h>
+
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "cpu/cpu_kernel.h"
+#include "cpu/int8/lstm_int8.h"
+#include "cuda_plugin.h"
+#include "fused_lstm_op.h"
+
+namespace {
+
+// ORT keeps raw pointers to the domain and its ops: both live as long as the library.
+std::mutex g_mutex;
+std::vector<Ort::CustomOpDomain> g_domains;
+
+const lstm_ort::FusedLstmOp<lstm_ort::CpuOpKernel<float>> g_cpu_f32;
+const lstm_ort::FusedLstmOp<lstm_ort::CpuOpKernel<Ort::Float16_t>> g_cpu_f16;
+const lstm_ort::FusedLstmOp<lstm_ort::CpuInt8Kernel> g_cpu_int8;  // int8 W (docs/ops.md, "int8 weights")
+
+// onnxruntime dlcloses a custom-op library with the session options that loaded it. Unloading
+// this one would unregister its CUDA kernels and leave cached cuBLAS handles dangling for the
+// next session: pin it in the process instead.
+void PinLibrary();
+
+}  // namespace
+
+extern "C" __attribute__((visibility("default"))) OrtStatus* ORT_API_CALL
+RegisterCustomOps(OrtSessionOptions* options, const OrtApiBase* api_base) {
+  const OrtApi* api = api_base->GetApi(LSTM_ORT_API_VERSION);
+  if (!api) {
+    // Every onnxruntime has API version 1, enough to report that this one is too old.
+    const OrtApi* v1 = api_base->GetApi(1);
+    return v1->CreateStatus(ORT_FAIL, "lstm_ort needs onnxruntime >= 1.21 (ORT API version 21)");
+  }
+  Ort::InitApi(api);
+  PinLibrary();
+  try {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    Ort::CustomOpDomain domain(lstm_ort::kDomain);
+    domain.Add(&g_cpu_f32);
+    domain.Add(&g_cpu_f16);
+    domain.Add(&g_cpu_int8);
+    // The CUDA kernels when their plugin loads (custom_ops/cuda_plugin.h); without it the CPU
+    // kernel serves every node, and Python says why the CUDA kernels are missing.
+    const lstm_ort::CudaPluginState cuda = lstm_ort::LoadCudaPlugin();
+    if (cuda.add_ops) {
+      char error[1024] = {};
+      if (cuda.add_ops(api, domain, error, sizeof error) != 0)
+        return api->CreateStatus(ORT_FAIL, (std::string("lstm_ort: registering the CUDA kernels failed: ") + error).c_str());
+    }
+    Ort::UnownedSessionOptions(options).Add(domain);
+    g_domains.push_back(std::move(domain));
+  } catch (const std::exception& e) {
+    return lstm_ort::ToStatus(e);
+  }
+  return nullptr;
+}
+
+namespace {
+void PinLibrary() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    Dl_info info{};
+    if (dladdr(reinterpret_cast<void*>(&RegisterCustomOps), &info) && info.dli_fname)
+      dlopen(info.dli_fname, RTLD_NOW | RTLD_NODELETE);
+  });
+}
+}  // namespace

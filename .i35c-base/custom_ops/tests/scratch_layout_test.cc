@@ -1,0 +1,171 @@
+// The scratch carve-up (cuda/scratch_layout.cc): aligned, disjoint regions with room for what
+// each holds.
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "check.h"
+#include "cuda/heuristics.h"
+#include "cuda/scratch_layout.h"
+
+using namespace lstm_ort;
+
+namespace {
+
+Dims Sizes(int64_t L, int64_t D, int64_t T, int64_t B, int64_t I, int64_t H) {
+  Dims d;
+  d.L = L;
+  d.D = D;
+  d.T = T;
+  d.B = B;
+  d.I = I;
+  d.H = H;
+  return d;
+}
+
+int64_t WidestInput(const Dims& d) { return std::max(d.I, d.D * d.H); }
+
+struct Region {
+  const char* name;
+  const void* start;
+  size_t need;  // bytes the region must hold
+};
+
+void CheckLayout(const Dims& d, ElementType type, Precision precision, bool kept) {
+  size_t total = 0;
+  CarveScratch(d, type, precision, kept, nullptr, &total);
+  CHECK_EQ(total, ScratchBytes(d, type, precision, kept));
+  // Only addresses are compared: memory that is never touched costs no page faults.
+  const std::unique_ptr<char[]> memory(new char[total + 1]);
+  char* base = memory.get();
+  const Scratch s = CarveScratch(d, type, precision, kept, base, nullptr);
+
+  const size_t f = sizeof(float), state = f * d.D * d.B * d.H, states = state * d.L;
+  const size_t layer = ElementBytes(type) * d.T * d.B * d.D * d.H;
+  std::vector<Region> regions = {
+      {"gx", s.gx, f * d.D * d.T * d.B * 4 * d.H},
+      {"h0", s.h[0], state},
+      {"h1", s.h[1], state},
+      {"c", s.c, state},
+      {"lens", s.lens, sizeof(int) * d.B},
+      {"layer0", s.layer[0], d.L > 1 ? layer : 0},
+      {"layer1", s.layer[1], d.L > 2 ? layer : 0},
+      {"h0 per layer", s.h0, states},
+      {"c0 per layer", s.c0, states},
+      {"h_fin", s.h_fin, states},
+      {"c_fin", s.c_fin, states},
+      {"hbuf", s.hbuf, HBufBytes(d)},
+      {"barrier", s.barrier, sizeof(unsigned)},
+  };
+  // v1's cuBLAS step; where it may stream the weights, a copy of the gates per K split and the
+  // split counters (null otherwise).
+  // In the reduced modes, its 16-bit copies of the weights and of h, and the largest weights.
+  const bool fp32 = type == ElementType::kFloat32;
+  const StepWeights weights = fp32 ? StepWeightsFor(ProjectionMathFor(precision, d), d) : StepWeights::kFp32;
+  const bool streams = fp32 && StepStreamsWeights(d, weights), half = weights != StepWeights::kFp32;
+  const size_t copies = streams ? StreamSplitsAtMost(d.H) : 1;
+  regions.push_back({"gates", s.gates, fp32 ? copies * f * d.D * d.B * 4 * d.H : 0});
+  CHECK_EQ(s.stream_done != nullptr, streams);
+  if (streams) regions.push_back({"stream_done", s.stream_done, sizeof(unsigned) * d.D * StreamColumnTiles(d.H)});
+  CHECK_EQ(s.wh_half != nullptr, half);
+  if (half) {
+    regions.push_back({"wh_half", s.wh_half, 2 * d.D * d.H * 4 * d.H});
+    regions.push_back({"h_half", s.h_half, 2 * d.D * d.B * d.H});
+    regions.push_back({"wh_amax", s.wh_amax, sizeof(unsigned) * 2});
+  }
+  const bool split = ProjectsWithSplitTf32(type, ProjectionMathFor(precision, d), d.T * d.B, WidestInput(d), kept);
+  CHECK_EQ(s.x_hi != nullptr, split);
+  CHECK_EQ(s.w_hi != nullptr, split && !kept);  // kept halves live outside the scratch
+  if (split) {
+    const size_t x = f * std::min<int64_t>(d.T * d.B, kSplitChunkRows) * WidestInput(d);
+    regions.push_back({"x_hi", s.x_hi, x});
+    regions.push_back({"x_lo", s.x_lo, x});
+  }
+  if (split && !kept) {
+    const size_t w = f * d.D * WidestInput(d) * 4 * d.H;  // any layer's D blocks of input rows x 4H
+    regions.push_back({"w_hi", s.w_hi, w});
+    regions.push_back({"w_lo", s.w_lo, w});
+  }
+  // In order, aligned, each ending before the next starts, the last within the total.
+  for (size_t i = 0; i < regions.size(); ++i) {
+    const size_t off = static_cast<size_t>(static_cast<const char*>(regions[i].start) - base);
+    const size_t end = off + regions[i].need;
+    const std::string what = std::string(regions[i].name) + " placed";
+    if (off % kScratchAlign != 0) unit::RecordFailure(__FILE__, __LINE__, what + " unaligned");
+    const size_t next = i + 1 < regions.size()
+                            ? static_cast<size_t>(static_cast<const char*>(regions[i + 1].start) - base)
+                            : total;
+    if (end > next) unit::RecordFailure(__FILE__, __LINE__, what + " overlaps what follows");
+  }
+}
+
+}  // namespace
+
+TEST(ScratchRegionsAreAlignedAndDisjoint) {
+  for (ElementType type : {ElementType::kFloat32, ElementType::kFloat16})
+    for (int64_t L : {1, 2, 3, 5})
+      for (int64_t D : {1, 2})
+        for (int64_t T : {0, 1, 7, 100, 2000})
+          for (int64_t B : {1, 3, 16, 65})
+            for (int64_t H : {1, 5, 64, 301})
+              for (Precision p : {Precision::kFp32, Precision::kTf32, Precision::kBf16, Precision::kAuto})
+                for (bool kept : {false, true}) CheckLayout(Sizes(L, D, T, B, 7, H), type, p, kept);
+}
+
+TEST(ScratchWithoutBaseIsAllNull) {
+  const Scratch s =
+      CarveScratch(Sizes(3, 2, 2000, 4, 8, 8), ElementType::kFloat32, Precision::kFp32, false, nullptr, nullptr);
+  CHECK(!s.gx && !s.h[0] && !s.layer[0] && !s.hbuf && !s.barrier && !s.x_hi && !s.w_lo && !s.wh_half);
+}
+
+TEST(SplitBuffersFollowTheProjectionHeuristic) {
+  const Dims below = Sizes(1, 1, kMinRowsForSplit - 1, 1, 8, 8);
+  const Dims at = Sizes(1, 1, kMinRowsForSplit, 1, 8, 8);
+  CHECK(ScratchBytes(at, ElementType::kFloat32, Precision::kFp32, false) > ScratchBytes(below, ElementType::kFloat32, Precision::kFp32, false) + 4 * 8 * 8 * 4);
+  // float16 projects on tensor cores as it is: no split copies, only the smaller layer buffers.
+  CHECK(ScratchBytes(Sizes(3, 1, 5000, 4, 8, 8), ElementType::kFloat16, Precision::kFp32, false) <
+        ScratchBytes(Sizes(3, 1, 5000, 4, 8, 8), ElementType::kFloat32, Precision::kFp32, false));
+}
+
+TEST(KeptWeightsSplitFromFewerRowsAndLeaveTheScratch) {
+  const ElementType f32 = ElementType::kFloat32;
+  // 512 rows of a 1024-wide layer input (L2 bidirectional H512): split with kept halves (room for
+  // x's halves only), not split per call.
+  const Dims d = Sizes(2, 2, 512, 1, 8, 512);
+  CHECK(ScratchBytes(d, f32, Precision::kFp32, false) < ScratchBytes(d, f32, Precision::kFp32, true));
+  const Dims big = Sizes(2, 2, kMinRowsForSplit, 1, 8, 8);
+  const size_t w = 4 * 2 * 16 * 4 * 8;  // D blocks of the widest input (D*H = 16 rows) x 4H, each half
+  CHECK(ScratchBytes(big, f32, Precision::kFp32, false) >= ScratchBytes(big, f32, Precision::kFp32, true) + 2 * w);
+  // Modes that do not split keep nothing either.
+  CHECK_EQ(ScratchBytes(big, f32, Precision::kTf32, true), ScratchBytes(big, f32, Precision::kTf32, false));
+}
+
+TEST(SplitInputIsCutInChunks) {
+  // Past kSplitChunkRows rows, the x split stays one chunk: only gx and the layer buffers grow.
+  const Dims a = Sizes(1, 1, kSplitChunkRows, 1, 512, 8), b = Sizes(1, 1, 4 * kSplitChunkRows, 1, 512, 8);
+  const size_t gx_growth = 4 * 3 * kSplitChunkRows * 4 * 8;
+  CHECK(ScratchBytes(b, ElementType::kFloat32, Precision::kFp32, false) - ScratchBytes(a, ElementType::kFloat32, Precision::kFp32, false) <= gx_growth + 4 * kScratchAlign);
+}
+
+TEST(HBufHoldsTheBatchRoundedUpTo128) {
+  // The tensor-core plans take batch slices of up to 128 rows.
+  CHECK_EQ(HBufBytes(Sizes(2, 1, 10, 1, 4, 8)), size_t{4 * 2 * 2 * 1 * 8 * 128});
+  CHECK_EQ(HBufBytes(Sizes(1, 2, 10, 128, 4, 8)), size_t{4 * 2 * 1 * 2 * 8 * 128});
+  CHECK_EQ(HBufBytes(Sizes(1, 1, 10, 129, 4, 8)), size_t{4 * 2 * 1 * 1 * 8 * 256});
+}
+
+TEST(HalfStepCopiesOnlyWhereTheReducedModesTakeThem) {
+  const ElementType f32 = ElementType::kFloat32, f16 = ElementType::kFloat16;
+  const Dims d = Sizes(2, 2, kMinStepsForHalfWeights, 8, 8, 64);
+  const size_t copies = 2 * 2 * 64 * 4 * 64;  // a layer's recurrent weights, both directions, 16-bit
+  CHECK(ScratchBytes(d, f32, Precision::kTf32, false) >= ScratchBytes(d, f32, Precision::kFp32, false) + copies);
+  CHECK(ScratchBytes(d, f32, Precision::kBf16, false) >= ScratchBytes(d, f32, Precision::kFp32, false) + copies);
+  // auto runs fp32 at this size; fp16 storage has 16-bit weights already; short sequences skip it.
+  CHECK_EQ(ScratchBytes(d, f32, Precision::kAuto, false), ScratchBytes(d, f32, Precision::kFp32, false));
+  CHECK_EQ(ScratchBytes(d, f16, Precision::kTf32, false), ScratchBytes(d, f16, Precision::kFp32, false));
+  const Dims short_seq = Sizes(2, 2, kMinStepsForHalfWeights - 1, 8, 8, 64);
+  CHECK_EQ(ScratchBytes(short_seq, f32, Precision::kTf32, false), ScratchBytes(short_seq, f32, Precision::kFp32, false));
+}

@@ -25,6 +25,9 @@ from lstm_ort.ops.identity import OPTIMIZE_PRECISION, TUNABLE_STRATEGIES
 from lstm_ort.testing import max_abs
 from lstm_ort.tuning.timing import OrtRunner, median_ms
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import table  # noqa: E402  (tools/table.py)
+
 # (L, T, H, B, bidirectional): DEVELOPERS.md's reference configs.
 REFERENCE = [(4, 100, 512, 64, False), (1, 100, 512, 64, False), (2, 200, 1024, 32, False), (4, 100, 512, 1, False),
              (2, 100, 256, 8, False), (4, 100, 512, 256, False), (2, 100, 512, 64, True)]
@@ -159,14 +162,11 @@ def print_table(rows: list[Row], device: str) -> None:
     print(f"\nFusedLSTM vs stock onnxruntime ({device}) and torch nn.LSTM; ratio > 1 means ours is faster.")
     print(f"ours = what `optimize` writes (precision {OPTIMIZE_PRECISION}); stock = FP32 (use_tf32=0, the error "
           "reference); stock tf32 = stock's default; x stock uses the faster one.")
-    head = (f"{'config':<22}{'ours ms':>10}{'stock ms':>10}{'stk tf32':>10}{'torch ms':>10}{'x stock':>9}{'x torch':>9}"
-            f"{'err ours':>11}{'err torch':>11}")
-    print(head)
-    print("-" * len(head))
-    for r in rows:
-        print(f"{r.config:<22}{r.ours_ms:>10.3f}{r.stock_ms:>10.3f}{fmt(r.stock_tf32_ms, '10.3f'):>10}"
-              f"{fmt(r.torch_ms, '10.3f'):>10}{r.vs_stock:>9.2f}"
-              f"{fmt(r.vs_torch, '9.2f'):>9}{r.err_ours:>11.2e}{fmt(r.err_torch, '11.2e'):>11}")
+    table.print_table([("config", 22, table.field("config")), ("ours ms", 10, table.field("ours_ms", ".3f")),
+                 ("stock ms", 10, table.field("stock_ms", ".3f")), ("stk tf32", 10, table.field("stock_tf32_ms", ".3f")),
+                 ("torch ms", 10, table.field("torch_ms", ".3f")), ("x stock", 9, table.field("vs_stock", ".2f")),
+                 ("x torch", 9, table.field("vs_torch", ".2f")), ("err ours", 11, table.field("err_ours", ".2e")),
+                 ("err torch", 11, table.field("err_torch", ".2e"))], rows)
     if any(r.precisions for r in rows):
         print("\nours per precision mode (ms, max-abs vs FP32 stock, x best stock at any precision);"
               " stock fp16 = stock's CUDA LSTM on the fp16 model:")
@@ -251,7 +251,6 @@ def main(argv=None) -> int:
 
 
 def cpu_main(args) -> int:
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     import cpu_grid
 
     threads = [int(t) for t in args.threads.split(",")]

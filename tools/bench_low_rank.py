@@ -32,6 +32,7 @@ sys.path.insert(0, str(ROOT / "tools"))
 
 from lstm_ort.builders import LstmSpec, fused_model, random_layers  # noqa: E402
 from lstm_ort.testing import factored_layers, max_abs  # noqa: E402
+from table import field, print_table  # noqa: E402
 
 # (L, T, H, B): the targets.
 CONFIGS = [(4, 100, 512, 64), (4, 100, 1024, 64)]
@@ -150,24 +151,19 @@ def error_rows(name: str, divs=(2, 4, 8)) -> list[ErrorRow]:
 
 def print_speed(rows: list[SpeedRow]) -> None:
     print("\nours factored (rank H/div, input and recurrent) vs ours full rank; ratio = full / factored")
-    head = f"{'config':<22}{'device':>7}{'thr':>5}{'rank':>6}{'full ms':>11}{'factored ms':>13}{'ratio':>8}{'max-abs':>10}"
-    print(head)
-    print("-" * len(head))
-    for r in rows:
-        print(f"{r.config:<22}{r.device:>7}{(r.threads or '-'):>5}{r.rank:>6}{r.full_ms:>11.2f}{r.factored_ms:>13.2f}"
-              f"{r.ratio:>8.2f}{r.max_abs:>10.2e}")
+    print_table([("config", 22, field("config")), ("device", 7, field("device")),
+                 ("thr", 5, lambda r: r.threads or "-"), ("rank", 6, field("rank")),
+                 ("full ms", 11, field("full_ms", ".2f")), ("factored ms", 13, field("factored_ms", ".2f")),
+                 ("ratio", 8, field("ratio", ".2f")), ("max-abs", 10, field("max_abs", ".2e"))], rows)
 
 
 def print_errors(rows: list[ErrorRow]) -> None:
     print("\nerror of the factored model against the unfactored optimized one (the entry's inputs, "
           f"{SAMPLES} draws); relative = ||diff|| / ||unfactored||")
-    head = (f"{'model':<26}{'H':>5}{'rank':>6}{'factored':>10}{'weights':>22}{'energy':>8}  {'output':<34}"
-            f"{'max-abs':>10}{'relative':>10}")
-    print(head)
-    print("-" * len(head))
-    for r in rows:
-        print(f"{r.model:<26}{r.hidden:>5}{r.rank:>6}{r.factored:>10}{r.weights:>22}{r.energy:>8.3f}  {r.output:<34}"
-              f"{r.max_abs:>10.2e}{r.relative:>10.2e}")
+    print_table([("model", 26, field("model")), ("H", 5, field("hidden")), ("rank", 6, field("rank")),
+                 ("factored", 10, field("factored")), ("weights", 22, field("weights")),
+                 ("energy", 8, field("energy", ".3f")), ("", 2, lambda r: ""), ("output", "<34", field("output")),
+                 ("max-abs", 10, field("max_abs", ".2e")), ("relative", 10, field("relative", ".2e"))], rows)
 
 
 def main(argv=None) -> int:

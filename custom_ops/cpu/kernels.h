@@ -73,6 +73,14 @@ inline bool VectorCell(const CellParams& c) {
   return HasVectorForm(c.act[0].kind) && HasVectorForm(c.act[1].kind) && HasVectorForm(c.act[2].kind);
 }
 
+// The step's cell: its parameters, and which of the cell update's forms runs them.
+inline void SetCell(StepArgs& a, const CellParams& cell) {
+  a.cell = cell;
+  a.default_acts = cell.act[0].kind == ActKind::kSigmoid && cell.act[1].kind == ActKind::kTanh &&
+                   cell.act[2].kind == ActKind::kTanh;
+  a.vector_acts = VectorCell(cell);
+}
+
 struct KernelTable {
   const char* isa;
   void (*project)(const ProjectArgs&, int64_t r0, int64_t r1, int64_t q0, int64_t q1);

@@ -679,10 +679,7 @@ void CpuLstm<T>::RunFused(OrtKernelContext* ctx, const CallIO& io) {
       a.T = T_;
       a.lens = lens;
       a.reverse = attrs.reverse_only || dir == 1;
-      a.cell = cell;
-      a.default_acts = cell.act[0].kind == ActKind::kSigmoid && cell.act[1].kind == ActKind::kTanh &&
-                       cell.act[2].kind == ActKind::kTanh;
-      a.vector_acts = cpu::VectorCell(cell);
+      cpu::SetCell(a, cell);
       a.peep = pk->has_peep ? pk->peep.data() + pk->peep_off[k] : nullptr;
       const FactorPart& f = pk->fh[k];
       if (f.rank) {

@@ -358,10 +358,7 @@ void CpuLstmInt8::Compute(OrtKernelContext* ctx, const CallIO& io) {
       a.s = s;
       a.lens = lens;
       a.reverse = attrs.reverse_only || dir == 1;
-      a.cell = cell;
-      a.default_acts = cell.act[0].kind == ActKind::kSigmoid && cell.act[1].kind == ActKind::kTanh &&
-                       cell.act[2].kind == ActKind::kTanh;
-      a.vector_acts = cpu::VectorCell(cell);
+      cpu::SetCell(a, cell);
       a.peep = pk->has_peep ? pk->peep.data() + (l * D + dir) * 3 * Hp : nullptr;
       return a;
     };

@@ -103,9 +103,9 @@ ALONE_BLOCKS = 6
 # ORT's idle workers spin ~35 ms after a run before they block (process CPU time after a run of
 # stock at 2 threads, this box): the pause outlasts it, with room for a loaded machine.
 PAUSE_S = 0.06
-# Runs that let auto measure a shape class (three candidates, a warm-up and three timed runs each)
-# before any is timed here.
-TUNING_RUNS = 16
+# Runs that let auto measure a shape class (three candidates, a warm-up and three timed runs each,
+# up to nine where the medians are close) before any is timed here.
+TUNING_RUNS = 30
 
 
 def alone_in_blocks(runners: list[Runner], runs: int) -> list[list[float]]:

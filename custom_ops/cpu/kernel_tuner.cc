@@ -55,15 +55,24 @@ void KernelTuner::Record(ShapeClass shape, CpuKernel kernel, double ms) {
 }
 
 void KernelTuner::DecideIfMeasured(ClassState& s) const {
-  double best = 0;
+  double best = 0, second = 0;
   CpuKernel winner = CpuKernel::kAuto;
+  size_t fewest = SIZE_MAX;
   for (CpuKernel k : s.candidates) {
     auto t = s.times.find(k);
     if (t == s.times.end() || static_cast<int>(t->second.size()) < config_.samples) return;
+    fewest = std::min(fewest, t->second.size());
     const double m = Median(t->second);
     // Ties go to the earlier candidate (callers list the fused kernel first: no session to run).
-    if (winner == CpuKernel::kAuto || m < best) best = m, winner = k;
+    if (winner == CpuKernel::kAuto || m < best) {
+      second = winner == CpuKernel::kAuto ? m : best;
+      best = m, winner = k;
+    } else if (m < second || second == best) {
+      second = m;
+    }
   }
+  const bool close = s.candidates.size() > 1 && second < best * (1 + config_.margin);
+  if (close && static_cast<int>(fewest) < config_.max_samples) return;  // another round each
   s.chosen = winner;
 }
 

@@ -30,6 +30,10 @@ struct TunerConfig {
   // Calls with no new class after which a settled tuner lets the caller drop the kernel no class
   // uses (its weights): a model called at a few fixed shapes keeps one copy of its weights.
   int64_t settle_calls = 64;
+  // Medians this close (the best within `margin` of the next) are measured again, up to
+  // `max_samples` runs each: on a loaded machine three runs did not tell kernels 5% apart.
+  double margin = 0.05;
+  int max_samples = 9;
 };
 
 // What the tuner knows of one class, for reports.

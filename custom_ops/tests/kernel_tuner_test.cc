@@ -92,8 +92,22 @@ TEST(TunerTakesCandidatesInTurnAndKeepsTheLowestMedian) {
   CHECK(v.Report().front().chosen == CpuKernel::kFused);
 }
 
+TEST(CloseMediansAreMeasuredAgain) {
+  // Fused 2% faster: three runs each do not decide, nine do.
+  KernelTuner t(TunerConfig{0, 3, 64, 0.05, 9});
+  const int calls = RunUntilDecided(t, {32, 8}, {CpuKernel::kFused, CpuKernel::kStock},
+                                    [](CpuKernel k, int) { return k == CpuKernel::kFused ? 1.0 : 1.02; });
+  CHECK_EQ(calls, 18);
+  CHECK(t.Report().front().chosen == CpuKernel::kFused);
+  // 10% apart: decided after three each.
+  KernelTuner u(TunerConfig{0, 3, 64, 0.05, 9});
+  CHECK_EQ(RunUntilDecided(u, {32, 8}, {CpuKernel::kFused, CpuKernel::kStock},
+                           [](CpuKernel k, int) { return k == CpuKernel::kStock ? 1.0 : 1.1; }), 6);
+  CHECK(u.Report().front().chosen == CpuKernel::kStock);
+}
+
 TEST(TunerTiesGoToTheFirstCandidate) {
-  KernelTuner t(TunerConfig{0, 1, 64});
+  KernelTuner t(TunerConfig{0, 1, 64, 0.05, 1});
   RunUntilDecided(t, {4, 1}, kThree, [](CpuKernel, int) { return 1.0; });
   CHECK(t.Report().front().chosen == CpuKernel::kFused);
 }

@@ -14,6 +14,7 @@ import onnxruntime as ort
 
 from lstm_ort.builders import LstmSpec, fused_model, stock_model
 from lstm_ort.ops.factoring import truncated_svd
+from lstm_ort.ops.identity import is_fused
 from lstm_ort.ops.packing import LayerWeights
 from lstm_ort.runtime.session import DEBUG_PREFIX, PRECISION_KEY, STRATEGY_KEY, InferenceSession
 from lstm_ort.verify import CPU, max_abs
@@ -147,7 +148,7 @@ def weights_as_graph_input(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dic
     """A copy of `model` whose FusedLSTM reads its W from a graph input instead of an initializer
     (no constant, as when weights are fed at run time), and the feed that gives W its value."""
     model = onnx.ModelProto.FromString(model.SerializeToString())
-    name = next(n for n in model.graph.node if n.op_type == "FusedLSTM").input[1]
+    name = next(n for n in model.graph.node if is_fused(n)).input[1]
     init = next(i for i in model.graph.initializer if i.name == name)
     model.graph.initializer.remove(init)
     model.graph.input.append(onnx.helper.make_tensor_value_info(name, init.data_type, list(init.dims)))

@@ -212,7 +212,7 @@ def test_bad_tolerance_is_a_usage_error(model_path, tmp_path, flag, value, capsy
 def test_check_difference_writes_nothing(model_path, tmp_path, monkeypatch, capsys):
     from lstm_ort import verify
 
-    monkeypatch.setattr(verify, "_abs_diff", lambda a, b: np.full(np.shape(a), 1.0))
+    monkeypatch.setattr(verify.compare, "_abs_diff", lambda a, b: np.full(np.shape(a), 1.0))
     out = tmp_path / "o.onnx"
     assert main(["optimize", str(model_path), "-o", str(out), "--check"]) == EXIT_PARITY
     assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]

@@ -283,7 +283,7 @@ def _verify_written(src: Path, dst: Path, doc: dict, rng) -> str | None:
 def _at_full_length(written: onnx.ModelProto, feeds: dict) -> dict:
     """The feeds of the original for the written model: a sequence_lens input optimize added gets
     every entry's full length."""
-    from lstm_ort.serving.ragged import analyze
+    from lstm_ort.graph.ragged import analyze
 
     inits = {t.name for t in written.graph.initializer}
     out = {}

@@ -21,16 +21,14 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
+from lstm_ort.graph.ragged import RaggedLayout, analyze
+from lstm_ort.ops.identity import np_dtype_of_ort
 from lstm_ort.runtime.model_io import load_model
 from lstm_ort.runtime.session import InferenceSession
 from lstm_ort.serving import buckets as bk
-from lstm_ort.serving.ragged import RaggedLayout, analyze
 from lstm_ort.verify import cast_exactly
 
 _PROVIDERS = {"cuda": "CUDAExecutionProvider", "cpu": "CPUExecutionProvider"}
-_NP_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(double)": np.float64,
-             "tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(int8)": np.int8,
-             "tensor(uint8)": np.uint8, "tensor(bool)": np.bool_}
 AUTO_TOLERANCE = 0.05  # greedy buckets: at most this padding per bucket, once a bucket fills a batch
 
 
@@ -194,7 +192,7 @@ class BucketingBatcher:
         start = time.perf_counter()
         meta = {i.name: i for i in self.session.get_inputs()}
         x_meta = meta[layout.input]
-        dtype = _NP_TYPES.get(x_meta.type)
+        dtype = np_dtype_of_ort(x_meta.type)
         if dtype is None:
             raise ValueError(f"input {layout.input!r} has type {x_meta.type}, which the batcher does not feed")
         seqs = [_exactly(k, s, dtype) for k, s in enumerate(seqs)]

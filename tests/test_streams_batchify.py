@@ -90,6 +90,16 @@ def test_cli_batchify_check_writes(tmp_path, capsys):
     assert dims(onnx.load(dst), "x") == ["batch", 4, 12]
 
 
+def test_cli_batchify_with_int8_batchifies(tmp_path, capsys):
+    """The passes after the rewrite run as one list: --precision int8 no longer skips --batchify."""
+    src, dst = tmp_path / "b1.onnx", tmp_path / "out.onnx"
+    onnx.save(batch1_export("reshape"), src)
+    assert main(["optimize", str(src), "-o", str(dst), "--batchify", "--precision", "int8", "--check"]) == 0
+    out = capsys.readouterr().out
+    assert "rule batchify:" in out and "before quantizing" in out
+    assert dims(onnx.load(dst), "x") == ["batch", 4, 12]
+
+
 def test_cli_batchify_refusal_writes_nothing(tmp_path, capsys):
     src, dst = tmp_path / "mix.onnx", tmp_path / "out.onnx"
     onnx.save(batch1_export("mix"), src)

@@ -61,6 +61,11 @@ class _WritesInto(ir.LazyTensor):
     def write_into(self, out: np.ndarray) -> None:
         raise NotImplementedError
 
+    def tofile(self, file) -> None:
+        """Its bytes into ``file`` a layer at a time (onnx-ir writes external data this way)."""
+        for chunk in tensor_chunks(self):
+            file.write(chunk)
+
 
 class LazyPacked(_WritesInto):
     """One packed input (`part` W, B, P, or S for W_scale) of a FusedLSTM node holding `layers`."""

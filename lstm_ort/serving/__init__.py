@@ -8,7 +8,7 @@ lstm_ort.graph's, shared with the rewriter and the pipeline; their names are her
 """
 
 _NAMES = {  # name -> its module (a bare name: lstm_ort.serving's)
-    "BucketingBatcher": "batcher", "BatchStats": "batcher", "BucketStats": "batcher", "NotRaggedExact": "batcher",
+    "BucketingBatcher": "batcher", "BatchStats": "batch_plan", "BucketStats": "batch_plan", "NotRaggedExact": "batcher",
     "SequenceError": "batcher",
     "RaggedLayout": "lstm_ort.graph.ragged", "NoSequenceInput": "lstm_ort.graph.ragged", "analyze": "lstm_ort.graph.ragged",
     "greedy_boundaries": "buckets", "optimal_boundaries": "buckets",

@@ -408,3 +408,10 @@ def test_new_names_in_a_subgraph_avoid_the_outer_graph():
     onnx.checker.check_model(out, full_check=True)
     feeds = {"cond": np.array(True), "X": rng.standard_normal((6, 2, 4)).astype(np.float32)}
     assert max_abs(*_stock_and_ours(model, out, feeds)) <= 1e-5
+
+
+# tests/test_rule_opsets.py runs the rule on these at every opset from the first one given to 21.
+OPSET_MODELS = {  # name: (builder(opset), first opset it can be written in)
+    "single_lstm": (lambda o: stock_model(LstmSpec(input_size=5, hidden_size=6), random_layers(
+        LstmSpec(input_size=5, hidden_size=6), np.random.default_rng(o)), opset=o), 9),
+}

@@ -62,16 +62,8 @@ def _model(graph, opset: int, extra_opsets=()) -> onnx.ModelProto:
     return model
 
 
-def stock_model(
-    spec: LstmSpec,
-    layers: list[LayerWeights],
-    dtype=np.float32,
-    *,
-    seq_lens: bool = False,
-    initial_states: bool = False,
-    outputs=("Y", "Y_h", "Y_c"),
-    opset: int = DEFAULT_OPSET,
-) -> onnx.ModelProto:
+def stock_model(spec: LstmSpec, layers: list[LayerWeights], dtype=np.float32, *, seq_lens: bool = False,
+                initial_states: bool = False, outputs=("Y", "Y_h", "Y_c"), opset: int = DEFAULT_OPSET) -> onnx.ModelProto:
     """A stack of ONNX LSTM nodes chained the way torch's exporter chains nn.LSTM layers."""
     D, L = spec.num_directions, spec.num_layers
     state_axis = 0 if spec.layout == 0 else 1
@@ -182,16 +174,8 @@ def fused_node(spec: LstmSpec, inputs: list[str], outputs: list[str], name: str 
     return helper.make_node(OP_TYPE, inputs, outputs, name=name, domain=DOMAIN, **attrs)
 
 
-def fused_model(
-    spec: LstmSpec,
-    layers: list[LayerWeights],
-    dtype=np.float32,
-    *,
-    seq_lens: bool = False,
-    initial_states: bool = False,
-    outputs=("Y", "Y_h", "Y_c"),
-    opset: int = DEFAULT_OPSET,
-) -> onnx.ModelProto:
+def fused_model(spec: LstmSpec, layers: list[LayerWeights], dtype=np.float32, *, seq_lens: bool = False,
+                initial_states: bool = False, outputs=("Y", "Y_h", "Y_c"), opset: int = DEFAULT_OPSET) -> onnx.ModelProto:
     """The same network as ``stock_model``, as one FusedLSTM node; layers that carry factors
     (LayerWeights.W_factors / R_factors) give it factored weights, Int8Layer layers int8 weights."""
     packed = pack_int8_layers(layers) if isinstance(layers[0], Int8Layer) else pack_layers(layers, dtype)

@@ -14,7 +14,7 @@ import onnxruntime as ort
 
 from lstm_ort.builders import LstmSpec, fused_model, stock_model
 from lstm_ort.ops.factoring import truncated_svd
-from lstm_ort.ops.identity import is_fused
+from lstm_ort.ops.identity import is_fused, num_directions
 from lstm_ort.ops.packing import LayerWeights
 from lstm_ort.runtime.session import DEBUG_PREFIX, PRECISION_KEY, STRATEGY_KEY, InferenceSession
 from lstm_ort.verify import CPU, max_abs
@@ -36,6 +36,15 @@ NON_DEFAULT_ACTS = {
     2: dict(activations=["HardSigmoid", "LeakyRelu", "Softsign", "Sigmoid", "ScaledTanh", "Elu"],
             activation_alpha=[0.3, 0.05, 0.9, 0.8], activation_beta=[0.6, 1.1]),
 }
+
+
+def feature_spec(direction: str, layout: int = 0, *, peepholes: bool = False, clip: float | None = None,
+                 input_forget: int = 0, acts: bool = False, input_size: int, hidden_size: int,
+                 num_layers: int) -> LstmSpec:
+    """The LstmSpec of a FEATURE_GRID case: ``acts``, the NON_DEFAULT_ACTS of its directions."""
+    return LstmSpec(input_size=input_size, hidden_size=hidden_size, num_layers=num_layers, direction=direction,
+                    layout=layout, clip=clip, input_forget=input_forget, peepholes=peepholes,
+                    **(NON_DEFAULT_ACTS[num_directions(direction)] if acts else {}))
 
 
 def make_lengths(T: int, B: int, rng: np.random.Generator) -> np.ndarray:

@@ -15,8 +15,6 @@ from lstm_ort.pipeline.fake import FakeBackend
 from lstm_ort.serving import BucketingBatcher
 from lstm_ort.testing import make_feeds, run
 
-pytestmark = pytest.mark.smoke
-
 
 def test_axis_lists_move_as_onnx_moves_axes():
     assert transposed(["t", "b", "f"], [1, 0, 2]) == ["b", "t", "f"]

@@ -151,7 +151,6 @@ def breaks(graph: dict[str, set[str]], table: dict) -> list[str]:
     return out
 
 
-@pytest.mark.smoke
 @pytest.mark.skipif(not ARCHITECTURE.exists(), reason="docs/architecture.md is not beside these tests")
 def test_layering_table_of_the_architecture_doc_holds():
     table = layering_table()

@@ -86,17 +86,23 @@ def interleaved_ms(a, b, runs: int) -> tuple[float, float]:
     return statistics.median(ta), statistics.median(tb)
 
 
-def speed_cpu(cfg, div: int, threads: int, runs: int) -> SpeedRow:
-    from cpu_grid import Runner
-
+def full_and_factored(cfg, div: int):
+    """The config's stack as our full-rank model and factored at rank H/div (input and recurrent), its feeds, the rank."""
     L, T, H, B = cfg
     spec = LstmSpec(input_size=H, hidden_size=H, num_layers=L)
     rng = np.random.default_rng(0)
     layers = random_layers(spec, rng)
     feeds = {"X": rng.standard_normal((T, B, H)).astype(np.float32)}
     rank = H // div
-    full = Runner(fused_model(spec, layers), feeds, threads, fused=True)
-    factored = Runner(fused_model(spec, factored_layers(layers, rank, rank)), feeds, threads, fused=True)
+    return fused_model(spec, layers), fused_model(spec, factored_layers(layers, rank, rank)), feeds, rank
+
+
+def speed_cpu(cfg, div: int, threads: int, runs: int) -> SpeedRow:
+    from cpu_grid import Runner
+
+    full_model, factored_model, feeds, rank = full_and_factored(cfg, div)
+    full = Runner(full_model, feeds, threads, fused=True)
+    factored = Runner(factored_model, feeds, threads, fused=True)
     err = max_abs(factored.outputs(), full.outputs())
     full_ms, factored_ms = interleaved_ms(full, factored, runs)
     return SpeedRow(label(*cfg), "cpu", threads, rank, full_ms, factored_ms, full_ms / factored_ms, err)
@@ -105,14 +111,9 @@ def speed_cpu(cfg, div: int, threads: int, runs: int) -> SpeedRow:
 def speed_cuda(cfg, div: int, runs: int) -> SpeedRow:
     from lstm_ort.tuning.timing import OrtRunner, median_ms
 
-    L, T, H, B = cfg
-    spec = LstmSpec(input_size=H, hidden_size=H, num_layers=L)
-    rng = np.random.default_rng(0)
-    layers = random_layers(spec, rng)
-    feeds = {"X": rng.standard_normal((T, B, H)).astype(np.float32)}
-    rank = H // div
-    full = OrtRunner(fused_model(spec, layers), feeds, "cuda", fused=True)
-    factored = OrtRunner(fused_model(spec, factored_layers(layers, rank, rank)), feeds, "cuda", fused=True)
+    full_model, factored_model, feeds, rank = full_and_factored(cfg, div)
+    full = OrtRunner(full_model, feeds, "cuda", fused=True)
+    factored = OrtRunner(factored_model, feeds, "cuda", fused=True)
     err = max_abs(factored.outputs(), full.outputs())
     # Device-bound calls: median_ms waits for each run; alternate blocks of runs between the two.
     full_ms, factored_ms = [], []
@@ -148,26 +149,33 @@ def error_rows(name: str, divs=(2, 4, 8)) -> list[ErrorRow]:
     return rows
 
 
-def print_speed(rows: list[SpeedRow]) -> None:
-    print("\nours factored (rank H/div, input and recurrent) vs ours full rank; ratio = full / factored")
-    head = f"{'config':<22}{'device':>7}{'thr':>5}{'rank':>6}{'full ms':>11}{'factored ms':>13}{'ratio':>8}{'max-abs':>10}"
+def print_table(title: str, columns: list[tuple], rows: list) -> None:
+    """``columns``: (header, the row's field (None: the header is a spacer), alignment and width, the value's format)."""
+    print(title)
+    head = "".join(format(label, align) for label, _, align, _ in columns)
     print(head)
     print("-" * len(head))
     for r in rows:
-        print(f"{r.config:<22}{r.device:>7}{(r.threads or '-'):>5}{r.rank:>6}{r.full_ms:>11.2f}{r.factored_ms:>13.2f}"
-              f"{r.ratio:>8.2f}{r.max_abs:>10.2e}")
+        cells = [label if field is None else format("-" if getattr(r, field) is None else format(getattr(r, field), fmt),
+                                                    align) for label, field, align, fmt in columns]
+        print("".join(cells))
+
+
+def print_speed(rows: list[SpeedRow]) -> None:
+    print_table("\nours factored (rank H/div, input and recurrent) vs ours full rank; ratio = full / factored",
+                [("config", "config", "<22", ""), ("device", "device", ">7", ""), ("thr", "threads", ">5", ""),
+                 ("rank", "rank", ">6", ""), ("full ms", "full_ms", ">11", ".2f"),
+                 ("factored ms", "factored_ms", ">13", ".2f"), ("ratio", "ratio", ">8", ".2f"),
+                 ("max-abs", "max_abs", ">10", ".2e")], rows)
 
 
 def print_errors(rows: list[ErrorRow]) -> None:
-    print("\nerror of the factored model against the unfactored optimized one (the entry's inputs, "
-          f"{SAMPLES} draws); relative = ||diff|| / ||unfactored||")
-    head = (f"{'model':<26}{'H':>5}{'rank':>6}{'factored':>10}{'weights':>22}{'energy':>8}  {'output':<34}"
-            f"{'max-abs':>10}{'relative':>10}")
-    print(head)
-    print("-" * len(head))
-    for r in rows:
-        print(f"{r.model:<26}{r.hidden:>5}{r.rank:>6}{r.factored:>10}{r.weights:>22}{r.energy:>8.3f}  {r.output:<34}"
-              f"{r.max_abs:>10.2e}{r.relative:>10.2e}")
+    print_table("\nerror of the factored model against the unfactored optimized one (the entry's inputs, "
+                f"{SAMPLES} draws); relative = ||diff|| / ||unfactored||",
+                [("model", "model", "<26", ""), ("H", "hidden", ">5", ""), ("rank", "rank", ">6", ""),
+                 ("factored", "factored", ">10", ""), ("weights", "weights", ">22", ""),
+                 ("energy", "energy", ">8", ".3f"), ("  ", None, "", ""), ("output", "output", "<34", ""),
+                 ("max-abs", "max_abs", ">10", ".2e"), ("relative", "relative", ">10", ".2e")], rows)
 
 
 def main(argv=None) -> int:

@@ -6,69 +6,16 @@ demo model, the tests and tools/bench.py all build their models here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from lstm_ort.ops.identity import DOMAIN, OP_TYPE, OPSET_VERSION
+from lstm_ort.ops.identity import DOMAIN, OP_TYPE, OPSET_VERSION, onnx_type
 from lstm_ort.ops.packing import NO_RANKS, Int8Layer, LayerWeights, Ranks, pack_int8_layers, pack_layers
+from lstm_ort.ops.spec import LstmSpec
 
 IR_VERSION = 10  # onnxruntime >= 1.21 reads it; onnx 1.23 would otherwise write 14
 DEFAULT_OPSET = 17
-
-_TENSOR_TYPE = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.float16): TensorProto.FLOAT16}
-
-
-@dataclass
-class LstmSpec:
-    """Attributes of an LSTM stack, in ONNX terms (every layer shares them)."""
-
-    input_size: int
-    hidden_size: int
-    num_layers: int = 1
-    direction: str = "forward"
-    layout: int = 0
-    clip: float | None = None
-    input_forget: int = 0
-    activations: list[str] | None = None
-    activation_alpha: list[float] | None = None
-    activation_beta: list[float] | None = None
-    bias: bool = True
-    peepholes: bool = False
-    extra: dict = field(default_factory=dict)
-
-    @property
-    def num_directions(self) -> int:
-        return 2 if self.direction == "bidirectional" else 1
-
-    def layer_input_size(self, layer: int) -> int:
-        return self.input_size if layer == 0 else self.num_directions * self.hidden_size
-
-    def onnx_attributes(self) -> dict:
-        attrs = {"hidden_size": self.hidden_size, "direction": self.direction}
-        if self.layout:
-            attrs["layout"] = self.layout
-        if self.clip is not None:
-            attrs["clip"] = float(self.clip)
-        if self.input_forget:
-            attrs["input_forget"] = self.input_forget
-        if self.activations is not None:
-            attrs["activations"] = list(self.activations)
-        if self.activation_alpha is not None:
-            attrs["activation_alpha"] = [float(a) for a in self.activation_alpha]
-        if self.activation_beta is not None:
-            attrs["activation_beta"] = [float(b) for b in self.activation_beta]
-        return attrs
-
-    def fused_attributes(self) -> dict:
-        attrs = self.onnx_attributes()
-        attrs["num_layers"] = self.num_layers
-        if self.activations is not None:
-            attrs["activations"] = ",".join(self.activations)
-        return attrs
-
 
 def random_layers(spec: LstmSpec, rng: np.random.Generator, scale: float | None = None) -> list[LayerWeights]:
     """Weights drawn uniformly in +-1/sqrt(H), as torch initialises nn.LSTM."""
@@ -95,7 +42,7 @@ def _io_shapes(spec: LstmSpec):
 
 
 def _graph_io(spec, dtype, seq_lens, initial_states, outputs):
-    elem = _TENSOR_TYPE[np.dtype(dtype)]
+    elem = onnx_type(dtype)
     x_shape, state_shape, y_shape = _io_shapes(spec)
     inputs = [helper.make_tensor_value_info("X", elem, x_shape)]
     if seq_lens:
@@ -115,16 +62,8 @@ def _model(graph, opset: int, extra_opsets=()) -> onnx.ModelProto:
     return model
 
 
-def stock_model(
-    spec: LstmSpec,
-    layers: list[LayerWeights],
-    dtype=np.float32,
-    *,
-    seq_lens: bool = False,
-    initial_states: bool = False,
-    outputs=("Y", "Y_h", "Y_c"),
-    opset: int = DEFAULT_OPSET,
-) -> onnx.ModelProto:
+def stock_model(spec: LstmSpec, layers: list[LayerWeights], dtype=np.float32, *, seq_lens: bool = False,
+                initial_states: bool = False, outputs=("Y", "Y_h", "Y_c"), opset: int = DEFAULT_OPSET) -> onnx.ModelProto:
     """A stack of ONNX LSTM nodes chained the way torch's exporter chains nn.LSTM layers."""
     D, L = spec.num_directions, spec.num_layers
     state_axis = 0 if spec.layout == 0 else 1
@@ -235,16 +174,8 @@ def fused_node(spec: LstmSpec, inputs: list[str], outputs: list[str], name: str 
     return helper.make_node(OP_TYPE, inputs, outputs, name=name, domain=DOMAIN, **attrs)
 
 
-def fused_model(
-    spec: LstmSpec,
-    layers: list[LayerWeights],
-    dtype=np.float32,
-    *,
-    seq_lens: bool = False,
-    initial_states: bool = False,
-    outputs=("Y", "Y_h", "Y_c"),
-    opset: int = DEFAULT_OPSET,
-) -> onnx.ModelProto:
+def fused_model(spec: LstmSpec, layers: list[LayerWeights], dtype=np.float32, *, seq_lens: bool = False,
+                initial_states: bool = False, outputs=("Y", "Y_h", "Y_c"), opset: int = DEFAULT_OPSET) -> onnx.ModelProto:
     """The same network as ``stock_model``, as one FusedLSTM node; layers that carry factors
     (LayerWeights.W_factors / R_factors) give it factored weights, Int8Layer layers int8 weights."""
     packed = pack_int8_layers(layers) if isinstance(layers[0], Int8Layer) else pack_layers(layers, dtype)
@@ -272,33 +203,6 @@ def fused_model(
     inputs, outs = _graph_io(spec, dtype, seq_lens, initial_states, outputs)
     graph = helper.make_graph([fused_node(spec, ins, wanted, ranks=packed.ranks)], "fused_lstm", inputs, outs, inits)
     return _model(graph, opset, [helper.make_opsetid(DOMAIN, OPSET_VERSION)])
-
-
-def _text(value) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def spec_from_attributes(attributes: dict, input_size: int, num_layers: int = 1) -> LstmSpec:
-    """An LstmSpec from an ONNX LSTM node's attributes (as onnx.helper.get_attribute_value gives them)."""
-    known = {"hidden_size", "direction", "layout", "clip", "input_forget", "activations",
-             "activation_alpha", "activation_beta"}
-    unknown = set(attributes) - known
-    if unknown:
-        raise ValueError(f"unsupported LSTM attributes: {sorted(unknown)}")
-    acts = attributes.get("activations")
-    return LstmSpec(
-        input_size=input_size,
-        hidden_size=int(attributes["hidden_size"]),
-        num_layers=num_layers,
-        direction=_text(attributes.get("direction", "forward")),
-        layout=int(attributes.get("layout", 0)),
-        clip=float(attributes["clip"]) if "clip" in attributes else None,
-        # Stock onnxruntime reads any non-zero input_forget as true; FusedLSTM takes 0 or 1.
-        input_forget=1 if int(attributes.get("input_forget", 0)) else 0,
-        activations=[_text(a) for a in acts] if acts else None,
-        activation_alpha=list(attributes["activation_alpha"]) if attributes.get("activation_alpha") else None,
-        activation_beta=list(attributes["activation_beta"]) if attributes.get("activation_beta") else None,
-    )
 
 
 def cell_nodes(I: int, H: int, rng: np.random.Generator, *, gate_order: str = "ifco", form: str = "matmul",

@@ -20,7 +20,6 @@ Exit codes:
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import math
 import sys
@@ -31,14 +30,17 @@ import onnx
 from lstm_ort import __version__, progress
 from lstm_ort.ops.identity import DEFAULT_PRECISION, INT8, OPTIMIZE_PRECISION, PRECISIONS, require_choice
 from lstm_ort.rewriter import Report
-from lstm_ort.rewriter.driver import rewrite, skeleton, write, written_size
+from lstm_ort.rewriter.driver import rewrite, serialize, skeleton, stage
+from lstm_ort.rewriter.low_rank import LowRank
+from lstm_ort.rewriter.passes import Options, after_rewrite
+from lstm_ort.rewriter.passes import run as run_passes
 from lstm_ort.runtime import native
-from lstm_ort.runtime.model_io import EXTERNAL_DATA_THRESHOLD, ModelError, StagedModel, load_model, read_model
+from lstm_ort.runtime.model_io import ModelError, StagedModel, load_model, read_model
 from lstm_ort.runtime.nodes import NodeShape, fused_nodes, int8_node_names, node_precision, node_ranks, node_shapes
 from lstm_ort.runtime.output_files import OutputRefused, output_target, run_command
+from lstm_ort.runtime.tuned_cache import cache_key, load_cache, record, tuned_entries
 from lstm_ort.serving.cli import add_batch_parser, cmd_batch
 from lstm_ort.serving.streams_cli import add_streams_bench_parser, cmd_streams_bench
-from lstm_ort.runtime.tuned_cache import cache_key, load_cache, record, tuned_entries
 
 EXIT_OK, EXIT_INPUT, EXIT_USAGE, EXIT_PARITY = 0, 1, 2, 3
 
@@ -87,12 +89,12 @@ def cmd_optimize(args) -> int:
         return out.fail(EXIT_USAGE, str(e))
     except ModelError as e:
         return out.fail(EXIT_INPUT, f"{src}: {e}")
-    from lstm_ort.verify import Tolerance, chained_parity, default_tolerance, has_layout1_lstm, parity, random_feeds
+    from lstm_ort.verify import Tolerance, default_tolerance, has_layout1_lstm, random_feeds
 
     tolerance = default_tolerance(proto, args.precision or OPTIMIZE_PRECISION)
     tolerance = Tolerance(tolerance.atol if args.atol is None else args.atol,
                           tolerance.rtol if args.rtol is None else args.rtol, tolerance.of_max)
-    feeds = None
+    feeds, layout1 = None, False
     if args.check:
         import numpy as np
 
@@ -114,35 +116,114 @@ def cmd_optimize(args) -> int:
     except Exception as e:  # a bug of ours: say so plainly, and write nothing
         return out.fail(EXIT_INPUT, f"{src}: internal error while rewriting ({type(e).__name__}: {e}); nothing written")
     out.doc["strategies"] = strategy_entries(skeleton(rewritten), args.seq_len, args.batch)
-    if args.low_rank is not None or args.int8:
-        return _optimize_low_rank(out, args, proto, rewritten, dst, tolerance, feeds)
-    if args.sequence_lens_input or args.batchify:
-        return _optimize_ragged(out, args, proto, rewritten, dst, tolerance, feeds)
-    if args.check and (layout1 or (len(files) > 1 and proto.ByteSize() < (1 << 31) - 1)):
+    after = after_rewrite(_pass_options(args))
+    if after or (args.check and (layout1 or (len(files) > 1 and proto.ByteSize() < (1 << 31) - 1))):
         # Layout-1 LSTMs become their layout-0 twins for stock; and onnxruntime reading external
         # data itself cannot fold shape tensors kept there.
         original = proto
     else:
         original = src  # onnxruntime reads the file itself: no serialized copy here
     del proto
+    compare = _comparison(args, original, feeds, tolerance, layout1)
+    held = [rewritten]  # the tail lets go of it (and of the input's tensors) before the check loads two sessions
+    del rewritten
+    return _optimize_tail(out, args, held, after, dst, compare, tolerance)
+
+
+def _pass_options(args) -> Options:
+    low_rank = None
+    if args.low_rank is not None:
+        low_rank = LowRank(rank=args.low_rank, target=args.low_rank_target) if args.low_rank > 0 else \
+            LowRank(energy=args.low_rank_energy, target=args.low_rank_target)
+    return Options(batchify=args.batchify, sequence_lens_input=args.sequence_lens_input, int8=args.int8,
+                   low_rank=low_rank, calibration=args.calibration, shapes=args.shape, max_error=args.max_error)
+
+
+def _comparison(args, original, feeds, tolerance, layout1: bool):
+    """What --check runs, as a function of the report and the optimized model (a proto, or the
+    path of the staged file): each batch entry against the original run alone (--sequence-lens-input,
+    --batchify), chained calls (--carry), or one call; None without --check."""
+    if not args.check:
+        return None
+    from lstm_ort.serving.parity import ragged_parity
+    from lstm_ort.verify import ParityResult, chained_parity, parity
+
+    if args.sequence_lens_input:
+        return lambda report, optimized: ragged_parity(original, optimized, feeds, tolerance)
+    if args.batchify:  # streams run as one batch against each run alone
+        from lstm_ort.serving.streams_parity import batch_parity
+
+        def batched(report, optimized):
+            err = batch_parity(original, optimized, args.shape)
+            return ParityResult(err, err, "stock onnxruntime, each entry run alone")
+        return batched
+    if args.carry:
+        return lambda report, optimized: chained_parity(original, optimized, feeds, args.carry, args.calls, tolerance,
+                                                        stock_threads=_stock_threads(report))
+    return lambda report, optimized: parity(
+        original, optimized, feeds, tolerance, consume=not isinstance(optimized, onnx.ModelProto),
+        twin_optimized=layout1 and not report.all_rewritten, stock_threads=_stock_threads(report))
+
+
+def _optimize_tail(out: Outcome, args, held: list, after: list, dst: Path, compare, tolerance) -> int:
+    """The passes after the rewrite (passes.after_rewrite), then verify -> stage -> commit: --check
+    holds the model before any lossy pass to stock onnxruntime (the staged file itself where no
+    pass came after the rewrite, so the model is never held serialized), and nothing is written
+    unless the check passes and the model is whole on disk."""
+    from lstm_ort.low_rank_error import CalibrationError, ErrorNotMeasured
+    from lstm_ort.rewriter.batchify import BatchifyRefused
+    from lstm_ort.rewriter.low_rank import ErrorBoundExceeded, LowRankError
+    from lstm_ort.verify import clean_message
+
+    report = out.report
+    lossy = [p for p in after if p.lossy]
+    unchanged, change = ("float", "quantizing") if args.int8 else ("unfactored", "factoring")
+    checks = compare is not None and (args.batchify or any(f.rewritten for f in report.findings))
+    step = f"checking the {unchanged} model against stock onnxruntime" if lossy else \
+        "checking each batch entry against stock onnxruntime run alone" if args.sequence_lens_input or args.batchify \
+        else "checking against stock onnxruntime"
+    note = f"the {unchanged} optimized model" if lossy else ""
+    model = held.pop()  # the rewritten model (driver.Rewritten), serialized if a pass comes after the rewrite
+    if after:
+        try:
+            model = serialize(model)
+        except Exception as e:
+            return out.fail(EXIT_INPUT, f"internal error while packing ({type(e).__name__}: {e}); nothing written")
+        try:
+            model = run_passes([p for p in after if not p.lossy], model, report)
+        except BatchifyRefused as e:
+            return out.fail(EXIT_INPUT, f"--batchify refused: {e}; nothing written")
+    if checks and lossy:  # before a lossy pass changes the results
+        code = _check(out, tolerance, args, step, lambda: compare(report, model), note=note)
+        if code is not None:
+            return code
+        checks = False
+    if lossy:
+        try:
+            with progress.step(f"{change} the weights and measuring the error"):
+                model = run_passes(lossy, model, report)
+        except LowRankError as e:
+            return out.fail(EXIT_USAGE, f"--low-rank: {e}; nothing written")
+        except CalibrationError as e:
+            return out.fail(EXIT_USAGE, f"--{e}; nothing written")
+        except (ErrorBoundExceeded, ErrorNotMeasured) as e:
+            return out.fail(EXIT_PARITY, f"{e}; nothing written")
+        except Exception as e:  # a session that fails on these inputs, or a bug of ours: never a traceback
+            return out.fail(EXIT_INPUT, f"measuring the {'int8' if args.int8 else 'low-rank'} error failed "
+                                        f"({type(e).__name__}: {clean_message(e)}); nothing written")
+        out.doc["strategies"] = strategy_entries(model, args.seq_len, args.batch)
     try:
-        staged = StagedModel(dst, lambda path, data_name: write(rewritten, path, data_name=data_name),  # noqa: F821
-                             external=written_size(rewritten) > EXTERNAL_DATA_THRESHOLD)
+        staged = StagedModel.of_proto(model, dst) if isinstance(model, onnx.ModelProto) else stage(model, dst)
     except OSError as e:
         return out.fail(EXIT_INPUT, f"cannot write {dst}: {e.strerror or e}")
     except Exception as e:
-        return out.fail(EXIT_INPUT, f"{src}: internal error while writing ({type(e).__name__}: {e}); nothing written")
-    del rewritten  # and with it the input's tensors, before two sessions load the models
+        return out.fail(EXIT_INPUT, f"{args.input}: internal error while writing ({type(e).__name__}: {e}); "
+                                    f"nothing written")
+    optimized = model if isinstance(model, onnx.ModelProto) else staged.path
+    model = None  # the rewritten model and with it the input's tensors, before two sessions load
     with staged:  # whatever ends this block (a refusal, an error, SIGINT) without a commit removes the file
-        if args.check and any(f.rewritten for f in report.findings):
-            if args.carry:
-                code = _check(out, tolerance, args, "checking against stock onnxruntime", lambda: chained_parity(
-                    original, staged.path, feeds, args.carry, args.calls, tolerance,
-                    stock_threads=_stock_threads(report)))
-            else:
-                code = _check(out, tolerance, args, "checking against stock onnxruntime", lambda: parity(
-                    original, staged.path, feeds, tolerance, consume=True,
-                    twin_optimized=layout1 and not report.all_rewritten, stock_threads=_stock_threads(report)))
+        if checks:
+            code = _check(out, tolerance, args, step, lambda: compare(report, optimized))
             if code is not None:
                 return code
         try:
@@ -183,109 +264,10 @@ def _check(out: Outcome, tolerance, args, step: str, run, *, note: str = "") -> 
     return None
 
 
-def _commit(out: Outcome, model: onnx.ModelProto, dst: Path) -> int:
-    try:
-        with StagedModel.of_proto(model, dst) as staged:
-            staged.commit()
-    except OSError as e:
-        return out.fail(EXIT_INPUT, f"cannot write {dst}: {e.strerror or e}")
-    return _written(out, dst)
-
-
 def _written(out: Outcome, dst: Path) -> int:
     out.doc.update(output=str(dst), written=True)
     out.lines += [*format_strategies(out.doc["strategies"]), f"wrote {dst}"]
     return out.finish(EXIT_OK)
-
-
-def _optimize_ragged(out: Outcome, args, original: onnx.ModelProto, rewritten, dst: Path, tolerance, feeds) -> int:
-    """--sequence-lens-input: the rewritten model gains a sequence_lens input. It is built in
-    memory (not streamed), and --check compares each batch entry with the original run alone
-    (lstm_ort.serving.parity)."""
-    from lstm_ort.rewriter import sequence_lens
-    from lstm_ort.rewriter.driver import serialize
-    from lstm_ort.serving.parity import ragged_parity
-
-    report = out.report
-    optimized = serialize(rewritten)
-    if args.batchify:
-        from lstm_ort.rewriter.batchify import BatchifyRefused, batchify
-        from lstm_ort.serving.streams_parity import batch_parity
-        from lstm_ort.verify import ParityResult
-
-        try:
-            batchify(optimized, report, shapes=args.shape)
-        except BatchifyRefused as e:
-            return out.fail(EXIT_INPUT, f"--batchify refused: {e}; nothing written")
-    if args.sequence_lens_input:
-        sequence_lens.add_sequence_lens_input(optimized, report)
-    if args.check and (args.batchify or any(f.rewritten for f in report.findings)):
-        if args.sequence_lens_input:
-            run = lambda: ragged_parity(original, optimized, feeds, tolerance)  # noqa: E731
-        else:  # --batchify: streams run as one batch against each run alone
-            def run():
-                err = batch_parity(original, optimized, args.shape)
-                return ParityResult(err, err, "stock onnxruntime, each entry run alone")
-        code = _check(out, tolerance, args, "checking each batch entry against stock onnxruntime run alone", run)
-        if code is not None:
-            return code
-    return _commit(out, optimized, dst)
-
-
-def _optimize_low_rank(out: Outcome, args, original: onnx.ModelProto, rewritten, dst: Path, tolerance, feeds) -> int:
-    """--low-rank and --precision int8: the optimized model is built in memory, --check holds it
-    (unfactored, float) to stock onnxruntime as usual, then its weights are factored
-    (rewriter/low_rank.py) or quantized (rewriter/int8_weights.py) and the error this costs is
-    measured against it; --max-error refuses to write beyond a bound."""
-    from lstm_ort.low_rank_error import CalibrationError, ErrorNotMeasured
-    from lstm_ort.rewriter import sequence_lens
-    from lstm_ort.rewriter.driver import serialize
-    from lstm_ort.rewriter.int8_weights import quantize_and_measure
-    from lstm_ort.rewriter.low_rank import ErrorBoundExceeded, LowRank, LowRankError, factor_and_measure
-    from lstm_ort.serving.parity import ragged_parity
-    from lstm_ort.verify import chained_parity, clean_message, parity
-
-    unchanged, change = ("float", "quantizing") if args.int8 else ("unfactored", "factoring")
-    report = out.report
-    try:
-        optimized = serialize(rewritten)
-    except Exception as e:
-        return out.fail(EXIT_INPUT, f"internal error while packing ({type(e).__name__}: {e}); nothing written")
-    del rewritten
-    if args.sequence_lens_input:
-        sequence_lens.add_sequence_lens_input(optimized, report)
-    if args.check and any(f.rewritten for f in report.findings):
-        if args.sequence_lens_input:
-            run = functools.partial(ragged_parity, original, optimized, feeds, tolerance)
-        elif args.carry:
-            run = functools.partial(chained_parity, original, optimized, feeds, args.carry, args.calls, tolerance,
-                                    stock_threads=_stock_threads(report))
-        else:
-            run = functools.partial(parity, original, optimized, feeds, tolerance, stock_threads=_stock_threads(report))
-        code = _check(out, tolerance, args, f"checking the {unchanged} model against stock onnxruntime", run,
-                      note=f"the {unchanged} optimized model")
-        if code is not None:
-            return code
-    measured = {"calibration": args.calibration, "shapes": args.shape, "max_error": args.max_error}
-    try:
-        with progress.step(f"{change} the weights and measuring the error"):
-            if args.int8:
-                factored = quantize_and_measure(optimized, report, **measured)
-            else:
-                option = LowRank(rank=args.low_rank, target=args.low_rank_target) if args.low_rank > 0 else \
-                    LowRank(energy=args.low_rank_energy, target=args.low_rank_target)
-                factored = factor_and_measure(optimized, option, report, **measured)
-    except LowRankError as e:
-        return out.fail(EXIT_USAGE, f"--low-rank: {e}; nothing written")
-    except CalibrationError as e:
-        return out.fail(EXIT_USAGE, f"--{e}; nothing written")
-    except (ErrorBoundExceeded, ErrorNotMeasured) as e:
-        return out.fail(EXIT_PARITY, f"{e}; nothing written")
-    except Exception as e:  # a session that fails on these inputs, or a bug of ours: never a traceback
-        return out.fail(EXIT_INPUT, f"measuring the {'int8' if args.int8 else 'low-rank'} error failed "
-                                    f"({type(e).__name__}: {clean_message(e)}); nothing written")
-    out.doc["strategies"] = strategy_entries(factored, args.seq_len, args.batch)
-    return _commit(out, factored, dst)
 
 
 def _stock_threads(report: Report) -> int | None:

@@ -18,10 +18,11 @@ import os
 import numpy as np
 import onnx
 import onnxruntime as ort
-from onnx import helper, numpy_helper
+from onnx import helper
 
-from lstm_ort.ops.identity import DOMAIN, OP_TYPE
+from lstm_ort.ops.identity import DOMAIN, OP_TYPE, is_fused
 from lstm_ort.ops.packing import input_size_from_weight_count
+from lstm_ort.ops.spec import LstmSpec
 from lstm_ort.rewriter.report import ErrorFigure
 from lstm_ort.runtime.model_io import iter_graphs
 from lstm_ort.runtime.nodes import node_ranks
@@ -169,7 +170,7 @@ def _session(model: onnx.ModelProto) -> ort.InferenceSession:
 def _fused(model: onnx.ModelProto) -> list[tuple[onnx.NodeProto, bool]]:
     """Every FusedLSTM node with whether it is in the main graph (whose values a run can show)."""
     return [(n, g is model.graph) for g in iter_graphs(model) for n in g.node
-            if n.domain == DOMAIN and n.op_type == OP_TYPE]
+            if is_fused(n)]
 
 
 def _constants(model: onnx.ModelProto) -> dict[str, onnx.TensorProto]:
@@ -223,9 +224,8 @@ def _runtime_inputs(node: onnx.NodeProto, consts: dict) -> dict[str, int]:
 
 def _random_node_feed(node: onnx.NodeProto, consts: dict, seed: int) -> dict[str, np.ndarray] | None:
     """X for a node whose inputs cannot be shown: random unit-scale [T, B, I] (or layout 1)."""
-    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-    H, L = int(attrs["hidden_size"]), int(attrs.get("num_layers", 1))
-    D = 2 if attrs.get("direction", b"forward") == b"bidirectional" else 1
+    spec = LstmSpec.from_node(node)
+    H, L, D = spec.hidden_size, spec.num_layers, spec.num_directions
     ranks = node_ranks(node)
     w = consts.get(node.input[1])
     f = consts.get(node.input[7]) if len(node.input) > 7 and node.input[7] else None
@@ -234,7 +234,7 @@ def _random_node_feed(node: onnx.NodeProto, consts: dict, seed: int) -> dict[str
     I = input_size_from_weight_count(int(np.prod(w.dims)), L, D, H, ranks, int(np.prod(f.dims)) if f is not None else 0)
     if I is None:
         return None
-    shape = (_RANDOM_T, _RANDOM_B, I) if int(attrs.get("layout", 0)) == 0 else (_RANDOM_B, _RANDOM_T, I)
+    shape = (_RANDOM_T, _RANDOM_B, I) if spec.layout == 0 else (_RANDOM_B, _RANDOM_T, I)
     dtype = helper.tensor_dtype_to_np_dtype(w.data_type)
     return {node.input[0]: np.random.default_rng(seed).standard_normal(shape).astype(dtype)}
 

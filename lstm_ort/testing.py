@@ -14,6 +14,7 @@ import onnxruntime as ort
 
 from lstm_ort.builders import LstmSpec, fused_model, stock_model
 from lstm_ort.ops.factoring import truncated_svd
+from lstm_ort.ops.identity import is_fused, num_directions
 from lstm_ort.ops.packing import LayerWeights
 from lstm_ort.runtime.session import DEBUG_PREFIX, PRECISION_KEY, STRATEGY_KEY, InferenceSession
 from lstm_ort.verify import CPU, max_abs
@@ -35,6 +36,15 @@ NON_DEFAULT_ACTS = {
     2: dict(activations=["HardSigmoid", "LeakyRelu", "Softsign", "Sigmoid", "ScaledTanh", "Elu"],
             activation_alpha=[0.3, 0.05, 0.9, 0.8], activation_beta=[0.6, 1.1]),
 }
+
+
+def feature_spec(direction: str, layout: int = 0, *, peepholes: bool = False, clip: float | None = None,
+                 input_forget: int = 0, acts: bool = False, input_size: int, hidden_size: int,
+                 num_layers: int) -> LstmSpec:
+    """The LstmSpec of a FEATURE_GRID case: ``acts``, the NON_DEFAULT_ACTS of its directions."""
+    return LstmSpec(input_size=input_size, hidden_size=hidden_size, num_layers=num_layers, direction=direction,
+                    layout=layout, clip=clip, input_forget=input_forget, peepholes=peepholes,
+                    **(NON_DEFAULT_ACTS[num_directions(direction)] if acts else {}))
 
 
 def make_lengths(T: int, B: int, rng: np.random.Generator) -> np.ndarray:
@@ -147,7 +157,7 @@ def weights_as_graph_input(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dic
     """A copy of `model` whose FusedLSTM reads its W from a graph input instead of an initializer
     (no constant, as when weights are fed at run time), and the feed that gives W its value."""
     model = onnx.ModelProto.FromString(model.SerializeToString())
-    name = next(n for n in model.graph.node if n.op_type == "FusedLSTM").input[1]
+    name = next(n for n in model.graph.node if is_fused(n)).input[1]
     init = next(i for i in model.graph.initializer if i.name == name)
     model.graph.initializer.remove(init)
     model.graph.input.append(onnx.helper.make_tensor_value_info(name, init.data_type, list(init.dims)))

@@ -179,14 +179,9 @@ def torch_export(cfg: TorchLstm, exporter: str) -> Callable[[], onnx.ModelProto]
     return build
 
 
-TORCH_CONFIGS = [
-    TorchLstm(131, 256, 1, False, False, False),
-    TorchLstm(256, 256, 4, True, True, True),
-    TorchLstm(259, 512, 2, True, False, True),
-    TorchLstm(512, 512, 4, False, True, False),
-    TorchLstm(517, 1024, 1, True, True, False),
-    TorchLstm(1024, 1024, 2, False, False, True),
-]
+TORCH_CONFIGS = [TorchLstm(*c) for c in (  # input, hidden, layers, bidirectional, batch_first, initial states
+    (131, 256, 1, False, False, False), (256, 256, 4, True, True, True), (259, 512, 2, True, False, True),
+    (512, 512, 4, False, True, False), (517, 1024, 1, True, True, False), (1024, 1024, 2, False, False, True))]
 
 
 def torch_quantized(cfg: TorchLstm, exporter: str = "torchscript") -> Callable[[], onnx.ModelProto]:
@@ -208,11 +203,8 @@ def torch_quantized(cfg: TorchLstm, exporter: str = "torchscript") -> Callable[[
 
 
 # Odd sizes: H not a multiple of the kernels' 8-unit panels, I not of the int8 groups of 4.
-TORCH_QUANTIZED_CONFIGS = [
-    TorchLstm(131, 203, 2, False, False, False),
-    TorchLstm(97, 255, 2, True, True, False),
-    TorchLstm(64, 129, 1, True, False, True),
-]
+TORCH_QUANTIZED_CONFIGS = [TorchLstm(*c) for c in (
+    (131, 203, 2, False, False, False), (97, 255, 2, True, True, False), (64, 129, 1, True, False, True))]
 
 
 # ---- hand-built graphs in other exporters' shapes ----

@@ -1,3 +1,4 @@
+import collections
 import os
 import zlib
 
@@ -28,7 +29,83 @@ def pytest_report_header(config):
     return [f"lstm_ort: {lstm_ort.__file__}", f"op library: {library}"]
 
 
+# The test tiers (README, "Tests"), decided here and nowhere else. SMOKE: the quick tier, a few
+# hundred cases standing for the suite (pytest -m "smoke and not gpu": under a minute on 2 cores;
+# pytest -m "gpu and smoke": the quick device check). Keys: a file, or file::test (one test
+# function); the value n: every n-th of its cases in collection order (1: all of them).
+SMOKE = {
+    # every rule
+    **{f"lstm_ort/rewriter/rules/{rule}_test.py": 2 for rule in (
+        "single_lstm", "dynamic_quantize_lstm", "cell_loop", "cell_chain", "unrolled_cell", "bidirectional_pair",
+        "stack_lstm")},
+    # the op against stock and onnx.reference, its options and its refusals
+    "tests/test_cpu_parity.py": 16, "tests/test_reference_op.py": 10, "tests/test_low_rank_op.py": 6,
+    "tests/test_cpu_runtime.py": 8, "tests/test_cpu_kernel_choice.py": 5, "tests/test_int8_kernel.py": 3,
+    "tests/test_bad_input.py": 3, "tests/test_nan_semantics.py": 2, "tests/test_backend_cases.py": 2,
+    "tests/test_op_identity.py": 3, "tests/test_precision_option.py": 3, "tests/test_strategy_option.py": 3,
+    "tests/test_debug_overrides.py": 2, "tests/test_install.py": 2, "tests/test_tuning.py": 3,
+    # the CLI's paths: the rules at each opset, --check, the passes, the files it writes
+    "tests/test_cli.py": 2, "tests/test_cli_safety.py": 3, "tests/test_cli_ragged_check.py": 3,
+    "tests/test_precision_cli.py": 3, "tests/test_rule_opsets.py": 8, "tests/test_low_rank.py": 4,
+    "tests/test_int8_precision.py": 2, "tests/test_cli_output_files.py": 3, "tests/test_package_layout.py": 1,
+    # the axis analysis, serving, streams, and the pipeline on its fake devices
+    "tests/test_axes.py": 2, "tests/test_streams_axes.py": 2, "tests/test_serving.py": 2,
+    "tests/test_serving_safety.py": 4, "tests/test_serving_cli.py": 1, "tests/test_streams.py": 4,
+    "tests/test_streams_bad_input.py": 4, "tests/test_streams_batchify.py": 3, "tests/test_streams_cli.py": 5,
+    "tests/test_streams_device.py": 3, "tests/test_pipeline.py": 4,
+    # GPU (marked gpu: skipped without the CUDA EP)
+    "tests/test_gpu_parity.py::test_shapes": 40, "tests/test_gpu_parity.py::test_features": 20,
+    "tests/test_gpu_parity.py::test_cluster_kernel": 7, "tests/test_gpu_parity.py::test_split_tf32_projection": 10,
+    "tests/test_gpu_parity.py::test_reference_sizes": 5, "tests/test_gpu_parity.py::test_gemm_step": 6,
+    "tests/test_gpu_parity.py::test_float16": 5, "tests/test_precision_gpu.py::test_mode_within_its_bound": 10,
+    "tests/test_precision_gpu.py::test_gemm_step_on_half_weights": 15,
+    "tests/test_low_rank_gpu.py::test_cuda_matches_cpu": 6, "tests/test_low_rank_gpu.py::test_cell_features": 8,
+    "tests/test_low_rank_gpu.py::test_optimized_low_rank_model_on_cuda": 1,
+    "tests/test_pipeline_gpu.py::test_every_split_both_schedules": 3,
+    "tests/test_pipeline_gpu.py::test_two_stages_on_one_gpu": 1, "tests/test_pipeline_gpu.py::test_ops_before_and_after": 1,
+    "tests/test_serving.py::test_cuda_session_runs_with_io_binding": 1,
+    "tests/test_int8_kernel.py::test_a_cuda_session_runs_int8_nodes_on_the_cpu_kernel": 1,
+    "tests/test_install.py::test_cuda_kernels_load_where_the_cuda_provider_is": 1,
+    "tests/test_debug_overrides.py::test_strict_mode_refuses_a_planned_fallback": 1,
+}
+# SLOW: the long cases (pytest -m "not slow" leaves them out): a file or file::test -> why.
+SLOW = {
+    "tests/test_torch_exports.py": "torch exports (TorchScript and dynamo) of every fixture",
+    "tests/test_corpus.py": "third-party exports, optimized and checked",
+    "tests/test_fuzz_cli.py": "drawn models through the CLI",
+    "tests/test_serving_ray.py": "a local Ray cluster",
+    "tests/test_native_units.py": "the C++ unit tests",
+    "tests/test_pipeline.py::test_real_export_through_the_pipeline": "torch exports",
+    "tests/test_pipeline.py::test_corpus_models_are_taken_or_refused_naming_the_node": "the corpus",
+    "tests/test_pipeline.py::test_where_export_states_come_from": "torch exports",
+    "tests/test_pipeline_gpu.py::test_real_exports_on_two_gpus": "torch exports",
+    "tests/test_streams.py::test_torch_dynamo_export": "a dynamo export",
+    "tests/test_streams.py::test_silero_many_streams_each_as_alone": "the corpus",
+    "tests/test_streams_batchify.py::test_batch1_torch_export_becomes_batched": "torch exports",
+    "tests/test_cli_output_files.py::test_optimize_signal_leaves_nothing": "signals to a subprocess",
+    "tests/test_serving_safety.py::test_batch_signal_ends_cleanly": "signals to a subprocess",
+    "tests/test_cpu_runtime.py::test_repeated_runs_do_not_grow_memory": "many runs",
+}
+
+
+def _tier(table: dict, item) -> tuple[str, object]:
+    """The key of ``item``'s entry in ``table`` (its function's, else its file's) and the value."""
+    path = item.nodeid.split("::")[0]
+    key = f"{path}::{item.originalname}"
+    return (key, table[key]) if key in table else (path, table.get(path))
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m selects by the marks set here
 def pytest_collection_modifyitems(config, items):
+    cases = collections.Counter()
+    for item in items:
+        key, every = _tier(SMOKE, item)
+        if every is not None and "slow" not in item.keywords and _tier(SLOW, item)[1] is None:
+            if cases[key] % every == 0:
+                item.add_marker(pytest.mark.smoke)
+            cases[key] += 1
+        if _tier(SLOW, item)[1] is not None:
+            item.add_marker(pytest.mark.slow)
     if cuda_available():
         return
     skip = pytest.mark.skip(reason="onnxruntime's CUDA execution provider is not available on this machine")

@@ -7,7 +7,7 @@ import pytest
 from onnx import helper
 from onnx.backend.test.case.node import collect_testcases
 
-from lstm_ort.builders import fused_model, spec_from_attributes
+from lstm_ort.builders import LstmSpec, fused_model
 from lstm_ort.ops.packing import LayerWeights
 from lstm_ort.testing import run
 
@@ -29,7 +29,7 @@ def test_backend_case(case):
     (inputs, expected), = case.data_sets
     named = {name: value for name, value in zip(node.input, inputs) if name}
     x = named["X"]
-    spec = spec_from_attributes(attrs, input_size=x.shape[-1])
+    spec = LstmSpec.from_attributes(attrs, input_size=x.shape[-1])
     layer = LayerWeights(W=named["W"], R=named["R"], B=named.get("B"), P=named.get("P"))
     outputs = [name for name in node.output if name]
     model = fused_model(spec, [layer], x.dtype, seq_lens="sequence_lens" in named,

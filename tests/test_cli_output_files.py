@@ -89,13 +89,14 @@ _SLOW_OPTIMIZE = textwrap.dedent("""
     import lstm_ort.verify as verify
     ready, phase = Path(sys.argv[1]), sys.argv[2]
     if phase == "write":
-        def slow_write(model, path, data_name=None):
+        def slow_write(model, ir_version, path, data_name=None):
             with open(path, "wb") as f:
                 f.write(b"\\0" * (1 << 20))
                 f.flush()
                 ready.write_text(phase)
                 time.sleep(60)
-        cli.write = slow_write
+        import lstm_ort.rewriter.model_writer as model_writer
+        model_writer.write = slow_write
     else:
         def slow_parity(*a, **k):
             ready.write_text(phase)

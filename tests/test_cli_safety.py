@@ -212,7 +212,7 @@ def test_bad_tolerance_is_a_usage_error(model_path, tmp_path, flag, value, capsy
 def test_check_difference_writes_nothing(model_path, tmp_path, monkeypatch, capsys):
     from lstm_ort import verify
 
-    monkeypatch.setattr(verify, "_abs_diff", lambda a, b: np.full(np.shape(a), 1.0))
+    monkeypatch.setattr(verify.compare, "_abs_diff", lambda a, b: np.full(np.shape(a), 1.0))
     out = tmp_path / "o.onnx"
     assert main(["optimize", str(model_path), "-o", str(out), "--check"]) == EXIT_PARITY
     assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]
@@ -309,6 +309,32 @@ def test_optimize_holds_one_packed_layer_at_a_time(tmp_path):
     assert peak < 3 * layer_bytes, (peak, layer_bytes)  # all four layers' weights: 4x
     feeds = make_feeds(spec, 3, 2, np.random.default_rng(1))
     assert max_abs(run(onnx.load(str(tmp_path / "o.onnx")), feeds), run(model, feeds, fused=False)) <= 1e-5
+
+
+def test_large_models_keep_their_tensors_beside_them(tmp_path, monkeypatch, capsys):
+    """Above EXTERNAL_DATA_THRESHOLD (1 GiB; 0 here) the large tensors go to a data file beside the
+    model (onnx-ir's writer), still a packed layer at a time; the model runs as stock's."""
+    import tracemalloc
+
+    from lstm_ort.rewriter.driver import rewrite, write
+    from lstm_ort.runtime import model_io
+
+    spec = LstmSpec(input_size=128, hidden_size=128, num_layers=4)
+    model = stock_model(spec, random_layers(spec, np.random.default_rng(0)))
+    src, out = tmp_path / "m.onnx", tmp_path / "o.onnx"
+    onnx.save(model, str(src))
+    monkeypatch.setattr(model_io, "EXTERNAL_DATA_THRESHOLD", 0)
+    assert main(["optimize", str(src), "-o", str(out), "--check"]) == EXIT_OK, capsys.readouterr().err
+    layer_bytes = (128 + 128) * 4 * 128 * 4
+    assert (tmp_path / "o.onnx.data").stat().st_size >= 4 * layer_bytes and out.stat().st_size < layer_bytes
+    feeds = make_feeds(spec, 3, 2, np.random.default_rng(1))
+    assert max_abs(run(onnx.load(str(out)), feeds), run(model, feeds, fused=False)) <= 1e-5
+    rewritten = rewrite(model)
+    tracemalloc.start()
+    write(rewritten, tmp_path / "x.onnx", data_name="x.onnx.data")
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert peak < 3 * layer_bytes, (peak, layer_bytes)
 
 
 def test_long_steps_report_progress(model_path, tmp_path, monkeypatch, capsys):

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from lstm_ort.builders import LstmSpec, random_layers
-from lstm_ort.testing import (DIRECTIONS, FEATURE_GRID, NON_DEFAULT_ACTS, SHAPE_GRID, make_feeds, max_abs,
+from lstm_ort.testing import (DIRECTIONS, FEATURE_GRID, SHAPE_GRID, feature_spec, make_feeds, max_abs,
                               reference_applies, run_fused, run_reference, run_stock)
 
 TOL = 1e-5
@@ -34,10 +34,9 @@ def test_shapes(direction, layout, T, B, H, L, rng):
 
 @pytest.mark.parametrize("direction,layout,seq_lens,initial_states,peepholes,clip,input_forget,acts", FEATURE_GRID)
 def test_features(direction, layout, seq_lens, initial_states, peepholes, clip, input_forget, acts, rng):
-    D = 2 if direction == "bidirectional" else 1
     L = 3 if (peepholes + input_forget + (clip is not None)) % 2 else 1
-    spec = LstmSpec(input_size=6, hidden_size=17, num_layers=L, direction=direction, layout=layout, clip=clip,
-                    input_forget=input_forget, peepholes=peepholes, **(NON_DEFAULT_ACTS[D] if acts else {}))
+    spec = feature_spec(direction, layout, peepholes=peepholes, clip=clip, input_forget=input_forget, acts=acts,
+                        input_size=6, hidden_size=17, num_layers=L)
     check(spec, 7, 3, rng, seq_lens=seq_lens, initial_states=initial_states)
 
 

@@ -48,13 +48,22 @@ THREAD_CASES = [
 ]
 
 
-@pytest.mark.parametrize("case", THREAD_CASES, ids=lambda c: "-".join(f"{k}{v}" for k, v in c.items()))
-@pytest.mark.parametrize("layout", [0, 1])
-def test_threads_one_and_two_agree(case, layout, rng):
-    spec = LstmSpec(input_size=13, hidden_size=case["H"], num_layers=case["L"], direction=case["direction"],
+def case_id(case: dict) -> str:
+    return "-".join(f"{k}{v}" for k, v in case.items())
+
+
+def case_stack(case: dict, input_size: int, rng, layout: int = 0):
+    """The spec, weights and feeds (with lengths and initial states) of a THREAD_CASES / STEP_PATHS case."""
+    spec = LstmSpec(input_size=input_size, hidden_size=case["H"], num_layers=case["L"], direction=case["direction"],
                     layout=layout)
     layers = random_layers(spec, rng)
-    feeds = make_feeds(spec, case["T"], case["B"], rng, seq_lens=True, initial_states=True)
+    return spec, layers, make_feeds(spec, case["T"], case["B"], rng, seq_lens=True, initial_states=True)
+
+
+@pytest.mark.parametrize("case", THREAD_CASES, ids=case_id)
+@pytest.mark.parametrize("layout", [0, 1])
+def test_threads_one_and_two_agree(case, layout, rng):
+    spec, layers, feeds = case_stack(case, 13, rng, layout)
     model = fused_model(spec, layers, seq_lens=True, initial_states=True)
     one = run(session(model, 1), feeds)
     two = run(session(model, 2), feeds)
@@ -193,14 +202,12 @@ STEP_PATHS = [
 ]
 
 
-@pytest.mark.parametrize("case", STEP_PATHS, ids=lambda c: "-".join(f"{k}{v}" for k, v in c.items()))
+@pytest.mark.parametrize("case", STEP_PATHS, ids=case_id)
 @pytest.mark.parametrize("threads", [1, 2])
 def test_zero_first_step_matches_zero_initial_states(case, threads, rng):
     """Without initial_h the first step skips the recurrent product; that must be exactly the result of
     zero initial states fed explicitly, and agree with stock."""
-    spec = LstmSpec(input_size=23, hidden_size=case["H"], num_layers=case["L"], direction=case["direction"])
-    layers = random_layers(spec, rng)
-    feeds = make_feeds(spec, case["T"], case["B"], rng, seq_lens=True, initial_states=True)
+    spec, layers, feeds = case_stack(case, 23, rng)
     zeros = dict(feeds, initial_h=np.zeros_like(feeds["initial_h"]), initial_c=np.zeros_like(feeds["initial_c"]))
     given = run(session(fused_model(spec, layers, seq_lens=True, initial_states=True), threads), zeros)
     absent = run(session(fused_model(spec, layers, seq_lens=True), threads),

@@ -237,6 +237,16 @@ def _run_cli(args) -> tuple[int, str, str]:
     return code, out.getvalue(), err.getvalue()
 
 
+def _run_case(args, failures: list, what: str) -> tuple[int, str, str] | None:
+    """The CLI's exit code and output, or None with the failure recorded: a traceback is what the
+    fuzz tests look for."""
+    try:
+        return _run_cli(args)
+    except BaseException as e:  # noqa: BLE001
+        failures.append(f"{what}: {type(e).__name__}: {e}")
+        return None
+
+
 def _verify_written(src: Path, dst: Path, doc: dict, rng) -> str | None:
     """A written model loads, and matches stock on fresh inputs where stock runs the input."""
     options = ort.SessionOptions()
@@ -283,7 +293,7 @@ def _verify_written(src: Path, dst: Path, doc: dict, rng) -> str | None:
 def _at_full_length(written: onnx.ModelProto, feeds: dict) -> dict:
     """The feeds of the original for the written model: a sequence_lens input optimize added gets
     every entry's full length."""
-    from lstm_ort.serving.ragged import analyze
+    from lstm_ort.graph.ragged import analyze
 
     inits = {t.name for t in written.graph.initializer}
     out = {}
@@ -317,17 +327,23 @@ def _within_conditioning(model, feeds, ref, got, tolerance, rng) -> str | None:
     options.log_severity_level = 4
     stock = ort.InferenceSession(shaken.SerializeToString(), options, providers=["CPUExecutionProvider"])
     ref2 = stock.run(None, {i.name: moved[i.name] for i in stock.get_inputs()})
-    for a, a2, b in zip(ref, ref2, got):
-        a, a2, b = a.astype(np.float64), a2.astype(np.float64), b.astype(np.float64)
-        keep = np.isfinite(a) & np.isfinite(a2)
-        if not keep.any():
-            continue
+    for a, a2, b in _where(lambda a, a2, b: np.isfinite(a) & np.isfinite(a2), ref, ref2, got):
         with np.errstate(invalid="ignore", over="ignore"):
-            spread = np.abs(a2 - a)[keep].max()
-            diff = (np.abs(b - a)[keep] - tolerance.rtol * np.abs(a[keep])).max()
+            spread = np.abs(a2 - a).max()
+            diff = (np.abs(b - a) - tolerance.rtol * np.abs(a)).max()
         if not diff <= 10 * spread + tolerance.atol:
             return f"excess {diff:.3g} over {tolerance}, where stock moves {spread:.3g} with its inputs"
     return None
+
+
+def _where(keep, *runs):
+    """Output by output, the runs' values in float64 where ``keep(*values)`` holds (outputs where it
+    holds nowhere are left out)."""
+    for values in zip(*runs):
+        values = [v.astype(np.float64) for v in values]
+        mask = keep(*values)
+        if mask.any():
+            yield [v[mask] for v in values]
 
 
 def _no_less_accurate(stock16, ours16, ref32) -> str | None:
@@ -335,13 +351,10 @@ def _no_less_accurate(stock16, ours16, ref32) -> str | None:
     rounding): there ours must be about as close to the float32 math as stock is, not far off as
     a wrong rewrite would be."""
     tol = FLOAT16_TOLERANCE
-    for a, b, c in zip(stock16, ours16, ref32):
-        a, b, c = a.astype(np.float64), b.astype(np.float64), c.astype(np.float64)
-        keep = np.isfinite(a) & np.isfinite(c) & (np.abs(c) < 65504)  # beyond float16's range both overflow
-        if not keep.any():
-            continue
-        stock_err = np.abs(a - c)[keep].max()
-        ours_err = (np.abs(b - c)[keep] - tol.rtol * np.abs(c[keep])).max()
+    # Beyond float16's range both overflow.
+    for a, b, c in _where(lambda a, b, c: np.isfinite(a) & np.isfinite(c) & (np.abs(c) < 65504), stock16, ours16, ref32):
+        stock_err = np.abs(a - c).max()
+        ours_err = (np.abs(b - c) - tol.rtol * np.abs(c)).max()
         if not ours_err <= 2 * stock_err + tol.atol:
             return f"ours is {ours_err:.3g} from the float32 math, stock {stock_err:.3g}"
     return None
@@ -417,11 +430,10 @@ def test_fuzz_optimize_check(tmp_path):
         root = tmp_path / f"case{case}"
         root.mkdir()
         src, args, drawn = random_case(rng, root)
-        try:
-            code, out, err = _run_cli(args)
-        except BaseException as e:  # noqa: BLE001 - a traceback is the failure this test looks for
-            failures.append(f"seed {case}: {type(e).__name__}: {e} | {drawn}")
+        ran = _run_case(args, failures, f"seed {case} ({drawn})")
+        if ran is None:
             continue
+        code, out, err = ran
         problem = None
         try:
             doc = json.loads(out)
@@ -629,11 +641,10 @@ def test_fuzz_batch_inputs(tmp_path):
         bad_data = [k for k in kinds if not _SEQUENCE_KINDS[k]]
         want = EXIT_USAGE if bad_option else EXIT_INPUT if bad_data else EXIT_OK
         drawn = f"kinds {kinds}, option {option}, model {model.name}, {src.suffix} -> {dst.suffix}"
-        try:
-            code, _, err = _run_cli(args)
-        except BaseException as e:  # noqa: BLE001 - a traceback is the failure this test looks for
-            failures.append(f"case {case}: {type(e).__name__}: {e} | {drawn}")
+        ran = _run_case(args, failures, f"case {case} ({drawn})")
+        if ran is None:
             continue
+        code, _, err = ran
         problem = None
         leftovers = [p.name for p in root.iterdir() if p.name.startswith(".")]
         if "Traceback" in err or "internal error" in err:

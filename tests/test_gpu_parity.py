@@ -12,20 +12,8 @@ import pytest
 
 from lstm_ort.builders import LstmSpec, random_layers
 from lstm_ort.ops.identity import TUNABLE_STRATEGIES
-from lstm_ort.testing import (
-    CPU,
-    CUDA,
-    DIRECTIONS,
-    FEATURE_GRID,
-    NON_DEFAULT_ACTS,
-    SHAPE_GRID,
-    make_feeds,
-    max_abs,
-    run_fused,
-    run_fused_strict,
-    run_stock,
-    weights_as_graph_input,
-)
+from lstm_ort.testing import (CPU, CUDA, DIRECTIONS, FEATURE_GRID, SHAPE_GRID, feature_spec, make_feeds,
+                              max_abs, run_fused, run_fused_strict, run_stock, weights_as_graph_input)
 from lstm_ort.verify import PRECISION_TOLERANCES
 
 pytestmark = pytest.mark.gpu
@@ -70,9 +58,8 @@ FEATURES = FEATURE_GRID[::3]  # every third case: CUDA sessions are slower to cr
 @pytest.mark.parametrize("direction,layout,seq_lens,initial_states,peepholes,clip,input_forget,acts", FEATURES)
 def test_features(direction, layout, seq_lens, initial_states, peepholes, clip, input_forget, acts, strategy,
                   rng):
-    D = 2 if direction == "bidirectional" else 1
-    spec = LstmSpec(input_size=6, hidden_size=33, num_layers=2, direction=direction, layout=layout, clip=clip,
-                    input_forget=input_forget, peepholes=peepholes, **(NON_DEFAULT_ACTS[D] if acts else {}))
+    spec = feature_spec(direction, layout, peepholes=peepholes, clip=clip, input_forget=input_forget, acts=acts,
+                        input_size=6, hidden_size=33, num_layers=2)
     check_gpu(spec, 9, 5, rng, strategy, seq_lens=seq_lens, initial_states=initial_states)
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from lstm_ort.builders import LstmSpec, fused_model, random_layers, stock_model
 from lstm_ort.rewriter import optimize
-from lstm_ort.testing import CPU, CUDA, NON_DEFAULT_ACTS, factored_layers, make_feeds, max_abs, run
+from lstm_ort.testing import CPU, CUDA, factored_layers, feature_spec, make_feeds, max_abs, run
 
 pytestmark = pytest.mark.gpu
 
@@ -69,9 +69,8 @@ def test_mixed_parts(rng, recurrence):
                                                                (True, 0.4, 0, True), (False, None, 1, True)])
 @pytest.mark.parametrize("direction", ["forward", "bidirectional"])
 def test_cell_features(direction, peepholes, clip, input_forget, acts, rng, recurrence):
-    D = 2 if direction == "bidirectional" else 1
-    spec = LstmSpec(input_size=6, hidden_size=33, num_layers=2, direction=direction, clip=clip,
-                    input_forget=input_forget, peepholes=peepholes, **(NON_DEFAULT_ACTS[D] if acts else {}))
+    spec = feature_spec(direction, peepholes=peepholes, clip=clip, input_forget=input_forget, acts=acts, input_size=6,
+                        hidden_size=33, num_layers=2)
     check(spec, factored_layers(random_layers(spec, rng), 3, 5), 9, 5, rng, seq_lens=True, initial_states=True)
 
 

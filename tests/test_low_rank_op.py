@@ -12,7 +12,7 @@ from onnx.reference import ReferenceEvaluator
 
 from lstm_ort.builders import LstmSpec, fused_model, random_layers
 from lstm_ort.ops.reference import FusedLSTM
-from lstm_ort.testing import NON_DEFAULT_ACTS, dense_layers, factored_layers, make_feeds, max_abs, run, run_stock
+from lstm_ort.testing import dense_layers, factored_layers, feature_spec, make_feeds, max_abs, run, run_stock
 
 TOL = 1e-5
 
@@ -40,10 +40,8 @@ GRID = [(*c, parts) for c, parts in zip(itertools.product(("forward", "reverse",
 
 @pytest.mark.parametrize("direction,layout,seq_lens,initial_states,parts", GRID)
 def test_factored_kernel_is_the_contract(direction, layout, seq_lens, initial_states, parts, rng):
-    D = 2 if direction == "bidirectional" else 1
-    peepholes, acts = seq_lens != initial_states, layout == 1 and seq_lens
-    spec = LstmSpec(input_size=7, hidden_size=9, num_layers=2, direction=direction, layout=layout, peepholes=peepholes,
-                    **(NON_DEFAULT_ACTS[D] if acts else {}))
+    spec = feature_spec(direction, layout, peepholes=seq_lens != initial_states, acts=layout == 1 and seq_lens,
+                        input_size=7, hidden_size=9, num_layers=2)
     layers = random_layers(spec, rng)
     factored = {"both": lambda: factored_layers(layers, 3, 4), "input": lambda: factored_layers(layers, 5, 0),
                 "recurrent": lambda: factored_layers(layers, 0, 2), "mixed": lambda: mixed(layers, rng)}[parts]()

@@ -1,14 +1,19 @@
-"""The package's layout holds: no import cycle inside lstm_ort (imports inside functions count),
-and the runtime (what inference loads) needs neither the rewriter nor onnxscript."""
+"""The package's layout holds: the layering table of docs/architecture.md (which package may
+import which), no import cycle inside lstm_ort (imports inside functions count), and the runtime
+(what inference loads) needs neither the rewriter nor onnxscript."""
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import lstm_ort
 
 PACKAGE = Path(lstm_ort.__file__).parent
+ARCHITECTURE = Path(__file__).parents[1] / "docs" / "architecture.md"
 
 
 def module_name(path: Path) -> str:
@@ -34,6 +39,17 @@ def imports_of(path: Path, modules: set[str]) -> set[str]:
             if name:
                 found.add(name)
     return found
+
+
+def third_party_imports(path: Path) -> set[str]:
+    """The top-level names of what a file imports from outside lstm_ort, anywhere in it."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module.split(".")[0])
+    return found - {"lstm_ort"}
 
 
 def import_graph() -> dict[str, set[str]]:
@@ -96,3 +112,61 @@ def test_inference_loads_neither_rewriter_nor_onnxscript():
             "print(sorted(m for m in sys.modules if m.startswith(('onnxscript', 'onnx_ir', 'lstm_ort.rewriter'))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def unit_of(module: str) -> str:
+    """The table's row a module belongs to: its package under lstm_ort, or its own name."""
+    parts = module.split(".")
+    return "lstm_ort" if len(parts) == 1 else parts[1]
+
+
+def layering_table() -> dict[str, tuple[set[str], set[str]]]:
+    """docs/architecture.md's "Python packages" table: unit -> (the lstm_ort packages or modules it
+    may import, the outside modules it never imports)."""
+    section = ARCHITECTURE.read_text().split("## Python packages", 1)[1].split("\n## ", 1)[0]
+    table = {}
+    for row in (line for line in section.splitlines() if line.startswith("| `lstm_ort")):
+        first, _, may = (cell.strip() for cell in row.strip().strip("|").split(" | "))
+        allowed, _, never = may.partition("never")
+        rule = set(re.findall(r"`([\w.*]+)`", allowed)), set(re.findall(r"`([\w.]+)`", never))
+        for path in re.findall(r"`(lstm_ort/[^`]*)`", first):
+            name = path.removeprefix("lstm_ort/").rstrip("/").removesuffix(".py")
+            table["lstm_ort" if name == "__init__" else name] = rule
+    return table
+
+
+def breaks(graph: dict[str, set[str]], table: dict) -> list[str]:
+    out = []
+    for module, deps in sorted(graph.items()):
+        unit = unit_of(module)
+        if unit not in table:
+            out.append(f"{module}: no row of the table")
+            continue
+        allowed, _ = table[unit]
+        for dep in sorted(deps):
+            name = dep.removeprefix("lstm_ort.")
+            if unit_of(dep) == unit or "*" in allowed or any(name == a or name.startswith(a + ".") for a in allowed):
+                continue
+            out.append(f"{module} imports {dep}, which its row ({unit}) does not name")
+    return out
+
+
+@pytest.mark.skipif(not ARCHITECTURE.exists(), reason="docs/architecture.md is not beside these tests")
+def test_layering_table_of_the_architecture_doc_holds():
+    table = layering_table()
+    assert {"ops", "graph", "runtime", "rewriter", "verify", "serving", "pipeline", "cli"} <= set(table)
+    assert breaks(import_graph(), table) == []
+    files = {module_name(p): p for p in PACKAGE.rglob("*.py") if not p.name.endswith("_test.py")}
+    never = [f"{m} imports {x}" for m, path in sorted(files.items()) if unit_of(m) in table
+             for x in sorted(third_party_imports(path) & table[unit_of(m)][1])]
+    assert never == []
+
+
+def test_layering_check_finds_a_break():
+    table = {"ops": ({"numpy"}, set()), "rewriter": ({"ops", "runtime.model_io"}, set()), "runtime": ({"ops"}, set())}
+    graph = {"lstm_ort.ops.identity": set(), "lstm_ort.runtime.nodes": {"lstm_ort.ops.identity"},
+             "lstm_ort.rewriter.driver": {"lstm_ort.runtime.model_io", "lstm_ort.runtime.session"},
+             "lstm_ort.extra": set()}
+    assert breaks(graph, table) == [
+        "lstm_ort.extra: no row of the table",
+        "lstm_ort.rewriter.driver imports lstm_ort.runtime.session, which its row (rewriter) does not name"]

@@ -16,21 +16,8 @@ from lstm_ort.ops.packing import PackedWeights, pack_layers, unpack_layers, weig
 from lstm_ort.pipeline import PipelineSession, Unsupported
 from lstm_ort.pipeline.executor import Signal, stage_buffers_in_use
 from lstm_ort.pipeline.fake import FakeBackend, Hazard
-from lstm_ort.pipeline.partition import (
-    C0,
-    H0,
-    STAGE_IN,
-    STAGE_Y,
-    YC,
-    YH,
-    analyze,
-    balanced_ranges,
-    layer_costs,
-    ranges_from_counts,
-    slice_states,
-    slice_weights,
-    stage_models,
-)
+from lstm_ort.pipeline.partition import (C0, H0, STAGE_IN, STAGE_Y, YC, YH, analyze, balanced_ranges, layer_costs,
+                                         ranges_from_counts, slice_states, slice_weights, stage_models)
 from lstm_ort.pipeline.schedule import CostModel, Plan, choose, host_order
 from lstm_ort.pipeline.testing import (
     EXPORTERS,

@@ -12,16 +12,8 @@ import pytest
 from lstm_ort.builders import LstmSpec, fused_model, random_layers
 from lstm_ort.ops.identity import PRECISIONS
 from lstm_ort.runtime.session import InferenceSession
-from lstm_ort.testing import (
-    CUDA,
-    DIRECTIONS,
-    make_feeds,
-    max_abs,
-    run_fused,
-    run_fused_strict,
-    run_stock,
-    weights_as_graph_input,
-)
+from lstm_ort.testing import (CUDA, DIRECTIONS, make_feeds, max_abs, run_fused, run_fused_strict, run_stock,
+                              weights_as_graph_input)
 from lstm_ort.verify import PRECISION_TOLERANCES
 
 pytestmark = pytest.mark.gpu

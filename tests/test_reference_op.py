@@ -10,7 +10,7 @@ from lstm_ort.builders import LstmSpec, fused_model, random_layers, stock_model
 from lstm_ort.ops.packing import pack_layers, unpack_layers
 from lstm_ort.ops.reference import FusedLSTM
 from lstm_ort.rewriter import optimize
-from lstm_ort.testing import FEATURE_GRID, NON_DEFAULT_ACTS, make_feeds, max_abs, run, run_stock
+from lstm_ort.testing import FEATURE_GRID, feature_spec, make_feeds, max_abs, run, run_stock
 
 TOL = 1e-5
 
@@ -22,10 +22,9 @@ def run_contract(model, feeds):
 
 @pytest.mark.parametrize("direction,layout,seq_lens,initial_states,peepholes,clip,input_forget,acts", FEATURE_GRID)
 def test_reference_matches_stock(direction, layout, seq_lens, initial_states, peepholes, clip, input_forget, acts, rng):
-    D = 2 if direction == "bidirectional" else 1
     L = 2 if (peepholes + input_forget + (clip is not None)) % 2 else 1
-    spec = LstmSpec(input_size=3, hidden_size=5, num_layers=L, direction=direction, layout=layout, clip=clip,
-                    input_forget=input_forget, peepholes=peepholes, **(NON_DEFAULT_ACTS[D] if acts else {}))
+    spec = feature_spec(direction, layout, peepholes=peepholes, clip=clip, input_forget=input_forget, acts=acts,
+                        input_size=3, hidden_size=5, num_layers=L)
     layers = random_layers(spec, rng)
     feeds = make_feeds(spec, 4, 3, rng, seq_lens=seq_lens, initial_states=initial_states)
     kw = dict(seq_lens=seq_lens, initial_states=initial_states)

@@ -3,53 +3,38 @@ FusedLSTM (Squeeze, Unsqueeze, Slice, Gather, Transpose, Reshape, Concat) must b
 model's own opset (axes are attributes before 13, Slice bounds before 10). The rewritten model
 passes the full onnx checker and gives the original's outputs on stock onnxruntime."""
 
+import importlib
+
 import numpy as np
 import onnx
 import pytest
 
-from lstm_ort.builders import LstmSpec, looped_cell_model, random_layers, stock_model, unrolled_cell_model
-from lstm_ort.chain_builders import cell_chain_model
 from lstm_ort.rewriter import Report, optimize
+from lstm_ort.rewriter.rules import DEFAULT_RULES
 from lstm_ort.testing import max_abs, run
 from lstm_ort.verify import random_feeds
 
 OPSETS = list(range(9, 22))
 
 
-def _stack(opset, direction):
-    spec = LstmSpec(input_size=5, hidden_size=6, num_layers=2, direction=direction)
-    model = stock_model(spec, random_layers(spec, np.random.default_rng(opset)), initial_states=opset >= 10,
-                        opset=opset)
-    # Layer 0's own final state as an output too: the stack hands it out through a Slice.
-    model.graph.output.append(onnx.helper.make_tensor_value_info("l0_Y_h", onnx.TensorProto.FLOAT,
-                                                                 [spec.num_directions, "B", 6]))
-    return model
+def _rule_models() -> dict:
+    """Every rule's models, from OPSET_MODELS in the test beside it (a rule added to DEFAULT_RULES
+    brings its own): name -> (rule, builder(opset), first opset)."""
+    models = {}
+    for rule in DEFAULT_RULES:
+        tests = importlib.import_module(type(rule).__module__ + "_test")
+        for name, (build, first) in tests.OPSET_MODELS.items():
+            models[name] = (rule.name, build, first)
+    return models
 
 
-MODELS = {  # name: (rule the model exercises, builder(opset), first opset it can be written in)
-    "single_lstm": ("single_lstm", lambda o: stock_model(
-        LstmSpec(input_size=5, hidden_size=6), random_layers(LstmSpec(input_size=5, hidden_size=6),
-                                                              np.random.default_rng(o)), opset=o), 9),
-    "stack forward": ("stack_lstm", lambda o: _stack(o, "forward"), 9),
-    "stack bidirectional": ("stack_lstm", lambda o: _stack(o, "bidirectional"), 9),
-    "scan": ("cell_loop", lambda o: looped_cell_model(5, 6, np.random.default_rng(o), loop="scan", opset=o), 9),
-    "reverse scans x2": ("stack_lstm", lambda o: looped_cell_model(5, 6, np.random.default_rng(o), loop="scan",
-                                                                   reverse=True, layers=2, opset=o), 9),
-    "loop": ("cell_loop", lambda o: looped_cell_model(5, 6, np.random.default_rng(o), loop="loop", form="concat",
-                                                      opset=o), 11),  # Loop's Gather of the iteration: opset 11
-    "streaming cell": ("unrolled_cell", lambda o: unrolled_cell_model(5, 6, np.random.default_rng(o), opset=o), 9),
-    "torch chain": ("cell_chain", lambda o: cell_chain_model(5, 6, 4, np.random.default_rng(o), opset=o,
-                                                             final_states=True), 9),
-    "torch flipped chain": ("cell_chain", lambda o: cell_chain_model(5, 6, 4, np.random.default_rng(o),
-                                                                     direction="flip", opset=o), 10),
-    "torch bidirectional chains x2": ("bidirectional_pair", lambda o: cell_chain_model(
-        5, 6, 4, np.random.default_rng(o), direction="bidirectional", layers=2, opset=o), 9),
-    "keras chains x2": ("stack_lstm", lambda o: cell_chain_model(5, 6, 4, np.random.default_rng(o), style="keras",
-                                                                 layers=2, opset=o), 9),
-    "keras hard sigmoid": ("cell_chain", lambda o: cell_chain_model(
-        5, 6, 4, np.random.default_rng(o), style="keras", gate_activation="keras3_hard_sigmoid", opset=o), 9),
-}
+MODELS = _rule_models()
 CASES = [(name, opset) for name, (_, _, first) in MODELS.items() for opset in OPSETS if opset >= first]
+
+
+def test_every_rule_has_opset_models():
+    for rule in DEFAULT_RULES:
+        assert hasattr(importlib.import_module(type(rule).__module__ + "_test"), "OPSET_MODELS"), rule.name
 
 
 @pytest.mark.parametrize("name,opset", CASES, ids=[f"{n}-opset{o}" for n, o in CASES])

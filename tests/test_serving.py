@@ -247,3 +247,42 @@ def test_greedy_boundaries_bound_the_padding(rng):
     capped = bk.greedy_boundaries(lengths, tolerance=0.05, min_count=64)  # never past 10% per bucket
     which = bk.assign(lengths, capped)
     assert all((which == k).sum() * b <= 1.10 * lengths[which == k].sum() for k, b in enumerate(capped))
+
+
+def test_each_session_gets_its_runner(rng):
+    """The run path is chosen once per session (batch_runners.runner_for): host arrays on the CPU
+    EP, a pipelining session's stream for one that runs calls as a stream."""
+    from lstm_ort.pipeline import PipelineSession
+    from lstm_ort.pipeline.fake import FakeBackend
+    from lstm_ort.serving.batch_runners import HostRunner, StreamRunner, runner_for
+
+    spec = LstmSpec(3, 6, num_layers=2)
+    model = optimized(spec, rng)
+    runner = runner_for(InferenceSession(model))
+    assert type(runner) is HostRunner
+    assert type(runner_for(PipelineSession(fused_model(spec, random_layers(spec, rng)), backend=FakeBackend()))) \
+        is StreamRunner
+    batcher = BucketingBatcher(model, buckets=[3, 9], max_batch_size=2)
+    calls, call = [], batcher.runner.call
+    batcher.runner.call = lambda job, outputs: calls.append(job) or call(job, outputs)
+    seqs = [rng.standard_normal((n, 3)).astype(np.float32) for n in LENGTHS]
+    assert_matches_alone(model, seqs, batcher.run(seqs), 1e-5)
+    assert [c["X"].shape[:2] for c in calls] == [(b.steps, b.rows) for b in batcher._plan(
+        np.array(LENGTHS), InferenceSession(model).get_inputs()[0], batcher.layout())[0]]
+
+
+@pytest.mark.gpu
+def test_cuda_session_runs_with_io_binding(rng):
+    """On the CUDA EP the batches are bound to the device (BindingRunner), sequence_lens on the host;
+    every sequence's outputs equal the CPU batcher's."""
+    from lstm_ort.serving.batch_runners import BindingRunner
+
+    spec = LstmSpec(4, 8, num_layers=2, direction="bidirectional")
+    model = optimized(spec, rng)
+    seqs = [rng.standard_normal((n, 4)).astype(np.float32) for n in LENGTHS]
+    cuda = BucketingBatcher(model, providers="cuda", buckets=3, max_batch_size=4)
+    assert type(cuda.runner) is BindingRunner
+    want = BucketingBatcher(model, buckets=3, max_batch_size=4).run(seqs)
+    for got, ref in zip(cuda.run(seqs), want):
+        for name in ref:
+            np.testing.assert_allclose(got[name], ref[name], atol=2e-3, rtol=2e-3)

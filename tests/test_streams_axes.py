@@ -1,4 +1,4 @@
-"""The batch-axis analysis behind StreamBatcher (lstm_ort/serving/streams_axes.py): where one
+"""The batch-axis analysis behind StreamBatcher (lstm_ort/graph/batch_axes.py): where one
 stream's feeds and results carry the batch, found from the graph (never from sizes alone), and a
 refusal naming the op wherever the streams of a batch would meet."""
 
@@ -8,8 +8,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from lstm_ort.builders import LstmSpec, fused_model, random_layers
+from lstm_ort.graph.batch_axes import batch_layout
 from lstm_ort.runtime.session import InferenceSession
-from lstm_ort.serving.streams_axes import batch_layout
 
 I, H, T = 6, 8, 3
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from onnx import TensorProto
+import numpy as np
+from onnx import TensorProto, helper
 
 DOMAIN = "lstm_ort"
 OP_TYPE = "FusedLSTM"
@@ -45,8 +46,51 @@ def require_choice(what: str, value, choices: tuple[str, ...]) -> str:
     return value
 
 
+def is_fused(node) -> bool:
+    """Whether ``node`` (an onnx.NodeProto or an onnx_ir.Node) is a FusedLSTM node."""
+    return node is not None and node.op_type == OP_TYPE and node.domain == DOMAIN
+
+
+def num_directions(direction) -> int:
+    """D of an LSTM's ``direction`` attribute (str or the bytes onnx gives)."""
+    return 2 if (direction.decode() if isinstance(direction, bytes) else direction) == "bidirectional" else 1
+
+
 # The element types the kernels are registered for: ONNX type -> the name reports use.
 ELEMENT_TYPES = {TensorProto.FLOAT: "float32", TensorProto.FLOAT16: "float16"}
+
+
+# Every other element-type question is answered from onnx's own table (TensorProto.DataType):
+# these take an ONNX type as TensorProto's int or an onnx_ir.DataType (the same numbers).
+def type_name(elem_type) -> str:
+    """The name reports use: float32, float16, int8, ... (numpy's)."""
+    return np_dtype(elem_type).name
+
+
+def np_dtype(elem_type) -> np.dtype:
+    return np.dtype(helper.tensor_dtype_to_np_dtype(int(elem_type)))
+
+
+def onnx_type(dtype) -> int:
+    """The ONNX type (TensorProto's int) of a numpy dtype."""
+    return helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+
+
+def ort_type(elem_type) -> str:
+    """onnxruntime's name of an ONNX type, as NodeArg.type gives it: tensor(float), tensor(int64), ..."""
+    return f"tensor({TensorProto.DataType.Name(int(elem_type)).lower()})"
+
+
+def np_dtype_of_ort(type_name_: str) -> np.dtype | None:
+    """The numpy dtype of an onnxruntime type name (tensor(float) -> float32); None for one numpy
+    has no dtype for (strings, maps, sequences)."""
+    if not (type_name_.startswith("tensor(") and type_name_.endswith(")")):
+        return None
+    try:
+        dtype = np_dtype(TensorProto.DataType.Value(type_name_[7:-1].upper()))
+    except (ValueError, KeyError, TypeError):
+        return None
+    return None if dtype == np.dtype(object) else dtype
 
 # int8 weights (docs/ops.md, "int8 weights"): W of this type, with W_scale, runs onnxruntime's
 # DynamicQuantizeLSTM semantics on float32 X; what reports show as such a node's precision.

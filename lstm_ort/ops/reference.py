@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 from onnx.reference.op_run import OpRun
 
-from lstm_ort.ops.identity import DOMAIN, PRECISIONS, require_choice
+from lstm_ort.ops.identity import DOMAIN, PRECISIONS, num_directions, require_choice
 from lstm_ort.ops.packing import (NO_RANKS, PackedWeights, Ranks, input_size_from_weight_count, unpack_int8_layers,
                                   unpack_layers)
 
@@ -71,7 +71,7 @@ class FusedLSTM(OpRun):
             require_choice("attribute precision", _text(precision), PRECISIONS)
         H, L = int(hidden_size), int(num_layers)
         direction = _text(direction)
-        D = 2 if direction == "bidirectional" else 1
+        D = num_directions(direction)
         x = X if layout == 0 else X.swapaxes(0, 1)  # [T, B, I]
         T, batch, I = x.shape
         if (W.dtype == np.int8) != (W_scale is not None):

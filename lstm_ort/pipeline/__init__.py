@@ -6,8 +6,8 @@ with cuda-python streams, events and peer copies. cuda-python is imported only w
 made on GPUs, so this package imports without it.
 """
 
-from lstm_ort.pipeline.axes import Unsupported
 from lstm_ort.pipeline.schedule import CostModel, Plan
 from lstm_ort.pipeline.session import PipelineSession
+from lstm_ort.pipeline.unsupported import Unsupported
 
 __all__ = ["CostModel", "PipelineSession", "Plan", "Unsupported"]

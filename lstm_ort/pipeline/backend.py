@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from lstm_ort.ops.identity import np_dtype_of_ort
+
 RUN_NO_SYNC = "disable_synchronize_execution_providers"
 
 
@@ -327,7 +329,7 @@ class Bindings:
         if any(v is None for v in outputs.values()):
             for name, value in zip(outputs, binding.get_outputs()):
                 if outputs[name] is None:
-                    dtype = _NP_OF_ORT[value.data_type()]
+                    dtype = np_dtype_of_ort(value.data_type())
                     shape = tuple(value.shape())
                     nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
                     allocated[name] = DeviceView(DeviceBuffer(value.data_ptr(), self.device_id, nbytes, owner=value),
@@ -347,7 +349,3 @@ def _uses_stream(options: dict, handle: int) -> bool:
     except ValueError:
         return True
 
-
-_NP_OF_ORT = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(double)": np.float64,
-              "tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(bool)": np.bool_,
-              "tensor(int8)": np.int8, "tensor(uint8)": np.uint8}

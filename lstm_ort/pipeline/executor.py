@@ -32,16 +32,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from lstm_ort.pipeline.backend import DeviceBuffer, DeviceView, Event, Stream
-from lstm_ort.pipeline.partition import (
-    C0,
-    H0,
-    STAGE_IN,
-    STAGE_Y,
-    YC,
-    YH,
-    PipelineModel,
-    StageModel,
-)
+from lstm_ort.pipeline.partition import C0, H0, STAGE_IN, STAGE_Y, YC, YH, PipelineModel, StageModel
 from lstm_ort.pipeline.schedule import Item, Plan, host_order
 
 # Host copies of at least two pieces of this size are cut over up to COPY_THREADS threads.

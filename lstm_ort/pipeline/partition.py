@@ -23,12 +23,13 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from lstm_ort.graph.axes import PICKS_TIME, AxisWalk, Axes, Constants, input_axes, recurrent_outputs, recurrent_x
 from lstm_ort.ops.identity import DOMAIN, OP_TYPE, OPSET_VERSION
 from lstm_ort.ops.packing import layer_input_size, weight_offset
-from lstm_ort.pipeline.axes import Axes, Unsupported, backward, forward
 from lstm_ort.pipeline.shapes import infer_dims, resolve_reshape, shape_values
 from lstm_ort.pipeline.stack import Stack, find_stack, fused_nodes
 from lstm_ort.pipeline.states import StatePlan, cut_model, trace_states
+from lstm_ort.pipeline.unsupported import Unsupported
 from lstm_ort.runtime.model_io import load_model
 
 # Names inside stage models.
@@ -87,11 +88,31 @@ class PipelineModel:
     def np_dtype(self):
         return helper.tensor_dtype_to_np_dtype(self.elem_type)
 
-    def y_axes(self) -> Axes:
-        return Axes(4, 0, 2) if self.layout == 0 else Axes(4, 1, 0)
 
-    def state_axes(self) -> Axes:
-        return Axes(3, None, 1) if self.layout == 0 else Axes(3, None, 0)
+
+class _Walk(AxisWalk):
+    """The one axis analysis (graph/axes.py) under the pipeline's policy: an op that could mix time
+    steps or batch entries refuses the model; one that picks constant time steps (a classifier on
+    the last step) is noted, for time chunks are then not exact."""
+
+    def __init__(self, graph: onnx.GraphProto, opset: int, consts: dict, values: dict[str, Axes]) -> None:
+        super().__init__(graph, opset, {}, Constants(arrays=consts))
+        self.values = values
+        self.time_picked: str | None = None
+
+    def flag(self, node: onnx.NodeProto, why: str, kind: str = "") -> None:
+        if kind != PICKS_TIME:
+            raise Unsupported(f"{node.op_type} node {node.name or node.output[0]!r} {why}")
+        self.time_picked = self.time_picked or f"{node.op_type} node {node.name!r} picks time steps"
+
+    def outputs(self, node: onnx.NodeProto) -> list[Axes]:
+        """The axes of each output of ``node`` (each named one known)."""
+        outs = self.visit(0, node)
+        for name, axes in zip(node.output, outs):
+            if name and not axes.known:
+                raise Unsupported(f"{node.op_type} node {node.name!r}: where the time and batch axes of its output "
+                                  f"{name!r} are is unknown")
+        return outs
 
 
 def _constants(model: onnx.ModelProto) -> dict[str, np.ndarray]:
@@ -167,8 +188,8 @@ def analyze(model_or_path) -> PipelineModel:
 
     # Before: the ancestors of X (constants aside), walked back from X with X's axes.
     chain_ids = {id(n) for n in stack.nodes}
-    x_axes = Axes(3, 0, 1) if layout == 0 else Axes(3, 1, 0)
-    known: dict[str, Axes] = {stack.x: x_axes}
+    known: dict[str, Axes] = {stack.x: recurrent_x(layout)}
+    pre_walk = _Walk(g, opset, consts, {})
     pre_ids, todo = set(), [stack.x]
     while todo:
         name = todo.pop()
@@ -182,7 +203,10 @@ def analyze(model_or_path) -> PipelineModel:
         if id(prod) in chain_ids:
             raise Unsupported(f"FusedLSTM node {prod.name!r} feeds the stack's first layer")
         pre_ids.add(id(prod))
-        for n_in, ax in backward(prod, known[prod.output[0]], consts, opset).items():
+        found = input_axes(pre_walk, prod, known[prod.output[0]])
+        if isinstance(found, str):
+            raise Unsupported(found)
+        for n_in, ax in found.items():
             if n_in in known and known[n_in] != ax:
                 raise Unsupported(f"value {n_in!r} is used with different time/batch axes")
             known[n_in] = ax
@@ -203,9 +227,10 @@ def analyze(model_or_path) -> PipelineModel:
         for k, which in ((1, "h"), (2, "c")):
             if len(node.output) > k and node.output[k]:
                 state_outs[node.output[k]] = (which, rows)
-    post_axes: dict[str, Axes] = {stack.y: Axes(4, 0, 2) if layout == 0 else Axes(4, 1, 0)} if stack.y else {}
+    post_axes: dict[str, Axes] = {stack.y: recurrent_outputs(layout)[0]} if stack.y else {}
+    post_walk = _Walk(g, opset, consts, post_axes)
     final_values: set[str] = set(state_outs)
-    post_nodes, pins, time_picked = [], {}, None
+    post_nodes, pins = [], {}
     for n in g.node:
         if id(n) in skip or n.op_type == "Constant" or (n.output and all(o in shape_vals for o in n.output if o)):
             continue
@@ -228,13 +253,11 @@ def analyze(model_or_path) -> PipelineModel:
                               f"computed from its Y")
         if n.op_type == "Reshape":
             n = _stage_reshape(n, post_axes[n.input[0]], dims, consts, pins, len(post_nodes))
-        out_axes = forward(n, {i: post_axes[i] for i in var}, consts, opset)
-        if out_axes.time is None and post_axes[var[0]].time is not None and time_picked is None:
-            time_picked = f"{n.op_type} node {n.name!r} picks time steps"
-        for o in n.output:
+        for o, axes in zip(n.output, post_walk.outputs(n)):
             if o:
-                post_axes[o] = out_axes
+                post_axes[o] = axes
         post_nodes.append(n)
+    time_picked = post_walk.time_picked
 
     outputs = []
     for vi in g.output:
@@ -242,7 +265,7 @@ def analyze(model_or_path) -> PipelineModel:
         if vi.name in post_axes:
             outputs.append(OutputInfo(vi.name, "post", post_axes[vi.name]))
         elif rows_of is not None:
-            outputs.append(OutputInfo(vi.name, "state", Axes(3, None, 1 - state_axis), *rows_of))
+            outputs.append(OutputInfo(vi.name, "state", recurrent_outputs(layout)[1], *rows_of))
         elif vi.name in final_values:
             outputs.append(OutputInfo(vi.name, "final", None))
         else:

@@ -10,7 +10,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from lstm_ort.pipeline.axes import Unsupported
+from lstm_ort.ops.identity import ort_type
 from lstm_ort.pipeline.executor import Executor, StageRuntime
 from lstm_ort.pipeline.partition import (
     PipelineModel,
@@ -21,6 +21,7 @@ from lstm_ort.pipeline.partition import (
     stage_models,
 )
 from lstm_ort.pipeline.schedule import CostModel, Plan, choose
+from lstm_ort.pipeline.unsupported import Unsupported
 
 
 @dataclass(frozen=True)
@@ -32,14 +33,10 @@ class NodeArgInfo:
     shape: list
 
 
-_TYPE_NAMES = {1: "tensor(float)", 10: "tensor(float16)", 11: "tensor(double)", 6: "tensor(int32)",
-               7: "tensor(int64)", 9: "tensor(bool)", 2: "tensor(uint8)", 3: "tensor(int8)"}
-
-
 def _arg_info(vi: onnx.ValueInfoProto) -> NodeArgInfo:
     tt = vi.type.tensor_type
     shape = [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tt.shape.dim]
-    return NodeArgInfo(vi.name, _TYPE_NAMES.get(tt.elem_type, f"tensor({tt.elem_type})"), shape)
+    return NodeArgInfo(vi.name, ort_type(tt.elem_type), shape)
 
 
 class PipelineSession:

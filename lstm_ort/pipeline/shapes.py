@@ -19,7 +19,10 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from lstm_ort.pipeline.axes import Axes, Unsupported, attr
+from lstm_ort.graph.axes import Axes
+from lstm_ort.ops.identity import num_directions
+from lstm_ort.ops.spec import attribute as attr
+from lstm_ort.pipeline.unsupported import Unsupported
 
 Dim = int | str | None  # a static size, a symbol (the same symbol: the same size), or unknown
 
@@ -68,8 +71,7 @@ def infer_dims(model: onnx.ModelProto, fused: list[onnx.NodeProto], state_axis: 
         T, B = (x[t_axis], x[b_axis]) if x and len(x) == 3 else (None, None)
         elem = _elem_type(model, fused[0])
         for n in fused:
-            direction = attr(n, "direction", b"forward")
-            D = 2 if direction in (b"bidirectional", "bidirectional") else 1
+            D = num_directions(attr(n, "direction", "forward"))
             H = int(attr(n, "hidden_size"))
             rows = int(attr(n, "num_layers", 1)) * D
             y = [T, D, B, H] if layout == 0 else [B, T, D, H]

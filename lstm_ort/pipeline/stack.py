@@ -20,9 +20,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 
-from lstm_ort.ops.identity import DOMAIN, OP_TYPE
-from lstm_ort.pipeline.axes import Unsupported, attr, axes_list
+from lstm_ort.graph.axes import node_axes, norm, squeezed, transposed, unsqueezed
+from lstm_ort.ops.identity import is_fused, num_directions
+from lstm_ort.ops.spec import attribute as attr
 from lstm_ort.pipeline.shapes import Dim
+from lstm_ort.pipeline.unsupported import Unsupported
 from lstm_ort.runtime.nodes import node_ranks, node_shapes
 
 GLUE_OPS = {"Transpose", "Reshape", "Squeeze", "Unsqueeze", "Identity"}
@@ -61,7 +63,7 @@ def _input(node: onnx.NodeProto, k: int) -> str:
 
 
 def fused_nodes(graph: onnx.GraphProto) -> list[onnx.NodeProto]:
-    return [n for n in graph.node if n.domain == DOMAIN and n.op_type == OP_TYPE]
+    return [n for n in graph.node if is_fused(n)]
 
 
 def find_stack(model: onnx.ModelProto, consts: dict, producers: dict, consumers: dict, shape_vals: set,
@@ -113,8 +115,7 @@ def find_stack(model: onnx.ModelProto, consts: dict, producers: dict, consumers:
     s0 = shapes[id(first)]
     D, H, I = s0.directions, s0.hidden_size, s0.input_size
     layout = int(attr(first, "layout", 0))
-    direction = attr(first, "direction", b"forward")
-    direction = direction.decode() if isinstance(direction, bytes) else str(direction)
+    direction = attr(first, "direction", "forward")
     counts = [int(attr(n, "num_layers", 1)) for n in chain]
     W, B, P = _joined_weights(chain, counts, consts, D, H)
     elem_type = next(i.data_type for i in g.initializer if i.name == first.input[1])
@@ -134,7 +135,7 @@ def _previous_layer(node: onnx.NodeProto, producers: dict):
         prod = producers.get(value)
         if prod is None:
             return None
-        if prod.domain == DOMAIN and prod.op_type == OP_TYPE:
+        if is_fused(prod):
             return (prod, path[::-1]) if prod.output[0] == value else None
         if prod.op_type not in GLUE_OPS:
             return None
@@ -201,7 +202,7 @@ def _check_glue(path, a: onnx.NodeProto, b: onnx.NodeProto, consts, consumers, s
                                   f"layers: a pipeline stage hands Y only to the next layer")
         value = node.output[0]
     layout = int(attr(a, "layout", 0))
-    D = 2 if attr(a, "direction", b"forward") in (b"bidirectional", "bidirectional") else 1
+    D = num_directions(attr(a, "direction", "forward"))
     H = int(attr(a, "hidden_size"))
     y_dims = dims.get(a.output[0])
     if not y_dims or len(y_dims) != 4:
@@ -227,21 +228,16 @@ def _apply(node, groups, sizes, consts, dims, opset) -> list[tuple]:
     if op == "Identity":
         return groups
     if op == "Transpose":
-        perm = attr(node, "perm") or list(range(len(groups)))[::-1]
-        return [groups[p] for p in perm]
+        return transposed(groups, attr(node, "perm"))
     if op in ("Squeeze", "Unsqueeze"):
-        axes = axes_list(node, consts, opset)
-        if axes is None:
+        axes = node_axes(node, consts.get)
+        if not axes:
             raise Unsupported(f"{where}: its axes are not given")
-        if op == "Squeeze":
-            axes = {a + len(groups) if a < 0 else a for a in axes}
-            if any(groups[a] for a in axes):
-                raise Unsupported(f"{where} squeezes an axis of Y that is not 1")
-            return [grp for k, grp in enumerate(groups) if k not in axes]
-        rank = len(groups) + len(axes)
-        axes = {a + rank if a < 0 else a for a in axes}
-        rest = iter(groups)
-        return [() if k in axes else next(rest) for k in range(rank)]
+        if op == "Unsqueeze":
+            return unsqueezed(groups, axes, ())
+        if any(groups[norm(a, len(groups))] for a in axes):
+            raise Unsupported(f"{where} squeezes an axis of Y that is not 1")
+        return squeezed(groups, axes)
     # Reshape: the flattened axes, cut again at the target's sizes.
     shape = consts.get(node.input[1]) if len(node.input) > 1 else None
     if shape is not None:

@@ -28,8 +28,10 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from lstm_ort.pipeline.axes import Unsupported, attr, axes_list
+from lstm_ort.graph.axes import keeps_whole, node_axes, norm, slice_parts
+from lstm_ort.ops.spec import attribute as attr
 from lstm_ort.pipeline.stack import Stack
+from lstm_ort.pipeline.unsupported import Unsupported
 
 Row = tuple  # (source name or None for zeros, its row along the state axis or None for a [B, H] source)
 _MOVES_DATA = {"Slice", "Squeeze", "Unsqueeze", "Reshape", "Transpose", "Identity", "Cast", "Flatten", "Expand", "Tile",
@@ -106,15 +108,15 @@ class _Tracer:
         if op == "Identity":
             return self.rows(node.input[0], n)
         if op == "Concat":
-            if _norm(int(attr(node, "axis", 0)), 3) != self.axis:
+            if norm(attr(node, "axis", 0), 3) != self.axis:
                 return None
             sizes = [self.size(i) for i in node.input]
             if None in sizes or sum(sizes) != n:
                 return None
             return [r for i, k in zip(node.input, sizes) for r in self.rows(i, k)]
         if op == "Unsqueeze":
-            axes = axes_list(node, self.consts, self.opset)
-            if n != 1 or axes is None or [_norm(a, 3) for a in axes] != [self.axis]:
+            axes = node_axes(node, self.consts.get)
+            if n != 1 or axes is None or [norm(a, 3) for a in axes] != [self.axis]:
                 return None
             src = node.input[0]
             if self.is_zero(src):
@@ -132,31 +134,18 @@ class _Tracer:
     def _slice_rows(self, node: onnx.NodeProto) -> list[int] | None:
         """The rows a Slice along the state axis picks (ONNX's clamping is Python's), or None
         when it slices another axis too or its bounds are not constants."""
-        if self.opset < 10:
-            starts, ends, axes, steps = attr(node, "starts"), attr(node, "ends"), attr(node, "axes"), None
-        else:
-            get = lambda k: self.consts.get(node.input[k]) if len(node.input) > k and node.input[k] else None  # noqa: E731
-            starts, ends, axes, steps = get(1), get(2), get(3), get(4)
-            if starts is None or ends is None or (len(node.input) > 3 and node.input[3] and axes is None) \
-                    or (len(node.input) > 4 and node.input[4] and steps is None):
-                return None
-        starts, ends = np.asarray(starts).ravel(), np.asarray(ends).ravel()
-        axes = list(range(len(starts))) if axes is None else [_norm(int(a), 3) for a in np.asarray(axes).ravel()]
-        steps = np.ones(len(starts), np.int64) if steps is None else np.asarray(steps).ravel()
+        parts = slice_parts(node, self.consts.get, self.opset, 3)
         size = self.size(node.input[0])
-        if size is None:
+        if parts is None or size is None:
             return None
         picked = list(range(size))
-        for a, s, e, st in zip(axes, starts, ends, steps):
+        for a, s, e, st in parts:
             if a == self.axis:
-                picked = picked[slice(int(s), int(min(e, 2**62)), int(st))]
-            elif not (int(s) == 0 and int(e) >= 2**31 - 1 and int(st) == 1):
+                picked = picked[slice(s, min(e, 2**62), st)]
+            elif not keeps_whole(s, e, st):
                 return None
         return picked
 
-
-def _norm(axis: int, rank: int) -> int:
-    return axis + rank if axis < 0 else axis
 
 
 def trace_states(stack: Stack, model: onnx.ModelProto, consts: dict, producers: dict, graph_inputs: set, dims: dict,

@@ -7,7 +7,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from lstm_ort.builders import LstmSpec, fused_model, random_layers
-from lstm_ort.ops.identity import DOMAIN, OPSET_VERSION
+from lstm_ort.ops.identity import DOMAIN, OPSET_VERSION, is_fused
 
 
 def stack(spec: LstmSpec, rng: np.random.Generator, **model_kw) -> onnx.ModelProto:
@@ -172,7 +172,7 @@ def drop_initial_states(model: onnx.ModelProto) -> onnx.ModelProto:
     out.CopyFrom(model)
     g = out.graph
     for node in g.node:
-        if node.domain == DOMAIN:
+        if is_fused(node):
             for k in (4, 5):
                 if len(node.input) > k:
                     node.input[k] = ""

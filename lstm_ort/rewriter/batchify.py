@@ -3,7 +3,7 @@ gets a symbolic batch dimension, so a StreamBatcher (or any caller) can run many
 call.
 
 Which axis of each input and output is the batch, and whether every op keeps the entries of a
-batch apart, is lstm_ort.serving.streams_axes's analysis (shared with the batcher), run in its
+batch apart, is lstm_ort.graph.batch_axes (shared with the batcher), run in its
 ``fixed_batch`` mode: dims and Reshape targets that hold 1 where the batch goes are taken for the
 batch. The inputs' and outputs' batch dims become ``batch``, those Reshape targets get -1 (or 0,
 copying the input's dim) in the batch's place, and the intermediate shapes the export recorded are
@@ -17,9 +17,9 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from lstm_ort.graph.batch_axes import BatchLayout, batch_layout
+from lstm_ort.graph.trace import TraceFailed
 from lstm_ort.rewriter.report import Report
-from lstm_ort.serving.streams_axes import BatchLayout, batch_layout
-from lstm_ort.serving.streams_trace import TraceFailed
 
 RULE_NAME = "batchify"
 BATCH = "batch"

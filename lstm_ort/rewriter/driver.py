@@ -18,19 +18,15 @@ from onnx_ir.passes.common import NameFixPass
 
 from lstm_ort import progress
 from lstm_ort.ops.identity import DOMAIN, INT8, OPSET_VERSION, OPTIMIZE_PRECISION, PRECISIONS, require_choice
-from lstm_ort.rewriter import fold_weights, sequence_lens
+from lstm_ort.rewriter import fold_weights, model_writer, passes
 from lstm_ort.rewriter.graph_utils import RewriteContext, const_tensor, iter_graphs, model_names, rewrite_context
-from lstm_ort.rewriter.lazy_weights import is_lazy, tensor_chunks
-from lstm_ort.rewriter.int8_weights import quantize_and_measure
-from lstm_ort.rewriter.low_rank import LowRank, factor_and_measure
+from lstm_ort.rewriter.lazy_weights import is_lazy
+from lstm_ort.rewriter.low_rank import LowRank
 from lstm_ort.rewriter.report import Finding, Report
 from lstm_ort.rewriter.rule import Rule
 from lstm_ort.rewriter.rules import DEFAULT_RULES
-from lstm_ort.runtime.model_io import load_model
-
-# Initializers larger than this leave the model the checker and shape inference see.
-_LARGE_BYTES = 1 << 16
-_ALIGN = 4096
+from lstm_ort.runtime import model_io
+from lstm_ort.runtime.model_io import StagedModel, load_model
 
 
 @dataclass
@@ -46,7 +42,8 @@ def optimize(model_or_path, *, fold_constants: bool = True, rules: list[Rule] | 
              report: Report | None = None, freeze_inputs: bool = False,
              sequence_lens_input: bool = False, precision: str | None = None, low_rank: LowRank | int | None = None,
              calibration=None, max_error: float | None = None, batchify: bool = False) -> onnx.ModelProto:
-    """The model with every LSTM the rules can take replaced by FusedLSTM nodes.
+    """The model with every LSTM the rules can take replaced by FusedLSTM nodes, then the passes
+    after the rewrite the options ask for (passes.py: batchify, sequence_lens, int8, low rank).
 
     ``report`` (if given) is filled with one finding per LSTM or fused stack and each rule's counts.
     ``freeze_inputs``: pack weights that are initializers and graph inputs too (by default such
@@ -67,22 +64,12 @@ def optimize(model_or_path, *, fold_constants: bool = True, rules: list[Rule] | 
     """
     report = report if report is not None else Report()
     int8 = precision == INT8
-    if int8 and low_rank is not None:
-        raise ValueError("precision int8 and low_rank: choose one (int8 weights cannot be factored)")
+    options = passes.Options(batchify=batchify, sequence_lens_input=sequence_lens_input, int8=int8,
+                             low_rank=LowRank(rank=low_rank) if isinstance(low_rank, int) else low_rank,
+                             calibration=calibration, max_error=max_error)
     out = serialize(rewrite(model_or_path, fold_constants=fold_constants, rules=rules, report=report,
                             freeze_inputs=freeze_inputs, precision=None if int8 else precision))
-    if batchify:
-        from lstm_ort.rewriter.batchify import batchify as make_batch_symbolic
-
-        make_batch_symbolic(out, report)
-    if sequence_lens_input:
-        sequence_lens.add_sequence_lens_input(out, report)
-    if int8:
-        out = quantize_and_measure(out, report, calibration=calibration, max_error=max_error)
-    if low_rank is not None:
-        option = low_rank if isinstance(low_rank, LowRank) else LowRank(rank=low_rank)
-        out = factor_and_measure(out, option, report, calibration=calibration, max_error=max_error)
-    return out
+    return passes.run(passes.after_rewrite(options), out, report)
 
 
 def rewrite(model_or_path, *, fold_constants: bool = True, rules: list[Rule] | None = None,
@@ -136,90 +123,17 @@ def written_size(rewritten: Rewritten) -> int:
 
 
 def write(rewritten: Rewritten, path, *, data_name: str | None = None) -> None:
-    """Writes the checked model to `path` without building it in memory: the main graph's large
-    initializers are streamed into the file, lazily packed ones a layer at a time, so at most one
-    layer's packed weights are held besides the input. With `data_name`, they go to that file
-    beside `path` as external data instead."""
+    """Writes the checked model to `path` without building it in memory (model_writer.py); with
+    `data_name`, its large tensors go to that file beside it as external data."""
     _finish(rewritten)
-    model, graph = rewritten.model, rewritten.model.graph
-    large = [v for v in graph.initializers.values() if _streamable(v.const_value)]
-    for value in large:
-        del graph.initializers[value.name]
-    try:
-        proto = ir.serde.serialize_model(model)
-    finally:
-        for value in large:
-            graph.initializers[value.name] = value
-    proto.ir_version = rewritten.ir_version
-    graph_bytes = proto.graph.SerializeToString()
-    proto.ClearField("graph")
-    head = proto.SerializeToString()
-    path = Path(path)
-    data_file = open(path.parent / data_name, "wb") if data_name else None  # noqa: SIM115
-    try:
-        stubs, offsets, offset = [], [], 0
-        for value in large:
-            tensor = value.const_value
-            stub = onnx.TensorProto(name=value.name, dims=list(tensor.shape.numpy()), data_type=int(tensor.dtype))
-            if tensor.doc_string:
-                stub.doc_string = tensor.doc_string
-            if data_file is not None:
-                offset = -(-offset // _ALIGN) * _ALIGN  # page-aligned, as onnx writes them
-                offsets.append(offset)
-                stub.data_location = onnx.TensorProto.EXTERNAL
-                for key, text in (("location", data_name), ("offset", str(offset)), ("length", str(tensor.nbytes))):
-                    entry = stub.external_data.add()
-                    entry.key, entry.value = key, text
-                offset += tensor.nbytes
-            stubs.append(stub.SerializeToString())
-        raw = [_RAW_DATA_KEY + _varint(v.const_value.nbytes) if data_file is None else b"" for v in large]
-        sizes = [len(stub) + len(r) + (v.const_value.nbytes if data_file is None else 0)
-                 for stub, r, v in zip(stubs, raw, large)]
-        graph_size = len(graph_bytes) + sum(len(_INITIALIZER_KEY) + len(_varint(n)) + n for n in sizes)
-        with open(path, "wb") as f, progress.step("packing weights and writing"):
-            f.write(head + _GRAPH_KEY + _varint(graph_size) + graph_bytes)
-            for k, (value, stub, r, size) in enumerate(zip(large, stubs, raw, sizes)):
-                f.write(_INITIALIZER_KEY + _varint(size) + stub + r)
-                if data_file is not None:
-                    data_file.write(b"\0" * (offsets[k] - data_file.tell()))
-                _write_tensor(value.const_value, data_file or f)
-    finally:
-        if data_file is not None:
-            data_file.close()
+    model_writer.write(rewritten.model, rewritten.ir_version, path, data_name=data_name)
 
 
-def _streamable(tensor) -> bool:
-    return (tensor is not None and (tensor.nbytes > _LARGE_BYTES or is_lazy(tensor))
-            and tensor.dtype != ir.DataType.STRING and tensor.dtype.bitwidth % 8 == 0)
-
-
-def _write_tensor(tensor, f) -> None:
-    written = 0
-    for chunk in tensor_chunks(tensor):
-        f.write(chunk)
-        written += len(chunk) if isinstance(chunk, bytes) else chunk.nbytes
-        del chunk  # before the next one is made
-    if written != tensor.nbytes:
-        raise RuntimeError(f"tensor {tensor.name}: wrote {written} bytes, not {tensor.nbytes}")
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        low, n = n & 0x7F, n >> 7
-        out.append(low | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
-
-
-def _key(message, field: str) -> bytes:
-    """The tag of a length-delimited field (wire type 2)."""
-    return _varint(message.DESCRIPTOR.fields_by_name[field].number << 3 | 2)
-
-
-_GRAPH_KEY = _key(onnx.ModelProto, "graph")
-_INITIALIZER_KEY = _key(onnx.GraphProto, "initializer")
-_RAW_DATA_KEY = _key(onnx.TensorProto, "raw_data")
+def stage(rewritten: Rewritten, dst: Path) -> StagedModel:
+    """The model written beside ``dst`` (runtime.model_io.StagedModel, committed or discarded by the
+    caller), its tensors in a data file where it is larger than EXTERNAL_DATA_THRESHOLD."""
+    return StagedModel(dst, lambda path, data_name: write(rewritten, path, data_name=data_name),
+                       external=written_size(rewritten) > model_io.EXTERNAL_DATA_THRESHOLD)
 
 
 def _finish(rewritten: Rewritten) -> None:
@@ -340,7 +254,7 @@ def _without_large_initializers(model: ir.Model, *, as_inputs: bool):
     graph = model.graph
     inputs = list(graph.inputs)
     large = [v for v in graph.initializers.values()
-             if v.const_value is not None and (v.const_value.nbytes > _LARGE_BYTES or is_lazy(v.const_value))]
+             if v.const_value is not None and (v.const_value.nbytes > model_writer.LARGE_BYTES or is_lazy(v.const_value))]
     saved = {v: v.const_value for v in large}
     try:
         for value in large:

@@ -6,8 +6,9 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
-from lstm_ort.ops.identity import DOMAIN, OP_TYPE
+from lstm_ort.ops.identity import DOMAIN, ELEMENT_TYPES, OP_TYPE, is_fused
 from lstm_ort.ops.packing import LayerWeights, PackedWeights, input_size_from_weight_count, unpack_layers
+from lstm_ort.ops.spec import LstmSpec
 from lstm_ort.rewriter.graph_utils import RewriteContext, add_constant, const_tensor, iter_graphs, model_names, \
     rewrite_context, unique_name
 
@@ -38,10 +39,6 @@ def insert_fused_node(graph: ir.Graph | ir.Function, anchor: ir.Node, *, name: s
     return node
 
 
-def is_fused(node: ir.Node | None) -> bool:
-    return node is not None and node.op_type == OP_TYPE and node.domain == DOMAIN
-
-
 def change_fused_nodes(model: onnx.ModelProto, change) -> onnx.ModelProto:
     """A copy of `model` with change(graph, node) applied to every FusedLSTM node (the passes after
     fusion: --low-rank, --precision int8); names it makes are unique in the model."""
@@ -56,17 +53,16 @@ def change_fused_nodes(model: onnx.ModelProto, change) -> onnx.ModelProto:
     return out
 
 
-def whole_layers(node: ir.Node, dtypes: dict) -> tuple[list[LayerWeights], ir.TensorProtocol] | str:
+def whole_layers(node: ir.Node, dtypes=tuple(ELEMENT_TYPES)) -> tuple[list[LayerWeights], ir.TensorProtocol] | str:
     """The ONNX layers of a FusedLSTM node's W, with W, where W is a constant of one of `dtypes`
-    (ir type -> its name) and not factored; else why not, for a pass after fusion to report."""
-    attr = lambda name, default=None: default if node.attributes.get(name) is None else node.attributes[name].value  # noqa: E731
-    if attr("rank_input") is not None or attr("rank_recurrent") is not None:
+    (ONNX types) and not factored; else why not, for a pass after fusion to report."""
+    spec = LstmSpec.from_node(node)
+    if "rank_input" in spec.extra or "rank_recurrent" in spec.extra:
         return "its weights are factored"
     w = const_tensor(node.inputs[1])
     if w is None or w.dtype not in dtypes:
-        return f"W is not a {'/'.join(dtypes.values())} constant"
-    H, L = int(attr("hidden_size")), int(attr("num_layers", 1))
-    D = 2 if attr("direction", "forward") == "bidirectional" else 1
+        return f"W is not a {'/'.join(ELEMENT_TYPES[t] for t in dtypes)} constant"
+    H, L, D = spec.hidden_size, spec.num_layers, spec.num_directions
     W = w.numpy().reshape(-1)
     I = input_size_from_weight_count(W.size, L, D, H)
     if I is None:

@@ -77,7 +77,7 @@ def _has_int8_weights(node: onnx.NodeProto, constants: dict) -> bool:
 
 def _quantize_node(graph, node: ir.Node, summary: Int8Report) -> None:
     name = node.name or "<unnamed>"
-    found = whole_layers(node, {ir.DataType.FLOAT: "float32"})  # int8 weights take float32 X
+    found = whole_layers(node, (ir.DataType.FLOAT,))  # int8 weights take float32 X
     if isinstance(found, str):
         summary.skipped.append(f"{name}: {found}")
         return

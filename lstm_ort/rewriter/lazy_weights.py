@@ -12,10 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 import onnx_ir as ir
 
+from lstm_ort.ops.identity import onnx_type
 from lstm_ort.ops.packing import write_bias, write_peepholes, write_scales, write_weight_rows
-
-_IR_TYPE = {np.dtype(np.float32): ir.DataType.FLOAT, np.dtype(np.float16): ir.DataType.FLOAT16,
-            np.dtype(np.int8): ir.DataType.INT8}
 
 
 @dataclass
@@ -53,7 +51,7 @@ class _WritesInto(ir.LazyTensor):
 
     def __init__(self, size: int, dtype, name: str | None) -> None:
         self.np_dtype = np.dtype(dtype)
-        super().__init__(self._tensor, dtype=_IR_TYPE[self.np_dtype], shape=ir.Shape([size]), name=name)
+        super().__init__(self._tensor, dtype=ir.DataType(onnx_type(self.np_dtype)), shape=ir.Shape([size]), name=name)
 
     def _tensor(self) -> ir.Tensor:
         out = np.empty(self.shape[0], self.np_dtype)
@@ -62,6 +60,11 @@ class _WritesInto(ir.LazyTensor):
 
     def write_into(self, out: np.ndarray) -> None:
         raise NotImplementedError
+
+    def tofile(self, file) -> None:
+        """Its bytes into ``file`` a layer at a time (onnx-ir writes external data this way)."""
+        for chunk in tensor_chunks(self):
+            file.write(chunk)
 
 
 class LazyPacked(_WritesInto):

@@ -15,13 +15,13 @@ import onnx
 import onnx_ir as ir
 
 from lstm_ort.ops.factoring import energy_rank, kept_energy, saves_work, singular_values, truncated_svd
+from lstm_ort.ops.identity import np_dtype
 from lstm_ort.ops.packing import PARTS, pack_layers
 from lstm_ort.rewriter.fused_node import change_fused_nodes, whole_layers
 from lstm_ort.rewriter.graph_utils import add_constant, drop_if_unused
 from lstm_ort.rewriter.report import LowRankMatrix, LowRankReport, Report
 
 TARGETS = {"input": ("input",), "recurrent": ("recurrent",), "both": PARTS}
-_NP = {ir.DataType.FLOAT: np.float32, ir.DataType.FLOAT16: np.float16}
 
 
 class LowRankError(ValueError):
@@ -112,7 +112,7 @@ def measure_against(model: onnx.ModelProto, changed_model: onnx.ModelProto, summ
 
 def _factor_node(graph, node: ir.Node, option: LowRank, summary: LowRankReport) -> None:
     name = node.name or "<unnamed>"
-    found = whole_layers(node, {ir.DataType.FLOAT: "float32", ir.DataType.FLOAT16: "float16"})
+    found = whole_layers(node)
     if isinstance(found, str):
         summary.skipped.append(f"{name}: {found}")
         return
@@ -131,7 +131,7 @@ def _factor_node(graph, node: ir.Node, option: LowRank, summary: LowRankReport) 
                 found[part][d] = factors
         layer.W_factors = found["input"] if any(f is not None for f in found["input"]) else None
         layer.R_factors = found["recurrent"] if any(f is not None for f in found["recurrent"]) else None
-    packed = pack_layers(layers, _NP[w.dtype])
+    packed = pack_layers(layers, np_dtype(w.dtype))
     if not packed.ranks.any:
         summary.elements_after += W.size
         return

@@ -3,7 +3,7 @@ into every FusedLSTM whose X comes from the model's sequence input, so a padded 
 sequence the results it gets alone (docs/serving.md).
 
 Which input carries the sequences, and whether the rest of the model acts per time step, is
-lstm_ort.serving.ragged's analysis (shared with the batcher). The report gets a pseudo-rule
+lstm_ort.graph.ragged's analysis (shared with the batcher). The report gets a pseudo-rule
 ``sequence_lens``: one hit per node wired, and a refusal saying why where the model is not
 ragged-exact.
 """
@@ -13,9 +13,9 @@ from __future__ import annotations
 import onnx
 from onnx import TensorProto, helper
 
-from lstm_ort.ops.identity import DOMAIN, OP_TYPE
+from lstm_ort.graph.ragged import SEQUENCE_LENS, NoSequenceInput, RaggedLayout, analyze
+from lstm_ort.ops.identity import is_fused
 from lstm_ort.rewriter.report import Report
-from lstm_ort.serving.ragged import SEQUENCE_LENS, NoSequenceInput, RaggedLayout, analyze
 
 RULE_NAME = "sequence_lens"
 
@@ -35,7 +35,7 @@ def add_sequence_lens_input(model: onnx.ModelProto, report: Report | None = None
     wired = 0
     for index in layout.recurrent_nodes:
         node = graph.node[index]
-        if node.domain != DOMAIN or node.op_type != OP_TYPE:
+        if not is_fused(node):
             continue  # a stock LSTM the rules left: its own sequence_lens input is the model's business
         inputs = list(node.input) + [""] * max(0, 4 - len(node.input))
         if inputs[3]:

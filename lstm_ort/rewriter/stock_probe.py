@@ -75,7 +75,7 @@ def _refusal(opset: int, attrs: tuple[bytes, ...], types: tuple[int | None, ...]
 
 def _clean(message: str) -> str:
     """onnxruntime's message, short: for a schema error, only why."""
-    from lstm_ort.verify import clean_message
+    from lstm_ort.runtime.messages import clean_message
 
     message = clean_message(Exception(message)).replace("Exception during initialization: ", "")
     if message.startswith("This is an invalid model") and ", Error " in message:  # the node's signature, then why

@@ -7,8 +7,9 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 
-from lstm_ort.ops.identity import DEFAULT_PRECISION, DOMAIN, ELEMENT_TYPES, INT8_WEIGHT_TYPE, OP_TYPE
+from lstm_ort.ops.identity import DEFAULT_PRECISION, ELEMENT_TYPES, INT8_WEIGHT_TYPE, is_fused
 from lstm_ort.ops.packing import NO_RANKS, Ranks, input_size_from_weight_count
+from lstm_ort.ops.spec import LstmSpec, attribute
 from lstm_ort.runtime.model_io import iter_graphs
 
 
@@ -28,7 +29,7 @@ class NodeShape:
 
 
 def fused_nodes(model: onnx.ModelProto) -> list[onnx.NodeProto]:
-    return [n for g in iter_graphs(model) for n in g.node if n.domain == DOMAIN and n.op_type == OP_TYPE]
+    return [n for g in iter_graphs(model) for n in g.node if is_fused(n)]
 
 
 def node_shapes(model: onnx.ModelProto) -> list[tuple[onnx.NodeProto, NodeShape | None]]:
@@ -39,10 +40,8 @@ def node_shapes(model: onnx.ModelProto) -> list[tuple[onnx.NodeProto, NodeShape 
 
 
 def _shape_of(node: onnx.NodeProto, inits: dict[str, onnx.TensorProto]) -> NodeShape | None:
-    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
-    H = int(attrs["hidden_size"])
-    L = int(attrs.get("num_layers", 1))
-    D = 2 if attrs.get("direction", b"forward") == b"bidirectional" else 1
+    spec = LstmSpec.from_node(node)
+    H, L, D = spec.hidden_size, spec.num_layers, spec.num_directions
     w = inits.get(node.input[1]) if len(node.input) > 1 else None
     if w is None or w.data_type not in ELEMENT_TYPES:
         return None
@@ -66,22 +65,13 @@ def int8_node_names(model: onnx.ModelProto) -> set[str]:
 
 def node_ranks(node: onnx.NodeProto) -> Ranks:
     """The ranks of a FusedLSTM node's factored parts (NO_RANKS when it has none)."""
-    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
-    ranks = Ranks(tuple(attrs.get("rank_input", ())), tuple(attrs.get("rank_recurrent", ())))
+    ranks = Ranks(tuple(attribute(node, "rank_input", ())), tuple(attribute(node, "rank_recurrent", ())))
     return ranks if ranks.any else NO_RANKS
-
-
-def string_attribute(node: onnx.NodeProto, name: str, default: str) -> str:
-    """A string attribute's value, or ``default`` where the node has none."""
-    for a in node.attribute:
-        if a.name == name:
-            return onnx.helper.get_attribute_value(a).decode()
-    return default
 
 
 def node_precision(node: onnx.NodeProto) -> str:
     """The precision mode the node runs in: its ``precision`` attribute, absent meaning fp32."""
-    return string_attribute(node, "precision", DEFAULT_PRECISION)
+    return attribute(node, "precision", DEFAULT_PRECISION)
 
 
 def set_attribute(node: onnx.NodeProto, name: str, value) -> None:

@@ -28,8 +28,9 @@ from pathlib import Path
 import onnx
 
 from lstm_ort.ops.identity import DEFAULT_PRECISION, PRECISIONS, TUNED_CPU_PREFIX, require_choice
+from lstm_ort.ops.spec import attribute
 from lstm_ort.ops.tuned import TunedEntry, format_tuned
-from lstm_ort.runtime.nodes import NodeShape, node_precision, node_shapes, set_attribute, string_attribute
+from lstm_ort.runtime.nodes import NodeShape, node_precision, node_shapes, set_attribute
 from lstm_ort.runtime.output_files import write_file
 
 CACHE_ENV = "LSTM_ORT_CACHE_DIR"
@@ -100,7 +101,7 @@ def apply_tuned(model: onnx.ModelProto, cache: dict, cpu_threads: int | None = N
         if shape is None or precision not in PRECISIONS:
             continue  # an unknown precision: the kernel refuses the node, naming the allowed values
         forced = {a.name for a in node.attribute}
-        cpu_auto = string_attribute(node, "cpu_kernel", "auto") == "auto"
+        cpu_auto = attribute(node, "cpu_kernel", "auto") == "auto"
         entries = tuned_entries(cache, shape, precision, gpu="strategy" not in forced,
                                 cpu_threads=cpu_threads if cpu_auto else None)
         if entries:

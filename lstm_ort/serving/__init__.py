@@ -2,17 +2,19 @@
 many concurrent streams of a stateful model, batched step by step (StreamBatcher, docs/streams.md).
 
 ``lstm_ort.serving`` sits on the runtime and never imports the rewriter; Ray is imported only by
-``lstm_ort.serving.ray``. Names load on first use, so ``lstm_ort.serving.ragged`` (shared with the
-rewriter) does not pull in onnxruntime.
+``lstm_ort.serving.ray``. Names load on first use, so importing the package pulls in neither
+onnxruntime nor Ray. The analyses the batchers read (ragged exactness, batch axes) are
+lstm_ort.graph's, shared with the rewriter and the pipeline; their names are here too.
 """
 
-_NAMES = {
-    "BucketingBatcher": "batcher", "BatchStats": "batcher", "BucketStats": "batcher", "NotRaggedExact": "batcher",
+_NAMES = {  # name -> its module (a bare name: lstm_ort.serving's)
+    "BucketingBatcher": "batcher", "BatchStats": "batch_plan", "BucketStats": "batch_plan", "NotRaggedExact": "batcher",
     "SequenceError": "batcher",
-    "RaggedLayout": "ragged", "NoSequenceInput": "ragged", "analyze": "ragged",
+    "RaggedLayout": "lstm_ort.graph.ragged", "NoSequenceInput": "lstm_ort.graph.ragged", "analyze": "lstm_ort.graph.ragged",
     "greedy_boundaries": "buckets", "optimal_boundaries": "buckets",
     "StreamBatcher": "streams", "StreamError": "streams", "StreamClosed": "streams", "BatcherShutDown": "streams",
-    "StreamStats": "streams_stats", "BatchLayout": "streams_axes", "batch_layout": "streams_axes",
+    "StreamStats": "streams_stats", "BatchLayout": "lstm_ort.graph.batch_axes",
+    "batch_layout": "lstm_ort.graph.batch_axes",
 }
 __all__ = sorted(_NAMES)
 
@@ -21,5 +23,6 @@ def __getattr__(name: str):
     if name in _NAMES:
         import importlib
 
-        return getattr(importlib.import_module(f"lstm_ort.serving.{_NAMES[name]}"), name)
+        module = _NAMES[name]
+        return getattr(importlib.import_module(module if "." in module else f"lstm_ort.serving.{module}"), name)
     raise AttributeError(f"module 'lstm_ort.serving' has no attribute {name!r}")

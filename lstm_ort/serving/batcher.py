@@ -1,37 +1,33 @@
 """BucketingBatcher: ragged sequences through a model in length buckets, results per sequence.
 
-Sequences are grouped by length into buckets (buckets.py), each bucket cut into batches, each
-batch padded to its bucket's boundary and run with the model's ``sequence_lens`` input (so padded
-steps are skipped: every output equals running that sequence alone), and every output split back
-per sequence, sliced to its length on the time axis, in the caller's order.
-
-The next batch is padded (and on the CUDA EP copied to the device, its outputs bound to device
-buffers) by a worker thread while the current one runs: onnxruntime releases the GIL in ``run``.
+Sequences are grouped by length into buckets and each bucket cut into batches (the plan,
+batch_plan.py), each batch padded to its bucket's boundary and run with the model's
+``sequence_lens`` input (so padded steps are skipped: every output equals running that sequence
+alone) by the runner of its session (batch_runners.py: host arrays, I/O binding on the CUDA EP,
+or a pipelining session's stream), and every output split back per sequence, sliced to its length
+on the time axis, in the caller's order.
 """
 
 from __future__ import annotations
 
 import os
 import time
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
 from typing import Callable, Sequence
 
 import numpy as np
 import onnx
 import onnxruntime as ort
 
+from lstm_ort.graph.ragged import RaggedLayout, analyze
+from lstm_ort.ops.identity import np_dtype_of_ort
 from lstm_ort.runtime.model_io import load_model
 from lstm_ort.runtime.session import InferenceSession
-from lstm_ort.serving import buckets as bk
-from lstm_ort.serving.ragged import RaggedLayout, analyze
+from lstm_ort.serving import batch_plan
+from lstm_ort.serving.batch_plan import Batch, BatchStats
+from lstm_ort.serving.batch_runners import runner_for
 from lstm_ort.verify import cast_exactly
 
 _PROVIDERS = {"cuda": "CUDAExecutionProvider", "cpu": "CPUExecutionProvider"}
-_NP_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(double)": np.float64,
-             "tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(int8)": np.int8,
-             "tensor(uint8)": np.uint8, "tensor(bool)": np.bool_}
-AUTO_TOLERANCE = 0.05  # greedy buckets: at most this padding per bucket, once a bucket fills a batch
 
 
 class NotRaggedExact(ValueError):
@@ -44,61 +40,6 @@ class SequenceError(ValueError):
     def __init__(self, index: int, detail: str):
         super().__init__(f"sequence {index}: {detail}")
         self.index, self.detail = index, detail
-
-
-@dataclass
-class BucketStats:
-    boundary: int
-    sequences: int = 0
-    batches: int = 0
-    real_tokens: int = 0
-    padded_tokens: int = 0
-
-
-@dataclass
-class BatchStats:
-    """One ``run``. Tokens are time steps; ``padded_tokens`` counts what the batches computed
-    (batch rows x padded length), padding included."""
-
-    sequences: int = 0
-    batches: int = 0
-    real_tokens: int = 0
-    padded_tokens: int = 0
-    seconds: float = 0.0
-    buckets: list[BucketStats] = field(default_factory=list)
-
-    @property
-    def padding_fraction(self) -> float:
-        return 1.0 - self.real_tokens / self.padded_tokens if self.padded_tokens else 0.0
-
-    @property
-    def computed_per_real(self) -> float:
-        return self.padded_tokens / self.real_tokens if self.real_tokens else 0.0
-
-    @property
-    def sequences_per_s(self) -> float:
-        return self.sequences / self.seconds if self.seconds else 0.0
-
-    @property
-    def tokens_per_s(self) -> float:
-        return self.real_tokens / self.seconds if self.seconds else 0.0
-
-    def as_dict(self) -> dict:
-        d = asdict(self)
-        d.update(padding_fraction=self.padding_fraction, computed_per_real=self.computed_per_real,
-                 sequences_per_s=self.sequences_per_s, tokens_per_s=self.tokens_per_s)
-        return d
-
-    def table(self) -> str:
-        lines = [f"sequences {self.sequences}, batches {self.batches}, real tokens {self.real_tokens}, "
-                 f"padded tokens {self.padded_tokens} (padding {100 * self.padding_fraction:.1f}%, "
-                 f"{self.computed_per_real:.3f}x real)",
-                 f"{self.seconds:.3f} s: {self.sequences_per_s:.1f} sequences/s, {self.tokens_per_s:.0f} tokens/s",
-                 f"{'bucket <=':>10} {'sequences':>10} {'batches':>8} {'padding':>8}"]
-        for b in self.buckets:
-            pad = 1 - b.real_tokens / b.padded_tokens if b.padded_tokens else 0.0
-            lines.append(f"{b.boundary:>10} {b.sequences:>10} {b.batches:>8} {100 * pad:>7.1f}%")
-        return "\n".join(lines)
 
 
 def normalize_providers(providers) -> list | None:
@@ -127,9 +68,6 @@ def unavailable_providers(providers: list | None) -> list[str]:
     """The providers of a normalize_providers list that this onnxruntime will skip."""
     available = ort.get_available_providers()
     return [n for n in (p if isinstance(p, str) else p[0] for p in providers or []) if n not in available]
-
-
-STREAM_BATCHES = 16  # batches handed to a pipelining session's run_batches at once
 
 
 class BucketingBatcher:
@@ -166,9 +104,7 @@ class BucketingBatcher:
         self._layouts: dict[str | None, RaggedLayout] = {}
         self._default_input = input_name
         self.stats = BatchStats()
-        # A session that pipelines several calls (PipelineSession) takes a bucket's batches at once.
-        self.streams = hasattr(self.session, "run_batches")
-        self.on_cuda = "CUDAExecutionProvider" in self.session.get_providers() and not self.streams
+        self.runner = runner_for(self.session)  # how batches run: host arrays, I/O binding, or pipelined
 
     # -- the model -----------------------------------------------------------------------------
     def layout(self, input_name: str | None = None) -> RaggedLayout:
@@ -194,7 +130,7 @@ class BucketingBatcher:
         start = time.perf_counter()
         meta = {i.name: i for i in self.session.get_inputs()}
         x_meta = meta[layout.input]
-        dtype = _NP_TYPES.get(x_meta.type)
+        dtype = np_dtype_of_ort(x_meta.type)
         if dtype is None:
             raise ValueError(f"input {layout.input!r} has type {x_meta.type}, which the batcher does not feed")
         seqs = [_exactly(k, s, dtype) for k, s in enumerate(seqs)]
@@ -256,62 +192,26 @@ class BucketingBatcher:
 
     def boundaries(self, lengths) -> list[int]:
         """The bucket boundaries this batcher uses for these lengths."""
-        lengths = np.asarray(lengths, np.int64)
-        if lengths.size == 0:
-            return []
-        longest = int(lengths.max())
-        if self.buckets == "auto":
-            typical = int(np.median(lengths))
-            return bk.greedy_boundaries(lengths, AUTO_TOLERANCE,
-                                        bk.batch_size_for(typical, self.max_batch_tokens, self.max_batch_size))
-        if isinstance(self.buckets, (int, np.integer)):
-            return bk.optimal_boundaries(lengths, int(self.buckets))
-        bounds = sorted({int(b) for b in self.buckets})
-        return bounds if bounds[-1] >= longest else bounds + [longest]
+        return batch_plan.boundaries(lengths, self.buckets, self.max_batch_tokens, self.max_batch_size)
 
     def _plan(self, lengths: np.ndarray, x_meta, layout: RaggedLayout):
-        """Batches as (time length, sequence indices); stats with their counts."""
-        stats = BatchStats(sequences=int(lengths.size), real_tokens=int(lengths.sum()))
+        """Batches (batch_plan.Batch) and stats with their counts; a model's fixed time length is
+        its one bucket, its fixed batch every batch's rows."""
         dims = list(x_meta.shape)
         t_fixed = dims[layout.time_axis] if isinstance(dims[layout.time_axis], int) else None
         b_fixed = dims[layout.batch_axis] if isinstance(dims[layout.batch_axis], int) else None
         bounds = [t_fixed] if t_fixed is not None and lengths.size else self.boundaries(lengths)
-        which = bk.assign(lengths, bounds)
-        plan = []
-        for k, bound in enumerate(bounds):
-            members = np.flatnonzero(which == k)
-            b_stats = BucketStats(boundary=int(bound))
-            stats.buckets.append(b_stats)
-            if members.size == 0:
-                continue
-            steps = max(1, int(bound))  # a bucket of empty sequences still runs one (skipped) step
-            size = b_fixed or bk.batch_size_for(steps, self.max_batch_tokens, self.max_batch_size)
-            for lo in range(0, members.size, size):
-                idx = members[lo: lo + size]
-                plan.append((steps, idx, b_fixed or idx.size))
-                b_stats.batches += 1
-                b_stats.padded_tokens += steps * (b_fixed or idx.size)
-            b_stats.sequences = int(members.size)
-            b_stats.real_tokens = int(lengths[members].sum())
-        stats.buckets = [b for b in stats.buckets if b.sequences]
-        stats.batches = len(plan)
-        stats.padded_tokens = sum(b.padded_tokens for b in stats.buckets)
-        return plan, stats
+        return batch_plan.plan_batches(lengths, bounds, self.max_batch_tokens, self.max_batch_size, b_fixed)
 
     def _execute(self, plan, seqs, lengths, layout, outputs, extra, dtype, results, progress):
         feature = seqs[0].shape[1:]
-        device = 0
-        if self.on_cuda:
-            opts = self.session.get_provider_options().get("CUDAExecutionProvider", {})
-            device = int(opts.get("device_id", 0))
 
-        def host_feed(item):
-            steps, idx, rows = item
+        def host_feed(batch: Batch) -> dict:
             shape = [0, 0, *feature]
-            shape[layout.time_axis], shape[layout.batch_axis] = steps, rows
+            shape[layout.time_axis], shape[layout.batch_axis] = batch.steps, batch.rows
             x = np.zeros(shape, dtype)
-            lens = np.zeros(rows, np.int32)
-            for row, k in enumerate(idx):
+            lens = np.zeros(batch.rows, np.int32)
+            for row, k in enumerate(batch.members):
                 n = int(lengths[k])
                 lens[row] = n
                 where = [slice(None)] * x.ndim
@@ -322,50 +222,13 @@ class BucketingBatcher:
                 feed[layout.sequence_lens] = lens
             return feed
 
-        def prepare(item):
-            idx, feed = item[1], host_feed(item)
-            if self.on_cuda:  # the host->device copy happens here, beside the previous batch's compute
-                binding = self.session.io_binding()
-                for name, value in feed.items():
-                    on_host = name == layout.sequence_lens  # FusedLSTM reads sequence_lens on the host
-                    binding.bind_ortvalue_input(name, ort.OrtValue.ortvalue_from_numpy(
-                        np.ascontiguousarray(value), "cpu" if on_host else "cuda", 0 if on_host else device))
-                for name in outputs:
-                    binding.bind_output(name, "cuda", device)
-                return idx, binding
-            return idx, feed
-
         done = 0
-        if self.streams:
-            # Consecutive batches of one bucket (same steps), up to STREAM_BATCHES at a time.
-            k = 0
-            while k < len(plan):
-                end = k + 1
-                while end < len(plan) and end - k < STREAM_BATCHES and plan[end][0] == plan[k][0]:
-                    end += 1
-                group = plan[k:end]
-                for (_, idx, _), outs in zip(group, self.session.run_batches(outputs, [host_feed(it) for it in group])):
-                    self._scatter(idx, outs, outputs, lengths, layout, results)
-                    done += idx.size
-                if progress is not None:
-                    progress(done, len(seqs))
-                k = end
-            return
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="lstm-ort-batch") as pool:
-            pending = pool.submit(prepare, plan[0])
-            for k in range(len(plan)):
-                idx, job = pending.result()
-                if k + 1 < len(plan):
-                    pending = pool.submit(prepare, plan[k + 1])
-                if self.on_cuda:
-                    self.session.run_with_iobinding(job)
-                    outs = job.copy_outputs_to_cpu()
-                else:
-                    outs = self.session.run(outputs, job)
-                self._scatter(idx, outs, outputs, lengths, layout, results)
-                done += idx.size
-                if progress is not None:
-                    progress(done, len(seqs))
+        for group in self.runner.run(plan, host_feed, outputs, host_inputs={layout.sequence_lens}):
+            for batch, outs in group:
+                self._scatter(batch.members, outs, outputs, lengths, layout, results)
+                done += batch.members.size
+            if progress is not None:
+                progress(done, len(seqs))
 
     @staticmethod
     def _scatter(idx, outs, outputs, lengths, layout: RaggedLayout, results) -> None:

@@ -85,7 +85,7 @@ def _batch(args) -> int:
         raise CliError(str(e), EXIT_USAGE) from None
     from lstm_ort.runtime.model_io import ModelError, read_model
     from lstm_ort.serving.batcher import BucketingBatcher, NotRaggedExact, SequenceError
-    from lstm_ort.serving.ragged import NoSequenceInput
+    from lstm_ort.graph.ragged import NoSequenceInput
 
     try:
         proto, files = read_model(args.model)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 
-from lstm_ort.serving.ragged import NoSequenceInput, RaggedLayout, analyze
+from lstm_ort.graph.ragged import NoSequenceInput, RaggedLayout, analyze
 from lstm_ort.verify import (
     FLOAT32_TOLERANCE,
     Comparison,

@@ -6,7 +6,7 @@ Each stream steps as it would through its own ``InferenceSession.run(None, feeds
 order. Underneath, a worker thread collects the pending steps of different streams (at most one
 per stream at a time, in order per stream), groups them by the shapes of their feeds and the values
 of the inputs that carry no batch (silero-vad's ``sr``), stacks each group along each input's
-batch axis (streams_axes.py finds them), runs one call and splits the outputs back. The states
+batch axis (lstm_ort.graph.batch_axes finds them), runs one call and splits the outputs back. The states
 live in one array per carried input (streams_state.py) or, on CUDA, on the device
 (streams_device.py).
 """
@@ -27,15 +27,15 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
+from lstm_ort.graph.batch_axes import BatchLayout, batch_layout, split_outputs
+from lstm_ort.graph.trace import TraceFailed
+from lstm_ort.runtime.messages import clean_message
 from lstm_ort.runtime.model_io import load_model
 from lstm_ort.runtime.session import InferenceSession
 from lstm_ort.serving.batcher import normalize_providers
-from lstm_ort.serving.streams_axes import BatchLayout, batch_layout, split_outputs
 from lstm_ort.serving.streams_convs import convs_as_2d
 from lstm_ort.serving.streams_state import HostSlots
 from lstm_ort.serving.streams_stats import Counters, StreamStats
-from lstm_ort.serving.streams_trace import TraceFailed
-from lstm_ort.verify import clean_message
 
 CUDA = "CUDAExecutionProvider"
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import onnx
 
+from lstm_ort.graph.batch_axes import batch_layout, split_outputs
 from lstm_ort.runtime.session import InferenceSession
-from lstm_ort.serving.streams_axes import batch_layout, split_outputs
 from lstm_ort.verify import CPU, max_abs, random_feeds
 
 

@@ -1,5 +1,6 @@
 """The rewrite rules, in the order the driver runs them. Each rule is one module with its test
-beside it (``<rule>_test.py``); add a rule by writing a Rule subclass and listing it here."""
+beside it (``<rule>_test.py``, whose OPSET_MODELS tests/test_rule_opsets.py runs at every opset);
+add a rule by writing those two files and listing the Rule here."""
 
 from lstm_ort.rewriter.rules.bidirectional_pair import BidirectionalPair
 from lstm_ort.rewriter.rules.cell_chain import CellChain

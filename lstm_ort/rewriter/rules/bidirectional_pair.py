@@ -21,14 +21,14 @@ from dataclasses import dataclass
 
 import onnx_ir as ir
 
+from lstm_ort.ops.identity import ELEMENT_TYPES, is_fused
 from lstm_ort.rewriter import opset_nodes
 from lstm_ort.rewriter.cell_pattern import attr
-from lstm_ort.rewriter.fused_node import insert_fused_node, is_fused
+from lstm_ort.rewriter.fused_node import insert_fused_node
 from lstm_ort.rewriter.graph_utils import axes_of, const_tensor, move_value, same_tensor
 from lstm_ort.rewriter.lazy_weights import merged
 from lstm_ort.rewriter.rule import OK, CheckResult, Rule
 
-_NP = {ir.DataType.FLOAT: "float32", ir.DataType.FLOAT16: "float16"}
 _SAME = ("hidden_size", "layout", "clip", "input_forget", "activations", "activation_alpha", "activation_beta")
 _FACTORED = ("rank_input", "rank_recurrent")
 
@@ -136,7 +136,7 @@ class BidirectionalPair(Rule):
         f, r = pair.forward, pair.reverse
         layout, H = attr(f, "layout", 0), attr(f, "hidden_size")
         state_axis, direction_axis = (0, 1) if layout == 0 else (1, 2)
-        dtype = _NP[const_tensor(f.inputs[1]).dtype]
+        dtype = ELEMENT_TYPES[const_tensor(f.inputs[1]).dtype]
 
         def joined(index: int, width: int):
             present = [_input(n, index) is not None for n in (f, r)]

@@ -6,6 +6,7 @@ import pytest
 from onnx import TensorProto, compose, helper, numpy_helper
 
 from lstm_ort.builders import looped_cell_model
+from lstm_ort.chain_builders import cell_chain_model
 from lstm_ort.rewriter import Report, optimize
 from lstm_ort.testing import max_abs, run
 
@@ -118,3 +119,10 @@ def test_reverse_reading_the_forward_outputs_is_refused():
     lstm = model.graph.node[0]
     lstm.input.extend(["", "h0_0", "c0_0"])
     refused(model, "one direction reads the other's outputs")
+
+
+# tests/test_rule_opsets.py runs the rule on these at every opset from the first one given to 21.
+OPSET_MODELS = {  # name: (builder(opset), first opset it can be written in)
+    "torch bidirectional chains x2": (lambda o: cell_chain_model(5, 6, 4, np.random.default_rng(o),
+                                                                 direction="bidirectional", layers=2, opset=o), 9),
+}

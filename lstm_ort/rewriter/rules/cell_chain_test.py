@@ -141,3 +141,13 @@ def test_sequence_of_unknown_length_is_refused():
     model = cell_chain_model(5, 8, 4, np.random.default_rng(10))
     model.graph.input[0].type.tensor_type.shape.dim[1].dim_param = "T"
     refused(model, "the sequence's length is not fixed")
+
+
+# tests/test_rule_opsets.py runs the rule on these at every opset from the first one given to 21.
+OPSET_MODELS = {  # name: (builder(opset), first opset it can be written in)
+    "torch chain": (lambda o: cell_chain_model(5, 6, 4, np.random.default_rng(o), opset=o, final_states=True), 9),
+    "torch flipped chain": (lambda o: cell_chain_model(5, 6, 4, np.random.default_rng(o), direction="flip", opset=o),
+                            10),
+    "keras hard sigmoid": (lambda o: cell_chain_model(5, 6, 4, np.random.default_rng(o), style="keras",
+                                                      gate_activation="keras3_hard_sigmoid", opset=o), 9),
+}

@@ -22,11 +22,12 @@ from dataclasses import dataclass
 
 import onnx_ir as ir
 
+from lstm_ort.ops.identity import is_fused
 from lstm_ort.rewriter import opset_nodes, shape_expr
-from lstm_ort.rewriter.fused_node import insert_fused_node, is_fused
+from lstm_ort.rewriter.cell_pattern import Cell, insert_cell_node, match_cell, split_x_h
+from lstm_ort.rewriter.fused_node import insert_fused_node
 from lstm_ort.rewriter.graph_utils import axes_of, const_array, const_tensor, is_zeros, move_value, slice_bounds
 from lstm_ort.rewriter.rule import OK, CheckResult, Rule
-from lstm_ort.rewriter.cell_pattern import Cell, insert_cell_node, match_cell, split_x_h
 
 
 @dataclass

@@ -146,3 +146,11 @@ def test_loop_carrying_a_value_it_changes_is_refused():
     report = Report()
     optimize(model, report=report)
     assert "the loop carries a value other than h, c" in report.findings[0].reason, report.table()
+
+
+# tests/test_rule_opsets.py runs the rule on these at every opset from the first one given to 21.
+OPSET_MODELS = {  # name: (builder(opset), first opset it can be written in)
+    "scan": (lambda o: looped_cell_model(5, 6, np.random.default_rng(o), loop="scan", opset=o), 9),
+    "loop": (lambda o: looped_cell_model(5, 6, np.random.default_rng(o), loop="loop", form="concat", opset=o),
+             11),  # Loop's Gather of the iteration: opset 11
+}

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from lstm_ort.builders import spec_from_attributes
+from lstm_ort.ops.spec import LstmSpec, attributes
 from lstm_ort.rewriter.fold_weights import why_not_packable
 from lstm_ort.rewriter.fused_node import insert_fused_node
 from lstm_ort.rewriter.graph_utils import const_array, const_tensor, is_zeros, replace_outputs
@@ -34,10 +34,6 @@ _SCALE_AND_ZERO_POINT = {1: (8, 9), 2: (10, 11)}  # W's, R's
 
 def _input(node: ir.Node, i: int) -> ir.Value | None:
     return node.inputs[i] if i < len(node.inputs) else None
-
-
-def _attributes(node: ir.Node) -> dict:
-    return {k: a.value for k, a in node.attributes.items()}
 
 
 class _OnnxOrder:
@@ -80,7 +76,7 @@ class DynamicQuantizeLstm(Rule):
 
     def describe(self, node: ir.Node) -> str:
         w = const_tensor(_input(node, 1))
-        H = _attributes(node).get("hidden_size", "?")
+        H = attributes(node).get("hidden_size", "?")
         if w is not None and len(w.shape) == 3:
             return f"D={w.shape[0]} H={H} I={w.shape[1]} int8"
         return f"H={H} int8"
@@ -101,7 +97,7 @@ class DynamicQuantizeLstm(Rule):
             if refusal:
                 return CheckResult.fail(refusal)
         try:
-            spec = spec_from_attributes(_attributes(node), 1)
+            spec = LstmSpec.from_node(node, 1)
         except (ValueError, KeyError, TypeError) as e:
             return CheckResult.fail(f"attributes: {e}")
         D, H = spec.num_directions, spec.hidden_size
@@ -164,7 +160,7 @@ class DynamicQuantizeLstm(Rule):
         """Inserts the FusedLSTM beside `node`, moves its outputs over, and removes `node`."""
         W, R = const_tensor(node.inputs[1]), const_tensor(node.inputs[2])
         B, P = const_tensor(_input(node, 3)), const_tensor(_input(node, 7))
-        spec = spec_from_attributes(_attributes(node), int(W.shape[1]))
+        spec = LstmSpec.from_node(node, int(W.shape[1]))
         H = spec.hidden_size
         layers = [LayerSource(_OnnxOrder(W, _zero_points(node, 1)), _OnnxOrder(R, _zero_points(node, 2)), B, P,
                               W_scale=_scales(node, 1, H), R_scale=_scales(node, 2, H))]

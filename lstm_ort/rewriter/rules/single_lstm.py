@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from lstm_ort.builders import spec_from_attributes
+from lstm_ort.ops.identity import ELEMENT_TYPES
+from lstm_ort.ops.spec import LstmSpec, attributes
 from lstm_ort.rewriter.fold_weights import why_not_packable
 from lstm_ort.rewriter.fused_node import insert_fused_node
 from lstm_ort.rewriter.graph_utils import const_shape, const_tensor, default_opset, is_zeros, replace_outputs
@@ -19,16 +20,11 @@ from lstm_ort.rewriter.lazy_weights import LayerSource, LazyPacked
 from lstm_ort.rewriter.rule import OK, CheckResult, Rule
 from lstm_ort.rewriter.stock_probe import stock_refusal
 
-_NP = {ir.DataType.FLOAT: "float32", ir.DataType.FLOAT16: "float16"}
 _WEIGHTS = ((1, "W"), (2, "R"), (3, "B"), (7, "P"))
 
 
 def _input(node: ir.Node, i: int) -> ir.Value | None:
     return node.inputs[i] if i < len(node.inputs) else None
-
-
-def _attributes(node: ir.Node) -> dict:
-    return {k: a.value for k, a in node.attributes.items()}
 
 
 def _element_type(node: ir.Node) -> ir.DataType | None:
@@ -86,7 +82,7 @@ class SingleLstm(Rule):
     def describe(self, node: ir.Node) -> str:
         w = _input(node, 1)
         shape = const_shape(w) or (w.shape if w is not None else None)
-        attrs = _attributes(node)
+        attrs = attributes(node)
         layout = attrs.get("layout", 0)
         if shape is not None and len(shape) == 3:
             return f"D={shape[0]} H={attrs.get('hidden_size', '?')} I={shape[2]} layout={layout}"
@@ -96,7 +92,7 @@ class SingleLstm(Rule):
         if _input(node, 0) is None:
             return CheckResult.fail("input X is missing")
         x = node.inputs[0]
-        if x.dtype is not None and x.dtype not in _NP:
+        if x.dtype is not None and x.dtype not in ELEMENT_TYPES:
             return CheckResult.fail(f"element type {x.dtype} is not float32/float16")
         for i, name in _WEIGHTS:
             value = _input(node, i)
@@ -112,7 +108,7 @@ class SingleLstm(Rule):
         if refusal:
             return CheckResult.fail(f"stock rejects this node too: {refusal}")
         try:
-            spec = spec_from_attributes(_attributes(node), 1)
+            spec = LstmSpec.from_node(node, 1)
         except (ValueError, KeyError, TypeError) as e:
             return CheckResult.fail(f"attributes: {e}")
         if spec.layout not in (0, 1):
@@ -132,7 +128,7 @@ class SingleLstm(Rule):
                 return CheckResult.fail(f"{name} has shape {list(shape)}, not {wanted[name]}: stock rejects this "
                                         "node too (at run time)")
         dtype = _element_type(node)
-        if dtype not in _NP:
+        if dtype not in ELEMENT_TYPES:
             return CheckResult.fail(f"element type {dtype} is not float32/float16")
         for i, name in _WEIGHTS:
             tensor = const_tensor(_input(node, i))
@@ -148,8 +144,8 @@ class SingleLstm(Rule):
     def rewrite(self, graph, node: ir.Node) -> ir.Node:
         """Inserts the FusedLSTM beside `node`, moves its outputs over, and removes `node`."""
         W, R, B, P = (const_tensor(_input(node, i)) for i, _ in _WEIGHTS)
-        spec = spec_from_attributes(_attributes(node), int(W.shape[2]))
-        dtype = _NP[_element_type(node)]
+        spec = LstmSpec.from_node(node, int(W.shape[2]))
+        dtype = ELEMENT_TYPES[_element_type(node)]
         layers = [LayerSource(W, R, B, P)]
         # A zero initial state of the right shape (exporters build them with Expand or
         # ConstantOfShape) is the same as none.

@@ -125,6 +125,18 @@ def test_missing_x_is_refused():
     assert not finding.rewritten and finding.reason == "input X is missing"
 
 
+def _calling_a_function(nodes, output: str) -> onnx.ModelProto:
+    """A model whose graph calls local.lstm_fn, a function of ``nodes`` from X [6, 2, 4] to ``output``."""
+    fn = helper.make_function("local", "lstm_fn", ["X"], [output], nodes, opset_imports=[helper.make_opsetid("", 17)])
+    graph = helper.make_graph([helper.make_node("lstm_fn", ["X"], ["out"], domain="local")], "main",
+                              [helper.make_tensor_value_info("X", TensorProto.FLOAT, [6, 2, 4])],
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 2, 5])])
+    model = helper.make_model(graph, functions=[fn], opset_imports=[helper.make_opsetid("", 17),
+                                                                    helper.make_opsetid("local", 1)])
+    model.ir_version = IR_VERSION
+    return model
+
+
 def _lstm_nodes_with_constant_weights(spec, rng, x="X", y_h="Y_h"):
     """An LSTM whose weights are Constant nodes (as they must be inside functions)."""
     (layer,) = random_layers(spec, rng)
@@ -136,14 +148,7 @@ def _lstm_nodes_with_constant_weights(spec, rng, x="X", y_h="Y_h"):
 def test_lstm_inside_function_is_rewritten():
     rng = np.random.default_rng(3)
     spec = LstmSpec(input_size=4, hidden_size=5)
-    fn = helper.make_function("local", "lstm_fn", ["X"], ["Y_h"], _lstm_nodes_with_constant_weights(spec, rng),
-                              opset_imports=[helper.make_opsetid("", 17)])
-    graph = helper.make_graph([helper.make_node("lstm_fn", ["X"], ["out"], domain="local")], "main",
-                              [helper.make_tensor_value_info("X", TensorProto.FLOAT, [6, 2, 4])],
-                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 2, 5])])
-    model = helper.make_model(graph, functions=[fn], opset_imports=[helper.make_opsetid("", 17),
-                                                                    helper.make_opsetid("local", 1)])
-    model.ir_version = IR_VERSION
+    model = _calling_a_function(_lstm_nodes_with_constant_weights(spec, rng), "Y_h")
     report = Report()
     out = optimize(model, report=report, fold_constants=False)
     assert report.all_rewritten and report.findings[0].location == "function:lstm_fn"
@@ -365,13 +370,7 @@ def test_new_names_are_unique_in_the_whole_model():
     nodes = _lstm_nodes_with_constant_weights(spec, rng)
     nodes[-1].name = "inner"
     nodes.append(helper.make_node("Identity", ["Y_h"], ["Y_h2"], name="inner_fused_W_const"))
-    fn = helper.make_function("local", "lstm_fn", ["X"], ["Y_h2"], nodes, opset_imports=[helper.make_opsetid("", 17)])
-    graph = helper.make_graph([helper.make_node("lstm_fn", ["X"], ["out"], domain="local")], "main",
-                              [helper.make_tensor_value_info("X", TensorProto.FLOAT, [6, 2, 4])],
-                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 2, 5])])
-    fmodel = helper.make_model(graph, functions=[fn], opset_imports=[helper.make_opsetid("", 17),
-                                                                     helper.make_opsetid("local", 1)])
-    fmodel.ir_version = IR_VERSION
+    fmodel = _calling_a_function(nodes, "Y_h2")
     report = Report()
     out = optimize(fmodel, report=report, fold_constants=False)
     assert report.all_rewritten
@@ -408,3 +407,10 @@ def test_new_names_in_a_subgraph_avoid_the_outer_graph():
     onnx.checker.check_model(out, full_check=True)
     feeds = {"cond": np.array(True), "X": rng.standard_normal((6, 2, 4)).astype(np.float32)}
     assert max_abs(*_stock_and_ours(model, out, feeds)) <= 1e-5
+
+
+# tests/test_rule_opsets.py runs the rule on these at every opset from the first one given to 21.
+OPSET_MODELS = {  # name: (builder(opset), first opset it can be written in)
+    "single_lstm": (lambda o: stock_model(LstmSpec(input_size=5, hidden_size=6), random_layers(
+        LstmSpec(input_size=5, hidden_size=6), np.random.default_rng(o)), opset=o), 9),
+}

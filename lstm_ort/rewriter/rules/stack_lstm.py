@@ -15,13 +15,14 @@ from dataclasses import dataclass
 
 import onnx_ir as ir
 
-from lstm_ort.rewriter.fused_node import insert_fused_node, is_fused
+from lstm_ort.ops.identity import ELEMENT_TYPES, INT8_WEIGHT_TYPE, is_fused, num_directions, type_name
 from lstm_ort.rewriter import opset_nodes, shape_expr
+from lstm_ort.rewriter.fused_node import insert_fused_node
 from lstm_ort.rewriter.graph_utils import axes_of, const_array, const_tensor, move_value, slice_bounds
 from lstm_ort.rewriter.lazy_weights import merged
 from lstm_ort.rewriter.rule import OK, CheckResult, Rule
 
-_NP = {ir.DataType.FLOAT: "float32", ir.DataType.FLOAT16: "float16", ir.DataType.INT8: "int8"}
+_WEIGHT_TYPES = (*ELEMENT_TYPES, INT8_WEIGHT_TYPE)
 _SAME = ("hidden_size", "direction", "layout", "clip", "input_forget", "activations", "activation_alpha",
          "activation_beta")
 
@@ -32,7 +33,7 @@ def _attr(node: ir.Node, name: str, default=None):
 
 
 def _num_dirs(node: ir.Node) -> int:
-    return 2 if _attr(node, "direction", "forward") == "bidirectional" else 1
+    return num_directions(_attr(node, "direction", "forward"))
 
 
 def _single_use(value: ir.Value, besides: list[ir.Node] = ()) -> ir.Node | None:
@@ -218,7 +219,7 @@ class StackLstm(Rule):
                 if value is not None and const_tensor(value) is None:
                     return CheckResult.fail(f"{node.name or 'a layer'}: {name} is not a constant")
         dtypes = {const_tensor(node.inputs[1]).dtype for node in chain.layers}
-        if len(dtypes) != 1 or next(iter(dtypes)) not in _NP:
+        if len(dtypes) != 1 or next(iter(dtypes)) not in _WEIGHT_TYPES:
             return CheckResult.fail("the layers' weights differ in element type")
         for index, name in ((4, "initial_h"), (5, "initial_c")):
             if _merged_state(chain.layers, index, state_axis) is None:
@@ -246,7 +247,7 @@ class StackLstm(Rule):
 
         attrs = dict(first.attributes)
         attrs["num_layers"] = ir.AttrInt64("num_layers", sum(counts))
-        w_dtype = _NP[const_tensor(first.inputs[1]).dtype]
+        w_dtype = type_name(const_tensor(first.inputs[1]).dtype)
         dtype = "float32" if w_dtype == "int8" else w_dtype  # int8 weights: float32 B, P and scales
         fused = insert_fused_node(
             graph, first, name=base, attributes=attrs, x=first.inputs[0],

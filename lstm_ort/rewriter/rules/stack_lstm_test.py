@@ -1,9 +1,11 @@
 """stack_lstm: layers chained by export glue become one multi-layer FusedLSTM, outputs equal."""
 
 import numpy as np
+import onnx
 import pytest
 
-from lstm_ort.builders import LstmSpec, random_layers, stock_model
+from lstm_ort.builders import LstmSpec, looped_cell_model, random_layers, stock_model
+from lstm_ort.chain_builders import cell_chain_model
 from lstm_ort.rewriter import Report, optimize
 from lstm_ort.testing import make_feeds, max_abs, run, run_reference
 
@@ -72,3 +74,24 @@ def test_slices_before_opset_10_take_attributes():
     assert len(slice_node.input) == 1 and {a.name for a in slice_node.attribute} == {"starts", "ends", "axes"}
     feeds = make_feeds(spec, 5, 2, rng)
     assert max_abs(run(out, feeds), run(model, feeds, fused=False)) <= 1e-5
+
+
+# tests/test_rule_opsets.py runs the rule on these at every opset from the first one given to 21.
+def _stack(opset, direction):
+    spec = LstmSpec(input_size=5, hidden_size=6, num_layers=2, direction=direction)
+    model = stock_model(spec, random_layers(spec, np.random.default_rng(opset)), initial_states=opset >= 10,
+                        opset=opset)
+    # Layer 0's own final state as an output too: the stack hands it out through a Slice.
+    model.graph.output.append(onnx.helper.make_tensor_value_info("l0_Y_h", onnx.TensorProto.FLOAT,
+                                                                 [spec.num_directions, "B", 6]))
+    return model
+
+
+OPSET_MODELS = {  # name: (builder(opset), first opset it can be written in)
+    "stack forward": (lambda o: _stack(o, "forward"), 9),
+    "stack bidirectional": (lambda o: _stack(o, "bidirectional"), 9),
+    "reverse scans x2": (lambda o: looped_cell_model(5, 6, np.random.default_rng(o), loop="scan", reverse=True,
+                                                     layers=2, opset=o), 9),
+    "keras chains x2": (lambda o: cell_chain_model(5, 6, 4, np.random.default_rng(o), style="keras", layers=2,
+                                                   opset=o), 9),
+}

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
+from lstm_ort.ops.identity import is_fused
 from lstm_ort.rewriter import opset_nodes
 from lstm_ort.rewriter.cell_pattern import Cell, attr, insert_cell_node, match_cell, op, split_x_h
-from lstm_ort.rewriter.fused_node import is_fused
 from lstm_ort.rewriter.graph_utils import axes_of, move_value
 from lstm_ort.rewriter.rule import OK, CheckResult, Rule
 

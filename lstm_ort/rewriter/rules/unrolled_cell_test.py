@@ -121,3 +121,9 @@ def test_stacked_streaming_cells_become_one_multi_layer_node():
     feeds = {"x": rng.standard_normal((B, I)).astype(np.float32)}
     feeds.update({f"{s}{k}": rng.standard_normal((B, H)).astype(np.float32) for s in "hc" for k in (0, 1)})
     assert chained(model, out, feeds, {f"{s}{k}_out": f"{s}{k}" for s in "hc" for k in (0, 1)}) <= 1e-5
+
+
+# tests/test_rule_opsets.py runs the rule on these at every opset from the first one given to 21.
+OPSET_MODELS = {  # name: (builder(opset), first opset it can be written in)
+    "streaming cell": (lambda o: unrolled_cell_model(5, 6, np.random.default_rng(o), opset=o), 9),
+}

@@ -1,10 +1,9 @@
 """Which axis of each input and output of a model carries the batch, and whether the entries of a
 batch stay apart: the analysis behind StreamBatcher (streams.py) and `optimize --batchify`.
 
-ragged.py's walk with the time axis left out: every value computed from the inputs that carry
-the batch is followed with its batch axis through the ops of ragged's table, plus the ops that act
-on each sample (convolutions, pooling, Pad off the batch axis). A concrete run at batch 1
-(streams_trace.py) gives what the graph computes from shapes and constants, so an If walks its
+The one axis analysis (graph/axes.py) with the time axis left out: every value computed from the
+inputs that carry the batch is followed with its batch axis through its handlers. A concrete run
+at batch 1 (trace.py) gives what the graph computes from shapes and constants, so an If walks its
 taken branch and Pad, Reshape, Expand and ConstantOfShape read their operands. A value holding the
 batch size (read by Shape or Size) is followed entry by entry through the ops that only move
 entries: it may become a Reshape's target or a new tensor's shape; a branch on it, or data
@@ -24,13 +23,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 
-from lstm_ort.ops.identity import DOMAIN, OP_TYPE
-from lstm_ort.serving.ragged import UNKNOWN, Axes, _norm, _Walk
-from lstm_ort.serving.streams_trace import outer_names, run_node, taken_branch, trace
+from lstm_ort.graph.axes import UNKNOWN, AxisWalk, Axes, Constants, norm, recurrent_outputs
+from lstm_ort.graph.trace import outer_names, run_node, taken_branch, trace
+from lstm_ort.ops.identity import is_fused
 
-# Ops that act on each sample of axis 0 (N) on its own, given constant weights.
-_PER_SAMPLE = {"Conv", "ConvTranspose", "ConvInteger", "MaxPool", "AveragePool", "LpPool", "GlobalAveragePool",
-               "GlobalMaxPool", "GlobalLpPool", "InstanceNormalization", "LRN", "BatchNormalization"}
 # Ops that only move entries of their first input (or of every input, for Concat): a batch-size entry
 # stays one, and where it goes is found by running the op on a mask.
 _MOVES = {"Identity", "Cast", "Gather", "Slice", "Concat", "Squeeze", "Unsqueeze", "Reshape", "Flatten",
@@ -143,35 +139,31 @@ def _fixed_dims(model: onnx.ModelProto, layout: BatchLayout) -> list[str]:
     return reasons
 
 
-class _BatchWalk(_Walk):
+class _BatchWalk(AxisWalk):
     """One hypothesis: the inputs in ``starts`` carry the batch on these axes."""
 
     def __init__(self, model: onnx.ModelProto, starts: dict[str, Axes], values: dict[str, np.ndarray],
                  fixed_batch: bool):
+        opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 13)
+        super().__init__(model.graph, opset, starts, Constants(arrays=values))  # the trace has every value
         self.trace, self.fixed_batch, self.model = values, fixed_batch, model
         self.sized: dict[str, frozenset[int] | None] = {}  # value -> flat entries equal to B x (their value at 1)
         self.fixes: list[tuple[onnx.NodeProto, int, int]] = []
-        opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 13)
-        self._setup(model.graph, opset, starts)
-        self._walk_graph(model.graph)
+        self.matched: list[int] = []
+        self.mismatched = False
+        self.walk(model.graph)
 
-    @staticmethod
-    def _graph_consts(graph):
-        return {}, {}  # the trace has every value
-
-    def flag(self, node: onnx.NodeProto, why: str) -> None:
-        """ragged's reasons name "the time or batch axis"; here only the batch is followed."""
+    def flag(self, node: onnx.NodeProto, why: str, kind: str = "") -> None:
+        """The handlers' reasons name "the time or batch axis"; here only the batch is followed."""
         why = re.sub(r" \(e\.g\. [^)]*\)", "", why).replace("time or batch", "batch").replace("batch or time", "batch")
-        super().flag(node, why.replace("act per time step", "keep the entries of a batch apart"))
+        why = why.replace("act per time step", "keep the entries of a batch apart")
+        super().flag(node, why.replace("computed from the input", "computed from per-stream data"))
 
     def const(self, name: str) -> np.ndarray | None:
-        if not name or name in self.values or name in self.sized:
-            return None
-        return self.trace.get(name)
+        return None if name in self.sized else super().const(name)
 
     def const_rank(self, name: str) -> int | None:
-        c = self.const(name)
-        return None if c is None else np.ndim(c)
+        return None if name in self.sized else super().const_rank(name)
 
     def layout(self, inputs: list[str]) -> BatchLayout:
         outputs, rows = {}, {}
@@ -186,7 +178,7 @@ class _BatchWalk(_Walk):
         return BatchLayout(starts, outputs, rows, list(dict.fromkeys(self.reasons)), self.fixes)
 
     # -- the graph -----------------------------------------------------------------------------
-    def _walk_graph(self, graph: onnx.GraphProto) -> None:
+    def walk(self, graph: onnx.GraphProto) -> None:
         for node in graph.node:
             if node.op_type == "If" and node.domain in ("", "ai.onnx"):
                 self._if(node)
@@ -205,7 +197,7 @@ class _BatchWalk(_Walk):
             elif sized and (node.op_type not in ("Reshape", "Expand") or node.input[0] in self.sized):
                 self._give_up(node, "computes data from the batch size")
             else:
-                for name, axes in zip(node.output, self._visit(0, node)):
+                for name, axes in zip(node.output, self.visit(0, node)):
                     if name:
                         self.values[name] = axes
 
@@ -222,7 +214,7 @@ class _BatchWalk(_Walk):
         if cond in self.sized:
             return self._give_up(node, "branches on the batch size")
         branch = taken_branch(node, self.trace[cond])
-        self._walk_graph(branch)
+        self.walk(branch)
         for name, out in zip(node.output, branch.output):
             if out.name in self.values:
                 self.values[name] = self.values[out.name]
@@ -238,7 +230,7 @@ class _BatchWalk(_Walk):
             self.sized[node.output[0]] = frozenset({0})
             return
         start, end = int(self.attr(node, "start", 0)), self.attr(node, "end", None)
-        start, end = _norm(start, x.rank), x.rank if end is None else _norm(int(end), x.rank)
+        start, end = norm(start, x.rank), x.rank if end is None else norm(int(end), x.rank)
         start, end = max(0, min(start, x.rank)), max(0, min(end, x.rank))
         if x.batch is not None and start <= x.batch < end:
             self.sized[node.output[0]] = frozenset({x.batch - start})
@@ -300,52 +292,17 @@ class _BatchWalk(_Walk):
         return axis
 
     # -- one node that carries the batch -------------------------------------------------------
-    def _visit(self, index: int, node: onnx.NodeProto) -> list[Axes]:
-        op, n_out = node.op_type, len(node.output)
-        if any(not self.values[i].known for i in node.input if i in self.values):
-            return [UNKNOWN] * n_out
-        if node.domain in ("", "ai.onnx"):
-            x = self.values.get(node.input[0])
-            if op in _PER_SAMPLE:
-                return self._per_sample(node, x)
-            if op == "Pad":
-                return self._pad(node, x)
-            if op == "Reshape" and x is not None:
+    def visit(self, index: int, node: onnx.NodeProto) -> list[Axes]:
+        """graph/axes.py's handlers, but for Reshape and Expand: read on the trace, where a shape may
+        hold the batch size."""
+        x = self.values.get(node.input[0]) if node.input else None
+        if node.domain in ("", "ai.onnx") and x is not None and x.known and \
+                all(self.values[i].known for i in node.input if i in self.values):
+            if node.op_type == "Reshape":
                 return [self._reshape(node, x)]
-            if op == "Expand" and x is not None:
+            if node.op_type == "Expand":
                 return [self._expand(node, x)]
-            if op == "Concat":
-                if any(i not in self.values for i in node.input if i):
-                    self.flag(node, "concatenates a value without the batch (a fixed batch of 1?) to one with it")
-                    return [UNKNOWN]
-        return super()._visit(index, node)
-
-    def _per_sample(self, node: onnx.NodeProto, x: Axes | None) -> list[Axes]:
-        if x is None or any(i in self.values for i in node.input[1:] if i):
-            self.flag(node, "takes weights computed from per-stream data")
-            return [UNKNOWN] * len(node.output)
-        if x.batch != 0:
-            self.flag(node, f"acts on each entry of axis 0, the batch axis is {x.batch}")
-            return [UNKNOWN] * len(node.output)
-        if node.op_type == "BatchNormalization" and int(self.attr(node, "training_mode", 0)):
-            self.flag(node, "normalizes over the batch (training mode)")
-        return [Axes(x.rank, None, 0)] + [UNKNOWN] * (len(node.output) - 1)
-
-    def _pad(self, node: onnx.NodeProto, x: Axes | None) -> list[Axes]:
-        if x is None or any(i in self.values for i in node.input[1:] if i):
-            self.flag(node, "pads by amounts computed from per-stream data")
-            return [UNKNOWN]
-        pads = self.attr(node, "pads") if self.opset < 11 else self.const(node.input[1])
-        if pads is None:
-            self.flag(node, "pads by amounts computed from the batch size")
-            return [UNKNOWN]
-        pads = [int(p) for p in np.ravel(pads)]
-        axes = self.axes_input(node, "axes", 3) if self.opset >= 18 else []
-        axes = [_norm(a, x.rank) for a in axes] if axes else list(range(x.rank))
-        for k, a in enumerate(axes):
-            if a == x.batch and (pads[k] or pads[k + len(axes)]):
-                self.flag(node, "pads the batch axis")
-        return [x]
+        return super().visit(index, node)
 
     def _expand(self, node: onnx.NodeProto, x: Axes) -> Axes:
         shape = self.trace[node.input[1]]
@@ -435,10 +392,10 @@ class _BatchWalk(_Walk):
                 return None
         return None
 
-    def _recurrent(self, index: int, node: onnx.NodeProto, seq_lens_index: int) -> list[Axes]:
+    def recurrent(self, index: int, node: onnx.NodeProto, seq_lens_index: int) -> list[Axes]:
         layout = int(self.attr(node, "layout", 0))
         x_axis = state_axis = 1 if layout == 0 else 0
-        fused = node.domain == DOMAIN and node.op_type == OP_TYPE
+        fused = is_fused(node)
         weights = list(node.input[1:seq_lens_index]) + ([] if fused or len(node.input) < 8 else [node.input[7]])
         if any(w in self.values or w in self.sized for w in weights if w):
             self.flag(node, "takes weights computed from per-stream data")
@@ -457,9 +414,7 @@ class _BatchWalk(_Walk):
                 self.mismatched = True
                 self.flag(node, f"reads {role} with the batch on axis {v.batch}, its layout has it on {axis}")
         self.matched.append(index)
-        y = Axes(4, None, 2 if layout == 0 else 0)
-        state = Axes(3, None, state_axis)
-        return [y, state, state][: len(node.output)]
+        return [axes.without_time() for axes in recurrent_outputs(layout, len(node.output))]
 
 
 def _subgraph_reads(node: onnx.NodeProto) -> set[str]:

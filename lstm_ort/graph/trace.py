@@ -1,5 +1,5 @@
 """One concrete run of a model with every value kept, the values inside the taken branch of each
-If included: what the batch-axis analysis (streams_axes.py) reads for the values a graph computes
+If included: what the batch-axis analysis (batch_axes.py) reads for the values a graph computes
 from shapes and constants (an If's condition, a Pad's pads, a Reshape's target) and for the shape
 of every value.
 

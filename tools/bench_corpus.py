@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 from pathlib import Path
 
@@ -25,24 +24,15 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 
 from corpus_report import load_corpus  # noqa: E402
-from cpu_grid import Runner, _runs_for, alone_in_blocks  # noqa: E402
+from cpu_grid import bench_models  # noqa: E402
 
 
 def bench(model, optimized, feeds, threads: int, budget_ms: float) -> dict:
-    stock, ours = Runner(model, feeds, threads, fused=False), Runner(optimized, feeds, threads, fused=True)
-    err = max(float(np.max(np.abs(a - b))) for a, b in zip(ours.outputs(), stock.outputs()))
-    first = min(stock(), stock()), min(ours(), ours())
-    runs = _runs_for(first[0] + first[1], budget_ms, 5, 300)
-    s_times, o_times = [], []
-    for i in range(runs):
-        pair = (stock, ours) if i % 2 else (ours, stock)
-        for run in pair:
-            (s_times if run is stock else o_times).append(run())
-    s_alone, o_alone = alone_in_blocks(stock, ours, runs)
-    med = statistics.median
-    return {"stock_ms": med(s_times), "ours_ms": med(o_times), "ratio": med(s_times) / med(o_times),
-            "stock_alone_ms": med(s_alone), "ours_alone_ms": med(o_alone), "ratio_alone": med(s_alone) / med(o_alone),
-            "max_abs": err}
+    """cpu_grid's comparison (the optimized model as it ships, cpu_kernel auto, and the fused
+    kernel alone, against the original; interleaved and each alone) as a dict."""
+    from dataclasses import asdict
+
+    return asdict(bench_models("", model, optimized, feeds, threads, budget_ms))
 
 
 def bench_cuda(model, optimized, feeds, runs: int = 50) -> dict:

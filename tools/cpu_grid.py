@@ -123,7 +123,11 @@ def alone_in_blocks(runners: list[Runner], runs: int) -> list[list[float]]:
 
 def _choice(node: str) -> str:
     """What auto chose for the one shape class the row's auto session has run."""
-    chosen = [c.chosen for c in native.cpu_kernel_report() if c.node == node and c.B > 0]
+    try:
+        report = native.cpu_kernel_report()
+    except AttributeError:  # a library from before the choice (LSTM_ORT_LIBRARY, for an A/B)
+        return "-"
+    chosen = [c.chosen for c in report if c.node == node and c.B > 0]
     return chosen[0] if len(chosen) == 1 else ",".join(chosen)
 
 

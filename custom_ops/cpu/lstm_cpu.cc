@@ -374,11 +374,22 @@ struct CpuLstm<T>::State {
       stock = std::make_shared<StockStack>(attrs, c.dims, sig, static_cast<const float*>(c.w),
                                            static_cast<const float*>(c.b), static_cast<const float*>(c.p));
     } catch (const std::exception& e) {
-      stock_refused = std::string("onnxruntime could not make stock's LSTM session: ") + e.what();
-      stock_failed.store(true, std::memory_order_release);
+      RefuseLocked(std::string("onnxruntime could not make stock's LSTM session: ") + e.what());
       return nullptr;
     }
     return stock;
+  }
+
+  // Stock's kernel is off for this node: every call runs the fused kernel from now on.
+  void RefuseStock(const std::string& why) {
+    std::lock_guard<std::mutex> lock(weights_mutex);
+    RefuseLocked(why);
+  }
+  void RefuseLocked(const std::string& why) {
+    if (stock_failed.load(std::memory_order_acquire)) return;  // the first reason stands
+    stock_refused = why;
+    stock_failed.store(true, std::memory_order_release);
+    stock.reset();
   }
 
   // Drops the weights of a kernel no shape class runs any more.
@@ -477,8 +488,19 @@ void CpuLstm<T>::Compute(OrtKernelContext* ctx, const CallIO& io) {
   }
   CpuKernel kernel = pick.kernel;
   const auto start = std::chrono::steady_clock::now();
-  if (kernel == CpuKernel::kFused || !RunStock(ctx, io, kernel == CpuKernel::kStockSplit ? pieces : 1)) {
-    if (kernel != CpuKernel::kFused && forced != CpuKernel::kAuto) Fail(st.stock_refused);
+  bool stock_ran = false;
+  if (kernel != CpuKernel::kFused) {
+    try {
+      stock_ran = RunStock(ctx, io, kernel == CpuKernel::kStockSplit ? pieces : 1);
+    } catch (const std::exception& e) {
+      if (forced != CpuKernel::kAuto) throw;
+      // auto never fails a call its own kernel can answer: stock's kernel is off for this node from
+      // now on, with the reason in the report's words.
+      st.RefuseStock(std::string("onnxruntime's LSTM failed a call: ") + e.what());
+    }
+    if (!stock_ran && forced != CpuKernel::kAuto) Fail(st.stock_refused);
+  }
+  if (!stock_ran) {
     kernel = CpuKernel::kFused;
     RunFused(ctx, io);
   }

@@ -62,8 +62,8 @@ std::string StockStackModel(const Attributes& attrs, const Dims& d, const StockS
   onnx_writer::Graph g;
   g.Input({n::kX, ElemType::kFloat, {T, B, d.I}});
   if (sig.seq_lens) g.Input({n::kSeqLens, ElemType::kInt32, {B}});
-  const std::vector<int64_t> flat = {0, 0, -1};
-  g.Initializer("flat_shape", ElemType::kInt64, {3}, flat.data(), flat.size() * sizeof(int64_t));
+  const std::vector<int64_t> flat = {0, 0, -1};  // Reshape's shape between layers
+  if (d.L > 1) g.Initializer("flat_shape", ElemType::kInt64, {3}, flat.data(), flat.size() * sizeof(int64_t));
   const std::vector<Attribute> attributes = LstmAttributes(attrs);
 
   std::string x = n::kX;

@@ -135,7 +135,7 @@ def dynamic_quantize_model(spec: LstmSpec, layers: list[Int8Layer], *, uint8_zer
     the given int8 weights: W [D, I, 4H] and R [D, H, 4H] int8 (zero point 0), or uint8 levels
     shifted by ``uint8_zero_point``; scales and zero points per direction, or per output channel."""
     model = stock_model(spec, [layer.dequantized() for layer in layers], **stock_kw)
-    graph, D, H = model.graph, spec.num_directions, spec.hidden_size
+    graph, D = model.graph, spec.num_directions
     inits = {i.name: i for i in graph.initializer}
     lstms = [n for n in graph.node if n.op_type == "LSTM"]
     for node, layer in zip(lstms, layers):

@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import os
+import sys
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -200,3 +203,17 @@ def run_reference(spec: LstmSpec, layers: list[LayerWeights], feeds: dict, **mod
 
     model = stock_model(spec, layers, np.float32, **model_kw)
     return ReferenceEvaluator(model).run(None, {i.name: feeds[i.name] for i in model.graph.input})
+
+
+def child_python(code: str, *args: str, env: dict | None = None) -> tuple[list[str], dict]:
+    """argv and environment of a fresh interpreter running `code` that imports this lstm_ort.
+
+    `python -c` puts its working directory first on sys.path, so a child started in a source tree
+    would import the source package (which holds no built library) while the suite tests an
+    install: PYTHONSAFEPATH (3.11+) leaves the working directory off, the package's own parent goes
+    first on PYTHONPATH, and callers start the child in a folder of their own (for 3.10)."""
+    child = {**os.environ, **(env or {})}
+    here = str(Path(__file__).resolve().parent.parent)
+    child["PYTHONPATH"] = os.pathsep.join([here] + ([child["PYTHONPATH"]] if child.get("PYTHONPATH") else []))
+    child["PYTHONSAFEPATH"] = "1"
+    return [sys.executable, "-c", code, *args], child

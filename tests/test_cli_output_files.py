@@ -5,7 +5,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import textwrap
 import time
 
@@ -20,6 +19,7 @@ from lstm_ort.runtime.output_files import (
     output_target,
     write_file,
 )
+from lstm_ort.testing import child_python
 
 
 def test_output_target_resolves_before_comparing(tmp_path):
@@ -114,8 +114,9 @@ def test_optimize_signal_leaves_nothing(signum, code, phase, tmp_path):
     onnx.save(stock_model(spec, random_layers(spec, np.random.default_rng(0))), str(src))
     out, ready = tmp_path / "out", tmp_path / "ready"
     out.mkdir()
-    proc = subprocess.Popen([sys.executable, "-c", _SLOW_OPTIMIZE, str(ready), phase, "optimize", str(src), "-o",
-                             str(out / "o.onnx"), "--check"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    argv, env = child_python(_SLOW_OPTIMIZE, str(ready), phase, "optimize", str(src), "-o", str(out / "o.onnx"),
+                             "--check")
+    proc = subprocess.Popen(argv, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     while not ready.exists() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)

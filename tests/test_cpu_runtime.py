@@ -2,9 +2,7 @@
 creation or (as graph inputs) per call, streaming T=1 calls, fp16 storage, and no memory growth
 across runs."""
 
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +12,7 @@ import pytest
 from onnx import helper
 
 from lstm_ort.builders import LstmSpec, fused_model, random_layers
-from lstm_ort.testing import make_feeds, max_abs, run_stock
+from lstm_ort.testing import child_python, make_feeds, max_abs, run_stock
 
 try:  # the project's modules are being moved; one place to update
     from lstm_ort.runtime.session import register
@@ -184,9 +182,8 @@ def test_repeated_runs_do_not_grow_memory(threads, cpu_kernel, tmp_path):
     # Python's garbage, whose memory moved this process-wide figure by up to 14 MB under load.
     if not Path("/proc/self/status").exists():
         pytest.skip("no /proc/self/status")
-    env = {**os.environ, "LSTM_ORT_CPU_KERNEL": cpu_kernel}
-    out = subprocess.run([sys.executable, "-c", _LEAK_PROBE, str(threads)], capture_output=True, text=True,
-                         cwd=tmp_path, timeout=300, env=env)  # cwd: a source tree must not shadow the install
+    argv, env = child_python(_LEAK_PROBE, str(threads), env={"LSTM_ORT_CPU_KERNEL": cpu_kernel})
+    out = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, timeout=300, env=env)
     assert out.returncode == 0, out.stderr[-2000:]
     grown = int(out.stdout.split()[-1])
     assert grown < 2048, f"resident memory grew by {grown} KiB over 300 runs"
@@ -251,9 +248,9 @@ def test_forced_splits_agree_with_one_thread(split, direction, planned, rng, tmp
     model = fused_model(spec, layers, seq_lens=True, initial_states=True)
     onnx.save(model, tmp_path / "m.onnx")
     np.savez(tmp_path / "feeds.npz", **feeds)
-    env = dict(os.environ, LSTM_ORT_CPU_SPLIT=str(split), LSTM_ORT_CPU_THREADS=str(planned))
-    out = subprocess.run([sys.executable, "-c", _SPLIT_PROBE, "m.onnx", "feeds.npz", "out.npz"], capture_output=True,
-                         text=True, cwd=tmp_path, env=env, timeout=300)
+    argv, env = child_python(_SPLIT_PROBE, "m.onnx", "feeds.npz", "out.npz",
+                             env={"LSTM_ORT_CPU_SPLIT": str(split), "LSTM_ORT_CPU_THREADS": str(planned)})
+    out = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     forced = np.load(tmp_path / "out.npz")
     one = run(session(model, 1), feeds)

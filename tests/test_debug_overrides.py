@@ -3,11 +3,8 @@ config entries lstm_ort.debug.<key> reach every FusedLSTM node as its `debug` at
 parser checks them (and their environment aliases) when a kernel is made, and strict mode turns a
 CUDA fallback into an error that names it."""
 
-import os
 import subprocess
-import sys
 
-import numpy as np
 import onnxruntime as ort
 import pytest
 
@@ -15,7 +12,7 @@ from lstm_ort.builders import LstmSpec, fused_model, random_layers
 from lstm_ort.ops.identity import DEBUG_KEYS
 from lstm_ort.runtime.nodes import fused_nodes
 from lstm_ort.runtime.session import DEBUG_PREFIX, InferenceSession, node_options, with_attributes
-from lstm_ort.testing import CUDA, make_feeds, max_abs, planned_fallbacks, run_fused, run_fused_strict
+from lstm_ort.testing import CUDA, child_python, make_feeds, max_abs, planned_fallbacks, run_fused, run_fused_strict
 
 SPEC = LstmSpec(input_size=5, hidden_size=8, num_layers=2, direction="bidirectional")
 
@@ -79,8 +76,8 @@ def test_bad_cpu_alias_fails_the_session_naming_the_variable(tmp_path, rng):
     code = ("import sys; from lstm_ort.runtime.session import InferenceSession\n"
             "try:\n    InferenceSession(sys.argv[1]).run(None, {'X': __import__('numpy').zeros((2, 1, 5), 'float32')})\n"
             "except Exception as e:\n    print(e)\n")
-    env = dict(os.environ, LSTM_ORT_CPU_SPLIT="two")
-    done = subprocess.run([sys.executable, "-c", code, str(path)], env=env, capture_output=True, text=True, timeout=120)
+    argv, env = child_python(code, str(path), env={"LSTM_ORT_CPU_SPLIT": "two"})
+    done = subprocess.run(argv, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert "LSTM_ORT_CPU_SPLIT must be 0, 1, 2 or 3, got 'two'" in done.stdout + done.stderr
 
 

@@ -2,10 +2,7 @@
 DynamicQuantizeLSTM on one thread, with every instruction set this CPU has (the tile shapes of
 1, 2, 3-6, 12 and more rows, odd H and I), on any thread count, and the contract's errors."""
 
-import json
-import os
 import subprocess
-import sys
 
 import numpy as np
 import onnxruntime as ort
@@ -14,7 +11,7 @@ import pytest
 from lstm_ort.builders import LstmSpec, dynamic_quantize_model, fused_model, random_int8_layers
 from lstm_ort.ops.reference import activation_levels, activation_quantization
 from lstm_ort.runtime.session import InferenceSession
-from lstm_ort.testing import make_feeds, max_abs
+from lstm_ort.testing import child_python, make_feeds, max_abs
 
 CPU = ["CPUExecutionProvider"]
 ISAS = ("vnni512", "avxvnni", "avx2", "generic")
@@ -46,24 +43,35 @@ def _case(case, seed=0):
     return (dynamic_quantize_model(spec, layers, per_channel=True, **kw), fused_model(spec, layers, **kw), feeds)
 
 
-def _isa_outputs(isa: str) -> dict | None:
+_ISA_PROBE = """
+import sys, numpy as np, onnxruntime as ort
+from lstm_ort.runtime.session import InferenceSession
+options = ort.SessionOptions()
+options.intra_op_num_threads = 1
+for k in range(int(sys.argv[1])):
+    feeds = dict(np.load(f"feeds{k}.npz"))
+    out = InferenceSession(f"m{k}.onnx", options, providers=["CPUExecutionProvider"]).run(None, feeds)
+    np.savez(f"out{k}.npz", *out)
+"""
+
+
+def _isa_outputs(isa: str, folder) -> list | None:
     """Each case's outputs from a process that forces `isa`, or None where this CPU lacks it."""
-    script = (
-        "import json, sys, numpy as np\n"
-        "from tests.test_int8_kernel import CASES, _case, _ours\n"
-        "print(json.dumps([[o.tolist() for o in _ours(_case(c)[1], _case(c)[2])] for c in CASES]))\n")
-    env = {**os.environ, "LSTM_ORT_CPU_INT8_ISA": isa}
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300,
-                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    for k, case in enumerate(CASES):
+        _, fused, feeds = _case(case)
+        (folder / f"m{k}.onnx").write_bytes(fused.SerializeToString())
+        np.savez(folder / f"feeds{k}.npz", **feeds)
+    argv, env = child_python(_ISA_PROBE, str(len(CASES)), env={"LSTM_ORT_CPU_INT8_ISA": isa})
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=folder, timeout=300)
     if done.returncode != 0 and "lacks that instruction set" in done.stderr:
         return None
     assert done.returncode == 0, done.stderr[-2000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return [[a for _, a in sorted(np.load(folder / f"out{k}.npz").items())] for k in range(len(CASES))]
 
 
 @pytest.mark.parametrize("isa", ISAS)
-def test_each_instruction_set_gives_stocks_results(isa):
-    got = _isa_outputs(isa)
+def test_each_instruction_set_gives_stocks_results(isa, tmp_path):
+    got = _isa_outputs(isa, tmp_path)
     if got is None:
         pytest.skip(f"this CPU lacks {isa}")
     for case, outputs in zip(CASES, got):

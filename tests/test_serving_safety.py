@@ -5,7 +5,6 @@ converted only where exact, clear errors and the documented exit codes."""
 import os
 import signal
 import subprocess
-import sys
 import textwrap
 import time
 
@@ -16,6 +15,7 @@ import pytest
 from lstm_ort.builders import LstmSpec, random_layers, stock_model
 from lstm_ort.cli import EXIT_INPUT, EXIT_OK, EXIT_USAGE, main
 from lstm_ort.rewriter import optimize
+from lstm_ort.testing import child_python
 
 
 @pytest.fixture
@@ -138,9 +138,9 @@ def test_batch_signal_ends_cleanly(signum, code, phase, model, seqs, tmp_path):
     src = _save(tmp_path / "in.npz", seqs)
     out, ready = tmp_path / "out", tmp_path / "ready"
     out.mkdir()
-    proc = subprocess.Popen([sys.executable, "-c", _SLOW, str(ready), phase, "batch", str(model), str(src), "-o",
-                             str(out / "o.npz"), "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    argv, env = child_python(_SLOW, str(ready), phase, "batch", str(model), str(src), "-o", str(out / "o.npz"),
+                             "--no-progress")
+    proc = subprocess.Popen(argv, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     while not ready.exists() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)

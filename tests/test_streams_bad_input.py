@@ -5,7 +5,6 @@ stream stays usable."""
 import threading
 
 import numpy as np
-import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import os
-import time
 
 import numpy as np
 

@@ -40,7 +40,7 @@ void ValidateLayout(int64_t layout);
 // The `strategy` attribute.
 Strategy ResolveStrategy(const std::string& name);
 
-// The `cpu_kernel` attribute: auto, fused, stock or stock_split.
+// The `cpu_kernel` attribute: auto, fused, stock, stock_split or stock_threads.
 CpuKernel ResolveCpuKernel(const std::string& name);
 
 // The `precision` attribute: fp32, tf32, fp16, bf16 or auto.

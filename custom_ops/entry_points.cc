@@ -21,7 +21,8 @@ LSTM_ORT_C_ENTRY int LstmOrtPrecisionNames(char* out, int size) {
   return lstm_ort::CopyOutWhole(lstm_ort::EnumNames<lstm_ort::Precision>(","), out, size);
 }
 
-// The CPU kernel names in enum order, comma-separated: "auto,fused,stock,stock_split".
+// The CPU kernel names in enum order, comma-separated: "auto,fused,stock,stock_split,
+// stock_threads".
 LSTM_ORT_C_ENTRY int LstmOrtCpuKernelNames(char* out, int size) {
   return lstm_ort::CopyOutWhole(lstm_ort::EnumNames<lstm_ort::CpuKernel>(","), out, size);
 }

@@ -24,6 +24,7 @@ constexpr NamedValue<Precision> kPrecisions[] = {
 constexpr NamedValue<CpuKernel> kCpuKernels[] = {
     {"auto", CpuKernel::kAuto}, {"fused", CpuKernel::kFused},
     {"stock", CpuKernel::kStock}, {"stock_split", CpuKernel::kStockSplit},
+    {"stock_threads", CpuKernel::kStockThreads},
 };
 constexpr NamedValue<MmaOperand> kMmaOperands[] = {
     {"3xtf32", MmaOperand::kTf32x3}, {"tf32", MmaOperand::kTf32},

@@ -163,8 +163,8 @@ so.intra_op_num_threads = int(sys.argv[1])
 register(so)
 sess = ort.InferenceSession(fused_model(spec, random_layers(spec, rng), seq_lens=True).SerializeToString(), so,
                             providers=["CPUExecutionProvider"])
-# Two shape classes: with the per-class choice of kernel (cpu_kernel auto) both kernels' weights
-# are held while they are measured, one once the choice settles.
+# Two shape classes: with the per-class choice of kernel (cpu_kernel auto) every candidate's weights
+# are held while they are measured, one kernel's once the choice settles.
 feeds = [make_feeds(spec, 20, 8, rng, seq_lens=True), make_feeds(spec, 9, 3, rng, seq_lens=True)]
 for k in range(300):  # to a steady state: allocator arenas and ORT's pool threads touch their memory first
     sess.run(None, feeds[k % 2])

@@ -23,6 +23,7 @@ import numpy as np
 import onnxruntime as ort
 
 from lstm_ort.builders import LstmSpec, fused_model, random_layers, stock_model
+from lstm_ort.ops.identity import CPU_KERNELS
 from lstm_ort.runtime import native
 from lstm_ort.runtime.session import register, with_attributes
 from table import field, print_table
@@ -57,7 +58,7 @@ class GridRow:
     stock_alone_ms: float
     ratio_alone: float
     max_abs: float
-    chosen: str = ""      # what auto chose for the row's shape class (fused, stock, stock_split)
+    chosen: str = ""      # what auto chose for the row's shape class (a CPU_KERNELS name)
     fused_ms: float = 0.0  # FusedLSTM's own kernel alone (cpu_kernel fused), interleaved and alone
     fused_alone_ms: float = 0.0
     fused_ratio: float = 0.0
@@ -103,9 +104,10 @@ ALONE_BLOCKS = 6
 # ORT's idle workers spin ~35 ms after a run before they block (process CPU time after a run of
 # stock at 2 threads, this box): the pause outlasts it, with room for a loaded machine.
 PAUSE_S = 0.06
-# Runs that let auto measure a shape class (three candidates, a warm-up and three timed runs each,
-# up to nine where the medians are close) before any is timed here.
-TUNING_RUNS = 30
+# Runs that let auto measure a shape class before any is timed here: until its report says the class
+# is decided (up to four candidates in blocks of an untimed and two timed runs, two rounds at least,
+# five where the medians are close: cpu/kernel_tuner.h), at most this many.
+TUNING_RUNS = 80
 
 
 def alone_in_blocks(runners: list[Runner], runs: int) -> list[list[float]]:
@@ -122,12 +124,12 @@ def alone_in_blocks(runners: list[Runner], runs: int) -> list[list[float]]:
 
 
 def _choice(node: str) -> str:
-    """What auto chose for the one shape class the row's auto session has run."""
+    """What auto chose for the one shape class the row's auto session has run, per node."""
     try:
         report = native.cpu_kernel_report()
-    except AttributeError:  # a library from before the choice (LSTM_ORT_LIBRARY, for an A/B)
+    except (AttributeError, ValueError):  # a library from before the choice (LSTM_ORT_LIBRARY, for an A/B)
         return "-"
-    chosen = [c.chosen for c in report if c.node == node and c.B > 0]
+    chosen = [c.chosen for c in report if (c.node == node or c.node.startswith(node + "_")) and c.B > 0]
     return chosen[0] if len(chosen) == 1 else ",".join(chosen)
 
 
@@ -146,7 +148,9 @@ def bench_models(name: str, original, optimized, feeds: dict, threads: int, budg
     time.sleep(PAUSE_S)
     for _ in range(TUNING_RUNS):
         ours()
-    chosen = _choice(node)
+        chosen = _choice(node)
+        if "auto" not in chosen.split(","):
+            break
     first = min(stock(), stock()) + min(ours(), ours()) + min(fused(), fused())
     runs = _runs_for(first, budget_ms, 5, 400)
     runners = [stock, ours, fused]
@@ -205,7 +209,7 @@ def summary(rows: list[GridRow]) -> str:
         alone = [r.ratio_alone for r in sel]
         worst = min(sel, key=lambda r: r.ratio)
         fused = [r.fused_ratio for r in sel if r.fused_ratio]
-        shares = {k: sum(r.chosen == k for r in sel) for k in ("fused", "stock", "stock_split")}
+        shares = {k: sum(r.chosen == k for r in sel) for k in CPU_KERNELS[1:]}
         lines.append(f"threads {t}: {len(sel)} rows, ratio median {statistics.median(ratios):.2f} "
                      f"(alone {statistics.median(alone):.2f}), worst {worst.ratio:.2f} ({worst.config}), "
                      f"rows < 1.0: {sum(x < 1.0 for x in ratios)} (alone {sum(x < 1.0 for x in alone)}); "

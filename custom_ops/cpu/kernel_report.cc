@@ -48,7 +48,7 @@ std::string KernelReport() {
     for (const ClassReport& c : classes) {
       out += r.node + '\t' + std::to_string(c.shape.T) + '\t' + std::to_string(c.shape.B) + '\t' +
              CpuKernelName(c.chosen) + '\t' + (c.preset ? "1" : "0");
-      for (CpuKernel k : {CpuKernel::kFused, CpuKernel::kStock, CpuKernel::kStockSplit}) {
+      for (CpuKernel k : {CpuKernel::kFused, CpuKernel::kStock, CpuKernel::kStockSplit, CpuKernel::kStockThreads}) {
         auto m = c.median_ms.find(k);
         out += '\t' + (m == c.median_ms.end() ? std::string() : std::to_string(m->second));
       }

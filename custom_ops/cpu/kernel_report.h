@@ -12,14 +12,14 @@
 
 namespace lstm_ort {
 
-// `held` says which kernels' weights the kernel holds now ("fused,stock").
+// `held` says which kernels' weights the kernel holds now ("fused,stock,stock_threads").
 void RegisterKernel(const void* kernel, const std::string& node_name, const KernelTuner* tuner,
                     std::function<std::string()> held);
 void UnregisterKernel(const void* kernel);
 
-// One line per (kernel, class): "node\tT\tB\tchosen\tpreset\tfused_ms\tstock_ms\tstock_split_ms\theld"
-// (ms empty where not measured; T the class's bucket); a kernel with no class yet gives one line
-// with T and B 0.
+// One line per (kernel, class): "node\tT\tB\tchosen\tpreset\t<ms>\theld", <ms> the medians of
+// fused, stock, stock_split and stock_threads in that order, tab-separated (empty where not
+// measured); T the class's bucket. A kernel with no class yet gives one line with T and B 0.
 std::string KernelReport();
 
 // The node's name (empty when onnxruntime gives none).

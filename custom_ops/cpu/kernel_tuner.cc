@@ -33,15 +33,26 @@ KernelTuner::Pick KernelTuner::Choose(ShapeClass shape, const std::vector<CpuKer
   calls_since_new_ = added ? 0 : calls_since_new_ + 1;
   if (added) s.candidates = candidates;
   if (s.chosen != CpuKernel::kAuto) {
-    // A preset kernel this call cannot run (stock's on weights it cannot take) gives way.
-    if (std::find(candidates.begin(), candidates.end(), s.chosen) != candidates.end()) return {s.chosen, false};
+    // A preset kernel this call cannot run gives way: stock_threads (a pool counted as one
+    // thread) to stock, stock's (on weights it cannot take) to the first candidate.
+    auto can = [&](CpuKernel k) { return std::find(candidates.begin(), candidates.end(), k) != candidates.end(); };
+    if (can(s.chosen)) return {s.chosen, false};
+    if (s.chosen == CpuKernel::kStockThreads && can(CpuKernel::kStock)) return {CpuKernel::kStock, false};
     return {candidates.front(), false};
   }
   if (s.candidates.size() == 1) {
     s.chosen = s.candidates.front();
     return {s.chosen, false};
   }
-  return {s.candidates[s.issued++ % s.candidates.size()], true};
+  const size_t n = s.candidates.size();
+  if (s.block_left == 0) {
+    const CpuKernel next = s.candidates[s.blocks % n];
+    s.block_left = std::max(0, config_.warmup) + std::max(1, config_.block);
+    s.untimed[next] += config_.warmup;
+    ++s.blocks;
+  }
+  --s.block_left;
+  return {s.candidates[(s.blocks - 1) % n], true};
 }
 
 void KernelTuner::Record(ShapeClass shape, CpuKernel kernel, double ms) {
@@ -49,7 +60,10 @@ void KernelTuner::Record(ShapeClass shape, CpuKernel kernel, double ms) {
   auto it = classes_.find(shape);
   if (it == classes_.end() || it->second.chosen != CpuKernel::kAuto) return;
   ClassState& s = it->second;
-  if (++s.seen[kernel] <= config_.warmup) return;
+  if (s.untimed[kernel] > 0) {
+    --s.untimed[kernel];
+    return;
+  }
   s.times[kernel].push_back(ms);
   DecideIfMeasured(s);
 }
@@ -74,6 +88,12 @@ void KernelTuner::DecideIfMeasured(ClassState& s) const {
   const bool close = s.candidates.size() > 1 && second < best * (1 + config_.margin);
   if (close && static_cast<int>(fewest) < config_.max_samples) return;  // another round each
   s.chosen = winner;
+}
+
+void KernelTuner::DecideOpen(CpuKernel kernel) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto& [shape, s] : classes_)
+    if (s.chosen == CpuKernel::kAuto) s.chosen = kernel;
 }
 
 bool KernelTuner::Settled() const {

@@ -1,8 +1,9 @@
 // Which CPU kernel runs a call: FusedLSTM's own (fused) or onnxruntime's LSTM kernel on the same
-// weights (stock, stock_split; cpu/stock_stack.h). Chosen per shape class by timing the candidates
-// on the class's first calls, taking turns, and keeping the one with the lowest median; a class
-// measured before (the `tuned` attribute, from `lstm-ort tune --cpu`) starts decided. Plain C++,
-// no onnxruntime, so the rules are unit-tested (custom_ops/tests/kernel_tuner_test.cc).
+// weights (stock, stock_split, stock_threads; cpu/stock_stack.h). Chosen per shape class by timing
+// the candidates on the class's first calls, in blocks of consecutive calls, and keeping the one
+// with the lowest median; a class measured before (the `tuned` attribute, from `lstm-ort tune
+// --cpu`) starts decided. Plain C++, no onnxruntime, so the rules are unit-tested
+// (custom_ops/tests/kernel_tuner_test.cc).
 #pragma once
 
 #include <cstdint>
@@ -24,9 +25,15 @@ struct ShapeClass {
 };
 ShapeClass ClassOf(int64_t T, int64_t B);
 
+// The candidates take turns in short blocks of consecutive calls, the first `warmup` of a block
+// untimed: a kernel's pool threads spin for a while after its run, and taking turns call by call
+// made each candidate pay for the one before it (H640 B5 T50 bi, 2 threads: fused measured 21 ms
+// while it runs in 11 alone, and auto chose a kernel 1.6x slower). Short blocks, in rounds, keep
+// what interleaving gave: a passing load on the machine falls on all candidates alike.
 struct TunerConfig {
-  int warmup = 1;   // untimed runs of each candidate (first-touch of buffers, the stock session's arena)
-  int samples = 3;  // timed runs of each candidate before a class is decided
+  int warmup = 1;   // untimed runs at the start of each block (the switch from another kernel's threads;
+                    // at the first, first-touch of buffers and the stock session's arena)
+  int samples = 3;  // timed runs of each candidate, at least, before a class is decided
   // Calls with no new class after which a settled tuner lets the caller drop the kernel no class
   // uses (its weights): a model called at a few fixed shapes keeps one copy of its weights.
   int64_t settle_calls = 64;
@@ -34,6 +41,7 @@ struct TunerConfig {
   // `max_samples` runs each: on a loaded machine three runs did not tell kernels 5% apart.
   double margin = 0.05;
   int max_samples = 9;
+  int block = 2;  // timed runs in a block
 };
 
 // What the tuner knows of one class, for reports.
@@ -56,11 +64,14 @@ class KernelTuner {
     bool measuring;  // the class is undecided: time the call and Record it
   };
   // The kernel the next call of `shape` runs, among `candidates` (non-empty, fixed per class).
-  // Undecided classes take the candidates in turn.
+  // Undecided classes run the candidates in turn, a block of calls each.
   Pick Choose(ShapeClass shape, const std::vector<CpuKernel>& candidates);
 
   // A run of `kernel` on `shape` took `ms`.
   void Record(ShapeClass shape, CpuKernel kernel, double ms);
+
+  // Every class still measuring runs `kernel` from now on (the others' kernel cannot run).
+  void DecideOpen(CpuKernel kernel);
 
   // Every class seen is decided and `settle_calls` calls have come since the last new class.
   bool Settled() const;
@@ -72,9 +83,10 @@ class KernelTuner {
  private:
   struct ClassState {
     std::vector<CpuKernel> candidates;
-    int64_t issued = 0;  // calls handed out while measuring
+    int64_t blocks = 0;     // blocks begun
+    int block_left = 0;     // calls of the current block (candidates[(blocks - 1) % size]) to hand out
     std::map<CpuKernel, std::vector<double>> times;
-    std::map<CpuKernel, int> seen;  // runs recorded, warm-up included
+    std::map<CpuKernel, int> untimed;  // runs of each candidate still to leave untimed (their blocks' first)
     CpuKernel chosen = CpuKernel::kAuto;
     bool preset = false;
   };

@@ -340,11 +340,16 @@ struct CpuLstm<T>::State {
   const cpu::KernelTable* kernels = &cpu::Kernels();
   std::string node_name;
 
-  // Either kernel's weights, made when first needed and dropped once the tuner has settled on
-  // the other for every shape class seen (KernelTuner::Settled); a call holds its own reference.
+  // Each kernel's weights, made when first needed and dropped once the tuner has settled on
+  // others for every shape class seen (KernelTuner::Settled); a call holds its own reference.
+  // stock: stock's session of one thread (stock, stock_split); stock_threads: of the pool's size.
   std::mutex weights_mutex;
   std::shared_ptr<const Packed> packed;
-  std::shared_ptr<const StockStack> stock;
+  std::shared_ptr<const StockStack> stock, stock_threads;
+  // Threads of the session's pool (PoolThreads), counted at the first call that can run stock's
+  // kernel; 0 before.
+  std::once_flag pool_counted;
+  int pool_threads = 0;
   // Why onnxruntime could not make stock's session: the fused kernel runs every call from then on.
   // Written once, before the flag is set.
   std::string stock_refused;
@@ -364,23 +369,26 @@ struct CpuLstm<T>::State {
     return packed;
   }
 
-  // Stock's session for calls of this signature, or null (and stock_refused says why).
-  std::shared_ptr<const StockStack> StockWeights(const StockSignature& sig) {
+  // Stock's session of `threads` intra-op threads for calls of this signature, or null (and
+  // stock_refused says why).
+  std::shared_ptr<const StockStack> StockWeights(const StockSignature& sig, int threads) {
     std::lock_guard<std::mutex> lock(weights_mutex);
-    if (stock && stock->signature() == sig) return stock;
+    std::shared_ptr<const StockStack>& held = threads > 1 ? stock_threads : stock;
+    if (held && held->signature() == sig && held->threads() == threads) return held;
     if (stock_failed.load(std::memory_order_acquire)) return nullptr;
     try {
       const ConstantWeights& c = constants;
-      stock = std::make_shared<StockStack>(attrs, c.dims, sig, static_cast<const float*>(c.w),
-                                           static_cast<const float*>(c.b), static_cast<const float*>(c.p));
+      held = std::make_shared<StockStack>(attrs, c.dims, sig, static_cast<const float*>(c.w),
+                                          static_cast<const float*>(c.b), static_cast<const float*>(c.p), threads);
     } catch (const std::exception& e) {
       RefuseLocked(std::string("onnxruntime could not make stock's LSTM session: ") + e.what());
       return nullptr;
     }
-    return stock;
+    return held;
   }
 
-  // Stock's kernel is off for this node: every call runs the fused kernel from now on.
+  // Stock's kernel is off for this node: every call runs the fused kernel from now on, and the
+  // classes still measuring are decided for it (their report says so; the node can settle).
   void RefuseStock(const std::string& why) {
     std::lock_guard<std::mutex> lock(weights_mutex);
     RefuseLocked(why);
@@ -390,20 +398,30 @@ struct CpuLstm<T>::State {
     stock_refused = why;
     stock_failed.store(true, std::memory_order_release);
     stock.reset();
+    stock_threads.reset();
+    tuner.DecideOpen(CpuKernel::kFused);  // its own lock, never taken before weights_mutex
   }
 
   // Drops the weights of a kernel no shape class runs any more.
   void DropUnused() {
     {
       std::lock_guard<std::mutex> lock(weights_mutex);
-      if (!packed || !stock) return;  // one kernel's weights held: nothing to drop
+      if (!!packed + !!stock + !!stock_threads < 2) return;  // one kernel's weights held: nothing to drop
     }
     if (!tuner.Settled()) return;
     const bool fused = tuner.Uses(CpuKernel::kFused);
-    const bool stock_used = tuner.Uses(CpuKernel::kStock) || tuner.Uses(CpuKernel::kStockSplit);
+    const bool one_thread = tuner.Uses(CpuKernel::kStock) || tuner.Uses(CpuKernel::kStockSplit);
+    const bool pool = tuner.Uses(CpuKernel::kStockThreads);
     std::lock_guard<std::mutex> lock(weights_mutex);
     if (!fused) packed.reset();
-    if (!stock_used) stock.reset();
+    if (!one_thread) stock.reset();
+    if (!pool) stock_threads.reset();
+  }
+
+  // The session pool's thread count, counted once (PoolThreads: at most PlanThreads()).
+  int PoolSize(OrtKernelContext* ctx) {
+    std::call_once(pool_counted, [&] { pool_threads = PoolThreads(ctx); });
+    return pool_threads;
   }
 };
 
@@ -436,7 +454,12 @@ CpuLstm<T>::CpuLstm(const OrtKernelInfo* info, const Attributes& attrs) : state_
     if (t.gpu == std::string(kTunedCpuPrefix) + CpuName()) st.tuner.Preset(ClassOf(t.T, t.B), t.cpu_kernel);
   RegisterKernel(this, st.node_name, &st.tuner, [&st] {
     std::lock_guard<std::mutex> lock(st.weights_mutex);
-    return std::string(st.packed ? "fused" : "") + (st.packed && st.stock ? "," : "") + (st.stock ? "stock" : "");
+    std::string held;
+    const std::pair<const char*, bool> kernels[] = {
+        {"fused", st.packed != nullptr}, {"stock", st.stock != nullptr}, {"stock_threads", st.stock_threads != nullptr}};
+    for (const auto& [name, on] : kernels)
+      if (on) held += (held.empty() ? "" : ",") + std::string(name);
+    return held;
   });
   if (!w_found || d.I <= 0 || (nw && w16 != fp16) || (factored && f16 != fp16)) return;  // packed on every call
   for (int64_t k = 0; k < d.L * d.D; ++k)  // ranks the call would refuse: leave them to its message
@@ -484,6 +507,7 @@ void CpuLstm<T>::Compute(OrtKernelContext* ctx, const CallIO& io) {
   if (forced == CpuKernel::kAuto) {
     std::vector<CpuKernel> candidates = {CpuKernel::kFused, CpuKernel::kStock};
     if (pieces > 1) candidates.push_back(CpuKernel::kStockSplit);
+    if (st.PoolSize(ctx) > 1) candidates.push_back(CpuKernel::kStockThreads);
     pick = st.tuner.Choose(shape, candidates);
   }
   CpuKernel kernel = pick.kernel;
@@ -491,7 +515,10 @@ void CpuLstm<T>::Compute(OrtKernelContext* ctx, const CallIO& io) {
   bool stock_ran = false;
   if (kernel != CpuKernel::kFused) {
     try {
-      stock_ran = RunStock(ctx, io, kernel == CpuKernel::kStockSplit ? pieces : 1);
+      if (kernel == CpuKernel::kStockThreads)
+        stock_ran = RunStock(ctx, io, 1, st.PoolSize(ctx));
+      else
+        stock_ran = RunStock(ctx, io, kernel == CpuKernel::kStockSplit ? pieces : 1, 1);
     } catch (const std::exception& e) {
       if (forced != CpuKernel::kAuto) throw;
       // auto never fails a call its own kernel can answer: stock's kernel is off for this node from
@@ -510,13 +537,14 @@ void CpuLstm<T>::Compute(OrtKernelContext* ctx, const CallIO& io) {
     st.DropUnused();
 }
 
-// Stock's kernel on this call in `pieces` batch pieces on the session's threads; false when
-// onnxruntime could not make its session (stock_refused says why).
+// Stock's kernel on this call in `pieces` batch pieces on the session's threads, each piece on
+// stock's session of `threads` threads; false when onnxruntime could not make its session
+// (stock_refused says why).
 template <typename T>
-bool CpuLstm<T>::RunStock(OrtKernelContext* ctx, const CallIO& io, int pieces) {
+bool CpuLstm<T>::RunStock(OrtKernelContext* ctx, const CallIO& io, int pieces, int threads) {
   State& st = *state_;
   const StockSignature sig{io.seq_lens != nullptr, io.in[kInitialH] != nullptr, io.in[kInitialC] != nullptr};
-  const std::shared_ptr<const StockStack> stock = st.StockWeights(sig);
+  const std::shared_ptr<const StockStack> stock = st.StockWeights(sig, threads);
   if (!stock) return false;
   const int64_t B = io.dims.B;
   std::vector<size_t> at(pieces + 1, 0);

@@ -27,7 +27,7 @@ class CpuLstm {
 
  private:
   const char* WhyNotStock(const CallIO& io) const;
-  bool RunStock(OrtKernelContext* context, const CallIO& io, int pieces);
+  bool RunStock(OrtKernelContext* context, const CallIO& io, int pieces, int threads);
   void RunFused(OrtKernelContext* context, const CallIO& io);
 
   std::unique_ptr<State> state_;

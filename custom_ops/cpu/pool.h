@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <new>
@@ -23,9 +24,10 @@ namespace lstm_ort {
 // Threads to plan for: the cores, or LSTM_ORT_CPU_THREADS. The pool runs as many of the tasks at
 // once as it has threads (with intra_op_num_threads=1 it has none and runs them in turn on the
 // caller); every split the kernels make is correct, and nearly as fast, when fewer run at once.
-// (A probe of the pool's size at the first call proved unreliable on a loaded machine: a sleeping
-// worker may take milliseconds to start.) Once per process: glibc's hardware_concurrency reads
-// /sys on every call.
+// (A probe of the pool's size proved unreliable on a loaded machine, a sleeping worker taking
+// milliseconds to start: too unreliable to size the fused kernel's plan by, whose split must not
+// change with the load; PoolThreads below sizes only stock_threads, where a low count costs speed,
+// never results.) Once per process: glibc's hardware_concurrency reads /sys on every call.
 inline int PlanThreads() {
   static const int threads = [] {
     const int64_t forced = CpuOverridesFromEnvironment().threads;
@@ -44,6 +46,36 @@ void Parallel(OrtKernelContext* ctx, int64_t n, Fn& fn) {
   }
   void (*tramp)(void*, size_t) = [](void* u, size_t i) { (*static_cast<Fn*>(u))(static_cast<int64_t>(i)); };
   Ort::ThrowOnError(Ort::GetApi().KernelContext_ParallelFor(ctx, tramp, static_cast<size_t>(n), 0, &fn));
+}
+
+inline void SpinPause(int& n);
+
+// How many threads the session's intra-op pool runs tasks on at once (OrtApi tells a kernel
+// neither its session's options nor its pool's size): PlanThreads() tasks each wait, until a
+// deadline, for all to arrive, and the most found waiting together is the count. A worker that
+// wakes after the deadline is not counted, so the count may come out low, never high: a kernel
+// sized by it never runs more threads than the session has. Where the pool has fewer threads than
+// PlanThreads() (intra_op_num_threads=1: no pool at all, the tasks run in turn on the caller) the
+// first tasks wait out the deadline: 10 ms, once.
+inline int PoolThreads(OrtKernelContext* ctx, std::chrono::microseconds deadline = std::chrono::milliseconds(10)) {
+  const int n = PlanThreads();
+  if (n <= 1) return 1;
+  std::atomic<int> inside{0}, arrived{0}, peak{1};
+  const auto until = std::chrono::steady_clock::now() + deadline;
+  auto task = [&](int64_t) {
+    int seen = inside.fetch_add(1) + 1;
+    arrived.fetch_add(1);
+    for (int spins = 0; arrived.load() < n && std::chrono::steady_clock::now() < until;) {
+      SpinPause(spins);
+      seen = std::max(seen, inside.load());
+    }
+    seen = std::max(seen, inside.load());
+    for (int p = peak.load(); seen > p && !peak.compare_exchange_weak(p, seen);) {
+    }
+    inside.fetch_sub(1);
+  };
+  Parallel(ctx, n, task);
+  return peak.load();
 }
 
 inline void SpinPause(int& n) {

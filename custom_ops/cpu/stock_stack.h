@@ -2,8 +2,10 @@
 // (cpu/stock_model.h) in a session of its own, so that stock's kernel runs as it runs in the
 // original model, weights prepacked once by onnxruntime. (OrtApi::InvokeOp runs a kernel without
 // its PrePack: stock's LSTM then packs R at every step and ran 1.1-2.5x slower on this
-// project's shapes, docs/cpu.md.) The session has one intra-op thread; a call uses the FusedLSTM
-// session's threads by splitting its batch rows into pieces that run side by side.
+// project's shapes, docs/cpu.md.) A session of one intra-op thread runs batch pieces side by side
+// on the FusedLSTM session's threads (stock, stock_split); a session of the pool's thread count
+// runs the whole batch with its own threads while the pool waits (stock_threads), as the original
+// model's session runs stock's LSTM.
 #pragma once
 
 #include <memory>
@@ -19,7 +21,7 @@ class StockStack {
  public:
   // Throws (an Ort::Exception) when onnxruntime cannot make the session.
   StockStack(const Attributes& attrs, const Dims& dims, const StockSignature& sig, const float* w, const float* b,
-             const float* p);
+             const float* p, int threads);
 
   // Rows [b0, b1) of the call, outputs written into io.out. Where the call is one piece in layout 0
   // the session reads and writes the call's own buffers; else pieces go through `scratch`
@@ -28,11 +30,13 @@ class StockStack {
   size_t ScratchFloats(const CallIO& io, int64_t rows) const;
 
   const StockSignature& signature() const { return sig_; }
+  int threads() const { return threads_; }
 
  private:
   Attributes attrs_;
   Dims dims_;  // I, H, L, D
   StockSignature sig_;
+  int threads_;  // the session's intra-op threads
   Ort::Env env_;  // onnxruntime's one environment, held while the session lives
   std::unique_ptr<Ort::Session> session_;
 };

@@ -41,7 +41,8 @@ TEST(EnumNamesInEnumOrder) {
   CheckNames<Strategy>("auto,tiled,splitk,persistent,wavefront,cluster",
                        "auto, tiled, splitk, persistent, wavefront or cluster", 6);
   CheckNames<Precision>("fp32,tf32,fp16,bf16,auto", "fp32, tf32, fp16, bf16 or auto", 5);
-  CheckNames<CpuKernel>("auto,fused,stock,stock_split", "auto, fused, stock or stock_split", 4);
+  CheckNames<CpuKernel>("auto,fused,stock,stock_split,stock_threads",
+                        "auto, fused, stock, stock_split or stock_threads", 5);
   CheckNames<MmaOperand>("3xtf32,tf32,fp16,bf16", "3xtf32, tf32, fp16 or bf16", 4);
   Strategy s;
   CHECK(!ParseEnum("Tiled", &s));  // names are case-sensitive

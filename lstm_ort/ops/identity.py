@@ -19,7 +19,7 @@ TUNABLE_STRATEGIES = STRATEGIES[1:]
 
 # Values of the `cpu_kernel` attribute, in the order of the C++ enum lstm_ort::CpuKernel: which
 # kernel runs a call on the CPU (docs/cpu.md, "The floor"). auto measures per shape class.
-CPU_KERNELS = ("auto", "fused", "stock", "stock_split")
+CPU_KERNELS = ("auto", "fused", "stock", "stock_split", "stock_threads")
 # The device of a CPU entry of the `tuned` attribute: this prefix and the CPU's name.
 TUNED_CPU_PREFIX = "cpu:"
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ctypes
 from dataclasses import dataclass
 
+from lstm_ort.ops.identity import CPU_KERNELS
 from lstm_ort.ops.packing import Ranks
 from lstm_ort.runtime.library import call_for_text, cuda_native, native
 from lstm_ort.runtime.nodes import NodeShape
@@ -46,7 +47,7 @@ class CpuChoice:
     chosen: str  # a CPU_KERNELS name; "auto" while still measuring
     preset: bool  # from the tuned attribute, not measured in this process
     median_ms: dict[str, float]
-    held: tuple[str, ...]  # whose weights the kernel holds now: "fused" (packed), "stock" (its session)
+    held: tuple[str, ...]  # whose weights the kernel holds now: "fused" (packed), "stock", "stock_threads" (sessions)
 
 
 def cpu_kernel_report() -> list[CpuChoice]:
@@ -54,8 +55,8 @@ def cpu_kernel_report() -> list[CpuChoice]:
     out = []
     text = call_for_text(native().LstmOrtCpuKernelReport, size=1 << 20)
     for line in text.splitlines():
-        node, T, B, chosen, preset, fused, stock, split, held = line.split("\t")
-        medians = {k: float(v) for k, v in zip(("fused", "stock", "stock_split"), (fused, stock, split)) if v}
+        node, T, B, chosen, preset, *ms, held = line.split("\t")
+        medians = {k: float(v) for k, v in zip(CPU_KERNELS[1:], ms) if v}
         out.append(CpuChoice(node, int(T), int(B), chosen, preset == "1", medians, tuple(filter(None, held.split(",")))))
     return out
 

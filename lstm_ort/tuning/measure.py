@@ -44,17 +44,22 @@ def tune_shape(shape: NodeShape, T: int, B: int, runs: int = 20, warmup: int = 3
     return TuneResult(shape, T, B, ms, winner, describe(shape, T, B, winner, precision), precision)
 
 
-def cpu_candidates(B: int) -> tuple[str, ...]:
-    """The CPU kernels a call of batch B can run (cpu/kernel_tuner.h's candidates): stock_split
-    only where the batch can be cut."""
-    return ("fused", "stock", "stock_split") if B > 1 and (os.cpu_count() or 1) > 1 else ("fused", "stock")
+def cpu_candidates(B: int, threads: int) -> tuple[str, ...]:
+    """The CPU kernels a call of batch B can run on `threads` intra-op threads (0: onnxruntime's
+    default, the cores), as cpu/lstm_cpu.cc lists them for the tuner: stock_split only where the
+    batch can be cut, stock_threads only where the pool has more than one thread."""
+    several = (os.cpu_count() or 1) > 1 and threads != 1
+    return ("fused", "stock") + (("stock_split", ) if B > 1 and (os.cpu_count() or 1) > 1 else ()) + \
+        (("stock_threads", ) if several else ())
 
 
 def tune_cpu_shape(shape: NodeShape, T: int, B: int, threads: int, runs: int = 20) -> TuneResult:
-    """Time FusedLSTM's own CPU kernel and stock's (cpu_kernel fused, stock, stock_split) on a node
-    of this shape with random weights, ``threads`` intra-op threads; the runs of the candidates
-    interleaved, so the machine's noise falls on all of them alike. T is reported as its shape
-    class's bucket, the key the kernel looks the winner up by."""
+    """Time FusedLSTM's own CPU kernel and stock's (cpu_kernel fused, stock, stock_split, stock_threads) on a node
+    of this shape with random weights, ``threads`` intra-op threads. The candidates take turns in
+    blocks, as the kernel's own tuner does (cpu/kernel_tuner.h): an untimed run, then two timed,
+    so that a candidate does not pay for the threads of the one before it still spinning, and the
+    machine's noise falls on all of them alike. T is reported as its shape class's bucket, the key
+    the kernel looks the winner up by."""
     if shape.dtype != "float32":
         raise ValueError(f"{shape.key}: onnxruntime's CPU LSTM has no {shape.dtype} kernel, nothing to choose")
     rng = np.random.default_rng(0)
@@ -62,17 +67,18 @@ def tune_cpu_shape(shape: NodeShape, T: int, B: int, threads: int, runs: int = 2
                     direction="bidirectional" if shape.directions == 2 else "forward")
     model = fused_model(spec, random_layers(spec, rng))
     feeds = {"X": rng.standard_normal((T, B, shape.input_size)).astype(np.float32)}
-    kernels = cpu_candidates(B)
+    kernels = cpu_candidates(B, threads)
     runners = [OrtRunner(model, feeds, "cpu", fused=True, cpu_kernel=k, threads=threads) for k in kernels]
     times: dict[str, list[float]] = {k: [] for k in kernels}
     for r in runners:  # warm-up: buffers, stock's session
         r(), r()
-    for i in range(runs):
-        for j in range(len(kernels)):
-            k = (i + j) % len(kernels)
-            start = time.perf_counter()
-            runners[k]()
-            times[kernels[k]].append((time.perf_counter() - start) * 1e3)
+    for _ in range(-(-runs // 2)):
+        for kernel, run in zip(kernels, runners):
+            run()  # untimed: the switch from the kernel before
+            for _ in range(2):
+                start = time.perf_counter()
+                run()
+                times[kernel].append((time.perf_counter() - start) * 1e3)
     ms = {k: statistics.median(v) for k, v in times.items()}
     winner = min(ms, key=ms.get)
     bucket = 1 << max(0, T - 1).bit_length()

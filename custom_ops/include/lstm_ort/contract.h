@@ -64,9 +64,11 @@ enum class Precision : int32_t { kFp32 = 0, kTf32, kFp16, kBf16, kAuto };
 // Which kernel runs a call on the CPU (attribute `cpu_kernel`; the CUDA kernels ignore it).
 // kFused: FusedLSTM's own kernel. kStock: onnxruntime's LSTM kernel on the same weights, the
 // stack run as the original model's LSTM nodes run it (cpu/stock_stack.h). kStockSplit: the same,
-// batch rows split over the session's threads, one run each. kAuto: measured per shape class on
-// the first calls (cpu/kernel_tuner.h). Names: custom_ops/cpu_kernel_names.h.
-enum class CpuKernel : int32_t { kAuto = 0, kFused, kStock, kStockSplit };
+// batch rows split over the session's threads, one run each. kStockThreads: the same, the whole
+// batch in one run on as many threads as the session's pool has, as the original model runs it
+// (cpu/pool.h, PoolThreads). kAuto: measured per shape class on the first calls
+// (cpu/kernel_tuner.h). Names: custom_ops/cpu_kernel_names.h.
+enum class CpuKernel : int32_t { kAuto = 0, kFused, kStock, kStockSplit, kStockThreads };
 
 // A measured winner from `lstm-ort tune`, for one GPU model and one (T, B) of this node, or for
 // one CPU ("cpu:" + its model name, as LstmOrtCpuName gives it) and a shape class of the CPU

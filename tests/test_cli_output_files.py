@@ -83,7 +83,9 @@ def test_tuning_cache_is_written_with_the_umask(tmp_path, monkeypatch):
 
 
 _SLOW_OPTIMIZE = textwrap.dedent("""
-    import sys, time
+    import signal, sys, time
+    # As in a terminal: a suite run in the background hands SIGINT down ignored.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     from pathlib import Path
     import lstm_ort.cli as cli
     import lstm_ort.verify as verify

@@ -109,7 +109,9 @@ def test_batch_failed_write_leaves_nothing(model, seqs, tmp_path, monkeypatch, c
 
 
 _SLOW = textwrap.dedent("""
-    import sys, time
+    import signal, sys, time
+    # As in a terminal: a suite run in the background hands SIGINT down ignored.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     from pathlib import Path
     import numpy as np
     import lstm_ort.serving.batcher as batcher

@@ -531,10 +531,9 @@ void CpuLstm<T>::Compute(OrtKernelContext* ctx, const CallIO& io) {
     kernel = CpuKernel::kFused;
     RunFused(ctx, io);
   }
-  if (pick.measuring)
-    st.tuner.Record(shape, kernel, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
-  else if (forced == CpuKernel::kAuto)
-    st.DropUnused();
+  if (forced != CpuKernel::kAuto) return;
+  st.tuner.Record(shape, kernel, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+  if (!pick.measuring) st.DropUnused();
 }
 
 // Stock's kernel on this call in `pieces` batch pieces on the session's threads, each piece on

@@ -58,12 +58,8 @@ KernelTuner::Pick KernelTuner::Choose(ShapeClass shape, const std::vector<CpuKer
 void KernelTuner::Record(ShapeClass shape, CpuKernel kernel, double ms) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = classes_.find(shape);
-  if (it == classes_.end()) return;
+  if (it == classes_.end() || it->second.chosen != CpuKernel::kAuto) return;
   ClassState& s = it->second;
-  if (s.chosen != CpuKernel::kAuto) {
-    Watch(s, kernel, ms);
-    return;
-  }
   if (s.untimed[kernel] > 0) {
     --s.untimed[kernel];
     return;
@@ -92,26 +88,6 @@ void KernelTuner::DecideIfMeasured(ClassState& s) const {
   const bool close = s.candidates.size() > 1 && second < best * (1 + config_.margin);
   if (close && static_cast<int>(fewest) < config_.max_samples) return;  // another round each
   s.chosen = winner;
-}
-
-void KernelTuner::Watch(ClassState& s, CpuKernel kernel, double ms) {
-  if (s.preset || kernel != s.chosen || s.remeasured >= config_.max_remeasure) return;
-  s.watched.push_back(ms);
-  if (static_cast<int>(s.watched.size()) < config_.watch) return;
-  const double now = Median(s.watched);
-  s.watched.clear();
-  double best_other = 0;
-  for (const auto& [k, t] : s.times)
-    if (k != s.chosen && !t.empty() && (best_other == 0 || Median(t) < best_other)) best_other = Median(t);
-  if (best_other == 0 || now <= best_other * (1 + config_.drift)) return;
-  // Measured again from the start; the weights of every candidate come back while it is.
-  s.chosen = CpuKernel::kAuto;
-  s.times.clear();
-  s.untimed.clear();
-  s.blocks = 0;
-  s.block_left = 0;
-  ++s.remeasured;
-  calls_since_new_ = 0;
 }
 
 void KernelTuner::DecideOpen(CpuKernel kernel) {

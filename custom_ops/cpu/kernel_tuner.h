@@ -42,13 +42,6 @@ struct TunerConfig {
   double margin = 0.05;
   int max_samples = 9;
   int block = 2;  // timed runs in a block
-  // A decided class keeps timing its kernel: where the median of `watch` calls comes out more than
-  // `drift` above another candidate's measured median, the choice was made on a bad stretch (a
-  // passing load on a VM moves a kernel 2x for hundreds of ms) and the class is measured again, at
-  // most `max_remeasure` times.
-  int watch = 16;
-  double drift = 0.25;
-  int max_remeasure = 2;
 };
 
 // What the tuner knows of one class, for reports.
@@ -68,14 +61,13 @@ class KernelTuner {
 
   struct Pick {
     CpuKernel kernel;
-    bool measuring;  // the class is undecided (every auto call is timed and Recorded)
+    bool measuring;  // the class is undecided: time the call and Record it
   };
   // The kernel the next call of `shape` runs, among `candidates` (non-empty, fixed per class).
   // Undecided classes run the candidates in turn, a block of calls each.
   Pick Choose(ShapeClass shape, const std::vector<CpuKernel>& candidates);
 
-  // A run of `kernel` on `shape` took `ms`: a measuring call's (Pick::measuring), or a decided
-  // class's, which the tuner watches (TunerConfig::watch).
+  // A run of `kernel` on `shape` took `ms`.
   void Record(ShapeClass shape, CpuKernel kernel, double ms);
 
   // Every class still measuring runs `kernel` from now on (the others' kernel cannot run).
@@ -97,11 +89,8 @@ class KernelTuner {
     std::map<CpuKernel, int> untimed;  // runs of each candidate still to leave untimed (their blocks' first)
     CpuKernel chosen = CpuKernel::kAuto;
     bool preset = false;
-    std::vector<double> watched;  // the chosen kernel's latest times, since the decision
-    int remeasured = 0;
   };
   void DecideIfMeasured(ClassState& s) const;
-  void Watch(ClassState& s, CpuKernel kernel, double ms);
 
   TunerConfig config_;
   mutable std::mutex mutex_;

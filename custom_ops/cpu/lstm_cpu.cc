@@ -531,9 +531,10 @@ void CpuLstm<T>::Compute(OrtKernelContext* ctx, const CallIO& io) {
     kernel = CpuKernel::kFused;
     RunFused(ctx, io);
   }
-  if (forced != CpuKernel::kAuto) return;
-  st.tuner.Record(shape, kernel, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
-  if (!pick.measuring) st.DropUnused();
+  if (pick.measuring)
+    st.tuner.Record(shape, kernel, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+  else if (forced == CpuKernel::kAuto)
+    st.DropUnused();
 }
 
 // Stock's kernel on this call in `pieces` batch pieces on the session's threads, each piece on

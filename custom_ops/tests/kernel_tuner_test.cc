@@ -127,35 +127,6 @@ TEST(EveryBlocksFirstRunIsUntimed) {
   CHECK(r.median_ms.at(CpuKernel::kFused) == 1.0 && r.median_ms.at(CpuKernel::kStock) == 1.02);
 }
 
-TEST(AChoiceThatDriftsAboveAnotherCandidateIsMeasuredAgain) {
-  // Decided for fused on a bad stretch for stock; then fused runs at 2.0 against stock's 1.5.
-  KernelTuner t(TunerConfig{0, 1, 64, 0.05, 1, 1, 16, 0.25, 2});
-  const ShapeClass shape{32, 8};
-  const std::vector<CpuKernel> two = {CpuKernel::kFused, CpuKernel::kStock};
-  RunUntilDecided(t, shape, two, [](CpuKernel k, int) { return k == CpuKernel::kFused ? 1.0 : 1.5; });
-  CHECK(t.Report().front().chosen == CpuKernel::kFused);
-  for (int i = 0; i < 15; ++i) t.Record(shape, CpuKernel::kFused, 1.8);  // within 25% of 1.5: kept
-  t.Record(shape, CpuKernel::kFused, 1.8);
-  CHECK(!t.Choose(shape, two).measuring);
-  for (int i = 0; i < 16; ++i) t.Record(shape, CpuKernel::kFused, i == 3 ? 1.0 : 2.0);  // median 2.0
-  CHECK(t.Choose(shape, two).measuring);
-  CHECK(t.Report().front().chosen == CpuKernel::kAuto && t.Uses(CpuKernel::kStock));
-  // Measured again from the start (the call above began fused's block), now the faster is stock.
-  t.Record(shape, CpuKernel::kFused, 2.0);
-  RunUntilDecided(t, shape, two, [](CpuKernel k, int) { return k == CpuKernel::kFused ? 2.0 : 1.5; });
-  CHECK(t.Report().front().chosen == CpuKernel::kStock);
-  // Twice at most; the other kernel's runs and presets are never watched.
-  for (int i = 0; i < 16; ++i) t.Record(shape, CpuKernel::kStock, 3.0);
-  RunUntilDecided(t, shape, two, [](CpuKernel k, int) { return k == CpuKernel::kFused ? 1.0 : 3.0; });
-  CHECK(t.Report().front().chosen == CpuKernel::kFused);
-  for (int i = 0; i < 32; ++i) t.Record(shape, CpuKernel::kFused, 9.0);
-  CHECK(!t.Choose(shape, two).measuring);
-  KernelTuner u;
-  u.Preset(shape, CpuKernel::kStock);
-  for (int i = 0; i < 64; ++i) u.Record(shape, CpuKernel::kStock, 100.0);
-  CHECK(!u.Choose(shape, two).measuring);
-}
-
 TEST(TunerTiesGoToTheFirstCandidate) {
   KernelTuner t(TunerConfig{0, 1, 64, 0.05, 1});
   RunUntilDecided(t, {4, 1}, kThree, [](CpuKernel, int) { return 1.0; });

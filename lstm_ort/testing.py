@@ -8,7 +8,9 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import os
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -217,3 +219,16 @@ def child_python(code: str, *args: str, env: dict | None = None) -> tuple[list[s
     child["PYTHONPATH"] = os.pathsep.join([here] + ([child["PYTHONPATH"]] if child.get("PYTHONPATH") else []))
     child["PYTHONSAFEPATH"] = "1"
     return [sys.executable, "-c", code, *args], child
+
+
+def child_when_ready(code: str, *args: str, ready: Path, cwd: Path, timeout: float = 120) -> subprocess.Popen:
+    """A child_python running `code` in `cwd`, once it has written the file `ready` (where it waits to
+    be signalled), stdout and stderr piped. SIGINT reaches it as in a terminal: a suite started in
+    the background hands it down ignored."""
+    argv, env = child_python("import signal\nsignal.signal(signal.SIGINT, signal.default_int_handler)\n" + code, *args)
+    proc = subprocess.Popen(argv, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + timeout
+    while not ready.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert ready.exists(), proc.communicate()
+    return proc

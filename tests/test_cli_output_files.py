@@ -4,9 +4,7 @@ what it reads, with the umask's mode, whole or not at all, also on SIGINT and SI
 import json
 import os
 import signal
-import subprocess
 import textwrap
-import time
 
 import numpy as np
 import onnx
@@ -19,7 +17,7 @@ from lstm_ort.runtime.output_files import (
     output_target,
     write_file,
 )
-from lstm_ort.testing import child_python
+from lstm_ort.testing import child_when_ready
 
 
 def test_output_target_resolves_before_comparing(tmp_path):
@@ -83,9 +81,7 @@ def test_tuning_cache_is_written_with_the_umask(tmp_path, monkeypatch):
 
 
 _SLOW_OPTIMIZE = textwrap.dedent("""
-    import signal, sys, time
-    # As in a terminal: a suite run in the background hands SIGINT down ignored.
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    import sys, time
     from pathlib import Path
     import lstm_ort.cli as cli
     import lstm_ort.verify as verify
@@ -116,13 +112,8 @@ def test_optimize_signal_leaves_nothing(signum, code, phase, tmp_path):
     onnx.save(stock_model(spec, random_layers(spec, np.random.default_rng(0))), str(src))
     out, ready = tmp_path / "out", tmp_path / "ready"
     out.mkdir()
-    argv, env = child_python(_SLOW_OPTIMIZE, str(ready), phase, "optimize", str(src), "-o", str(out / "o.onnx"),
-                             "--check")
-    proc = subprocess.Popen(argv, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
-    while not ready.exists() and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert ready.exists(), proc.communicate()
+    proc = child_when_ready(_SLOW_OPTIMIZE, str(ready), phase, "optimize", str(src), "-o", str(out / "o.onnx"), "--check",
+                            ready=ready, cwd=tmp_path)
     assert list(out.iterdir())  # the staged model is there, in its private folder
     proc.send_signal(signum)
     _, err = proc.communicate(timeout=60)

@@ -4,9 +4,7 @@ converted only where exact, clear errors and the documented exit codes."""
 
 import os
 import signal
-import subprocess
 import textwrap
-import time
 
 import numpy as np
 import onnx
@@ -15,7 +13,7 @@ import pytest
 from lstm_ort.builders import LstmSpec, random_layers, stock_model
 from lstm_ort.cli import EXIT_INPUT, EXIT_OK, EXIT_USAGE, main
 from lstm_ort.rewriter import optimize
-from lstm_ort.testing import child_python
+from lstm_ort.testing import child_when_ready
 
 
 @pytest.fixture
@@ -109,9 +107,7 @@ def test_batch_failed_write_leaves_nothing(model, seqs, tmp_path, monkeypatch, c
 
 
 _SLOW = textwrap.dedent("""
-    import signal, sys, time
-    # As in a terminal: a suite run in the background hands SIGINT down ignored.
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    import sys, time
     from pathlib import Path
     import numpy as np
     import lstm_ort.serving.batcher as batcher
@@ -140,13 +136,8 @@ def test_batch_signal_ends_cleanly(signum, code, phase, model, seqs, tmp_path):
     src = _save(tmp_path / "in.npz", seqs)
     out, ready = tmp_path / "out", tmp_path / "ready"
     out.mkdir()
-    argv, env = child_python(_SLOW, str(ready), phase, "batch", str(model), str(src), "-o", str(out / "o.npz"),
-                             "--no-progress")
-    proc = subprocess.Popen(argv, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
-    while not ready.exists() and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert ready.exists(), proc.communicate()
+    proc = child_when_ready(_SLOW, str(ready), phase, "batch", str(model), str(src), "-o", str(out / "o.npz"),
+                            "--no-progress", ready=ready, cwd=tmp_path)
     if phase == "write":
         assert _leftovers(out)  # the partial file is there, in its private folder
     proc.send_signal(signum)

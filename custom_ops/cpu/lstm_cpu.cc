@@ -75,21 +75,14 @@ struct FactorPart {
   int64_t Padded() const { return panels * kPanel; }
 };
 
-struct Packed {
-  int64_t I = -1;  // X's feature size it was packed for; -1: nothing packed
-  int64_t H = 0, Hp = 0, np = 0, L = 0, D = 0;
-  const void* w_src = nullptr;  // the inputs packed (to check a constant initializer is the one given)
-  const void* b_src = nullptr;
-  const void* p_src = nullptr;
+struct Packed : PackedShape {
   const void* f_src = nullptr;
   Buffer wx, wh, bias, peep, fac;
   // Per (l, d); a factored part has no wx / wh panels. The directions' wx panels are consecutive,
   // so a layer with no factored input projects both directions in one pass.
   std::vector<int64_t> wx_off, wh_off, bias_off, peep_off;
   std::vector<FactorPart> fx, fh;  // input and recurrent factors, per (l, d)
-  bool has_peep = false;
 
-  int64_t LayerInput(int64_t l) const { return l == 0 ? I : D * H; }
   bool InputFactored(int64_t l) const {
     for (int64_t dir = 0; dir < D; ++dir)
       if (fx[l * D + dir].rank) return true;

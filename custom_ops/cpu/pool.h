@@ -98,6 +98,20 @@ struct alignas(64) GroupSync {
   std::atomic<int64_t> done{0};
 };
 
+// What either kernel's packed copy of a node's weights was made for and from (each kernel's
+// Packed adds its panels): the dims, and the inputs packed, to check that a constant initializer
+// is the one given.
+struct PackedShape {
+  int64_t I = -1;  // X's feature size it was packed for; -1: nothing packed
+  int64_t H = 0, Hp = 0, np = 0, L = 0, D = 0;
+  const void* w_src = nullptr;
+  const void* b_src = nullptr;
+  const void* p_src = nullptr;
+  bool has_peep = false;
+
+  int64_t LayerInput(int64_t l) const { return l == 0 ? I : D * H; }
+};
+
 // A 64-byte aligned buffer of T that only grows.
 template <typename T>
 class AlignedBuffer {

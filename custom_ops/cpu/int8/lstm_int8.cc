@@ -46,21 +46,14 @@ int64_t StepSplitMin() {
 
 // ---- packed weights ----
 
-struct Packed {
-  int64_t I = -1;  // X's feature size it was packed for; -1: nothing packed
-  int64_t H = 0, Hp = 0, np = 0, L = 0, D = 0;
-  const void* w_src = nullptr;  // the inputs packed (to check a constant initializer is the one given)
+struct Packed : PackedShape {
   const void* s_src = nullptr;
-  const void* b_src = nullptr;
-  const void* p_src = nullptr;
   AlignedBuffer<int8_t> wx, wh;  // per (l, d) panels; a layer's directions are consecutive in wx (one projection)
   std::vector<size_t> wx_off, wh_off;
   // Per (l, d), np * kPanel packed columns each: scales, column sums, bias; peepholes [3][Hp].
   std::vector<float> sx, sh, bias, peep;
   std::vector<int32_t> cx, ch;
-  bool has_peep = false;
 
-  int64_t LayerInput(int64_t l) const { return l == 0 ? I : D * H; }
   int64_t Cols() const { return np * kPanel; }
 };
 

@@ -85,6 +85,8 @@ const std::vector<Key>& Keys() {
        [](const std::string& v, Overrides& o, CpuOverrides&) { o.resident_chunks = static_cast<int>(Integer(v, 1, 4)); }},
       {"low_rank_stepwise", "LSTM_ORT_LOW_RANK_STEPWISE", true, [] { return Text("0 or 1"); },
        [](const std::string& v, Overrides& o, CpuOverrides&) { o.low_rank_stepwise = Flag(v); }},
+      {"call_graphs", "LSTM_ORT_CALL_GRAPHS", true, [] { return Text("0 or 1"); },
+       [](const std::string& v, Overrides& o, CpuOverrides&) { o.call_graphs = Flag(v); }},
       {"cpu_threads", "LSTM_ORT_CPU_THREADS", false, [] { return Text("a thread count >= 0 (0: the cores)"); },
        [](const std::string& v, Overrides&, CpuOverrides& c) { c.threads = Integer(v, 0, 1 << 16); }},
       {"cpu_split_min", "LSTM_ORT_CPU_SPLIT_MIN", false, [] { return Text("a flop count >= 1"); },

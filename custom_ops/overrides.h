@@ -33,6 +33,7 @@ struct Overrides {
   int tile_u = 0, tile_bb = 0;        // > 0: the persistent planner's block tile (units, batch rows)
   int resident_chunks = 1;            // cp.async groups of the persistent kernel's resident h, 1..4
   bool low_rank_stepwise = false;     // factored recurrences on the per-step path
+  bool call_graphs = true;            // short calls replayed as CUDA graphs (launch_graphs.h)
 };
 
 // The CPU kernel's planning knobs (docs/cpu.md), process-wide.

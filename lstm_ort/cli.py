@@ -32,6 +32,7 @@ from lstm_ort.ops.identity import DEFAULT_PRECISION, INT8, OPTIMIZE_PRECISION, P
 from lstm_ort.rewriter import Report
 from lstm_ort.rewriter.driver import rewrite, serialize, skeleton, stage
 from lstm_ort.rewriter.low_rank import LowRank
+from lstm_ort.rewriter.low_rank_cost import DEVICES as LOW_RANK_DEVICES
 from lstm_ort.rewriter.passes import Options, after_rewrite
 from lstm_ort.rewriter.passes import run as run_passes
 from lstm_ort.runtime import native
@@ -133,8 +134,8 @@ def cmd_optimize(args) -> int:
 def _pass_options(args) -> Options:
     low_rank = None
     if args.low_rank is not None:
-        low_rank = LowRank(rank=args.low_rank, target=args.low_rank_target) if args.low_rank > 0 else \
-            LowRank(energy=args.low_rank_energy, target=args.low_rank_target)
+        how = {"rank": args.low_rank} if args.low_rank > 0 else {"energy": args.low_rank_energy}
+        low_rank = LowRank(**how, target=args.low_rank_target, device=args.low_rank_device)
     return Options(batchify=args.batchify, sequence_lens_input=args.sequence_lens_input, int8=args.int8,
                    low_rank=low_rank, calibration=args.calibration, shapes=args.shape, max_error=args.max_error)
 
@@ -572,6 +573,12 @@ def parser() -> argparse.ArgumentParser:
                          "singular values")
     o.add_argument("--low-rank-target", choices=("input", "recurrent", "both"), default=None,
                    help="with --low-rank/--low-rank-energy: which weights to factor (default both)")
+    o.add_argument("--low-rank-device", choices=LOW_RANK_DEVICES, default=None,
+                   help="with --low-rank/--low-rank-energy: where the model will run. A matrix is factored only "
+                        "where that is expected faster there, else kept whole with the reason in the report "
+                        "(docs/ops.md, 'Factored weights'): on the CPU wherever the rank saves work; on CUDA only "
+                        "at precision fp32, rank <= H/4 and a batch the model or --shape gives, with H >= 1024 and "
+                        "B >= 64 or H >= 512 and B >= 256. Default any: only where it pays on both")
     o.add_argument("--calibration", metavar="FILE.npz",
                    help="with --low-rank: inputs to measure the error on, arrays by input name with a leading "
                         "sample axis (default: seeded random unit-scale inputs)")
@@ -635,12 +642,14 @@ def _main(argv) -> int:
             if low_rank and args.precision == INT8:
                 p.error("--precision int8 and --low-rank: choose one (int8 weights cannot be factored)")
             for flag, given, allowed in (("--low-rank-target", args.low_rank_target, low_rank),
+                                         ("--low-rank-device", args.low_rank_device, low_rank),
                                          ("--calibration", args.calibration, low_rank or args.precision == INT8),
                                          ("--max-error", args.max_error, low_rank or args.precision == INT8)):
                 if given is not None and not allowed:
                     p.error(f"{flag} goes with --low-rank, --low-rank-energy" +
-                            (" or --precision int8" if flag != "--low-rank-target" else ""))
+                            (" or --precision int8" if not flag.startswith("--low-rank-") else ""))
             args.low_rank_target = args.low_rank_target or "both"
+            args.low_rank_device = args.low_rank_device or "any"
             if args.low_rank_energy is not None:
                 args.low_rank = 0  # 0: by energy (cmd_optimize reads args.low_rank is not None as "factor")
         if args.command in ("optimize", "check"):

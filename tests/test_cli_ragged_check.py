@@ -84,7 +84,12 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("low_rank", [[], ["--low-rank", "2"]], ids=["plain", "low-rank"])
+# Factored as for the CPU, where it pays wherever the rank saves work (for CUDA, without a batch
+# size, --low-rank keeps every layer whole: tests/test_low_rank_cost.py).
+LOW_RANK = ["--low-rank", "2", "--low-rank-device", "cpu"]
+
+
+@pytest.mark.parametrize("low_rank", [[], LOW_RANK], ids=["plain", "low-rank"])
 @pytest.mark.parametrize("case", list(CASES))
 def test_ragged_check_ends_cleanly(case, low_rank, tmp_path, rng, capsys):
     build, code, says = CASES[case]
@@ -173,7 +178,7 @@ def test_non_finite_calibration_is_refused(value, low_rank_model, tmp_path, caps
     x = np.zeros((2, 5, 3, 4), np.float32)
     x[1, 2, 0, 3] = value
     np.savez(cal, X=x)
-    assert main(["optimize", str(low_rank_model), "-o", str(dst), "--low-rank", "2", "--calibration", str(cal),
+    assert main(["optimize", str(low_rank_model), "-o", str(dst), *LOW_RANK, "--calibration", str(cal),
                  "--max-error", "0.001"]) == EXIT_USAGE
     err = capsys.readouterr().err
     assert f"X holds {value}" in err and "[1, 2, 0, 3]" in err and not dst.exists()
@@ -185,7 +190,7 @@ def test_non_finite_error_is_refused(tmp_path, rng, capsys):
     src, dst, cal = tmp_path / "m.onnx", tmp_path / "o.onnx", tmp_path / "cal.npz"
     onnx.save(stock_model(spec, random_layers(spec, rng)), str(src))
     np.savez(cal, X=np.full((1, 5, 3, 4), 3e38, np.float32))
-    assert main(["optimize", str(src), "-o", str(dst), "--low-rank", "2", "--calibration", str(cal)]) == EXIT_PARITY
+    assert main(["optimize", str(src), "-o", str(dst), *LOW_RANK, "--calibration", str(cal)]) == EXIT_PARITY
     err = capsys.readouterr().err
     assert "not finite" in err and "nothing written" in err and not dst.exists()
 
@@ -198,7 +203,7 @@ def test_non_finite_error_is_refused(tmp_path, rng, capsys):
 def test_calibration_that_cannot_feed_the_model_is_a_usage_error(array, words, low_rank_model, tmp_path, capsys):
     cal, dst = tmp_path / "cal.npz", tmp_path / "o.onnx"
     np.savez(cal, X=array)
-    assert main(["optimize", str(low_rank_model), "-o", str(dst), "--low-rank", "2", "--calibration",
+    assert main(["optimize", str(low_rank_model), "-o", str(dst), *LOW_RANK, "--calibration",
                  str(cal)]) == EXIT_USAGE
     err = capsys.readouterr().err
     assert words in err and "Traceback" not in err and not dst.exists()
@@ -208,10 +213,10 @@ def test_calibration_converted_where_exact(low_rank_model, tmp_path, rng, capsys
     """float64 within float32's range and whole numbers feed a float32 model as they are."""
     cal, dst = tmp_path / "cal.npz", tmp_path / "o.onnx"
     np.savez(cal, X=rng.standard_normal((2, 5, 3, 4)))
-    assert main(["optimize", str(low_rank_model), "-o", str(dst), "--low-rank", "2", "--calibration",
+    assert main(["optimize", str(low_rank_model), "-o", str(dst), *LOW_RANK, "--calibration",
                  str(cal)]) == EXIT_OK
     np.savez(cal, X=rng.integers(-3, 3, (2, 5, 3, 4)))
-    assert main(["optimize", str(low_rank_model), "-o", str(dst), "--low-rank", "2", "--calibration",
+    assert main(["optimize", str(low_rank_model), "-o", str(dst), *LOW_RANK, "--calibration",
                  str(cal)]) == EXIT_OK
 
 

@@ -86,7 +86,7 @@ def test_gemm_step(B, direction, monkeypatch, rng):
 @pytest.mark.parametrize("direction", DIRECTIONS)
 def test_gemm_step_graph_replays_new_inputs(direction, precision, monkeypatch, rng):
     """v1's cuBLAS steps are replayed as a CUDA graph when a call repeats the buffers of an earlier
-    one (v1/step_graphs.h; captured on the second sighting). Calls into the same bound buffers with
+    one (launch_graphs.h; captured on the second sighting). Calls into the same bound buffers with
     new X, new sequence lengths below the longest and new initial states each match stock, as do
     calls of another length in between (another graph) and with the outputs bound elsewhere."""
     from lstm_ort.builders import fused_model

@@ -33,6 +33,12 @@ def spectrum_layers(spec: LstmSpec, rng, decay: float = 0.8, true_rank: int | No
     return layers
 
 
+def on_cpu(**kwargs) -> LowRank:
+    """Factoring for a model that runs on the CPU, where it pays wherever the rank saves work: these
+    tests are of the factors and their error, not of the device rule (tests/test_low_rank_cost.py)."""
+    return LowRank(device="cpu", **kwargs)
+
+
 @pytest.fixture
 def spec():
     return LstmSpec(input_size=32, hidden_size=24, num_layers=2, direction="bidirectional")
@@ -47,7 +53,7 @@ def test_weights_of_low_rank_are_factored_exactly(spec, rng):
     model is the unfactored one to fp32 rounding (and the measured error says so)."""
     original = stock_model(spec, spectrum_layers(spec, rng, true_rank=3))
     report = Report()
-    factored = optimize(original, low_rank=3, report=report)
+    factored = optimize(original, low_rank=on_cpu(rank=3), report=report)
     assert report.low_rank.factored == len(report.low_rank.matrices) == 8
     assert all(m.kept_energy == pytest.approx(1.0) for m in report.low_rank.matrices)
     feeds = make_feeds(spec, 10, 3, rng)
@@ -61,7 +67,7 @@ def test_error_decreases_with_rank(spec, rng):
     errors = []
     for rank in (1, 2, 4, 8):
         report = Report()
-        optimize(original, low_rank=rank, report=report)
+        optimize(original, low_rank=on_cpu(rank=rank), report=report)
         assert report.low_rank.factored == 8
         errors.append((report.low_rank.output_max_abs, max(o.relative for o in report.low_rank.outputs)))
     # The relative error (a norm over every output value) falls with each rank step. Max-abs is one
@@ -74,7 +80,7 @@ def test_error_decreases_with_rank(spec, rng):
 
 def test_factored_model_is_smaller_and_runs_in_the_reference(spec, rng):
     original = stock_model(spec, spectrum_layers(spec, rng))
-    whole, factored = optimize(original), optimize(original, low_rank=4)
+    whole, factored = optimize(original), optimize(original, low_rank=on_cpu(rank=4))
     size = lambda m: sum(numpy_helper.to_array(i).size for i in m.graph.initializer)  # noqa: E731
     assert size(factored) < 0.5 * size(whole)
     [node] = factored_nodes(factored)
@@ -90,7 +96,7 @@ def test_a_rank_that_saves_no_work_keeps_the_matrix_whole(rng):
     whole, so R is factored, and rank 13 (1040) is not."""
     spec = LstmSpec(input_size=8, hidden_size=16)
     report = Report()
-    model = optimize(stock_model(spec, spectrum_layers(spec, rng)), low_rank=9, report=report)
+    model = optimize(stock_model(spec, spectrum_layers(spec, rng)), low_rank=on_cpu(rank=9), report=report)
     by_part = {m.part: m for m in report.low_rank.matrices}
     assert by_part["input"].rank == 0 and "rank 9 exceeds min(64, 8)" in by_part["input"].reason
     assert by_part["recurrent"].rank == 9 and not by_part["recurrent"].reason
@@ -98,10 +104,10 @@ def test_a_rank_that_saves_no_work_keeps_the_matrix_whole(rng):
     attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
     assert attrs["rank_input"] == [0] and attrs["rank_recurrent"] == [9]
     report = Report()
-    optimize(stock_model(spec, spectrum_layers(spec, rng)), low_rank=8, report=report)
+    optimize(stock_model(spec, spectrum_layers(spec, rng)), low_rank=on_cpu(rank=8), report=report)
     assert "rank 8 saves no work: 8 x (8 + 64) = 576" in report.low_rank.matrices[0].reason
     report = Report()
-    optimize(stock_model(spec, spectrum_layers(spec, rng)), low_rank=13, report=report)
+    optimize(stock_model(spec, spectrum_layers(spec, rng)), low_rank=on_cpu(rank=13), report=report)
     recurrent = next(m for m in report.low_rank.matrices if m.part == "recurrent")
     assert recurrent.rank == 0 and "saves no work: 13 x (16 + 64) = 1040" in recurrent.reason
 
@@ -116,7 +122,7 @@ def test_target_picks_the_matrices(target, parts, spec, rng):
 
 def test_energy_picks_the_rank_per_matrix(spec, rng):
     report = Report()
-    optimize(stock_model(spec, spectrum_layers(spec, rng, decay=0.5)), low_rank=LowRank(energy=0.999), report=report)
+    optimize(stock_model(spec, spectrum_layers(spec, rng, decay=0.5)), low_rank=on_cpu(energy=0.999), report=report)
     # s_k = 0.5^k: 0.5^(2k) energy per value, so about 5 values keep 99.9%.
     assert {m.rank for m in report.low_rank.matrices} == {5}
     assert all(m.kept_energy >= 0.999 for m in report.low_rank.matrices)
@@ -140,7 +146,7 @@ def test_a_rank_no_matrix_can_take_is_refused(spec, rng):
 def test_max_error_raises_with_the_figures(spec, rng):
     report = Report()
     with pytest.raises(ErrorBoundExceeded, match="exceeds --max-error 1e-06"):
-        optimize(stock_model(spec, spectrum_layers(spec, rng)), low_rank=2, report=report, max_error=1e-6)
+        optimize(stock_model(spec, spectrum_layers(spec, rng)), low_rank=on_cpu(rank=2), report=report, max_error=1e-6)
     assert report.low_rank.output_max_abs > 1e-6 and report.low_rank.outputs
 
 
@@ -163,12 +169,15 @@ def test_lstm_inside_a_subgraph_is_measured_on_random_inputs(rng):
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 10
     report = Report()
-    optimize(model, low_rank=4, report=report)
+    optimize(model, low_rank=on_cpu(rank=4), report=report)
     assert len(report.low_rank.nodes) == 2
     assert all("random" in f.inputs and f.max_abs > 0 for f in report.low_rank.nodes)
 
 
 # ---- the command line ----
+
+ON_CPU = ["--low-rank-device", "cpu"]  # as on_cpu()
+
 
 @pytest.fixture
 def model_path(tmp_path, spec, rng):
@@ -179,13 +188,13 @@ def model_path(tmp_path, spec, rng):
 
 def test_cli_reports_ranks_and_error_in_text_and_json(model_path, tmp_path, capsys):
     out = tmp_path / "out.onnx"
-    assert main(["optimize", str(model_path), "-o", str(out), "--low-rank", "4", "--check"]) == EXIT_OK
+    assert main(["optimize", str(model_path), "-o", str(out), "--low-rank", "4", *ON_CPU, "--check"]) == EXIT_OK
     text = capsys.readouterr().out
-    assert "low-rank (rank 4, both weights): 8 of 8 matrices factored" in text
+    assert "low-rank (rank 4, both weights, for CPU): 8 of 8 matrices factored" in text
     assert "low-rank error against the unfactored optimized model (seeded random unit-scale inputs" in text
     assert "output Y: max-abs" in text and "(captured inputs)" in text and "before factoring" in text
     assert factored_nodes(onnx.load(str(out)))
-    assert main(["optimize", str(model_path), "-o", str(out), "--low-rank", "4", "--json"]) == EXIT_OK
+    assert main(["optimize", str(model_path), "-o", str(out), "--low-rank", "4", *ON_CPU, "--json"]) == EXIT_OK
     doc = json.loads(capsys.readouterr().out)
     lr = doc["low_rank"]
     assert len(lr["matrices"]) == 8 and {m["rank"] for m in lr["matrices"]} == {4}
@@ -197,13 +206,14 @@ def test_cli_reports_ranks_and_error_in_text_and_json(model_path, tmp_path, caps
 
 def test_cli_max_error_refuses_to_write(model_path, tmp_path, capsys):
     out = tmp_path / "out.onnx"
-    assert main(["optimize", str(model_path), "-o", str(out), "--low-rank", "2", "--max-error", "1e-6",
+    assert main(["optimize", str(model_path), "-o", str(out), "--low-rank", "2", *ON_CPU, "--max-error", "1e-6",
                  "--json"]) == EXIT_PARITY
     doc = json.loads(capsys.readouterr().out)
     assert not out.exists() and not doc["written"]
     assert "exceeds --max-error 1e-06; nothing written" in doc["error"]
     assert doc["low_rank"]["outputs"] and doc["low_rank"]["max_error"] == 1e-6
-    assert main(["optimize", str(model_path), "-o", str(out), "--low-rank", "2", "--max-error", "100"]) == EXIT_OK
+    assert main(["optimize", str(model_path), "-o", str(out), "--low-rank", "2", *ON_CPU, "--max-error",
+                 "100"]) == EXIT_OK
     assert out.exists()
 
 
@@ -211,15 +221,15 @@ def test_cli_measures_on_the_calibration_file(model_path, tmp_path, spec, rng, c
     calibration = tmp_path / "cal.npz"
     np.savez(calibration, X=rng.standard_normal((3, 7, 2, spec.input_size)).astype(np.float32))
     out = tmp_path / "out.onnx"
-    assert main(["optimize", str(model_path), "-o", str(out), "--low-rank", "4", "--calibration", str(calibration),
-                 "--json"]) == EXIT_OK
+    assert main(["optimize", str(model_path), "-o", str(out), "--low-rank", "4", *ON_CPU, "--calibration",
+                 str(calibration), "--json"]) == EXIT_OK
     assert json.loads(capsys.readouterr().out)["low_rank"]["inputs"] == f"calibration {calibration}, 3 samples"
     np.savez(calibration, X=rng.standard_normal((7, 2, spec.input_size)).astype(np.float32))
-    assert main(["optimize", str(model_path), "-o", str(out), "--low-rank", "4", "--calibration",
+    assert main(["optimize", str(model_path), "-o", str(out), "--low-rank", "4", *ON_CPU, "--calibration",
                  str(calibration)]) == EXIT_USAGE
     assert "samples stack as [samples, ...]" in capsys.readouterr().err
     np.savez(calibration, Z=np.zeros((1, 2)))
-    assert main(["optimize", str(model_path), "-o", str(out), "--low-rank", "4", "--calibration",
+    assert main(["optimize", str(model_path), "-o", str(out), "--low-rank", "4", *ON_CPU, "--calibration",
                  str(calibration)]) == EXIT_USAGE
     assert "Z name no input of the model" in capsys.readouterr().err
 
@@ -255,7 +265,7 @@ def test_corpus_models_factor_and_measure(name, corpus):
         pytest.skip(str(e))
     samples = [entry.feeds(np.random.default_rng(seed)) for seed in range(2)]
     report = Report()
-    factored = optimize(model, low_rank=32, calibration=samples, report=report)
+    factored = optimize(model, low_rank=on_cpu(rank=32), calibration=samples, report=report)
     lr = report.low_rank
     assert lr.factored >= 1 and lr.elements_after < lr.elements_before
     assert lr.outputs and all(np.isfinite(o.max_abs) and o.max_abs > 0 for o in lr.outputs)

@@ -9,6 +9,7 @@ import pytest
 
 from lstm_ort.builders import LstmSpec, fused_model, random_layers, stock_model
 from lstm_ort.rewriter import optimize
+from lstm_ort.rewriter.low_rank import LowRank
 from lstm_ort.testing import CPU, CUDA, factored_layers, feature_spec, make_feeds, max_abs, run
 
 pytestmark = pytest.mark.gpu
@@ -91,8 +92,11 @@ def test_full_rank_factors_match_the_unfactored_op_on_cuda(rng, recurrence):
 
 
 def test_optimized_low_rank_model_on_cuda(rng):
-    """optimize --low-rank's output runs on the CUDA EP as on the CPU."""
+    """optimize --low-rank's output runs on the CUDA EP as on the CPU. Factored as for the CPU (at
+    H=128 B=8 factoring does not pay on CUDA, and --low-rank for CUDA keeps the layers whole):
+    this is the kernel's test, not the cost rule's."""
     spec = LstmSpec(input_size=64, hidden_size=128, num_layers=2)
-    model = optimize(stock_model(spec, random_layers(spec, rng)), low_rank=32)
+    model = optimize(stock_model(spec, random_layers(spec, rng)), low_rank=LowRank(rank=32, device="cpu"))
+    assert any(a.name == "rank_input" for n in model.graph.node for a in n.attribute)
     feeds = make_feeds(spec, 20, 8, rng)
     assert max_abs(run(model, feeds, providers=CUDA), run(model, feeds, providers=CPU)) <= TOL

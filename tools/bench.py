@@ -33,13 +33,19 @@ REFERENCE = [(4, 100, 512, 64, False), (1, 100, 512, 64, False), (2, 200, 1024, 
              (2, 100, 256, 8, False), (4, 100, 512, 256, False), (2, 100, 512, 64, True)]
 
 # (L, T, H, B, bidirectional): the GPU shape grid (--grid): H 128-2048 x B 1-512 at T=100 for one
-# layer, deep stacks, both directions, and T = 1 and 1000 at the corners that stay affordable.
+# layer, deep stacks, both directions, T = 1 and 1000 at the corners that stay affordable, short
+# calls (T = 1, 4, 10) and two dynamo-export shapes.
 GPU_GRID = ([(1, 100, H, B, False) for H in (128, 256, 512, 1024, 2048) for B in (1, 8, 64, 256, 512)]
             + [(4, 100, H, B, False) for H in (256, 1024) for B in (1, 64, 512)]
             + [(1, 100, H, B, True) for H in (512, 2048) for B in (8, 256)]
             + [(1, 1, 128, 1, False), (4, 1, 2048, 512, True), (1, 1, 512, 64, False), (4, 1, 128, 512, False)]
             + [(1, 1000, 128, 1, False), (4, 1000, 128, 8, True), (1, 1000, 512, 64, False), (1, 1000, 2048, 1, False),
-               (4, 1000, 256, 512, False)])
+               (4, 1000, 256, 512, False)]
+            # Short calls (T = 1, 4, 10: streaming and short items, where the fixed cost of a call counts)
+            + [(L, T, H, B, False) for T in (1, 4, 10) for L, H, B in ((2, 128, 1), (2, 128, 64), (2, 512, 16),
+                                                                          (2, 512, 256), (1, 1024, 1024))]
+            # The torch dynamo exporter's shapes of issue 40's table
+            + [(2, 100, 768, 32, False), (1, 64, 1536, 128, True)])
 
 
 @dataclass
@@ -242,9 +248,9 @@ def main(argv=None) -> int:
         precisions = [x for x in args.precisions.split(",") if x]
         rows.append(bench_config(cfg, device, runs, warmup, use_torch, strategies, precisions))
         print(f"  {rows[-1].config}: ours {rows[-1].ours_ms:.3f} ms, stock {rows[-1].stock_ms:.3f} ms", flush=True)
+        if args.json:  # row by row: a run cut short keeps what it measured
+            Path(args.json).write_text(json.dumps({"device": device, "rows": [asdict(r) for r in rows]}, indent=2))
     print_table(rows, device)
-    if args.json:
-        Path(args.json).write_text(json.dumps({"device": device, "rows": [asdict(r) for r in rows]}, indent=2))
     if args.plot:
         plot(rows, args.plot)
     return 0

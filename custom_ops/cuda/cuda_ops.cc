@@ -5,6 +5,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
+#include <array>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -16,6 +17,7 @@
 #include "cuda/device_limits.h"
 #include "cuda/element_traits.h"
 #include "cuda/gemm/kept_split.h"
+#include "cuda/heuristics.h"
 #include "cuda/lstm_cuda.h"
 #include "fused_lstm_op.h"
 #include "overrides.h"
@@ -107,9 +109,9 @@ struct CudaKernel {
     const CallIO io = PrepareCall(ctx, attrs_);
     int device = 0;
     if (cudaGetDevice(&device) != cudaSuccess) Fail("no CUDA device");
-    void* stream = ctx.GetGPUComputeStream();
+    const auto stream = static_cast<cudaStream_t>(ctx.GetGPUComputeStream());
     CallPlan plan = PlanFor(io, device);
-    const KeptSplit kept = KeptHalvesFor(plan, io, static_cast<cudaStream_t>(stream));
+    const KeptSplit kept = KeptHalvesFor(plan, io, stream);
     // Freed back to ORT's arena at the end of Compute: work queued on this stream runs first.
     ScratchBuffer scratch;
     Ort::MemoryInfo mem("Cuda", OrtArenaAllocator, device, OrtMemTypeDefault);
@@ -117,14 +119,36 @@ struct CudaKernel {
     scratch.data = scratch.allocator->Alloc(scratch.allocator, plan.scratch_bytes);
     if (!scratch.data) Fail("could not allocate " + std::to_string(plan.scratch_bytes) + " bytes of scratch");
     // In strict mode a launch-time fallback throws from here, naming it.
+    if (overrides_.call_graphs && io.dims.B > 0 && CallGraphPays(io.max_len, io.seq_lens != nullptr)) {
+      // The whole call as one graph; the step loops inside launch into its capture.
+      call_graphs_.Run(CallLaunchKey(io, device, stream, scratch.data, kept), stream,
+                       [&](cudaStream_t on) { RunLstmCuda<T>(attrs_, io, on, scratch.data, plan, kept, nullptr); });
+      return;
+    }
     RunLstmCuda<T>(attrs_, io, stream, scratch.data, plan, kept, &step_graphs_);
   }
 
  private:
-  // This call's plan (call_plan.h); in strict mode a planned fallback throws, naming it.
+  // Plans kept per call shape: a plan is a function of the node, the device and these sizes.
+  static constexpr size_t kMaxCachedPlans = 256;
+  using PlanKey = std::array<int64_t, 8>;
+
+  // This call's plan (call_plan.h), made once per shape; in strict mode a planned fallback
+  // throws, naming it, at every call.
   CallPlan PlanFor(const CallIO& io, int device) {
-    const CallInputs in{io.dims, io.max_len, kElementTypeOf<T>, kept_split_ != nullptr};
-    return PlanCall(in, attrs_, DeviceFor(device), overrides_);
+    const Dims& d = io.dims;
+    const PlanKey key{device, d.T, d.B, d.I, d.H, d.L, d.D, io.max_len};
+    {
+      std::lock_guard<std::mutex> lock(plans_mutex_);
+      const auto found = plans_.find(key);
+      if (found != plans_.end()) return found->second;
+    }
+    const CallInputs in{d, io.max_len, kElementTypeOf<T>, kept_split_ != nullptr};
+    CallPlan plan = PlanCall(in, attrs_, DeviceFor(device), overrides_);
+    std::lock_guard<std::mutex> lock(plans_mutex_);
+    if (plans_.size() >= kMaxCachedPlans) plans_.clear();
+    plans_.emplace(key, plan);
+    return plan;
   }
 
   // The kept halves the plan asks for, as they come (none where they could not be had: the plan
@@ -153,7 +177,10 @@ struct CudaKernel {
   Attributes attrs_;
   Overrides overrides_;
   std::unique_ptr<KeptSplitWeights> kept_split_;
-  StepGraphs step_graphs_;
+  LaunchGraphs step_graphs_;  // v1's cuBLAS step loops of calls launched directly
+  LaunchGraphs call_graphs_;  // whole short calls (CallGraphPays)
+  std::mutex plans_mutex_;
+  std::map<PlanKey, CallPlan> plans_;
   std::mutex names_mutex_;
   std::map<int, std::string> gpu_names_;
 };

@@ -47,3 +47,11 @@ LSTM_ORT_C_ENTRY int LstmOrtDescribeStrategy(int64_t L, int64_t D, int64_t T, in
     return lstm_ort::Failure(e.what(), out, size);
   }
 }
+
+// The CUDA graphs FusedLSTM's kernels captured and replayed in this process so far (whole short
+// calls and v1's step loops; launch_graphs.h).
+LSTM_ORT_C_ENTRY void LstmOrtCudaGraphCounts(uint64_t* captures, uint64_t* replays) {
+  const lstm_ort::LaunchGraphCounts counts = lstm_ort::ProcessLaunchGraphCounts();
+  *captures = counts.captures;
+  *replays = counts.replays;
+}

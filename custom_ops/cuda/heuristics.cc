@@ -137,6 +137,10 @@ ProjectionMath ProjectionMathFor(Precision precision, const Dims& d) {
   return ProjectionMath::kFp32;
 }
 
+bool CallGraphPays(int64_t max_len, bool host_lengths) {
+  return !host_lengths && max_len >= 1 && max_len <= kMaxStepsForCallGraph;
+}
+
 int TiledRowGroups(int B) { return B <= 32 ? 8 : 16; }
 
 int TiledChunkRows(int H, int row_groups, ElementType type) {

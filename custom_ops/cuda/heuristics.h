@@ -181,6 +181,13 @@ Precision ResolvedPrecision(Precision precision, const Dims& d);
 constexpr int64_t kStreamMaxBatchForTf32 = 8;
 bool StreamsStepWith(ProjectionMath math, const Dims& d);
 
+// A whole call is replayed as one CUDA graph (launch_graphs.h) up to this many steps: below it
+// the host's ~5 us per launch (about 10 launches for a 2-layer stack) is most of the call. Calls
+// with lengths on the host are launched directly: their copy reads host memory the graph would
+// not see change.
+constexpr int64_t kMaxStepsForCallGraph = 64;
+bool CallGraphPays(int64_t max_len, bool host_lengths);
+
 // Dynamic shared memory the tiled step kernel may use; its limit is raised to this once per device.
 constexpr size_t kTiledSmemBudget = 200 * 1024;
 

@@ -7,7 +7,7 @@
 
 #include "cuda/call_plan.h"
 #include "cuda/gemm/kept_split.h"
-#include "cuda/v1/step_graphs.h"
+#include "cuda/launch_graphs.h"
 #include "lstm_ort/contract.h"
 
 namespace lstm_ort {
@@ -26,10 +26,15 @@ std::string DescribeStrategy(const Dims& d, Strategy strategy, Precision precisi
 
 // Enqueues the whole stack on `stream` (a cudaStream_t) as `plan` (PlanCall's for this call) says;
 // `scratch` holds plan.scratch_bytes of device memory; `kept`: the halves plan.kept asked for, as
-// they came; `graphs`: the node's cached step graphs (v1/step_graphs.h), or null to launch every
+// they came; `graphs`: the node's cached step graphs (launch_graphs.h), or null to launch every
 // step. Launch-time fallbacks are recorded in plan.fallbacks (an error in strict mode).
 template <typename T>
 void RunLstmCuda(const Attributes& attrs, const CallIO& io, void* stream, void* scratch, CallPlan& plan,
-                 KeptSplit kept = {}, StepGraphs* graphs = nullptr);
+                 KeptSplit kept = {}, LaunchGraphs* graphs = nullptr);
+
+// What a whole call's launches capture beyond the node's attributes and what its plan makes of
+// these: the key its CUDA graph is kept under (launch_graphs.h). The host thread is part of it:
+// the captured cuBLAS calls use that thread's handle and workspace.
+LaunchKey CallLaunchKey(const CallIO& io, int device, void* stream, const void* scratch, const KeptSplit& kept);
 
 }  // namespace lstm_ort

@@ -10,7 +10,8 @@ list(TRANSFORM LSTM_ORT_CUDA_PLAIN_SOURCES PREPEND ${_cuda_dir}/)
 set(_cuda_sources
   plugin_entry.cc cuda_ops.cc entry_points.cc  # registration, the op, the Python tools' entry points
   stack_run.cu device_limits.cc                # one call as its plan says; the device's limits
-  v1/launch_tiled.cu v1/launch_splitk.cu v1/gemm_step.cu v1/step_graphs.cc  # the backends
+  launch_graphs.cc                             # whole short calls and v1's step loops as CUDA graphs
+  v1/launch_tiled.cu v1/launch_splitk.cu v1/gemm_step.cu  # the backends
   persistent/launch.cu cluster/launch.cu
   low_rank/run.cu low_rank/gemm.cc             # factored weights (optimize --low-rank)
   gemm/input_projection.cu gemm/kept_split.cc gemm/cublas_handles.cc gemm/step_gemm.cc)  # cuBLAS

@@ -8,7 +8,9 @@
 
 #include <optional>
 #include <stdexcept>
+#include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "attribute_parsing.h"
@@ -52,7 +54,7 @@ template <typename T>
 class StackRun {
  public:
   StackRun(const Attributes& attrs, const CallIO& io, cudaStream_t stream, void* scratch, CallPlan& plan,
-           KeptSplit kept, StepGraphs* graphs)
+           KeptSplit kept, LaunchGraphs* graphs)
       : attrs_(attrs),
         io_(io),
         d_(io.dims),
@@ -71,16 +73,11 @@ class StackRun {
     cudaGetDevice(&device_);
     cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device_);
     cublas_ = CublasHandleFor(stream);
+    cublas_stream_ = stream;
   }
 
   void Run() {
-    if (io_.seq_lens) {
-      Check(cudaMemcpyAsync(s_.lens, io_.seq_lens, sizeof(int) * B_, cudaMemcpyHostToDevice, stream_), "copy lengths");
-    } else {
-      ClearPending();
-      FillLengths<<<GridStrideBlocks(B_), kGridStrideThreads, 0, stream_>>>(s_.lens, B_, T_);
-      Check(cudaGetLastError(), "fill lengths");
-    }
+    LengthsOnDevice(s_.lens, io_.seq_lens, B_, T_, stream_);
     for (const RangePlan& range : plan_.ranges) {
       if ((this->*kLaunchers[static_cast<int>(range.backend)])(range)) continue;
       // Refused at launch (the launcher recorded why): the range's layers on v1.
@@ -161,8 +158,9 @@ class StackRun {
         plan = PrepareGemmSteps(a, d_, plan_.projection, plan_.step_weights, plan_.step_streams, gemm, stream_);
     }
     // Each launch below is checked right after it, so nothing foreign is pending between them.
-    // The loop works on its own copy of the arguments: a replayed graph skips it.
-    auto enqueue_steps = [&, a]() mutable {
+    // The loop works on its own copy of the arguments: a replayed graph skips it. It enqueues on
+    // `on`: this call's stream, or the stream a graph is captured on (launch_graphs.h).
+    auto enqueue_steps = [&, a](cudaStream_t on) mutable {
       int cur = 0;
       for (int step = 0; step < io_.max_len; ++step) {
         a.step = step;
@@ -174,30 +172,41 @@ class StackRun {
           if (kernel == StepKernel::kGemm) {
             ClearPending();
             const bool h_is_zero = step == 0 && !io_.in[kInitialH];
-            LaunchGemmStep(a, d_, gemm, plan, h_is_zero, sm_count_, cublas_, stream_);
+            LaunchGemmStep(a, d_, gemm, plan, h_is_zero, sm_count_, CublasOn(on), on);
             Check(cudaGetLastError(), "recurrent step");
             cur ^= 1;
             continue;
           }
         }
-        if (kernel == StepKernel::kSplitK) LaunchSplitKStep(a, D_, sm_count_, stream_);
-        else LaunchTiledStep(a, D_, device_, stream_);
+        if (kernel == StepKernel::kSplitK) LaunchSplitKStep(a, D_, sm_count_, on);
+        else LaunchTiledStep(a, D_, device_, on);
         Check(cudaGetLastError(), "recurrent step");
         cur ^= 1;
       }
+      CublasOn(stream_);
     };
     bool through_graph = false;
     if constexpr (kElementTypeOf<T> == ElementType::kFloat32) {
       through_graph = kernel == StepKernel::kGemm && graphs_ && io_.max_len >= kMinStepsForStepGraph;
       if (through_graph) graphs_->Run(GemmStepLoopKey(a, gemm, plan), stream_, enqueue_steps);
     }
-    if (!through_graph) enqueue_steps();
+    if (!through_graph) enqueue_steps(stream_);
     WriteFinalStates<T>(io_, attrs_.layout, l, s_.h[io_.max_len % 2], s_.c, s_.lens, stream_);
   }
 
-  // What the cuBLAS step loop of a layer captures by value (v1/step_graphs.h).
-  StepLoopKey GemmStepLoopKey(const StepArgs<float>& a, const GemmStepScratch& gemm, const GemmStepPlan& plan) const {
-    StepLoopKey key;
+  // This call's cuBLAS handle, pointed at `on`.
+  cublasHandle_t CublasOn(cudaStream_t on) {
+    if (on != cublas_stream_) {
+      if (cublasSetStream(cublas_, on) != CUBLAS_STATUS_SUCCESS)
+        throw std::runtime_error("FusedLSTM: cublasSetStream failed");
+      cublas_stream_ = on;
+    }
+    return cublas_;
+  }
+
+  // What the cuBLAS step loop of a layer captures by value (launch_graphs.h).
+  LaunchKey GemmStepLoopKey(const StepArgs<float>& a, const GemmStepScratch& gemm, const GemmStepPlan& plan) const {
+    LaunchKey key;
     key.Add(device_).Add(sm_count_).Add(static_cast<const void*>(cublas_)).Add(io_.max_len).Add(D_).Add(a.B).Add(a.H);
     key.Add(io_.in[kInitialH] != nullptr).Add(a.lens).Add(a.gx_st).Add(a.gx_sb).Add(a.y).Add(a.y_st).Add(a.y_sd);
     key.Add(a.y_sb).Add(s_.h[0]).Add(s_.h[1]);
@@ -302,9 +311,10 @@ class StackRun {
   cudaStream_t stream_;
   CallPlan& plan_;       // every decision of this call; launch-time fallbacks are recorded in it
   KeptSplit kept_;       // W's TF32 halves kept across calls, or none
-  StepGraphs* graphs_;   // the node's cached step graphs, or null
+  LaunchGraphs* graphs_;   // the node's cached step graphs, or null
   Scratch s_;
   cublasHandle_t cublas_ = nullptr;
+  cudaStream_t cublas_stream_ = nullptr;  // the stream cublas_ points at
   int T_ = 0, B_ = 0, H_ = 0, D_ = 1, L_ = 1, device_ = 0, sm_count_ = 132;
   long long rows_ = 0, G_ = 0;
 };
@@ -335,9 +345,19 @@ std::string DescribeStrategy(const Dims& d, Strategy strategy, Precision precisi
   return DescribeCallPlan(PlanCall(in, attrs, CallDeviceOf<T>(device, DeviceName(device)), overrides));
 }
 
+LaunchKey CallLaunchKey(const CallIO& io, int device, void* stream, const void* scratch, const KeptSplit& kept) {
+  LaunchKey key;
+  key.Add(device).Add(stream).Add(static_cast<uint64_t>(std::hash<std::thread::id>{}(std::this_thread::get_id())));
+  const Dims& d = io.dims;
+  key.Add(d.T).Add(d.B).Add(d.I).Add(d.H).Add(d.L).Add(d.D).Add(io.max_len).Add(io.seq_lens);
+  for (const void* in : io.in) key.Add(in);
+  for (const void* out : io.out) key.Add(out);
+  return key.Add(scratch).Add(kept.hi).Add(kept.lo);
+}
+
 template <typename T>
 void RunLstmCuda(const Attributes& attrs, const CallIO& io, void* stream, void* scratch, CallPlan& plan,
-                 KeptSplit kept, StepGraphs* graphs) {
+                 KeptSplit kept, LaunchGraphs* graphs) {
   if (io.dims.B == 0) return;
   if (plan.low_rank()) return RunLowRankCuda<T>(attrs, io, stream, scratch, plan);
   StackRun<T>(attrs, io, static_cast<cudaStream_t>(stream), scratch, plan, kept, graphs).Run();
@@ -348,7 +368,7 @@ void RunLstmCuda(const Attributes& attrs, const CallIO& io, void* stream, void* 
   template CallDevice CallDeviceOf<T>(int device, std::string name);                                    \
   template std::string DescribeStrategy<T>(const Dims& d, Strategy strategy, Precision precision);      \
   template void RunLstmCuda<T>(const Attributes& attrs, const CallIO& io, void* stream, void* scratch,   \
-                               CallPlan& plan, KeptSplit kept, StepGraphs* graphs);
+                               CallPlan& plan, KeptSplit kept, LaunchGraphs* graphs);
 LSTM_ORT_INSTANTIATE(float)
 LSTM_ORT_INSTANTIATE(__half)
 #undef LSTM_ORT_INSTANTIATE

@@ -54,6 +54,19 @@ __global__ inline void FillLengths(int* lens, int B, int T) {
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < B; i += gridDim.x * blockDim.x) lens[i] = T;
 }
 
+// The call's lengths into `lens` on the device: sequence_lens (on the host) copied, else every
+// length T filled in by a kernel, which a whole-call CUDA graph can replay (launch_graphs.h; it
+// takes no call with lengths on the host).
+inline void LengthsOnDevice(int* lens, const int32_t* host_lens, int B, int T, cudaStream_t stream) {
+  if (host_lens) {
+    Check(cudaMemcpyAsync(lens, host_lens, sizeof(int) * B, cudaMemcpyHostToDevice, stream), "copy lengths");
+    return;
+  }
+  ClearPending();
+  FillLengths<<<GridStrideBlocks(B), kGridStrideThreads, 0, stream>>>(lens, B, T);
+  Check(cudaGetLastError(), "fill lengths");
+}
+
 // A sequence of length 0 ends in zeros, as stock onnxruntime gives. kUnits consecutive units per
 // thread (H a multiple of kUnits, h and c aligned to them): one wide load of h and c each.
 template <typename T, int kUnits>

@@ -352,3 +352,11 @@ TEST(HalfScalePutsTheLargestWeightJustUnder2To15) {
   const float tiny = std::numeric_limits<float>::denorm_min();  // still a finite scale
   CHECK(std::ldexp(tiny, HalfScaleExponent(Bits(tiny))) < 32768.f);
 }
+
+TEST(CallGraphOnlyForShortCallsWithDeviceLengths) {
+  CHECK(CallGraphPays(1, false));
+  CHECK(CallGraphPays(kMaxStepsForCallGraph, false));
+  CHECK(!CallGraphPays(kMaxStepsForCallGraph + 1, false));
+  CHECK(!CallGraphPays(0, false));  // no steps: nothing worth a graph
+  CHECK(!CallGraphPays(1, true));   // lengths copied from the host
+}

@@ -10,15 +10,16 @@ using namespace lstm_ort;
 
 TEST(DebugOptionsParse) {
   const Overrides none = ParseDebugOptions("");
-  CHECK(!none.strict && !none.strategy && !none.mma_forced && !none.gemm_step && none.half_step_weights);
+  CHECK(!none.strict && !none.strategy && !none.mma_forced && !none.gemm_step && none.half_step_weights &&
+        none.call_graphs);
   CHECK_EQ(none.resident_chunks, 1);
   const Overrides o = ParseDebugOptions(
       " strict=1; strategy = splitk;mma=fma;gemm_step=1;half_step_weights=0;cluster_size=4;cluster_slices=8;"
-      "persistent_tile=16,8;persistent_chunks=3;low_rank_stepwise=1;;");
+      "persistent_tile=16,8;persistent_chunks=3;low_rank_stepwise=1;call_graphs=0;;");
   CHECK(o.strict);
   CHECK(o.strategy == Strategy::kSplitK);
   CHECK(o.mma_forced && !o.mma);
-  CHECK(o.gemm_step && !o.half_step_weights && o.low_rank_stepwise);
+  CHECK(o.gemm_step && !o.half_step_weights && o.low_rank_stepwise && !o.call_graphs);
   CHECK_EQ(o.cluster_size, 4);
   CHECK_EQ(o.cluster_slices, 8);
   CHECK_EQ(o.tile_u, 16);
@@ -55,7 +56,7 @@ TEST(DebugOptionsRefuseBadValuesByName) {
                        "debug key cpu_threads is process-wide: set LSTM_ORT_CPU_THREADS instead");
   CHECK_THROWS_MESSAGE(ParseDebugOptions("fast=1"),
                        "debug key 'fast' is none of strict, strategy, mma, gemm_step, half_step_weights, cluster_size, "
-                       "cluster_slices, persistent_tile, persistent_chunks, low_rank_stepwise");
+                       "cluster_slices, persistent_tile, persistent_chunks, low_rank_stepwise, call_graphs");
 }
 
 TEST(EnvironmentAliasesParseAlike) {
@@ -73,5 +74,5 @@ TEST(EnvironmentAliasesParseAlike) {
 
 TEST(DebugKeysInTableOrder) {
   CHECK_EQ(DebugKeys(","), std::string("strict,strategy,mma,gemm_step,half_step_weights,cluster_size,cluster_slices,"
-                                       "persistent_tile,persistent_chunks,low_rank_stepwise"));
+                                       "persistent_tile,persistent_chunks,low_rank_stepwise,call_graphs"));
 }

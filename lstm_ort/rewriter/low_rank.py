@@ -3,7 +3,9 @@
 are replaced by truncated-SVD factors (docs/ops.md, Factored weights), and the error this costs
 is measured against the unfactored optimized model (lstm_ort.low_rank_error). Opt-in, and never
 silent: every matrix is listed in the report with its rank or why it was kept whole, and the
-error figures go with it; a bound on the error refuses the model rather than return it.
+error figures go with it; a bound on the error refuses the model rather than return it. Never
+slower: a matrix is factored only where that is expected to make its layer faster on the device
+the model is meant for (`LowRank.device`; the rule is low_rank_cost.factoring_pays).
 """
 
 from __future__ import annotations
@@ -14,11 +16,12 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
-from lstm_ort.ops.factoring import energy_rank, kept_energy, saves_work, singular_values, truncated_svd
+from lstm_ort.ops.factoring import energy_rank, kept_energy, singular_values, truncated_svd
 from lstm_ort.ops.identity import np_dtype
 from lstm_ort.ops.packing import PARTS, pack_layers
 from lstm_ort.rewriter.fused_node import change_fused_nodes, whole_layers
 from lstm_ort.rewriter.graph_utils import add_constant, drop_if_unused
+from lstm_ort.rewriter.low_rank_cost import DEVICES, factoring_pays, node_batches
 from lstm_ort.rewriter.report import LowRankMatrix, LowRankReport, Report
 
 TARGETS = {"input": ("input",), "recurrent": ("recurrent",), "both": PARTS}
@@ -36,11 +39,17 @@ class ErrorBoundExceeded(Exception):
 @dataclass(frozen=True)
 class LowRank:
     """How to factor: one `rank` for every matrix, or the smallest rank per matrix keeping fraction
-    `energy` of its squared singular values; `target` the matrices (input, recurrent or both)."""
+    `energy` of its squared singular values; `target` the matrices (input, recurrent or both).
+    `device`: where the model will run, "cpu", "cuda" or "any" (both; the default): a matrix is
+    factored only where that is expected faster there (low_rank_cost.factoring_pays). `batches`:
+    the batch sizes the FusedLSTM nodes will be called with, for nodes whose batch the model (or
+    --shape) leaves open; CUDA needs them to show that factoring pays."""
 
     rank: int | None = None
     energy: float | None = None
     target: str = "both"
+    device: str = "any"
+    batches: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if (self.rank is None) == (self.energy is None):
@@ -52,6 +61,12 @@ class LowRank:
             raise ValueError(f"low rank: the energy must be a fraction in (0, 1], got {self.energy!r}")
         if self.target not in TARGETS:
             raise ValueError(f"low rank: the target must be one of {', '.join(TARGETS)}, got {self.target!r}")
+        if self.device not in DEVICES:
+            raise ValueError(f"low rank: the device must be one of {', '.join(DEVICES)}, got {self.device!r}")
+        batches = (self.batches,) if isinstance(self.batches, (int, np.integer)) else tuple(self.batches)
+        if any(isinstance(b, bool) or not isinstance(b, (int, np.integer)) or b < 1 for b in batches):
+            raise ValueError(f"low rank: the batch sizes must be integers >= 1, got {self.batches!r}")
+        object.__setattr__(self, "batches", tuple(int(b) for b in batches))
 
     @property
     def parts(self) -> tuple[str, ...]:
@@ -59,15 +74,20 @@ class LowRank:
 
     def describe(self) -> str:
         how = f"rank {self.rank}" if self.rank is not None else f"energy {self.energy:g}"
-        return f"{how}, {self.target} weights"
+        return f"{how}, {self.target} weights, for {'CPU and CUDA' if self.device == 'any' else self.device.upper()}"
 
 
-def factorize(model: onnx.ModelProto, option: LowRank, report: Report | None = None) -> onnx.ModelProto:
+def factorize(model: onnx.ModelProto, option: LowRank, report: Report | None = None,
+              shapes: dict[str, list[int]] | None = None) -> onnx.ModelProto:
     """A copy of `model` with the matrices `option` asks for factored in every FusedLSTM node whose
-    weights are constants; `report.low_rank` lists every matrix. Raises LowRankError when a fixed
-    rank exceeds the smaller side of every matrix it targets."""
+    weights are constants, where factoring pays on `option.device` at the node's batch sizes (the
+    model's own or those `shapes`, dims by input name, give; else `option.batches`);
+    `report.low_rank` lists every matrix. Raises LowRankError when a fixed rank exceeds the smaller
+    side of every matrix it targets."""
     summary = LowRankReport(option.describe())
-    out = change_fused_nodes(model, lambda graph, node: _factor_node(graph, node, option, summary))
+    batches = node_batches(model, shapes) if option.device != "cpu" else {}
+    out = change_fused_nodes(model, lambda graph, node: _factor_node(
+        graph, node, option, summary, (batches[node.name],) if node.name in batches else option.batches))
     if option.rank is not None and summary.matrices and not summary.factored and all(
             m.rank == 0 and option.rank > min(m.shape) for m in summary.matrices):
         widest = max(min(m.shape) for m in summary.matrices)
@@ -86,7 +106,7 @@ def factor_and_measure(model: onnx.ModelProto, option: LowRank, report: Report, 
     max-abs error of the outputs exceeds `max_error`."""
     from lstm_ort import low_rank_error  # runs sessions: the runtime's job, loaded only here
 
-    factored = factorize(model, option, report)
+    factored = factorize(model, option, report, shapes)
     if not report.low_rank.factored:
         report.low_rank.inputs = "nothing factored: the model is the unfactored one"
         return factored
@@ -110,7 +130,7 @@ def measure_against(model: onnx.ModelProto, changed_model: onnx.ModelProto, summ
         raise ErrorBoundExceeded(f"{what} error: max-abs {worst:.3g} on the outputs exceeds --max-error {max_error:g}")
 
 
-def _factor_node(graph, node: ir.Node, option: LowRank, summary: LowRankReport) -> None:
+def _factor_node(graph, node: ir.Node, option: LowRank, summary: LowRankReport, batches: tuple[int, ...]) -> None:
     name = node.name or "<unnamed>"
     found = whole_layers(node)
     if isinstance(found, str):
@@ -119,13 +139,16 @@ def _factor_node(graph, node: ir.Node, option: LowRank, summary: LowRankReport) 
     layers, w = found
     W = w.numpy().reshape(-1)
     D = layers[0].num_directions
+    precision = node.attributes.get("precision")
+    cost = {"hidden": node.attributes["hidden_size"].as_int(), "device": option.device, "batches": batches,
+            "precision": precision.as_string() if precision is not None else None}
     summary.elements_before += W.size
     for layer_index, layer in enumerate(layers):
         found = {part: [None] * D for part in PARTS}
         for d in range(D):
             for part in option.parts:
                 matrix = (layer.W if part == "input" else layer.R)[d]
-                entry, factors = _factor_matrix(matrix, option)
+                entry, factors = _factor_matrix(matrix, option, cost)
                 entry.node, entry.layer, entry.direction, entry.part = name, layer_index, d, part
                 summary.matrices.append(entry)
                 found[part][d] = factors
@@ -147,18 +170,20 @@ def _factor_node(graph, node: ir.Node, option: LowRank, summary: LowRankReport) 
     drop_if_unused(graph, old)
 
 
-def _factor_matrix(matrix: np.ndarray, option: LowRank):
-    """(its report entry, its Factors or None) for one ONNX matrix [4H, n]."""
+def _factor_matrix(matrix: np.ndarray, option: LowRank, cost: dict):
+    """(its report entry, its Factors or None) for one ONNX matrix [4H, n]; `cost`: the rest of
+    factoring_pays' arguments (the node's H, precision and batch sizes, the device)."""
     G, n = matrix.shape
     entry = LowRankMatrix(node="", layer=0, direction=0, part="", shape=[G, n], elements=G * n)
-    s = singular_values(matrix)
-    rank = option.rank if option.rank is not None else energy_rank(s, option.energy)
+    s = singular_values(matrix) if option.rank is None else None  # a fixed rank needs them only when factored
+    rank = option.rank if s is None else energy_rank(s, option.energy)
     if rank > min(G, n):
         entry.reason = f"rank {rank} exceeds min({G}, {n}): nothing to truncate"
         return entry, None
-    if not saves_work(rank, n, G):
-        entry.reason = (f"rank {rank} saves no work: {rank} x ({n} + {G}) = {rank * (n + G)} multiply-adds per row "
-                        f">= {n} x {G} = {n * G} whole")
+    verdict = factoring_pays(rank=rank, width=n, **cost)
+    if not verdict.pays:
+        entry.reason = verdict.reason
         return entry, None
+    s = singular_values(matrix) if s is None else s
     entry.rank, entry.kept_energy, entry.elements = rank, kept_energy(s, rank), rank * (n + G)
     return entry, truncated_svd(matrix, rank)

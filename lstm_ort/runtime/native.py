@@ -103,6 +103,17 @@ def device_name() -> str:
         raise RuntimeError(f"no CUDA device: {e}") from None
 
 
+def cuda_graph_counts() -> tuple[int, int]:
+    """(captures, replays): the CUDA graphs FusedLSTM's kernels made and replayed in this process
+    (whole short calls and v1's step loops)."""
+    captures, replays = ctypes.c_uint64(), ctypes.c_uint64()
+    fn = _cuda().LstmOrtCudaGraphCounts
+    fn.argtypes = [ctypes.POINTER(ctypes.c_uint64)] * 2
+    fn.restype = None
+    fn(ctypes.byref(captures), ctypes.byref(replays))
+    return captures.value, replays.value
+
+
 def describe(shape: NodeShape, T: int, B: int, strategy: str = "auto", precision: str = "fp32") -> str:
     """What the CUDA kernel does for one call of these sizes under ``strategy`` and ``precision``, in words."""
     fn = _cuda().LstmOrtDescribeStrategy

@@ -10,7 +10,6 @@
 #include <cuda_runtime.h>
 
 #include <optional>
-#include <vector>
 
 #include "call_io.h"
 #include "cuda/cuda_check.h"
@@ -27,6 +26,7 @@
 #include "cuda/low_rank/scratch.h"
 #include "cuda/low_rank/step_kernel.cuh"
 #include "cuda/process_cache.h"
+#include "cuda/state_kernels.cuh"
 
 namespace lstm_ort {
 namespace {
@@ -79,9 +79,7 @@ class LowRankRun {
   }
 
   void Run() {
-    std::vector<int> lens(d_.B, static_cast<int>(d_.T));
-    if (io_.seq_lens) lens.assign(io_.seq_lens, io_.seq_lens + d_.B);
-    Check(cudaMemcpyAsync(s_.lens, lens.data(), sizeof(int) * d_.B, cudaMemcpyHostToDevice, stream_), "copy lengths");
+    LengthsOnDevice(s_.lens, io_.seq_lens, static_cast<int>(d_.B), static_cast<int>(d_.T), stream_);
     x_ = Fp32(kX, s_.x, rows_ * d_.I);
     w_ = Fp32(kW, s_.w, layout_.WeightCount());
     f_ = Fp32(kFactors, s_.factors, layout_.FactorCount());

@@ -63,21 +63,23 @@ void ZeroPastEnds(TY* y, const CallIO& io, cudaStream_t stream) {
     Check(cudaMemsetAsync(y, 0, sizeof(TY) * d.T * d.B * d.D * d.H, stream), "zero Y");
 }
 
-// Layer l's fp32 states [D][B][H] from initial_h / initial_c (zeros where absent).
+// The fp32 states [D][B][H] of layers l.. l+count-1 (one block after the other) from initial_h /
+// initial_c (zeros where absent), and `prelude`, in one launch.
 template <typename T>
-void InitLayerStates(const CallIO& io, int64_t layout, int l, float* h, float* c, cudaStream_t stream) {
+void InitLayerStates(const CallIO& io, int64_t layout, int l, float* h, float* c, cudaStream_t stream, int count = 1,
+                     const StatesPrelude& prelude = {}) {
   const Dims& d = io.dims;
   LaunchInitStates<T>(static_cast<const T*>(io.in[kInitialH]), static_cast<const T*>(io.in[kInitialC]), h, c, l,
-                      static_cast<int>(d.D), static_cast<int>(d.L * d.D), static_cast<int>(d.B),
-                      static_cast<int>(d.H), static_cast<int>(layout), stream);
+                      count, static_cast<int>(d.D), static_cast<int>(d.L * d.D), static_cast<int>(d.B),
+                      static_cast<int>(d.H), static_cast<int>(layout), prelude, stream);
 }
 
-// Y_h / Y_c of layer l from its final fp32 states.
+// Y_h / Y_c of layers l.. l+count-1 from their final fp32 states (one block after the other).
 template <typename T>
 void WriteFinalStates(const CallIO& io, int64_t layout, int l, const float* h, const float* c, const int* lens,
-                      cudaStream_t stream) {
+                      cudaStream_t stream, int count = 1) {
   const Dims& d = io.dims;
-  LaunchFinalStates<T>(h, c, lens, static_cast<T*>(io.out[kYH]), static_cast<T*>(io.out[kYC]), l,
+  LaunchFinalStates<T>(h, c, lens, static_cast<T*>(io.out[kYH]), static_cast<T*>(io.out[kYC]), l, count,
                        static_cast<int>(d.D), static_cast<int>(d.L * d.D), static_cast<int>(d.B),
                        static_cast<int>(d.H), static_cast<int>(layout), stream);
 }

@@ -8,6 +8,7 @@
 
 #include <optional>
 #include <stdexcept>
+#include <algorithm>
 #include <functional>
 #include <string>
 #include <thread>
@@ -77,7 +78,9 @@ class StackRun {
   }
 
   void Run() {
-    LengthsOnDevice(s_.lens, io_.seq_lens, B_, T_, stream_);
+    // Without sequence_lens every length is T: set by the first states launch (TakePrelude).
+    if (io_.seq_lens) LengthsOnDevice(s_.lens, io_.seq_lens, B_, T_, stream_);
+    lens_pending_ = !io_.seq_lens;
     for (const RangePlan& range : plan_.ranges) {
       if ((this->*kLaunchers[static_cast<int>(range.backend)])(range)) continue;
       // Refused at launch (the launcher recorded why): the range's layers on v1.
@@ -89,6 +92,18 @@ class StackRun {
   const T* Weights() const { return static_cast<const T*>(io_.in[kW]); }
   // Layer l's recurrent rows of direction dir: they follow its input rows.
   const T* RecurrentWeights(int l, int dir) const { return Weights() + d_.WeightOffset(l, dir) + d_.LayerInput(l) * G_; }
+
+  // What the next states launch does besides the states: the lengths, while they are pending.
+  StatesPrelude TakePrelude() {
+    StatesPrelude prelude;
+    if (lens_pending_) {
+      prelude.lens = s_.lens;
+      prelude.B = B_;
+      prelude.T = T_;
+      lens_pending_ = false;
+    }
+    return prelude;
+  }
 
   // A launch the device refused: recorded (an error in strict mode); the caller runs v1.
   bool Refused(const RangePlan& range, cudaError_t e) {
@@ -150,7 +165,7 @@ class StackRun {
       a.wh[dir] = RecurrentWeights(l, dir);
       a.c[dir] = s_.c + static_cast<long long>(dir) * B_ * H_;
     }
-    InitLayerStates<T>(io_, attrs_.layout, l, s_.h[0], s_.c, stream_);
+    InitLayerStates<T>(io_, attrs_.layout, l, s_.h[0], s_.c, stream_, 1, TakePrelude());
     [[maybe_unused]] const GemmStepScratch gemm{s_.gates, s_.stream_done, s_.wh_half, s_.h_half, s_.wh_amax};
     [[maybe_unused]] GemmStepPlan plan;
     if constexpr (kElementTypeOf<T> == ElementType::kFloat32) {
@@ -239,7 +254,6 @@ class StackRun {
     a.log2_bb4 = Log2(plan.Bb / 4);
     a.log2_p = Log2(plan.P);
     a.lens = s_.lens;
-    const long long state = static_cast<long long>(D_) * B_ * H_;
     for (int r = 0; r < range.count; ++r) {
       const int l = l0 + r;
       a.in_rows[r] = r == 0 ? 0 : static_cast<int>(d_.LayerInput(l));
@@ -247,8 +261,13 @@ class StackRun {
       for (int dir = 0; dir < D_; ++dir)
         a.w[r][dir] = r == 0 ? RecurrentWeights(l, dir) : Weights() + d_.WeightOffset(l, dir);
       SetLayerSlices<T>(a.bias[r], a.peep[r], io_, l, D_, H_);
-      InitLayerStates<T>(io_, attrs_.layout, l, s_.h0 + r * state, s_.c0 + r * state, stream_);
     }
+    // The range's states, its staged h and its grid barrier zeroed, in one launch.
+    StatesPrelude prelude = TakePrelude();
+    prelude.zero = s_.hbuf;
+    prelude.zero_n = std::min<long long>(2LL * range.count * D_ * H_ * plan.Bp, HBufBytes(d_) / sizeof(float));
+    prelude.counter = s_.barrier;
+    InitLayerStates<T>(io_, attrs_.layout, l0, s_.h0, s_.c0, stream_, range.count, prelude);
     SetDirectionFields(a, attrs_, s_.gx, rows_, G_, D_);
     a.hbuf = s_.hbuf;
     a.h0 = s_.h0;
@@ -257,15 +276,12 @@ class StackRun {
     a.c_fin = s_.c_fin;
     a.barrier = s_.barrier;
     SetLayerIO(l0, l0 + range.count - 1, a);
-    Check(cudaMemsetAsync(s_.hbuf, 0, HBufBytes(d_), stream_), "zero h");
-    Check(cudaMemsetAsync(s_.barrier, 0, sizeof(unsigned), stream_), "zero barrier");
     const cudaError_t e = plan.mma ? LaunchPersistentMma(a, plan.operand, stream_) : LaunchPersistent(a, stream_);
     if (e == cudaErrorCooperativeLaunchTooLarge || e == cudaErrorNotSupported)  // e.g. no cooperative launch
       return Refused(range, e);
     Check(e, "persistent kernel");
     if (!plan.mma) ReportPhaseClocks(stream_, io_.max_len + range.count - 1);
-    for (int r = 0; r < range.count; ++r)
-      WriteFinalStates<T>(io_, attrs_.layout, l0 + r, s_.h_fin + r * state, s_.c_fin + r * state, s_.lens, stream_);
+    WriteFinalStates<T>(io_, attrs_.layout, l0, s_.h_fin, s_.c_fin, s_.lens, stream_, range.count);
     return true;
   }
 
@@ -285,7 +301,7 @@ class StackRun {
     SetLayerSlices<T>(a.bias, a.peep, io_, l, D_, H_);
     for (int dir = 0; dir < D_; ++dir) a.w[dir] = RecurrentWeights(l, dir);
     SetLayerIO(l, l, a);
-    InitLayerStates<T>(io_, attrs_.layout, l, s_.h[0], s_.c, stream_);
+    InitLayerStates<T>(io_, attrs_.layout, l, s_.h[0], s_.c, stream_, 1, TakePrelude());
     a.h0 = s_.h[0];
     a.c0 = s_.c;
     a.h_fin = s_.h[1];
@@ -315,6 +331,7 @@ class StackRun {
   Scratch s_;
   cublasHandle_t cublas_ = nullptr;
   cudaStream_t cublas_stream_ = nullptr;  // the stream cublas_ points at
+  bool lens_pending_ = false;             // every length T, not set yet (TakePrelude)
   int T_ = 0, B_ = 0, H_ = 0, D_ = 1, L_ = 1, device_ = 0, sm_count_ = 132;
   long long rows_ = 0, G_ = 0;
 };

@@ -4,6 +4,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
@@ -24,14 +25,33 @@ inline bool Float4Aligned(const float* h, const float* c) {
   return ((reinterpret_cast<uintptr_t>(h) | reinterpret_cast<uintptr_t>(c)) & 15) == 0;
 }
 
-// `zero4` (no initial_h nor initial_c, h and c Float4Aligned): zeros four at a time; the
-// per-element row arithmetic made the kernel three times a memset's time at D2 B512 H2048.
+// What the first launch of a range does besides its states, so that a short call is fewer
+// launches (H200, T=1: each launch ~2-3 us of the GPU's timeline against a few of work): zeroing
+// `zero_n` floats of `zero` (the persistent kernels' staged h; a multiple of 4, 16-byte aligned)
+// and `counter` (their grid barrier), and setting every one of `B` lengths to `T` where the call
+// has no sequence_lens (`lens`). All null: nothing besides the states.
+struct StatesPrelude {
+  float* zero = nullptr;
+  long long zero_n = 0;
+  unsigned* counter = nullptr;
+  int* lens = nullptr;
+  int B = 0, T = 0;
+};
+
+// The fp32 states [D][B][H] of `layers` consecutive layers from `first` on, one block after the
+// other in h and c, then the prelude. `zero4` (no initial_h nor initial_c, h and c Float4Aligned):
+// zeros four at a time; the per-element row arithmetic made the kernel three times a memset's
+// time at D2 B512 H2048.
 template <typename T>
-__global__ void InitStates(const T* h0, const T* c0, float* h, float* c, int layer, int D, int LD, int B, int H,
-                           int layout, bool zero4) {
-  const long long n = static_cast<long long>(D) * B * H;
+__global__ void InitStates(const T* h0, const T* c0, float* h, float* c, int first_layer, int layers, int D, int LD,
+                           int B, int H, int layout, bool zero4, StatesPrelude prelude) {
+  const long long per_layer = static_cast<long long>(D) * B * H, n = per_layer * layers;
   const long long first = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x;
   const long long stride = static_cast<long long>(gridDim.x) * blockDim.x;
+  for (long long i = first; i < prelude.zero_n / 4; i += stride) reinterpret_cast<float4*>(prelude.zero)[i] = float4{};
+  if (prelude.counter && first == 0) *prelude.counter = 0;
+  if (prelude.lens)
+    for (long long i = first; i < prelude.B; i += stride) prelude.lens[i] = prelude.T;
   if (zero4) {
     for (long long i = first; i < n / 4; i += stride) {
       reinterpret_cast<float4*>(h)[i] = float4{};
@@ -41,7 +61,9 @@ __global__ void InitStates(const T* h0, const T* c0, float* h, float* c, int lay
     return;
   }
   for (long long i = first; i < n; i += stride) {
-    const int j = i % H, b = (i / H) % B, d = i / (static_cast<long long>(H) * B);
+    const long long k = i % per_layer;
+    const int layer = first_layer + static_cast<int>(i / per_layer);
+    const int j = k % H, b = (k / H) % B, d = k / (static_cast<long long>(H) * B);
     const long long src = StateRow(layout, LD, B, layer * D + d, b) * H + j;
     h[i] = h0 ? ToF(h0[src]) : 0.f;
     c[i] = c0 ? ToF(c0[src]) : 0.f;
@@ -69,16 +91,19 @@ inline void LengthsOnDevice(int* lens, const int32_t* host_lens, int B, int T, c
 
 // A sequence of length 0 ends in zeros, as stock onnxruntime gives. kUnits consecutive units per
 // thread (H a multiple of kUnits, h and c aligned to them): one wide load of h and c each.
+// `layers` consecutive layers from `first_layer` on, their states one block after the other in h
+// and c.
 template <typename T, int kUnits>
-__global__ void FinalStates(const float* h, const float* c, const int* lens, T* y_h, T* y_c, int layer, int D,
-                            int LD, int B, int H, int layout) {
+__global__ void FinalStates(const float* h, const float* c, const int* lens, T* y_h, T* y_c, int first_layer,
+                            int layers, int D, int LD, int B, int H, int layout) {
   static_assert(kUnits == 1 || kUnits == 4, "a float or a float4 per thread");
   using Vec = std::conditional_t<kUnits == 4, float4, float>;
-  const long long n = static_cast<long long>(D) * B * H / kUnits;
+  const long long per_layer = static_cast<long long>(D) * B * H, n = per_layer * layers / kUnits;
   for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<long long>(gridDim.x) * blockDim.x) {
-    const long long e = i * kUnits;
-    const int j = e % H, b = (e / H) % B, d = e / (static_cast<long long>(H) * B);
+    const long long e = i * kUnits, k = e % per_layer;
+    const int layer = first_layer + static_cast<int>(e / per_layer);
+    const int j = k % H, b = (k / H) % B, d = k / (static_cast<long long>(H) * B);
     const long long dst = StateRow(layout, LD, B, layer * D + d, b) * H + j;
     const bool empty = lens[b] == 0;
     for (int k = 0; k < 2; ++k) {
@@ -92,32 +117,34 @@ __global__ void FinalStates(const float* h, const float* c, const int* lens, T* 
   }
 }
 
-// A layer's fp32 states from initial_h / initial_c (either may be null: zeros), enqueued on
-// `stream`.
+// The fp32 states of `layers` layers from `first` on, from initial_h / initial_c (either may be
+// null: zeros), and the prelude, enqueued on `stream` as one launch.
 template <typename T>
-void LaunchInitStates(const T* h0, const T* c0, float* h, float* c, int layer, int D, int LD, int B, int H,
-                      int layout, cudaStream_t stream) {
-  const long long n = static_cast<long long>(D) * B * H;
+void LaunchInitStates(const T* h0, const T* c0, float* h, float* c, int first, int layers, int D, int LD, int B,
+                      int H, int layout, const StatesPrelude& prelude, cudaStream_t stream) {
+  const long long n = static_cast<long long>(D) * B * H * layers;
   const bool zero4 = !h0 && !c0 && Float4Aligned(h, c);
+  const long long work = std::max({zero4 ? n / 4 + 1 : n, prelude.zero_n / 4, static_cast<long long>(prelude.B)});
   ClearPending();
-  InitStates<T><<<GridStrideBlocks(zero4 ? n / 4 + 1 : n), kGridStrideThreads, 0, stream>>>(h0, c0, h, c, layer, D,
-                                                                                            LD, B, H, layout, zero4);
+  InitStates<T><<<GridStrideBlocks(work), kGridStrideThreads, 0, stream>>>(h0, c0, h, c, first, layers, D, LD, B, H,
+                                                                           layout, zero4, prelude);
   Check(cudaGetLastError(), "init states");
 }
 
-// Y_h / Y_c of a layer (either may be null: not asked for), enqueued on `stream`.
+// Y_h / Y_c of `layers` layers from `first` on (either may be null: not asked for), enqueued on
+// `stream`.
 template <typename T>
-void LaunchFinalStates(const float* h, const float* c, const int* lens, T* y_h, T* y_c, int layer, int D, int LD,
-                       int B, int H, int layout, cudaStream_t stream) {
+void LaunchFinalStates(const float* h, const float* c, const int* lens, T* y_h, T* y_c, int first, int layers, int D,
+                       int LD, int B, int H, int layout, cudaStream_t stream) {
   if (!y_h && !y_c) return;
-  const long long n = static_cast<long long>(D) * B * H;
+  const long long n = static_cast<long long>(D) * B * H * layers;
   ClearPending();
   if (H % 4 == 0 && Float4Aligned(h, c))
-    FinalStates<T, 4><<<GridStrideBlocks(n / 4), kGridStrideThreads, 0, stream>>>(h, c, lens, y_h, y_c, layer, D,
-                                                                                  LD, B, H, layout);
+    FinalStates<T, 4><<<GridStrideBlocks(n / 4), kGridStrideThreads, 0, stream>>>(h, c, lens, y_h, y_c, first, layers,
+                                                                                  D, LD, B, H, layout);
   else
-    FinalStates<T, 1><<<GridStrideBlocks(n), kGridStrideThreads, 0, stream>>>(h, c, lens, y_h, y_c, layer, D, LD, B,
-                                                                              H, layout);
+    FinalStates<T, 1><<<GridStrideBlocks(n), kGridStrideThreads, 0, stream>>>(h, c, lens, y_h, y_c, first, layers, D,
+                                                                              LD, B, H, layout);
   Check(cudaGetLastError(), "final states");
 }
 

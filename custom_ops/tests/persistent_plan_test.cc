@@ -180,3 +180,15 @@ TEST(PinnedPlansOnH100) {
     }
   }
 }
+
+TEST(ShortCallsShareOneRangesLaunches) {
+  // L2 H128 B64 at T=1: a two-layer interval costs more than a one-layer one, which alone kept a
+  // range per layer (13 launches); a range's own launches (projection, states, the kernel's
+  // start) outweigh that, so the layers share one range. At H512 a two-layer interval costs more
+  // than the launches save, and the layers keep a range each.
+  const DeviceLimits dev = unit::H100();
+  const auto one_step = PlanStack(2, 1, 1, 128, 64, true, dev);
+  CHECK_EQ(one_step.size(), 1u);
+  CHECK_EQ(one_step[0].count, 2);
+  CHECK_EQ(PlanStack(2, 1, 1, 512, 64, true, dev).size(), 2u);
+}

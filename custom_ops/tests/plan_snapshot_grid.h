@@ -1,5 +1,7 @@
 // The grid of calls whose planning decisions data/plan_snapshot.tsv holds (issue 35: the call plan
-// must decide as the code before it did; the table was written from that code, commit 328d3f9), and the text the decisions are compared as. Rows are
+// must decide as the code before it did; the table was written from that code, commit 328d3f9; its
+// T=5 multi-layer rows were rewritten when short calls began to count a range's own launches,
+// persistent/plan.cc), and the text the decisions are compared as. Rows are
 // groups of calls (device, element type, strategy, precision, knobs, L, D, T, I) over a grid of
 // H x B, each with an FNV-1a hash of its calls' decision lines; a mismatch prints the group's
 // lines as they are now (call_plan_snapshot_test.cc).

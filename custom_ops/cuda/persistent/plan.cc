@@ -8,6 +8,14 @@ namespace {
 // Cycles per interval that no split removes: grid barrier, L2 round trips, the cell update.
 constexpr double kIntervalOverhead = 2500;
 
+// Cycles of a range's own launches however short the call: its input projection, its states in
+// and out and its kernel's start, ~10 us of the GPU's timeline (H200, T=1 L2 H128 B64: 13
+// launches in ~45 us with one range per layer). A short call merges layers into one range where a
+// long one would not. Counted up to kMaxStepsForRangeLaunchCost steps only: longer calls keep the
+// ranges they were measured with (the interval estimates decide there).
+constexpr double kRangeLaunchCycles = 20000;
+constexpr int kMaxStepsForRangeLaunchCost = 16;
+
 int RoundUp(int n, int m) { return (n + m - 1) / m * m; }
 
 }  // namespace
@@ -68,12 +76,14 @@ std::vector<LayerRange> PlanStack(int L, int D, int T, bool wavefront, const Ran
   for (int first = 0; first < L;) {
     LayerRange best{first, 1, plan_range(1)};
     if (wavefront && D == 1 && best.plan) {
-      // Fewest estimated cycles per layer: more layers share intervals but spread thinner.
-      double best_per_layer = T * best.plan->cost;
+      // Fewest estimated cycles per layer: more layers share intervals but spread thinner, and
+      // share one range's launches.
+      const double launches = T <= kMaxStepsForRangeLaunchCost ? kRangeLaunchCycles : 0;
+      double best_per_layer = T * best.plan->cost + launches;
       for (int n = 2; n <= std::min(L - first, kMaxRangeLayers); ++n) {
         auto plan = plan_range(n);
         if (!plan) break;
-        const double per_layer = (T + n - 1) * plan->cost / n;
+        const double per_layer = ((T + n - 1) * plan->cost + launches) / n;
         if (per_layer < best_per_layer) {
           best_per_layer = per_layer;
           best = LayerRange{first, n, plan};

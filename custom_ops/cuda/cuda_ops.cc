@@ -112,11 +112,16 @@ struct CudaKernel {
     const auto stream = static_cast<cudaStream_t>(ctx.GetGPUComputeStream());
     CallPlan plan = PlanFor(io, device);
     const KeptSplit kept = KeptHalvesFor(plan, io, stream);
-    // Freed back to ORT's arena at the end of Compute: work queued on this stream runs first.
+    // From ORT's arena on this call's stream, freed back at the end of Compute. On the stream: the
+    // arena then hands the memory to a call on another stream (onnxruntime runs concurrent calls
+    // of a session on streams of their own) only once this stream's work is done. Taken without
+    // it, the next call on another thread wrote into a replayed graph's scratch while it still
+    // ran (the streams batcher's outputs, 8 threads).
     ScratchBuffer scratch;
     Ort::MemoryInfo mem("Cuda", OrtArenaAllocator, device, OrtMemTypeDefault);
-    Ort::ThrowOnError(Ort::GetApi().KernelContext_GetAllocator(context, mem, &scratch.allocator));
-    scratch.data = scratch.allocator->Alloc(scratch.allocator, plan.scratch_bytes);
+    const OrtApi& api = Ort::GetApi();
+    Ort::ThrowOnError(api.KernelContext_GetAllocator(context, mem, &scratch.allocator));
+    Ort::ThrowOnError(api.KernelContext_GetScratchBuffer(context, mem, plan.scratch_bytes, &scratch.data));
     if (!scratch.data) Fail("could not allocate " + std::to_string(plan.scratch_bytes) + " bytes of scratch");
     // In strict mode a launch-time fallback throws from here, naming it.
     if (overrides_.call_graphs && io.dims.B > 0 && CallGraphPays(io.max_len, io.seq_lens != nullptr)) {

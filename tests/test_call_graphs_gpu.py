@@ -10,6 +10,7 @@ import pytest
 
 from lstm_ort.builders import LstmSpec, fused_model, random_layers
 from lstm_ort.runtime import native
+from lstm_ort.runtime.nodes import NodeShape
 from lstm_ort.runtime.session import InferenceSession
 from lstm_ort.testing import CUDA, factored_layers, make_feeds, max_abs, run_stock
 from lstm_ort.verify import PRECISION_TOLERANCES
@@ -19,17 +20,17 @@ pytestmark = pytest.mark.gpu
 TOL = 2e-5
 CALLS = 6
 
-# (T, B, I, H, L, direction, strategy, precision, low-rank ranks): one case per backend a short call
-# can plan on, and a factored node.
+# (T, B, I, H, L, direction, strategy, precision, low-rank ranks, what the plan says): one case per
+# backend a short call can plan on, and a factored node.
 CASES = [
-    (1, 1, 16, 64, 2, "forward", "auto", "fp32", None),            # cluster
-    (3, 16, 24, 200, 1, "forward", "persistent", "fp32", None),    # persistent FMA
-    (5, 8, 8, 96, 3, "forward", "wavefront", "fp32", None),        # wavefront over the stack
-    (4, 4, 12, 48, 2, "bidirectional", "tiled", "fp32", None),     # v1, one launch per step
-    (2, 5, 12, 48, 1, "reverse", "splitk", "fp32", None),          # v1 split-K
-    (2, 256, 32, 128, 1, "forward", "auto", "tf32", None),         # tensor-core persistent (tf32)
-    (1, 300, 64, 256, 2, "forward", "auto", "auto", None),         # v1's cuBLAS step (auto runs tf32)
-    (6, 7, 20, 33, 2, "bidirectional", "auto", "fp32", (4, 5)),    # factored weights
+    (1, 1, 16, 64, 2, "forward", "auto", "fp32", None, "cluster"),
+    (3, 16, 24, 200, 1, "forward", "persistent", "fp32", None, "persistent ("),
+    (5, 8, 8, 96, 3, "forward", "wavefront", "fp32", None, "wavefront"),
+    (4, 4, 12, 48, 2, "bidirectional", "tiled", "fp32", None, "v1 tiled"),
+    (2, 5, 12, 48, 1, "reverse", "splitk", "fp32", None, "v1 splitk"),
+    (2, 256, 32, 128, 1, "forward", "auto", "tf32", None, "tensor cores, tf32"),
+    (1, 300, 64, 256, 2, "forward", "auto", "auto", None, "v1 cuBLAS"),
+    (6, 7, 20, 33, 2, "bidirectional", "auto", "fp32", (4, 5), None),  # factored weights: low rank
 ]
 
 
@@ -53,9 +54,12 @@ def bound(sess, spec, T, B):
     return binding, values
 
 
-@pytest.mark.parametrize("T,B,I,H,L,direction,strategy,precision,ranks", CASES)
-def test_bound_calls_replay_new_inputs(T, B, I, H, L, direction, strategy, precision, ranks, rng):
+@pytest.mark.parametrize("T,B,I,H,L,direction,strategy,precision,ranks,backend", CASES)
+def test_bound_calls_replay_new_inputs(T, B, I, H, L, direction, strategy, precision, ranks, backend, rng):
     spec = LstmSpec(input_size=I, hidden_size=H, num_layers=L, direction=direction)
+    if backend:  # the case runs on the backend it is here for
+        shape = NodeShape(L, spec.num_directions, I, H, "float32")
+        assert backend in native.describe(shape, T, B, strategy, precision)
     layers = random_layers(spec, rng)
     if ranks:
         layers = factored_layers(layers, *ranks)
@@ -116,21 +120,28 @@ def test_carried_states_replay(rng):
 
 
 def test_lengths_on_the_host_launch_directly(rng):
-    """Calls with sequence_lens (read on the host) are not captured: CallGraphPays."""
+    """Calls with sequence_lens (read on the host) are not captured (CallGraphPays), though their
+    buffers repeat as those of the calls above do."""
     spec = LstmSpec(input_size=8, hidden_size=32, num_layers=1)
     layers = random_layers(spec, rng)
     sess = session(fused_model(spec, layers, seq_lens=True), "auto", "fp32", True)
     feeds = make_feeds(spec, 3, 2, rng, seq_lens=True)
+    binding = sess.io_binding()
+    binding.bind_ortvalue_input("X", ort.OrtValue.ortvalue_from_numpy(feeds["X"], "cuda", 0))
+    binding.bind_cpu_input("sequence_lens", feeds["sequence_lens"])
+    for name, shape in (("Y", (3, 1, 2, 32)), ("Y_h", (1, 2, 32)), ("Y_c", (1, 2, 32))):
+        binding.bind_ortvalue_output(name, ort.OrtValue.ortvalue_from_shape_and_type(shape, np.float32, "cuda", 0))
     before = native.cuda_graph_counts()
     for _ in range(4):
-        got = sess.run(None, feeds)
+        sess.run_with_iobinding(binding)
     assert native.cuda_graph_counts() == before
-    assert max_abs(got, run_stock(spec, layers, feeds, seq_lens=True)) <= TOL
+    assert max_abs(binding.copy_outputs_to_cpu(), run_stock(spec, layers, feeds, seq_lens=True)) <= TOL
 
 
 def test_concurrent_callers_of_one_session(rng):
-    """Threads calling one session run on its one stream: a capture on that stream would take the
-    other threads' launches into its graph. Every thread's every call matches the same call alone."""
+    """Threads calling one session at once, each replaying its own graphs: every thread's every
+    call matches the same call alone (scratch on the call's stream, captures on a stream of the
+    thread's own: cuda_ops.cc, launch_graphs.h)."""
     import threading
 
     spec = LstmSpec(input_size=16, hidden_size=96, num_layers=2)
@@ -149,6 +160,7 @@ def test_concurrent_callers_of_one_session(rng):
             sess.run_with_iobinding(binding)
             got[k][i] = binding.copy_outputs_to_cpu()
 
+    before = native.cuda_graph_counts()
     threads = [threading.Thread(target=caller, args=(k,)) for k in range(len(work))]
     for t in threads:
         t.start()
@@ -157,3 +169,4 @@ def test_concurrent_callers_of_one_session(rng):
     for k in range(len(work)):
         for g, w in zip(got[k], want[k]):
             assert all(np.array_equal(a, b) for a, b in zip(g, w))
+    assert native.cuda_graph_counts()[1] > before[1]  # the threads' calls replayed

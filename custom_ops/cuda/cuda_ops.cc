@@ -126,8 +126,12 @@ struct CudaKernel {
     // In strict mode a launch-time fallback throws from here, naming it.
     if (overrides_.call_graphs && io.dims.B > 0 && CallGraphPays(io.max_len, io.seq_lens != nullptr)) {
       // The whole call as one graph; the step loops inside launch into its capture.
-      call_graphs_.Run(CallLaunchKey(io, device, stream, scratch.data, kept), stream,
-                       [&](cudaStream_t on) { RunLstmCuda<T>(attrs_, io, on, scratch.data, plan, kept, nullptr); });
+      // Each attempt plans from its own copy: a capture the driver refuses and the direct launch
+      // after it would otherwise record the same launch-time fallback twice.
+      call_graphs_.Run(CallLaunchKey(io, device, stream, scratch.data, kept), stream, [&](cudaStream_t on) {
+        CallPlan attempt = plan;
+        RunLstmCuda<T>(attrs_, io, on, scratch.data, attempt, kept, nullptr);
+      });
       return;
     }
     RunLstmCuda<T>(attrs_, io, stream, scratch.data, plan, kept, &step_graphs_);

@@ -40,6 +40,7 @@ void LaunchGraphs::Run(const LaunchKey& key, cudaStream_t stream, const Enqueue&
     ClearPending();
     return enqueue(stream);  // the caller's own capture (e.g. onnxruntime's CUDA graph mode) takes the launches
   }
+  bool direct = false;  // decided under the lock, enqueued outside it: other threads' calls go on
   {
     std::lock_guard<std::mutex> lock(mutex_);
     const auto found = graphs_.find(key);
@@ -48,12 +49,14 @@ void LaunchGraphs::Run(const LaunchKey& key, cudaStream_t stream, const Enqueue&
       ++g_replays;
       return;
     }
-    if (evictions_ >= kMaxGraphs || refused_.count(key)) return enqueue(stream);  // captures would not pay
-    if (seen_.insert(key).second) {
+    if (evictions_ >= kMaxGraphs || refused_.count(key)) {
+      direct = true;  // captures would not pay
+    } else if (seen_.insert(key).second) {
       if (seen_.size() > 4 * kMaxGraphs) seen_.clear();  // keys that never repeat do not pile up
-      return enqueue(stream);
+      direct = true;
     }
   }
+  if (direct) return enqueue(stream);
   if (CaptureAndLaunch(key, stream, enqueue)) return;
   {
     std::lock_guard<std::mutex> lock(mutex_);

@@ -10,8 +10,9 @@
 // repeated call the same buffers). A key is captured on its second sighting, so calls whose
 // buffers never repeat pay no capture. Inputs are read when the graph runs, so new values in the
 // same buffers are seen. Captures are made on a stream of the capturing thread's own, never the
-// caller's: onnxruntime runs concurrent calls of a session on one stream, and a capture there took
-// the other threads' launches into its graph (wrong outputs in the streams batcher).
+// caller's: a caller's stream may be shared by concurrent calls (a user compute stream serves
+// every run of a session), and a capture there would take the other threads' launches into its
+// graph.
 #pragma once
 
 #include <cuda_runtime_api.h>

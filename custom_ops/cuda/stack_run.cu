@@ -6,10 +6,10 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include <optional>
-#include <stdexcept>
 #include <algorithm>
 #include <functional>
+#include <optional>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -212,8 +212,7 @@ class StackRun {
   // This call's cuBLAS handle, pointed at `on`.
   cublasHandle_t CublasOn(cudaStream_t on) {
     if (on != cublas_stream_) {
-      if (cublasSetStream(cublas_, on) != CUBLAS_STATUS_SUCCESS)
-        throw std::runtime_error("FusedLSTM: cublasSetStream failed");
+      PointCublasAt(cublas_, on);
       cublas_stream_ = on;
     }
     return cublas_;

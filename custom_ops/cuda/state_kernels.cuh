@@ -19,8 +19,8 @@ __device__ __forceinline__ long long StateRow(int layout, int LD, int B, int k, 
   return layout == 0 ? static_cast<long long>(k) * B + b : static_cast<long long>(b) * LD + k;
 }
 
-// Both fp32 state buffers can be read or written a float4 at a time (a persistent range's later
-// layers are not 16-byte aligned when D*B*H is odd).
+// Both fp32 state buffers can be read or written a float4 at a time from their start (scratch
+// regions are aligned; a buffer that starts inside another is not, when what precedes it is odd).
 inline bool Float4Aligned(const float* h, const float* c) {
   return ((reinterpret_cast<uintptr_t>(h) | reinterpret_cast<uintptr_t>(c)) & 15) == 0;
 }

@@ -30,8 +30,12 @@ cublasHandle_t CublasHandleFor(cudaStream_t stream) {
     return h;
   });
   // Only this thread uses this handle, so pointing it at the caller's stream here is safe.
-  if (cublasSetStream(handle, stream) != CUBLAS_STATUS_SUCCESS) throw std::runtime_error("FusedLSTM: cublasSetStream failed");
+  PointCublasAt(handle, stream);
   return handle;
+}
+
+void PointCublasAt(cublasHandle_t handle, cudaStream_t stream) {
+  if (cublasSetStream(handle, stream) != CUBLAS_STATUS_SUCCESS) throw std::runtime_error("FusedLSTM: cublasSetStream failed");
 }
 
 cublasLtHandle_t CublasLtHandle() {

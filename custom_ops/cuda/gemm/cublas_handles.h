@@ -11,6 +11,9 @@ namespace lstm_ort {
 
 cublasHandle_t CublasHandleFor(cudaStream_t stream);
 
+// Points `handle` (this thread's) at `stream`; throws if cuBLAS refuses.
+void PointCublasAt(cublasHandle_t handle, cudaStream_t stream);
+
 // The same for cublasLt, whose calls take the stream themselves.
 cublasLtHandle_t CublasLtHandle();
 

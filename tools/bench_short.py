@@ -31,7 +31,7 @@ import onnxruntime as ort
 
 from lstm_ort.builders import LstmSpec, fused_model, random_layers, stock_model
 from lstm_ort.ops.identity import OPTIMIZE_PRECISION
-from lstm_ort.runtime.session import STRATEGY_KEY, InferenceSession
+from lstm_ort.tuning.timing import timing_session
 from lstm_ort.testing import max_abs
 
 STATES = ("initial_h", "initial_c")
@@ -56,17 +56,8 @@ class ShortRow:
 
 def session(model, fused: bool, tf32: bool, profile: str | None = None, debug: dict | None = None,
             strategy: str = "auto"):
-    so = ort.SessionOptions()
-    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    if profile:
-        so.enable_profiling = True
-        so.profile_file_prefix = profile
-    providers = [("CUDAExecutionProvider", {"use_tf32": "1" if tf32 else "0"})]
-    data = model.SerializeToString()
-    if fused:
-        so.add_session_config_entry(STRATEGY_KEY, strategy)
-        return InferenceSession(data, so, providers=providers, precision=OPTIMIZE_PRECISION, debug=debug)
-    return ort.InferenceSession(data, so, providers=providers)
+    return timing_session(model, "cuda", fused, tf32, strategy, OPTIMIZE_PRECISION if fused else None,
+                          debug=debug, profile=profile)
 
 
 class Caller:

@@ -11,31 +11,41 @@ import onnxruntime as ort
 from lstm_ort.runtime.session import CPU_KERNEL_KEY, STRATEGY_KEY, InferenceSession
 
 
+def timing_session(model: onnx.ModelProto, device: str, fused: bool, tf32: bool = False, strategy: str = "auto",
+                   precision: str | None = None, cpu_kernel: str | None = None, threads: int = 0,
+                   debug: dict | None = None, profile: str | None = None):
+    """A session to time. ``tf32``: stock's CUDA provider may use TF32. ``strategy``, ``precision``,
+    ``cpu_kernel``, ``debug``: FusedLSTM's session options (precision None: as the model's nodes
+    say). ``threads``: the intra-op threads (0: onnxruntime's default). ``profile``: onnxruntime's
+    profiler on, its file named from this prefix."""
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    if profile:
+        so.enable_profiling = True
+        so.profile_file_prefix = profile
+    providers = ([("CUDAExecutionProvider", {"use_tf32": "1" if tf32 else "0"})] if device == "cuda"
+                 else ["CPUExecutionProvider"])
+    if device == "cuda":
+        # Every session's intra-op threads spin after its run; with several sessions in one
+        # process they took the CPU from the thread that launches the next session's kernels
+        # (per-step launches measured up to 2x slower right after another session ran).
+        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    if not fused:
+        return ort.InferenceSession(model.SerializeToString(), so, providers=providers)
+    so.add_session_config_entry(STRATEGY_KEY, strategy)
+    if cpu_kernel is not None:
+        so.add_session_config_entry(CPU_KERNEL_KEY, cpu_kernel)
+    return InferenceSession(model.SerializeToString(), so, providers=providers, precision=precision, debug=debug)
+
+
 class OrtRunner:
     """One session with inputs and outputs bound where the provider computes, so host copies stay out."""
 
     def __init__(self, model: onnx.ModelProto, feeds: dict, device: str, fused: bool, tf32: bool = False,
                  strategy: str = "auto", precision: str | None = None, cpu_kernel: str | None = None,
                  threads: int = 0):
-        """``tf32``: stock's CUDA provider may use TF32. ``strategy``, ``precision``, ``cpu_kernel``:
-        FusedLSTM's session options (precision None: as the model's nodes say). ``threads``: the
-        intra-op threads (0: onnxruntime's default)."""
-        so = ort.SessionOptions()
-        so.intra_op_num_threads = threads
-        providers = ([("CUDAExecutionProvider", {"use_tf32": "1" if tf32 else "0"})] if device == "cuda"
-                     else ["CPUExecutionProvider"])
-        if device == "cuda":
-            # Every session's intra-op threads spin after its run; with several sessions in one
-            # process they took the CPU from the thread that launches the next session's kernels
-            # (per-step launches measured up to 2x slower right after another session ran).
-            so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        if fused:
-            so.add_session_config_entry(STRATEGY_KEY, strategy)
-            if cpu_kernel is not None:
-                so.add_session_config_entry(CPU_KERNEL_KEY, cpu_kernel)
-            self.sess = InferenceSession(model.SerializeToString(), so, providers=providers, precision=precision)
-        else:
-            self.sess = ort.InferenceSession(model.SerializeToString(), so, providers=providers)
+        """As ``timing_session`` says."""
+        self.sess = timing_session(model, device, fused, tf32, strategy, precision, cpu_kernel, threads)
         self.binding = self.sess.io_binding()
         for name, value in feeds.items():
             self.binding.bind_ortvalue_input(name, ort.OrtValue.ortvalue_from_numpy(value, device, 0))

@@ -21,6 +21,9 @@ constexpr NamedValue<Precision> kPrecisions[] = {
     {"fp32", Precision::kFp32}, {"tf32", Precision::kTf32}, {"fp16", Precision::kFp16},
     {"bf16", Precision::kBf16}, {"auto", Precision::kAuto},
 };
+constexpr NamedValue<Arithmetic> kArithmetics[] = {
+    {"fp32", Arithmetic::kFp32}, {"tf32", Arithmetic::kTf32}, {"fp16", Arithmetic::kFp16}, {"bf16", Arithmetic::kBf16},
+};
 constexpr NamedValue<CpuKernel> kCpuKernels[] = {
     {"auto", CpuKernel::kAuto}, {"fused", CpuKernel::kFused},
     {"stock", CpuKernel::kStock}, {"stock_split", CpuKernel::kStockSplit},
@@ -41,6 +44,7 @@ Table<Enum, N> MakeTable(const NamedValue<Enum> (&entries)[N]) {
 }
 auto TableOf(Strategy) { return MakeTable(kStrategies); }
 auto TableOf(Precision) { return MakeTable(kPrecisions); }
+auto TableOf(Arithmetic) { return MakeTable(kArithmetics); }
 auto TableOf(CpuKernel) { return MakeTable(kCpuKernels); }
 auto TableOf(MmaOperand) { return MakeTable(kMmaOperands); }
 
@@ -87,6 +91,7 @@ std::string EnumChoices() {
   template std::string EnumChoices<Enum>();
 LSTM_ORT_ENUM_NAMES(Strategy)
 LSTM_ORT_ENUM_NAMES(Precision)
+LSTM_ORT_ENUM_NAMES(Arithmetic)
 LSTM_ORT_ENUM_NAMES(CpuKernel)
 LSTM_ORT_ENUM_NAMES(MmaOperand)
 #undef LSTM_ORT_ENUM_NAMES

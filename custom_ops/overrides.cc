@@ -110,6 +110,12 @@ const std::vector<Key>& Keys() {
       {"cpu_int8_isa", "LSTM_ORT_CPU_INT8_ISA", false,
        [] { return Text("vnni512, avxvnni, avx2 or generic (checked against the CPU when the kernel is picked)"); },
        [](const std::string& v, Overrides&, CpuOverrides& c) { c.int8_isa = v; }},
+      {"cpu_bf16_isa", "LSTM_ORT_CPU_BF16_ISA", false,
+       [] { return Text("amx, avx512bf16 or none (none: precision bf16 is refused as on a CPU without bf16)"); },
+       [](const std::string& v, Overrides&, CpuOverrides& c) {
+         if (v != "amx" && v != "avx512bf16" && v != "none") throw BadValue{};
+         c.bf16_isa = v;
+       }},
       {"cpu_isa", "LSTM_ORT_CPU_ISA", false, [] { return Text("v2 or auto"); },
        [](const std::string& v, Overrides&, CpuOverrides& c) {
          if (v != "v2" && v != "auto") throw BadValue{};

@@ -48,6 +48,7 @@ struct CpuOverrides {
   int64_t int8_split_min = 1 << 19;       // int8 kernel: multiply-adds worth another thread
   int64_t int8_step_split_min = 1 << 19;  // int8 kernel: a step's multiply-adds from which its panels split
   std::string int8_isa;                   // int8 kernel: the instruction set forced (empty: the best)
+  std::string bf16_isa;                   // bf16 kernels: amx, avx512bf16 or none (empty: the best)
 };
 
 // `text` ("key=value;..."; blank entries skipped) applied over `base`. std::invalid_argument,

@@ -28,7 +28,7 @@ from pathlib import Path
 import onnx
 
 from lstm_ort import __version__, progress
-from lstm_ort.ops.identity import DEFAULT_PRECISION, INT8, OPTIMIZE_PRECISION, PRECISIONS, require_choice
+from lstm_ort.ops.identity import INT8, PRECISIONS, Precision
 from lstm_ort.rewriter import Report
 from lstm_ort.rewriter.driver import rewrite, serialize, skeleton, stage
 from lstm_ort.rewriter.low_rank import LowRank
@@ -90,9 +90,10 @@ def cmd_optimize(args) -> int:
         return out.fail(EXIT_USAGE, str(e))
     except ModelError as e:
         return out.fail(EXIT_INPUT, f"{src}: {e}")
-    from lstm_ort.verify import Tolerance, default_tolerance, has_layout1_lstm, random_feeds
+    from lstm_ort.verify import Tolerance, checked_precision, default_tolerance, has_layout1_lstm, random_feeds
 
-    tolerance = default_tolerance(proto, args.precision or OPTIMIZE_PRECISION)
+    # --check runs on the CPU: the bound of what the CPU computes for the nodes' mode.
+    tolerance = default_tolerance(proto, checked_precision(args.precision).runs)
     tolerance = Tolerance(tolerance.atol if args.atol is None else args.atol,
                           tolerance.rtol if args.rtol is None else args.rtol, tolerance.of_max)
     feeds, layout1 = None, False
@@ -261,7 +262,7 @@ def _check(out: Outcome, tolerance, args, step: str, run, *, note: str = "") -> 
                                      f"beyond the tolerance {tolerance}; nothing written{hint}")
     out.lines.append(f"--check: max-abs {result.max_abs:.3g} against {result.compared_with} "
                      f"(tolerance {tolerance}){', before ' + ('quantizing' if args.int8 else 'factoring') if note else ''}"
-                     f"{_cpu_check_note(args.precision or OPTIMIZE_PRECISION, out.report)}")
+                     f"{_cpu_check_note(args.precision, out.report)}")
     return None
 
 
@@ -279,12 +280,14 @@ def _stock_threads(report: Report) -> int | None:
     return STOCK_THREADS_INT8 if any(f.precision == INT8 for f in report.findings if f.rewritten) else None
 
 
-def _cpu_check_note(precision: str, report: Report) -> str:
-    """--check runs on the CPU kernel, which computes every precision mode in fp32: say so where a
-    reduced mode was asked for, lest the small difference be read as that mode's on the GPU."""
-    if precision == DEFAULT_PRECISION or all(f.precision == INT8 for f in report.findings if f.rewritten):
+def _cpu_check_note(precision: Precision, report: Report) -> str:
+    """--check runs on the CPU kernel: say what it computed where that is not the mode asked for,
+    lest the small difference be read as that mode's on the GPU."""
+    from lstm_ort.verify import checked_precision
+
+    if all(f.precision == INT8 for f in report.findings if f.rewritten):
         return ""
-    return f"; on the CPU kernel, which computes {precision} nodes in fp32"
+    return checked_precision(precision).note
 
 
 def _number(x: float):
@@ -473,8 +476,7 @@ def tune_targets(model: onnx.ModelProto, precision: str | None) -> list[tuple[No
         if shape is None:
             print(f"lstm-ort: {node.name}: W is not an initializer, sizes unknown; skipped", file=sys.stderr)
             continue
-        mode = precision or node_precision(node)
-        require_choice(f"node {node.name or '<unnamed>'}'s precision", mode, PRECISIONS)
+        mode = Precision.parse(precision or node_precision(node), f"node {node.name or '<unnamed>'}'s precision")
         if (shape, mode) not in targets:
             targets.append((shape, mode))
     return targets
@@ -655,7 +657,7 @@ def _main(argv) -> int:
         if args.command in ("optimize", "check"):
             # int8 is a pass after the rewrite, which writes its default precision on the nodes it makes.
             args.int8 = args.precision == INT8
-            args.precision = None if args.int8 else args.precision
+            args.precision = Precision.written(None if args.int8 else args.precision)
     except SystemExit as e:  # --help, --version, usage errors: argparse has printed why
         return e.code if isinstance(e.code, int) else EXIT_USAGE
     if args.command == "tune":

@@ -192,7 +192,7 @@ void CallPlan::KeptHalvesUnavailable() {
   fallbacks.Add(std::string("the kept TF32 halves of W could not be allocated: ") +
                 (kept == KeptHalves::kBoth ? "the call splits W itself" : "the projection reads W as stored"));
   kept = KeptHalves::kNone;
-  scratch = ScratchNeedsFor(in.dims, in.type, precision, false);
+  scratch = ScratchNeedsFor(in.dims, in.type, projection, false);
   scratch_bytes = ScratchBytes(in.dims, in.type, scratch);
 }
 
@@ -203,14 +203,14 @@ CallPlan PlanCall(const CallInputs& in, const Attributes& attrs, const CallDevic
   const Dims& d = in.dims;
   p.strategy = StrategyForCall(o.strategy.value_or(attrs.strategy), attrs.tuned, device.name, d);
   p.precision = attrs.precision;
-  p.resolved = ResolvedPrecision(attrs.precision, d);
-  p.projection = ProjectionMathFor(p.resolved, d);
+  p.resolved = DecidePrecision(attrs.precision, Device::kCuda, d).runs;
+  p.projection = ProjectionMathFor(p.resolved);
   if (attrs.ranks.Any()) {
     PlanLowRank(p, attrs, device, o);
     return p;
   }
-  if (in.type == ElementType::kFloat32 && in.w_constant) p.kept = CallReadsKeptHalves(in.type, attrs.precision, d);
-  p.scratch = ScratchNeedsFor(d, in.type, attrs.precision, p.kept == KeptHalves::kBoth);
+  if (in.type == ElementType::kFloat32 && in.w_constant) p.kept = CallReadsKeptHalves(in.type, p.projection, d);
+  p.scratch = ScratchNeedsFor(d, in.type, p.projection, p.kept == KeptHalves::kBoth);
   p.scratch_bytes = ScratchBytes(d, in.type, p.scratch);
   if (in.max_len == 0) {  // no steps: every layer is its projection, zeros and its states
     p.ranges = StepwiseRanges(static_cast<int>(d.L));
@@ -248,7 +248,7 @@ std::string DescribeRanges(const CallPlan& plan) {
 std::string DescribeCallPlan(const CallPlan& plan) {
   std::string text = DescribeRanges(plan);
   if (plan.precision == Precision::kAuto)
-    text += std::string("; auto runs ") + (plan.resolved == Precision::kTf32 ? "tf32" : "fp32") + " at this size";
+    text += std::string("; auto runs ") + EnumName(plan.resolved) + " at this size";
   for (const std::string& f : plan.fallbacks.Entries()) text += "; fallback: " + f;
   return text;
 }

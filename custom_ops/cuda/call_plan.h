@@ -92,7 +92,7 @@ struct CallPlan {
   CallInputs in;
   Strategy strategy = Strategy::kAuto;  // after the overrides and the tuned entries
   Precision precision = Precision::kFp32;  // the node's mode
-  Precision resolved = Precision::kFp32;   // `auto` resolved for this shape
+  Arithmetic resolved = Arithmetic::kFp32; // what the call computes in (DecidePrecision, precision.h)
   ProjectionMath projection = ProjectionMath::kFp32;  // the input projection's GEMM (fp32 models)
   std::optional<MmaOperand> mma;  // the tensor-core operand of the persistent ranges; none: FP32 FMA
   StepKernel step = StepKernel::kTiled;  // v1's kernel, for every stepwise range

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "cuda/element_type.h"
+#include "cuda/heuristics.h"  // ProjectionMath
 #include "lstm_ort/contract.h"
 
 namespace lstm_ort {
@@ -46,9 +47,10 @@ struct ScratchNeeds {
   bool split_w = false;       //   and W's input rows split (where its halves are not kept)
 };
 
-// The rule: what a call of these sizes needs in `precision` (the node's mode; `auto` is resolved
-// here for the shape); `weights_kept`: W's 3xTF32 halves are kept across calls. PlanCall asks it.
-ScratchNeeds ScratchNeedsFor(const Dims& d, ElementType type, Precision precision, bool weights_kept);
+// The rule: what a call of these sizes needs when its projection runs in `math` (the plan's, from
+// the call's precision decision); `weights_kept`: W's 3xTF32 halves are kept across calls.
+// PlanCall asks it.
+ScratchNeeds ScratchNeedsFor(const Dims& d, ElementType type, ProjectionMath math, bool weights_kept);
 
 // h in flight for the persistent kernel: [2][L][D][H][B rounded up to 128], room for any plan's padding.
 size_t HBufBytes(const Dims& d);

@@ -62,6 +62,7 @@ inline const char* PrecisionText(Precision p) {
   const char* names[] = {"fp32", "tf32", "fp16", "bf16", "auto"};
   return names[static_cast<int>(p)];
 }
+inline const char* PrecisionText(Arithmetic a) { return PrecisionText(static_cast<Precision>(a)); }
 inline const char* ProjectionText(ProjectionMath m) {
   const char* names[] = {"fp32", "tf32", "fp16", "bf16"};
   return names[static_cast<int>(m)];

@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 from onnx.reference.op_run import OpRun
 
-from lstm_ort.ops.identity import DOMAIN, PRECISIONS, num_directions, require_choice
+from lstm_ort.ops.identity import DOMAIN, Precision, num_directions
 from lstm_ort.ops.packing import (NO_RANKS, PackedWeights, Ranks, input_size_from_weight_count, unpack_int8_layers,
                                   unpack_layers)
 
@@ -68,7 +68,7 @@ class FusedLSTM(OpRun):
              input_forget=0, activations=None, activation_alpha=None, activation_beta=None, strategy=None,
              tuned=None, rank_input=None, rank_recurrent=None, precision=None):
         if precision is not None:
-            require_choice("attribute precision", _text(precision), PRECISIONS)
+            Precision.parse(_text(precision), "attribute precision")
         H, L = int(hidden_size), int(num_layers)
         direction = _text(direction)
         D = num_directions(direction)

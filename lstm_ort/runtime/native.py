@@ -6,7 +6,7 @@ from __future__ import annotations
 import ctypes
 from dataclasses import dataclass
 
-from lstm_ort.ops.identity import CPU_KERNELS
+from lstm_ort.ops.identity import CPU_KERNELS, Precision
 from lstm_ort.ops.packing import Ranks
 from lstm_ort.runtime.library import call_for_text, cuda_native, native
 from lstm_ort.runtime.nodes import NodeShape
@@ -20,6 +20,39 @@ def strategy_names() -> list[str]:
 def precision_names() -> list[str]:
     """The precision names the C++ attribute parser accepts, in the order of its enum."""
     return call_for_text(native().LstmOrtPrecisionNames).split(",")
+
+
+class PrecisionRefused(ValueError):
+    """The device cannot run the precision mode asked for (e.g. bf16 on a CPU without bf16 units);
+    the message says why."""
+
+
+@dataclass(frozen=True)
+class PrecisionDecision:
+    """What a call computes in on one device for the mode its node asks for."""
+
+    device: str  # "cpu" or "cuda"
+    requested: Precision
+    runs: Precision  # never AUTO
+    words: str  # what runs, in words
+
+
+def decide_precision(device: str, precision, hidden: int = 1, batch: int = 1) -> PrecisionDecision:
+    """The op library's one precision decision (custom_ops/precision.h, DecidePrecision) for a call
+    of ``hidden`` units and ``batch`` rows on ``device`` ("cpu": this CPU, "cuda"), the rule the
+    kernels themselves follow. PrecisionRefused where the device cannot run the mode."""
+    requested = Precision.parse(precision)
+    fn = native().LstmOrtDecidePrecision
+    fn.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_char_p, ctypes.c_int]
+    buf = ctypes.create_string_buffer(1024)
+    code = fn(device.encode(), requested.value.encode(), hidden, batch, buf, len(buf))
+    text = buf.value.decode()
+    if code == 2:
+        raise PrecisionRefused(text)
+    if code != 0:
+        raise ValueError(f"decide_precision({device!r}, {precision!r}, {hidden}, {batch}): {text}")
+    runs, _, words = text.partition("\t")
+    return PrecisionDecision(device, requested, Precision(runs), words)
 
 
 def cpu_kernel_names() -> list[str]:

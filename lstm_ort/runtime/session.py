@@ -9,7 +9,7 @@ from typing import Any
 import onnx
 import onnxruntime as ort
 
-from lstm_ort.ops.identity import CPU_KERNELS, DEBUG_KEYS, PRECISIONS, STRATEGIES, require_choice
+from lstm_ort.ops.identity import CPU_KERNELS, DEBUG_KEYS, PRECISIONS, STRATEGIES, Precision, require_choice
 from lstm_ort.runtime.library import cuda_status, get_library_path, preload_cuda_libraries
 from lstm_ort.runtime.model_io import load_model
 from lstm_ort.runtime.nodes import fused_nodes, set_attribute
@@ -82,7 +82,7 @@ class InferenceSession(ort.InferenceSession):
             path_or_bytes = os.fspath(path_or_bytes)
         own_options = sess_options is None
         if precision is not None:
-            require_choice("precision", precision, PRECISIONS)
+            precision = Precision.parse(precision).value
             sess_options = sess_options if sess_options is not None else ort.SessionOptions()
             if _config_entry(sess_options, PRECISION_KEY) != precision:  # onnxruntime warns on each overwrite
                 sess_options.add_session_config_entry(PRECISION_KEY, precision)

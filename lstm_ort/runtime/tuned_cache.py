@@ -27,7 +27,7 @@ from pathlib import Path
 
 import onnx
 
-from lstm_ort.ops.identity import DEFAULT_PRECISION, PRECISIONS, TUNED_CPU_PREFIX, require_choice
+from lstm_ort.ops.identity import DEFAULT_PRECISION, PRECISIONS, TUNED_CPU_PREFIX, Precision
 from lstm_ort.ops.spec import attribute
 from lstm_ort.ops.tuned import TunedEntry, format_tuned
 from lstm_ort.runtime.nodes import NodeShape, node_precision, node_shapes, set_attribute
@@ -46,7 +46,7 @@ def cache_file() -> Path:
 
 def cache_key(shape: NodeShape, precision: str = DEFAULT_PRECISION) -> str:
     """Where a node's winners are kept: "L4 D1 I512 H512 float32", then " tf32" etc. unless fp32."""
-    require_choice("precision", precision, PRECISIONS)
+    precision = Precision.parse(precision)
     return shape.key if precision == DEFAULT_PRECISION else f"{shape.key} {precision}"
 
 

@@ -342,6 +342,8 @@ def strategy_entries(model: onnx.ModelProto, T: int | None, B: int | None) -> li
                  "forced": forced != "auto", "precision": precision,
                  "tuned": [e._asdict() for e in tuned_entries(cache, shape, precision)] if tunable else []}
         if shape and T and B:
+            entry["cpu_plan"] = _cpu_plan(node, shape, T, B, cache)
+        if shape and T and B:
             try:
                 gpu = gpu or native.device_name()
                 entry["plan"] = {"T": T, "B": B, "gpu": gpu, "plan": native.describe(shape, T, B, forced, precision)}
@@ -349,6 +351,23 @@ def strategy_entries(model: onnx.ModelProto, T: int | None, B: int | None) -> li
                 entry["plan"] = {"T": T, "B": B, "error": str(e)}
         entries.append(entry)
     return entries
+
+
+def _cpu_plan(node: onnx.NodeProto, shape: NodeShape, T: int, B: int, cache: dict) -> dict:
+    """What the CPU kernel does for a call of T and B (its call plan), in a session of the cores'
+    threads, with the node's attributes and this CPU's tuned winners."""
+    from lstm_ort.ops.spec import attribute
+    from lstm_ort.ops.tuned import format_tuned
+    from lstm_ort.runtime.session import session_threads
+
+    threads = session_threads(None)
+    tuned = format_tuned(tuned_entries(cache, shape, gpu=False, cpu_threads=threads))
+    try:
+        text = native.describe_cpu(shape, T, B, precision=node_precision(node),
+                                   cpu_kernel=attribute(node, "cpu_kernel", ""), tuned=tuned, threads=threads)
+        return {"T": T, "B": B, "threads": threads, "plan": text}
+    except RuntimeError as e:
+        return {"T": T, "B": B, "threads": threads, "error": str(e)}
 
 
 def format_strategies(entries: list[dict]) -> list[str]:
@@ -370,6 +389,10 @@ def format_strategies(entries: list[dict]) -> list[str]:
                 what += "; tuned: " + ", ".join(f"T={t['T']} B={t['B']} -> {t['strategy']} on {t['gpu']}"
                                                 for t in e["tuned"])
         line = f"  {e['node']} [{e['shape'] or 'sizes unknown'}]: {what}; precision {e['precision']}"
+        cpu = e.get("cpu_plan")
+        if cpu:
+            line += (f"\n      on the CPU at T={cpu['T']} B={cpu['B']}, {cpu['threads']} threads: {cpu['plan']}"
+                     if "plan" in cpu else f"\n      (no CPU plan at T={cpu['T']} B={cpu['B']}: {cpu['error']})")
         plan = e.get("plan")
         if plan:
             line += (f"\n      at T={plan['T']} B={plan['B']} on {plan['gpu']}: {plan['plan']}" if "plan" in plan

@@ -19,6 +19,12 @@ constexpr int kUnits = 8;                  // hidden units per panel
 constexpr int kPanel = kGates * kUnits;    // columns per panel
 constexpr int kStrip = 16;                 // columns per strip (two per panel)
 
+// Where contract column 4j + g (hidden unit j, gate g) lies among the packed columns (np * kPanel).
+inline int64_t PackedColumn(int64_t col) {
+  const int64_t j = col / kGates, g = col % kGates;
+  return (j / kUnits) * kPanel + g * kUnits + j % kUnits;
+}
+
 // Where column col (0..kPanel) of row k lies within a panel of K rows.
 inline int64_t PanelIndex(int64_t K, int64_t k, int64_t col) {
   return (col / kStrip) * K * kStrip + k * kStrip + col % kStrip;

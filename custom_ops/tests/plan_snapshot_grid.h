@@ -19,6 +19,7 @@
 #include "cuda/persistent/plan.h"
 #include "fake_devices.h"
 #include "lstm_ort/contract.h"
+#include "snapshot_table.h"
 
 namespace snapshot {
 
@@ -201,38 +202,9 @@ inline std::string CaseLine(const Case& c, const Decisions& d) {
          " scratch=" + std::to_string(d.scratch) + " | " + d.ranges + " | " + d.describe;
 }
 
-inline uint64_t Fnv1a(uint64_t h, const std::string& s) {
-  for (unsigned char ch : s) {
-    h ^= ch;
-    h *= 1099511628211ULL;
-  }
-  return h;
-}
-
 // Groups in the grid's order, each with its lines' hash.
-struct Table {
-  std::vector<std::string> order;
-  std::map<std::string, std::vector<std::string>> lines;
-
-  void Add(const Case& c, const Decisions& d) {
-    const std::string key = GroupKey(c);
-    auto it = lines.find(key);
-    if (it == lines.end()) {
-      order.push_back(key);
-      it = lines.emplace(key, std::vector<std::string>{}).first;
-    }
-    it->second.push_back(CaseLine(c, d));
-  }
-  uint64_t Hash(const std::string& key) const {
-    uint64_t h = 1469598103934665603ULL;
-    for (const std::string& line : lines.at(key)) h = Fnv1a(Fnv1a(h, line), "\n");
-    return h;
-  }
-  void Write(std::FILE* out) const {
-    for (const std::string& key : order)
-      std::fprintf(out, "%s\t%zu\t%016llx\n", key.c_str(), lines.at(key).size(),
-                   static_cast<unsigned long long>(Hash(key)));
-  }
+struct Table : GroupTable {
+  void Add(const Case& c, const Decisions& d) { GroupTable::Add(GroupKey(c), CaseLine(c, d)); }
 };
 
 }  // namespace snapshot

@@ -122,6 +122,18 @@ def normalize_tuned(text: str) -> str:
     return call_for_text(fn, text.encode())
 
 
+def describe_cpu(shape: NodeShape, T: int, B: int, *, weights: str | None = None, precision: str = "",
+                 cpu_kernel: str = "", int8_scales: str = "", tuned: str = "", threads: int = 1) -> str:
+    """What the CPU kernel does for one call of these sizes (its call plan, custom_ops/cpu/call_plan.h)
+    on this machine, for a node with these attribute values ("" where absent), in a session of
+    ``threads`` intra-op threads. ``weights``: "float32", "float16" or "int8" (default: the shape's type)."""
+    fn = native().LstmOrtDescribeCpuCall
+    fn.argtypes = [ctypes.c_int64] * 6 + [ctypes.c_char_p] * 5 + [ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
+    return call_for_text(fn, shape.layers, shape.directions, T, shape.input_size, shape.hidden_size, B,
+                         (weights or shape.dtype).encode(), str(precision).encode(), cpu_kernel.encode(),
+                         int8_scales.encode(), tuned.encode(), threads)
+
+
 def _cuda():
     return cuda_native()
 

@@ -27,7 +27,8 @@ namespace lstm_ort::cpu::int8 {
 constexpr int64_t kMaxDepth = 65536;
 
 // out[r][col] = (accumulate ? out[r][col] : 0) + float(sum_k a[r][k] w[k][col]) * (a_scale * w_scale[col])
-//               + bias[col]  (bias optional), for rows [r0, r1) and panels [q0, q1).
+//               + bias[col]  (bias optional), for rows [r0, r1) and panels [q0, q1); a_scale (and
+//               the zero point) per row where row_scale is given.
 struct GemmArgs {
   const void* a;            // activation rows (uint8 levels or int16 level - zero point)
   int64_t lda;              // elements per activation row
@@ -43,6 +44,9 @@ struct GemmArgs {
   int64_t ldo;
   float* const* out_rows;   // per row, its output (instead of out + r * ldo), or null
   int64_t n_panels;         // panels in w
+  // Per row, its own scale and zero point (Int8Scales::kRow), instead of a_scale and zero_point.
+  const float* row_scale = nullptr;
+  const int32_t* row_zero_point = nullptr;
 };
 
 struct QuantParams {
@@ -57,7 +61,9 @@ struct Table {
   size_t (*panel_bytes)(int64_t K);
   // Rows [0, K) of a row-major [K][4H] int8 source in the contract's column order (4j + g) as panels.
   void (*pack)(const int8_t* src, int64_t K, int64_t H, int8_t* dst);
-  // min and max of n floats (NaN ignored as stock's min/max ignore it where they can).
+  // min and max of the finite values among n floats (NaN, +inf and -inf ignored: one inf in the
+  // input would make the scale infinite and every level, of every row, meaningless; it takes the
+  // range's end level instead); +inf and -inf when none is finite.
   void (*min_max)(const float* x, int64_t n, float* lo, float* hi);
   // n floats as activations of this table's kind (q = clamp(round_half_even(x / scale) + zp, 0, 255)).
   void (*quantize)(const float* x, int64_t n, QuantParams p, void* out);

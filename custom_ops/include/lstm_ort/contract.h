@@ -75,6 +75,12 @@ enum class Arithmetic : int32_t { kFp32 = 0, kTf32, kFp16, kBf16 };
 // (cpu/kernel_tuner.h). Names: custom_ops/cpu_kernel_names.h.
 enum class CpuKernel : int32_t { kAuto = 0, kFused, kStock, kStockSplit, kStockThreads };
 
+// How the int8 kernel quantizes its activations (the layer input, and h at each step): one scale
+// per call and per step, as onnxruntime's DynamicQuantizeLSTM on one thread (kCall, the default),
+// or one per batch row (kRow), so that batched rows never change each other's results (what a
+// stream batcher needs). Attribute `int8_scales`; docs/ops.md, "int8 weights".
+enum class Int8Scales : int32_t { kCall = 0, kRow };
+
 // A measured winner from `lstm-ort tune`, for one GPU model and one (T, B) of this node, or for
 // one CPU ("cpu:" + its model name, as LstmOrtCpuName gives it) and a shape class of the CPU
 // kernel (T the class's bucket).
@@ -115,6 +121,7 @@ struct Attributes {
   Strategy strategy = Strategy::kAuto;
   Precision precision = Precision::kFp32;
   CpuKernel cpu_kernel = CpuKernel::kAuto;
+  Int8Scales int8_scales = Int8Scales::kCall;
   bool cpu_kernel_set = false;  // the node names one (else LSTM_ORT_CPU_KERNEL may, docs/cpu.md)
   std::vector<TunedStrategy> tuned;  // attribute `tuned`: "gpu|T|B|strategy;..."; used when strategy is auto
   Ranks ranks;                       // factored parts; none by default

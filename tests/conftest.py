@@ -43,6 +43,7 @@ SMOKE = {
     "tests/test_cpu_runtime.py": 8, "tests/test_cpu_kernel_choice.py": 5, "tests/test_int8_kernel.py": 3,
     "tests/test_bad_input.py": 3, "tests/test_nan_semantics.py": 2, "tests/test_backend_cases.py": 2,
     "tests/test_op_identity.py": 3, "tests/test_precision_option.py": 3, "tests/test_strategy_option.py": 3,
+    "tests/test_bf16_cpu.py": 8,
     "tests/test_debug_overrides.py": 2, "tests/test_install.py": 2, "tests/test_tuning.py": 3,
     # the CLI's paths: the rules at each opset, --check, the passes, the files it writes
     "tests/test_cli.py": 2, "tests/test_cli_safety.py": 3, "tests/test_cli_ragged_check.py": 3,

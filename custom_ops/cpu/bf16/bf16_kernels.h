@@ -1,7 +1,7 @@
 // The bf16 format's hot loops (docs/ops.md, "bf16 on the CPU"), compiled once per instruction set
 // and chosen once at run time by the CPU's features (bf16_dispatch.cc), never by -march=native:
-//   amx         AMX-BF16 tiles (tdpbf16ps: 16 x 16 fp32 sums of 16 x 32 bf16 by 32 x 16 bf16) for
-//               products of 16 rows and more, AVX512-BF16 below
+//   amx         AMX-BF16 tiles (tdpbf16ps: 16 x 16 fp32 sums of 16 x 32 bf16 by 32 x 16 bf16), for
+//               every row count (a step of one row too: bf16_impl.inc)
 //   avx512bf16  AVX512-BF16 (vdpbf16ps: 16 fp32 lanes, each += a pair of bf16 products)
 //   generic     plain C++ with the same rounding (round to nearest even), for CPUs without either:
 //               never chosen for a node (precision bf16 is refused there), only for tests

@@ -54,6 +54,11 @@ LSTM_ORT_C_ENTRY int LstmOrtCpuKernelNames(char* out, int size) {
   return lstm_ort::CopyOutWhole(lstm_ort::EnumNames<lstm_ort::CpuKernel>(","), out, size);
 }
 
+// The int8_scales names in enum order, comma-separated: "call,row".
+LSTM_ORT_C_ENTRY int LstmOrtInt8ScalesNames(char* out, int size) {
+  return lstm_ort::CopyOutWhole(lstm_ort::EnumNames<lstm_ort::Int8Scales>(","), out, size);
+}
+
 // The per-node debug override keys in table order, comma-separated: "strict,strategy,mma,...",
 // each a session config entry lstm_ort.debug.<key> (overrides.h).
 LSTM_ORT_C_ENTRY int LstmOrtDebugKeys(char* out, int size) {

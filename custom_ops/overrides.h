@@ -46,7 +46,8 @@ struct CpuOverrides {
   std::string cpu_kernel;           // the cpu_kernel of nodes that name none; empty: none
   bool baseline_isa = false;        // the x86-64-v2 build of the hot loops
   int64_t int8_split_min = 1 << 19;       // int8 kernel: multiply-adds worth another thread
-  int64_t int8_step_split_min = 1 << 19;  // int8 kernel: a step's multiply-adds from which its panels split
+  int64_t int8_step_split_min = 0;        // int8 kernel: a step's multiply-adds from which its panels split
+                                          // (0: the int8 unit's own, cpu/call_plan.cc)
   std::string int8_isa;                   // int8 kernel: the instruction set forced (empty: the best)
   std::string bf16_isa;                   // bf16 kernels: amx, avx512bf16 or none (empty: the best)
 };

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On a GPU machine with onnxruntime-gpu: build the op library with CMake, then run the stages asked for.
 #   tools/gpu_check.sh build test sanitize bench low-rank
-# ORT_INCLUDE_DIR / EIGEN_INCLUDE_DIR may point at headers carried in (the machine may have no network).
+# ORT_INCLUDE_DIR may point at headers carried in (the machine may have no network).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${BUILD_DIR:-/tmp/lstm-ort-build}

@@ -126,14 +126,24 @@ ProjectSplit Int8Product(int64_t M, int64_t K, int64_t Q, int P, const CpuPlanKn
   return sp;
 }
 
+// A step's multiply-adds from which the int8 format splits its panels over threads that meet after
+// every step (LSTM_ORT_CPU_INT8_STEP_SPLIT_MIN, else by the int8 unit): AMX tiles make a step ~8x
+// shorter than VNNI's vectors, and the meeting's cost stays (I131 H203 L2 B8 T50, two threads:
+// 1.18 ms split, 1.02 whole on AMX; H512 B8: 1.19 split, 1.44 whole).
+int64_t Int8StepSplitMin(const CpuMachine& m, const CpuPlanKnobs& kn) {
+  if (kn.int8_step_split_min) return kn.int8_step_split_min;
+  return m.int8_isa == "amx" ? int64_t{4} << 20 : int64_t{1} << 19;
+}
+
 // The int8 recurrence with one scale per step (rows coupled): each direction on a thread of its
 // own where there is work for two; a large step's panels split over more threads meeting after
 // every step.
-Recurrence Int8CallScalesRecurrence(const Dims& d, int64_t np, int64_t steps, int P, const CpuPlanKnobs& kn) {
+Recurrence Int8CallScalesRecurrence(const Dims& d, int64_t np, int64_t steps, int P, const CpuPlanKnobs& kn,
+                                    int64_t step_split_min) {
   Recurrence r;
   const int64_t step_macs = d.B * d.H * kGates * d.H;
   const int64_t per_dir = std::max<int64_t>(1, P / d.D);
-  r.unit_chunks = per_dir > 1 && step_macs >= kn.int8_step_split_min ? std::min<int64_t>(per_dir, np) : 1;
+  r.unit_chunks = per_dir > 1 && step_macs >= step_split_min ? std::min<int64_t>(per_dir, np) : 1;
   r.parallel_groups = r.unit_chunks == 1 && P >= 2 && d.D == 2 && step_macs * steps >= kn.int8_split_min;
   return r;
 }
@@ -258,7 +268,7 @@ CpuCallPlan PlanCpuCall(const CpuCallInputs& in, const Attributes& attrs, const 
       lp.step_flops = std::max(lp.step_flops, 2.0 * d.B * depth);
       lp.weight_bytes = std::max(lp.weight_bytes, weight_size * depth);
     }
-    lp.recurrence = rows_coupled ? Int8CallScalesRecurrence(d, np, in.max_len, P, kn)
+    lp.recurrence = rows_coupled ? Int8CallScalesRecurrence(d, np, in.max_len, P, kn, Int8StepSplitMin(m, kn))
                                  : PlanRecurrence(d, np, in.max_len, P, lp.step_flops, lp.weight_bytes, kn, false);
     const Recurrence& rec = lp.recurrence;
     if (!rows_coupled && rec.unit_chunks == 1) {

@@ -91,7 +91,7 @@ struct CpuPlanKnobs {
   int64_t parallel_min = 400000;       // fp32/bf16: flops worth another thread
   int64_t split = 0;                   // LSTM_ORT_CPU_SPLIT: 0 planned, 1 one thread, 2 rows, 3 panels
   int64_t int8_split_min = 1 << 19;    // int8: multiply-adds worth another thread
-  int64_t int8_step_split_min = 1 << 19;  // int8: a step's multiply-adds from which its panels split
+  int64_t int8_step_split_min = 0;     // int8: a step's multiply-adds from which its panels split (0: by unit)
   static CpuPlanKnobs From(const CpuOverrides& o);
 };
 

@@ -103,4 +103,16 @@ extern const KernelTable kTable;
 // The best table this CPU runs (LSTM_ORT_CPU_ISA=v2 forces the baseline, for testing).
 const KernelTable& Kernels();
 
+// The cell alone, from a step's gates, for panels [p0, p1) of the step's rows: what the formats
+// whose product is made apart (int8, bf16) run after it. The gates are the projection's (gx, as the
+// step's rows give them) plus, where `products` gives row r of the group a row (np * kPanel packed
+// columns, null: nothing to add), the step's product: the product never goes through gx, whose rows
+// (every step's, beyond the caches) were read and written once more per step that way. 16 lanes
+// where the CPU has AVX-512 and the activations are the default (cell_avx512.cc), else the table's
+// step from its gates (h_zero) once the products are added into gx.
+void CellFromGates(const StepArgs& a, int64_t p0, int64_t p1, const float* const* products = nullptr);
+namespace avx512 {
+void CellFromGates(const StepArgs& a, int64_t p0, int64_t p1, const float* const* products);
+}
+
 }  // namespace lstm_ort::cpu

@@ -22,6 +22,11 @@ TUNABLE_STRATEGIES = STRATEGIES[1:]
 # Values of the `cpu_kernel` attribute, in the order of the C++ enum lstm_ort::CpuKernel: which
 # kernel runs a call on the CPU (docs/cpu.md, "The floor"). auto measures per shape class.
 CPU_KERNELS = ("auto", "fused", "stock", "stock_split", "stock_threads")
+# Values of the `int8_scales` attribute, in the order of the C++ enum lstm_ort::Int8Scales: how
+# the int8 kernel quantizes its activations, one scale per call and step as onnxruntime's
+# DynamicQuantizeLSTM on one thread ("call", the default), or one per batch row ("row": batched rows
+# never change each other's results). docs/ops.md, "int8 weights".
+INT8_SCALES = ("call", "row")
 # The device of a CPU entry of the `tuned` attribute: this prefix and the CPU's name.
 TUNED_CPU_PREFIX = "cpu:"
 

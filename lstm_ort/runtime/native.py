@@ -60,6 +60,11 @@ def cpu_kernel_names() -> list[str]:
     return call_for_text(native().LstmOrtCpuKernelNames).split(",")
 
 
+def int8_scales_names() -> list[str]:
+    """The int8_scales names the C++ attribute parser accepts, in the order of its enum."""
+    return call_for_text(native().LstmOrtInt8ScalesNames).split(",")
+
+
 def debug_keys() -> list[str]:
     """The `debug` attribute's keys the C++ override parser accepts, in the order of its table."""
     return call_for_text(native().LstmOrtDebugKeys).split(",")

@@ -49,7 +49,7 @@ void PackBf16(Bf16Packed& pk, const bf16::Table& t, const Dims& d, const void* w
 // gate rows they feed.
 struct Bf16Format::Layout {
   int64_t depth_x = 0, depth_h = 0, rows_x = 0, rows_h = 0;  // rows: per buffer, padded (PaddedRows)
-  size_t ax = 0, ah = 0, out_rows = 0;
+  size_t ax = 0, ah = 0, out_rows = 0, prod = 0, prod_rows = 0;
   size_t total = 0;
 };
 
@@ -63,6 +63,8 @@ Bf16Format::Layout Bf16Format::LayoutOf(const Dims& d, int64_t steps, int64_t sl
   o.ax = carve(sizeof(uint16_t) * o.rows_x * o.depth_x);
   o.ah = carve(sizeof(uint16_t) * slots * o.rows_h * o.depth_h);
   o.out_rows = carve(sizeof(float*) * slots * d.B);
+  o.prod = carve(sizeof(float) * slots * d.B * pk_.Cols());
+  o.prod_rows = carve(sizeof(float*) * slots * d.B);
   o.total = carve.total;
   return o;
 }
@@ -94,27 +96,26 @@ void Bf16Format::Step(const StepArgs& a, const LayerRun& r, int64_t k, int, int6
                       int64_t slot) const {
   const Dims& d = *r.d;
   const int64_t B = d.B, s = a.s;
-  if (!a.h_zero) {  // a zero h (first step, no initial_h) adds nothing
-    const Layout o = LayoutOf(d, r.steps, r.slots);
-    float** out_rows = At<float*>(r.scratch, o.out_rows) + slot * B;
-    uint16_t* ah = At<uint16_t>(r.scratch, o.ah) + slot * o.rows_h * o.depth_h;
-    int64_t live = 0;
-    for (int64_t i = 0; i < a.rows; ++i) {
-      const int64_t b = a.b0 + i, len = a.lens ? a.lens[b] : a.T;
-      if (s >= len) continue;
-      const int64_t t = a.reverse ? len - 1 - s : s;
-      t_.convert(a.h_in + i * a.Hp, a.H, o.depth_h, ah + live * o.depth_h);
-      out_rows[live++] = const_cast<float*>(a.gx) + (t * B + b) * a.gx_ld;
-    }
-    if (live > 0) {
-      const bf16::GemmArgs ra{ah, o.depth_h, pk_.wh.data() + pk_.wh_off[k], o.depth_h, nullptr, true, nullptr, 0,
-                              out_rows, pk_.np};
-      t_.gemm(ra, 0, live, q0, q1);
-    }
+  const Layout o = LayoutOf(d, r.steps, r.slots);
+  // The step's product, per row of the group (its row of `prod`, or null where it adds nothing).
+  float* prod = At<float>(r.scratch, o.prod) + slot * B * pk_.Cols();
+  const float** products = At<const float*>(r.scratch, o.prod_rows) + slot * B;
+  float** out_rows = At<float*>(r.scratch, o.out_rows) + slot * B;
+  uint16_t* ah = At<uint16_t>(r.scratch, o.ah) + slot * o.rows_h * o.depth_h;
+  int64_t live = 0;
+  for (int64_t i = 0; i < a.rows; ++i) {
+    const int64_t b = a.b0 + i, len = a.lens ? a.lens[b] : a.T;
+    products[i] = nullptr;
+    if (s >= len || a.h_zero) continue;  // a zero h (first step, no initial_h) adds nothing
+    t_.convert(a.h_in + i * a.Hp, a.H, o.depth_h, ah + live * o.depth_h);
+    products[i] = out_rows[live++] = prod + i * pk_.Cols();
   }
-  StepArgs cell = a;
-  cell.h_zero = true;  // the gates are complete: the cell runs from them alone
-  r.kernels->step(cell, q0, q1);
+  if (live > 0) {
+    const bf16::GemmArgs ra{ah, o.depth_h, pk_.wh.data() + pk_.wh_off[k], o.depth_h, nullptr, false, nullptr, 0,
+                            out_rows, pk_.np};
+    t_.gemm(ra, 0, live, q0, q1);
+  }
+  CellFromGates(a, q0, q1, products);  // the projection's gates plus the product
 }
 
 }  // namespace lstm_ort::cpu

@@ -95,11 +95,12 @@ void PackInt8(Int8Packed& pk, const q8::Table& t, const Dims& d, const int8_t* w
 }
 
 // The format's scratch: the layer input's levels (and per-row parameters) and rows; per step task
-// (slot), h's levels, its rows, the gate rows they feed and per-row parameters.
+// (slot), h's levels, its rows, the products' rows (and pointers to them, per row of the group)
+// and per-row parameters.
 struct Int8Format::Layout {
-  int64_t depth_x = 0, depth_h = 0, abytes = 1;
+  int64_t depth_x = 0, depth_h = 0, abytes = 1, rows_h = 0;  // rows_h: a slot's h rows, padded
   size_t ax = 0, x_scale = 0, x_zp = 0, x_rows = 0;
-  size_t ah = 0, h_rows = 0, out_rows = 0, h_scale = 0, h_zp = 0;  // slot 0's; each slot is B rows on
+  size_t ah = 0, h_rows = 0, out_rows = 0, h_scale = 0, h_zp = 0, prod = 0, prod_rows = 0;  // slot 0's: each slot is B rows on
   size_t total = 0;
 };
 
@@ -110,15 +111,18 @@ Int8Format::Layout Int8Format::LayoutOf(const Dims& d, int64_t steps, int64_t sl
   for (int64_t l = 0; l < d.L; ++l) o.depth_x = std::max(o.depth_x, q8::PaddedDepth(q_, d.LayerInput(l)));
   const size_t M = static_cast<size_t>(steps * d.B), S = static_cast<size_t>(slots * d.B);
   Carver carve;
-  o.ax = carve(M * o.depth_x * o.abytes);
+  o.rows_h = q8::PaddedRows(q_, d.B);
+  o.ax = carve(q8::PaddedRows(q_, M) * o.depth_x * o.abytes);
   o.x_scale = carve(M * sizeof(float));
   o.x_zp = carve(M * sizeof(int32_t));
   o.x_rows = carve(M * sizeof(float*));
-  o.ah = carve(S * o.depth_h * o.abytes);
+  o.ah = carve(slots * o.rows_h * o.depth_h * o.abytes);
   o.h_rows = carve(S * sizeof(float*));
   o.out_rows = carve(S * sizeof(float*));
   o.h_scale = carve(S * sizeof(float));
   o.h_zp = carve(S * sizeof(int32_t));
+  o.prod = carve(S * pk_.Cols() * sizeof(float));
+  o.prod_rows = carve(S * sizeof(float*));
   o.total = carve.total;
   return o;
 }
@@ -168,8 +172,8 @@ void Int8Format::Prepare(StepArgs& a, const LayerRun&, int64_t k) const {
 
 // Step s of a group for panels [q0, q1): h quantized (with one scale over the rows that ran step
 // s - 1: every row at s = 0; as onnxruntime, whose h of a row that ended is its last h for one
-// step, then zero; or each row with its own), its product added to the gates of the rows still
-// running, then the cell from the gates.
+// step, then zero; or each row with its own), its product for the rows still running, then the
+// cell from the projection's gates and the product.
 void Int8Format::Step(const StepArgs& a, const LayerRun& r, int64_t k, int, int64_t q0, int64_t q1,
                       int64_t slot) const {
   const Dims& d = *r.d;
@@ -177,18 +181,22 @@ void Int8Format::Step(const StepArgs& a, const LayerRun& r, int64_t k, int, int6
   const int64_t B = d.B, H = d.H, Hp = a.Hp, s = a.s;
   float** out_rows = At<float*>(r.scratch, o.out_rows) + slot * B;
   const float** h_rows = At<const float*>(r.scratch, o.h_rows) + slot * B;
+  // The step's product, per row of the group (its row of `prod`, or null where it adds nothing).
+  float* prod = At<float>(r.scratch, o.prod) + slot * B * pk_.Cols();
+  const float** products = At<const float*>(r.scratch, o.prod_rows) + slot * B;
   int64_t live = 0, ranged = 0;
   for (int64_t i = 0; i < a.rows; ++i) {
     const int64_t b = a.b0 + i, len = a.lens ? a.lens[b] : a.T;
+    products[i] = nullptr;
     if (s > len) continue;
     const float* row = a.h_in + i * Hp;
     if (s == len) {  // ended with the last step: in the range only, after the running rows
       h_rows[a.rows - 1 - ranged++] = row;
       continue;
     }
-    const int64_t t = a.reverse ? len - 1 - s : s;
     h_rows[live] = row;
-    out_rows[live++] = const_cast<float*>(a.gx) + (t * B + b) * a.gx_ld;
+    if (!a.h_zero) products[i] = out_rows[live] = prod + i * pk_.Cols();
+    ++live;
   }
   // The next step's gates were written by the projection, long out of cache: fetched toward L2
   // now, the product and the cell of this step hide the wait.
@@ -200,10 +208,10 @@ void Int8Format::Step(const StepArgs& a, const LayerRun& r, int64_t k, int, int6
     for (int64_t at = 0; at < (q1 - q0) * kPanel * int64_t(sizeof(float)); at += 64) __builtin_prefetch(row + at, 1, 2);
   }
   if (live > 0 && !a.h_zero) {  // a zero h (first step, no initial_h) adds nothing
-    const ActRows ah{r.scratch + o.ah + slot * B * o.depth_h * o.abytes, o.depth_h, o.abytes};
+    const ActRows ah{r.scratch + o.ah + slot * o.rows_h * o.depth_h * o.abytes, o.depth_h, o.abytes};
     const size_t cols = static_cast<size_t>(pk_.Cols());
     q8::GemmArgs ra{ah.data, o.depth_h, pk_.wh.data() + pk_.wh_off[k], o.depth_h, &pk_.ch[k * cols], 0, 1.f,
-                    &pk_.sh[k * cols], nullptr, true, nullptr, 0, out_rows, pk_.np};
+                    &pk_.sh[k * cols], nullptr, false, nullptr, 0, out_rows, pk_.np};
     if (scales_ == Int8Scales::kRow) {
       float* scale = At<float>(r.scratch, o.h_scale) + slot * B;
       int32_t* zp = At<int32_t>(r.scratch, o.h_zp) + slot * B;
@@ -221,9 +229,7 @@ void Int8Format::Step(const StepArgs& a, const LayerRun& r, int64_t k, int, int6
     }
     q_.gemm(ra, 0, live, q0, q1);
   }
-  StepArgs cell = a;
-  cell.h_zero = true;  // the gates are complete: the cell runs from them alone
-  r.kernels->step(cell, q0, q1);
+  CellFromGates(a, q0, q1, products);  // the projection's gates plus the product
 }
 
 }  // namespace lstm_ort::cpu

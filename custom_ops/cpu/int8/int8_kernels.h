@@ -7,6 +7,8 @@
 //   avxvnni  AVX-VNNI (the VEX encoding of the same instruction)
 //   avx2     AVX2 vpmaddwd on int16 pairs (exact: no intermediate saturation, unlike vpmaddubsw)
 //   generic  plain C++ on int16 pairs, for x86-64 CPUs without AVX2
+//   amx      AMX-INT8 tiles (tdpbusd: 16 x 16 int32 sums of 16 x 64 uint8 by 64 x 16 int8) on the
+//            same quads, K padded to 64, for every row count
 //
 // Packed weights: as the float kernel's (cpu/kernels.h), panels of kPanel columns (8 units x 4
 // gates, gate-major), each panel two strips of kStrip columns; a strip is [K / G][kStrip][G]: the
@@ -56,7 +58,9 @@ struct QuantParams {
 
 struct Table {
   const char* isa;
-  int group;  // 4: uint8 x int8 quads; 2: int16 pairs
+  int group;      // 4: uint8 x int8 quads; 2: int16 pairs
+  int depth_pad;  // K is padded to a multiple of this (the group; an AMX tile's 64)
+  int row_pad;    // activation buffers hold rows in multiples of this (AMX tiles read 16)
   // Bytes of one panel of K (unpadded) rows.
   size_t (*panel_bytes)(int64_t K);
   // Rows [0, K) of a row-major [K][4H] int8 source in the contract's column order (4j + g) as panels.
@@ -82,8 +86,11 @@ extern const Table kTable;
 namespace vnni512 {
 extern const Table kTable;
 }
+namespace amx {
+extern const Table kTable;
+}
 
-// The best table this CPU runs; LSTM_ORT_CPU_INT8_ISA=generic|avx2|avxvnni|vnni512 forces one
+// The best table this CPU runs; LSTM_ORT_CPU_INT8_ISA=generic|avx2|avxvnni|vnni512|amx forces one
 // (an instruction set the CPU lacks is refused with the reason, for testing).
 const Table& Int8Kernels();
 
@@ -91,8 +98,11 @@ const Table& Int8Kernels();
 // onnxruntime quantizes the activations of DynamicQuantizeLSTM.
 QuantParams QuantParamsFor(float lo, float hi);
 
-// K padded to the table's group: the row length of activations and packed weights.
-inline int64_t PaddedDepth(const Table& t, int64_t K) { return (K + t.group - 1) / t.group * t.group; }
+// K padded for the table: the row length of activations and packed weights.
+inline int64_t PaddedDepth(const Table& t, int64_t K) { return (K + t.depth_pad - 1) / t.depth_pad * t.depth_pad; }
+
+// Rows an activation buffer of n rows holds.
+inline int64_t PaddedRows(const Table& t, int64_t n) { return (n + t.row_pad - 1) / t.row_pad * t.row_pad; }
 
 // Bytes of one activation element.
 inline int64_t ActivationBytes(const Table& t) { return t.group == 4 ? 1 : 2; }

@@ -456,25 +456,29 @@ def tune_cpu(model: onnx.ModelProto, args) -> int:
     from lstm_ort.tuning.measure import tune_cpu_shape
 
     device = TUNED_CPU_PREFIX + native.cpu_name()
-    shapes = []
+    shapes = []  # (shape, what the CPU computes for the node's mode)
     for node, shape in node_shapes(model):
         why = ("factored weights have no stock kernel" if node_ranks(node).any else
                "W is not an initializer, sizes unknown" if shape is None else
                "onnxruntime's CPU LSTM has no float16 kernel" if shape.dtype != "float32" else None)
+        try:
+            runs = native.decide_precision("cpu", node_precision(node)).runs
+        except ValueError as e:
+            why = why or str(e)
         if why:
             print(f"lstm-ort: {node.name}: {why}; skipped", file=sys.stderr)
-        elif shape not in shapes:
-            shapes.append(shape)
+        elif (shape, runs) not in shapes:
+            shapes.append((shape, runs))
     if not shapes:
         print("lstm-ort: no FusedLSTM node whose CPU kernel can be chosen", file=sys.stderr)
         return EXIT_INPUT
     results, path = [], None
     for threads in args.threads or [session_threads(None)]:
-        for shape in shapes:
+        for shape, runs in shapes:
             for T in args.seq_len:
                 for B in args.batch:
-                    r = tune_cpu_shape(shape, T, B, threads, runs=args.runs)
-                    path = record(device, shape, r.T, B, r.winner, r.ms, threads=threads)
+                    r = tune_cpu_shape(shape, T, B, threads, runs=args.runs, precision=runs)
+                    path = record(device, shape, r.T, B, r.winner, r.ms, precision=runs, threads=threads)
                     results.append((threads, r))
                     timings = "  ".join(f"{k} {v:.3f}" for k, v in r.ms.items())
                     print(f"{shape.key} T={T} (class T<={r.T}) B={B} threads={threads}: {timings} ms -> {r.winner}",

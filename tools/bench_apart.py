@@ -40,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 ROUNDS = 6
 PAUSE_S = 0.06
-WARMUP_RUNS = 80  # most runs auto may take to decide a class (cpu/kernel_tuner.h), at most
+WARMUP_RUNS = 100  # most runs auto may take to decide a class: 8 rounds of 4 blocks of 3 (cpu/kernel_tuner.h)
 
 _WORKER = r"""
 import json, sys, time

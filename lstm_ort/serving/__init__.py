@@ -12,7 +12,8 @@ _NAMES = {  # name -> its module (relative: under lstm_ort.serving)
     "NotRaggedExact": "batch.batcher", "SequenceError": "batch.batcher",
     "RaggedLayout": "lstm_ort.graph.ragged", "NoSequenceInput": "lstm_ort.graph.ragged", "analyze": "lstm_ort.graph.ragged",
     "greedy_boundaries": "batch.buckets", "optimal_boundaries": "batch.buckets",
-    "StreamBatcher": "streams", "StreamError": "streams", "StreamClosed": "streams", "BatcherShutDown": "streams",
+    "StreamBatcher": "streams.batcher", "StreamError": "streams.errors", "StreamClosed": "streams.errors",
+    "BatcherShutDown": "streams.errors",
     "StreamStats": "streams.stats", "BatchLayout": "lstm_ort.graph.batch_axes",
     "batch_layout": "lstm_ort.graph.batch_axes",
 }

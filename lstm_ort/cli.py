@@ -91,8 +91,13 @@ def cmd_optimize(args) -> int:
         return out.fail(EXIT_USAGE, str(e))
     except ModelError as e:
         return out.fail(EXIT_INPUT, f"{src}: {e}")
-    from lstm_ort.verify import Tolerance, default_tolerance, has_layout1_lstm, random_feeds
+    from lstm_ort.verify import Tolerance, check_carry, check_shapes, default_tolerance, has_layout1_lstm, random_feeds
 
+    for flag, check, given in (("--shape", check_shapes, args.shape), ("--carry", check_carry, args.carry)):
+        try:  # before any work: a name the model does not have is a usage error, never ignored
+            check(proto, given)
+        except ValueError as e:
+            return out.fail(EXIT_USAGE, f"{flag} {e}")
     tolerance = default_tolerance(proto, args.precision or OPTIMIZE_PRECISION)
     tolerance = Tolerance(tolerance.atol if args.atol is None else args.atol,
                           tolerance.rtol if args.rtol is None else args.rtol, tolerance.of_max)
@@ -148,16 +153,20 @@ def _comparison(args, original, feeds, tolerance, layout1: bool):
     if not args.check:
         return None
     from lstm_ort.serving.parity import ragged_parity
-    from lstm_ort.verify import ParityResult, chained_parity, parity
+    from lstm_ort.verify import ParityResult, chained_parity, parity, worst_of
 
     if args.sequence_lens_input:
         return lambda report, optimized: ragged_parity(original, optimized, feeds, tolerance)
-    if args.batchify:  # streams run as one batch against each run alone
+    if args.batchify:  # streams run as one batch against each run alone; with --carry, chained calls too
         from lstm_ort.serving.streams_parity import batch_parity
 
         def batched(report, optimized):
             err = batch_parity(original, optimized, args.shape)
-            return ParityResult(err, err, "stock onnxruntime, each entry run alone")
+            result = ParityResult(err, err, "stock onnxruntime, each entry run alone")
+            if not args.carry:
+                return result
+            return worst_of(result, chained_parity(original, optimized, feeds, args.carry, args.calls, tolerance,
+                                                   stock_threads=_stock_threads(report)))
         return batched
     if args.carry:
         return lambda report, optimized: chained_parity(original, optimized, feeds, args.carry, args.calls, tolerance,

@@ -34,7 +34,8 @@ from pathlib import Path
 
 import onnx
 
-from lstm_ort.ops.identity import CPU_KERNELS, DEFAULT_PRECISION, PRECISIONS, STRATEGIES, TUNED_CPU_PREFIX, require_choice
+from lstm_ort.ops.identity import (CPU_KERNELS, DEFAULT_PRECISION, PRECISIONS, STRATEGIES, TUNED_CPU_PREFIX,
+                                   require_choice)
 from lstm_ort.ops.spec import attribute
 from lstm_ort.ops.tuned import TunedEntry, format_tuned
 from lstm_ort.runtime.nodes import NodeShape, node_precision, node_shapes, set_attribute
@@ -73,7 +74,8 @@ def read_cache() -> dict:
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError) as e:
-        raise CacheError(f"tuning cache {path} is unreadable ({e}); delete it (lstm-ort tune then writes a new one)") from e
+        raise CacheError(f"tuning cache {path} is unreadable ({e}); delete it (lstm-ort tune then writes a new "
+                         f"one)") from e
     if not isinstance(data, dict):
         raise CacheError(f"tuning cache {path} is not a JSON object; delete it (lstm-ort tune then writes a new one)")
     return data

@@ -318,7 +318,16 @@ def cmd_check(args) -> int:
         return out.fail(EXIT_INPUT, f"{args.model}: internal error while rewriting ({type(e).__name__}: {e})")
     out.doc["strategies"] = strategy_entries(skeleton(rewritten), args.seq_len, args.batch)
     out.lines += format_strategies(out.doc["strategies"])
+    if args.int8:  # a pass after the rewrite, which check does not run: say what it would do
+        out.doc["int8"] = INT8_CHECK_NOTE
+        out.lines.append(INT8_CHECK_NOTE)
     return out.finish(EXIT_OK)
+
+
+INT8_CHECK_NOTE = ("--precision int8: optimize makes the float32 weights of each rewritten node int8 per output "
+                   "channel, run with DynamicQuantizeLSTM's arithmetic on the CPU kernel (also in CUDA sessions; "
+                   "docs/ops.md, 'int8 weights'), and measures the error this costs; check quantizes nothing, so "
+                   "the precision and plans above are the float model's it starts from")
 
 
 def strategy_entries(model: onnx.ModelProto, T: int | None, B: int | None) -> list[dict]:

@@ -124,7 +124,7 @@ def measure_against(model: onnx.ModelProto, changed_model: onnx.ModelProto, summ
 
     summary.max_error = max_error
     samples, summary.inputs = low_rank_error.samples_for(model, calibration, shapes)
-    summary.outputs, summary.nodes = low_rank_error.measure(model, changed_model, samples, changed=changed)
+    summary.outputs, summary.nodes = low_rank_error.measure(model, changed_model, samples, changed=changed, what=what)
     worst = summary.output_max_abs
     if max_error is not None and not worst <= max_error:  # NaN exceeds any bound
         raise ErrorBoundExceeded(f"{what} error: max-abs {worst:.3g} on the outputs exceeds --max-error {max_error:g}")

@@ -580,7 +580,9 @@ def parser() -> argparse.ArgumentParser:
                         "where that is expected faster there, else kept whole with the reason in the report "
                         "(docs/ops.md, 'Factored weights'): on the CPU wherever the rank saves work; on CUDA only "
                         "at precision fp32, rank <= H/4 and a batch the model or --shape gives, with H >= 1024 and "
-                        "B >= 64 or H >= 512 and B >= 256. Default any: only where it pays on both")
+                        "B >= 64 or H >= 512 and B >= 256; any: only where it pays on both. Default: the devices "
+                        "this install runs (any where lstm_ort's CUDA kernels load, else cpu); the report says "
+                        "which")
     o.add_argument("--calibration", metavar="FILE.npz",
                    help="with --low-rank: inputs to measure the error on, arrays by input name with a leading "
                         "sample axis (default: seeded random unit-scale inputs)")
@@ -647,7 +649,6 @@ def _main(argv) -> int:
                     p.error(f"{flag} goes with --low-rank, --low-rank-energy" +
                             (" or --precision int8" if not flag.startswith("--low-rank-") else ""))
             args.low_rank_target = args.low_rank_target or "both"
-            args.low_rank_device = args.low_rank_device or "any"
             if args.low_rank_energy is not None:
                 args.low_rank = 0  # 0: by energy (cmd_optimize reads args.low_rank is not None as "factor")
         if args.command in ("optimize", "check"):

@@ -634,6 +634,8 @@ def _main(argv) -> int:
     p = parser()
     try:
         args = p.parse_args(argv)
+        if args.command == "tune" and args.threads is not None and not args.cpu:
+            p.error("--threads goes with --cpu (the CUDA tuner measures no thread counts)")
         if args.command == "optimize":
             args.shape, args.carry = dict(args.shape), dict(args.carry)
             low_rank = args.low_rank is not None or args.low_rank_energy is not None

@@ -230,6 +230,14 @@ def test_tune_replaces_a_bad_level_on_its_way_and_keeps_the_rest(tmp_path, capsy
     assert data["GPU A"] == {"x": {"T1 B1": {"strategy": "warp"}}}  # not ours to drop: sessions skip it
 
 
+def test_tune_threads_without_cpu_is_a_usage_error(tmp_path, capsys, rng):
+    spec = LstmSpec(input_size=5, hidden_size=8)
+    model = tmp_path / "m.onnx"
+    onnx.save(fused_model(spec, random_layers(spec, rng)), model)
+    assert main(["tune", str(model), "--seq-len", "4", "--batch", "2", "--threads", "2"]) == EXIT_USAGE
+    assert "--threads goes with --cpu" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("flag, value", [("--threads", "-2"), ("--threads", "0"), ("--threads", "two"),
                                          ("--threads", "1.5"), ("--seq-len", "0"), ("--batch", "-1"),
                                          ("--runs", "0")])

@@ -91,11 +91,21 @@ def check_writable() -> None:
         raise CacheError(f"cannot make the tuning cache folder {cache_file().parent}: {e.strerror or e}") from e
 
 
+_WARNED: set[str] = set()  # what the default warning said already in this process (every session reads the cache)
+
+
+def _warn_once(message: str) -> None:
+    if message not in _WARNED:
+        _WARNED.add(message)
+        warnings.warn(f"lstm_ort: {message}", RuntimeWarning, stacklevel=4)
+
+
 def load_cache(warn=None) -> dict:
     """The cache's usable winners, as sessions and `lstm-ort check` read it: {} when there is none
-    or it cannot be read, without each entry no kernel could take; what is skipped is said once
-    through ``warn`` (default: a RuntimeWarning), naming the file. Never raises for the cache."""
-    warn = warn or (lambda message: warnings.warn(f"lstm_ort: {message}", RuntimeWarning, stacklevel=4))
+    or it cannot be read, without each entry no kernel could take; what is skipped is said through
+    ``warn`` (default: a RuntimeWarning, once per process and message), naming the file. Never
+    raises for the cache."""
+    warn = warn or _warn_once
     try:
         data = read_cache()
     except CacheError as e:

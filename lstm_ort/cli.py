@@ -41,8 +41,8 @@ from lstm_ort.runtime.model_io import ModelError, StagedModel, load_model, read_
 from lstm_ort.runtime.nodes import NodeShape, fused_nodes, int8_node_names, node_precision, node_ranks, node_shapes
 from lstm_ort.runtime.output_files import OutputRefused, output_target, run_command
 from lstm_ort.runtime.tuned_cache import CacheError, cache_key, check_writable, load_cache, record, tuned_entries
-from lstm_ort.serving.cli import add_batch_parser, cmd_batch
-from lstm_ort.serving.streams_cli import add_streams_bench_parser, cmd_streams_bench
+from lstm_ort.serving.batch.cli import add_batch_parser, cmd_batch
+from lstm_ort.serving.streams.cli import add_streams_bench_parser, cmd_streams_bench
 
 EXIT_OK, EXIT_INPUT, EXIT_USAGE, EXIT_PARITY = 0, 1, 2, 3
 
@@ -154,13 +154,13 @@ def _comparison(args, original, feeds, tolerance, layout1: bool):
     --batchify), chained calls (--carry), or one call; None without --check."""
     if not args.check:
         return None
-    from lstm_ort.serving.parity import ragged_parity
+    from lstm_ort.serving.batch.parity import ragged_parity
     from lstm_ort.verify import ParityResult, chained_parity, parity, worst_of
 
     if args.sequence_lens_input:
         return lambda report, optimized: ragged_parity(original, optimized, feeds, tolerance)
     if args.batchify:  # streams run as one batch against each run alone; with --carry, chained calls too
-        from lstm_ort.serving.streams_parity import batch_parity
+        from lstm_ort.serving.streams.parity import batch_parity
 
         def batched(report, optimized):
             err = batch_parity(original, optimized, args.shape)

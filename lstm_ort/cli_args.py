@@ -1,4 +1,4 @@
-"""argparse types the commands share (`lstm-ort` in cli.py, `streams-bench` in serving/streams_cli.py):
+"""argparse types the commands share (`lstm-ort` in cli.py, `streams-bench` in serving/streams/cli.py):
 a value outside its range is a usage error (exit 2) naming the option and the value, never a
 run that measures nothing, hangs, or caches a key no session can read. NaN and infinity are
 refused wherever a number is a count, a duration or a bound."""

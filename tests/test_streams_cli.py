@@ -8,7 +8,7 @@ import pytest
 
 from lstm_ort.builders import LstmSpec, fused_model, random_layers
 from lstm_ort.cli import main
-from lstm_ort.serving.streams_cli import print_table
+from lstm_ort.serving.streams.cli import print_table
 
 ARGS = ["--carry", "Y_h=initial_h", "--carry", "Y_c=initial_c", "--chunk", "X=2,1,6", "--streams", "12",
         "--threads", "3", "--seconds", "0.3", "--warmup", "0.1"]

@@ -7,8 +7,8 @@ order. Underneath, a worker thread collects the pending steps of different strea
 per stream at a time, in order per stream), groups them by the shapes of their feeds and the values
 of the inputs that carry no batch (silero-vad's ``sr``), stacks each group along each input's
 batch axis (lstm_ort.graph.batch_axes finds them), runs one call and splits the outputs back. The states
-live in one array per carried input (streams_state.py) or, on CUDA, on the device
-(streams_device.py).
+live in one array per carried input (state.py) or, on CUDA, on the device
+(device.py).
 """
 
 from __future__ import annotations
@@ -32,10 +32,10 @@ from lstm_ort.graph.trace import TraceFailed
 from lstm_ort.runtime.messages import clean_message
 from lstm_ort.runtime.model_io import load_model
 from lstm_ort.runtime.session import InferenceSession
-from lstm_ort.serving.batcher import normalize_providers
-from lstm_ort.serving.streams_convs import convs_as_2d
-from lstm_ort.serving.streams_state import HostSlots
-from lstm_ort.serving.streams_stats import Counters, StreamStats
+from lstm_ort.serving.batch.batcher import normalize_providers
+from lstm_ort.serving.streams.convs import convs_as_2d
+from lstm_ort.serving.streams.state import HostSlots
+from lstm_ort.serving.streams.stats import Counters, StreamStats
 
 CUDA = "CUDAExecutionProvider"
 
@@ -114,7 +114,7 @@ class StreamBatcher:
     (not at all when every open stream has a step waiting). ``device_states``: keep the states in
     OrtValues on the session's device and gather/scatter them there (default: with CUDA).
     ``batch_convs``: run 1-D convolutions as one 2-D convolution over the batch (default: on CPU;
-    streams_convs.py). ``workers``: threads running calls; idle ones share the waiting steps, so
+    convs.py). ``workers``: threads running calls; idle ones share the waiting steps, so
     one call's Python (stacking, splitting) overlaps another's run.
     """
 
@@ -166,7 +166,7 @@ class StreamBatcher:
         self._state_dtypes = {inp: self._inputs[inp][0] for inp in self.carry.values()}
         self._states = None  # made at the first open, once the state shapes are known
         if self.device_states:
-            from lstm_ort.serving.streams_device import DeviceRunner
+            from lstm_ort.serving.streams.device import DeviceRunner
 
             self._device = DeviceRunner(self)
         else:

@@ -87,6 +87,16 @@ const std::vector<Key>& Keys() {
        [](const std::string& v, Overrides& o, CpuOverrides&) { o.low_rank_stepwise = Flag(v); }},
       {"call_graphs", "LSTM_ORT_CALL_GRAPHS", true, [] { return Text("0 or 1"); },
        [](const std::string& v, Overrides& o, CpuOverrides&) { o.call_graphs = Flag(v); }},
+      {"mma_step", "LSTM_ORT_MMA_STEP", true, [] { return Text("0 or 1"); },
+       [](const std::string& v, Overrides& o, CpuOverrides&) { o.mma_step = Flag(v); }},
+      {"mma_step_tile", "LSTM_ORT_MMA_STEP_TILE", true, [] { return Text("32x64, 64x64, 64x128 or 128x128"); },
+       [](const std::string& v, Overrides& o, CpuOverrides&) {
+         const char* tiles[] = {"32x64", "64x64", "64x128", "128x128"};  // kMmaStepTileTable's order
+         o.mma_step_tile = -1;
+         for (int i = 0; i < 4; ++i)
+           if (v == tiles[i]) o.mma_step_tile = i;
+         if (o.mma_step_tile < 0) throw BadValue{};
+       }},
       {"cpu_threads", "LSTM_ORT_CPU_THREADS", false, [] { return Text("a thread count >= 0 (0: the cores)"); },
        [](const std::string& v, Overrides&, CpuOverrides& c) { c.threads = Integer(v, 0, 1 << 16); }},
       {"cpu_split_min", "LSTM_ORT_CPU_SPLIT_MIN", false, [] { return Text("a flop count >= 1"); },

@@ -160,6 +160,17 @@ constexpr int64_t kMinBatchForHalfMma = 16;
 constexpr int64_t kMinBatchForTf32Mma = 256;
 std::optional<MmaOperand> MmaOperandFor(Precision precision, ElementType type, const Dims& d);
 
+// The tensor-core step (mma_step/plan.h) takes the recurrence under strategy auto where
+// PrefersMmaStep says so (H a multiple of 32, B >= 16: MmaStepFits), in the operand type
+// MmaStepOperandFor gives: 3xTF32 for fp32 (FP32-accurate), fp16 for tf32 (the power-of-two
+// scaled copy v1's cuBLAS step reads: TF32's significand) and fp16, bf16 for bf16; fp16 models
+// take fp16 (bf16 in bf16). Measured on the H100 (docs/ops.md, "The tensor-core step").
+constexpr int64_t kMinBatchForMmaStep = 16;
+constexpr int64_t kMinBatchForMmaStepTf32x3 = 32;
+constexpr int64_t kMinHiddenForMmaStep = 256;
+std::optional<MmaOperand> MmaStepOperandFor(Precision resolved, ElementType type);
+bool PrefersMmaStep(Precision resolved, ElementType type, const Dims& d);
+
 // `auto` keeps FP32 accuracy where it costs nothing and runs as tf32 (stock's own default class)
 // where FP32 measurably loses to stock's TF32 default: from kMinBatchForTf32Mma rows on, and for
 // H >= kMinHiddenForAutoTf32 from kMinCellsForAutoTf32 = B*H on, where the FP32 weights stream

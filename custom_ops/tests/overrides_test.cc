@@ -56,7 +56,14 @@ TEST(DebugOptionsRefuseBadValuesByName) {
                        "debug key cpu_threads is process-wide: set LSTM_ORT_CPU_THREADS instead");
   CHECK_THROWS_MESSAGE(ParseDebugOptions("fast=1"),
                        "debug key 'fast' is none of strict, strategy, mma, gemm_step, half_step_weights, cluster_size, "
-                       "cluster_slices, persistent_tile, persistent_chunks, low_rank_stepwise, call_graphs");
+                       "cluster_slices, persistent_tile, persistent_chunks, low_rank_stepwise, call_graphs, mma_step, "
+                       "mma_step_tile");
+  CHECK_THROWS_MESSAGE(ParseDebugOptions("mma_step_tile=64"),
+                       "debug key mma_step_tile must be 32x64, 64x64, 64x128 or 128x128, got '64'");
+  CHECK_EQ(ParseDebugOptions("mma_step_tile=64x128").mma_step_tile, 2);
+  CHECK(!ParseDebugOptions("").mma_step);
+  CHECK(*ParseDebugOptions("mma_step=1").mma_step);
+  CHECK(!*ParseDebugOptions("mma_step=0").mma_step);
 }
 
 TEST(EnvironmentAliasesParseAlike) {
@@ -74,5 +81,6 @@ TEST(EnvironmentAliasesParseAlike) {
 
 TEST(DebugKeysInTableOrder) {
   CHECK_EQ(DebugKeys(","), std::string("strict,strategy,mma,gemm_step,half_step_weights,cluster_size,cluster_slices,"
-                                       "persistent_tile,persistent_chunks,low_rank_stepwise,call_graphs"));
+                                       "persistent_tile,persistent_chunks,low_rank_stepwise,call_graphs,mma_step,"
+                                       "mma_step_tile"));
 }

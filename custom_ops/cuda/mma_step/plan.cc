@@ -1,0 +1,114 @@
+#include "cuda/mma_step/plan.h"
+
+#include <algorithm>
+
+namespace lstm_ort {
+namespace {
+
+// Estimated cycles (H100, ~1.75 GHz), calibrated on the H100 (docs/ops.md, "The tensor-core step").
+// Multiply-adds per cycle one SM sustains through mma.sync from shared memory, 16-bit operands;
+// tf32 runs at half that, and 3xTF32 makes three products.
+constexpr double kMacsPerCycle16 = 1024;
+// Bytes per cycle one SM reads from L2 (h rows and weight rows; everything a step reads stays in L2).
+constexpr double kL2BytesPerCycle = 64;
+// A block's fixed cycles: its first chunk's latency, the epilogue's loads and writes.
+constexpr double kBlockCycles = 1800;
+// Cycles between launches of a graph, and a launch's own start.
+constexpr double kLaunchCycles = 2500;
+// The input projection (cuBLAS) of a range's first layer: multiply-adds per cycle per SM, and the
+// device's bytes per cycle for writing its result and reading it back.
+constexpr double kProjectionMacsPerCycle = 400;
+constexpr double kDeviceBytesPerCycle = 1600;
+
+int OperandBytes(MmaOperand op) { return op == MmaOperand::kTf32x3 ? 4 : 2; }
+
+}  // namespace
+
+bool MmaStepTakes(MmaOperand op) {
+  return op == MmaOperand::kFp16 || op == MmaOperand::kBf16 || op == MmaOperand::kTf32x3;
+}
+
+size_t MmaStepSmem(MmaOperand op, int tile) {
+  const MmaStepTile& t = kMmaStepTileTable[tile];
+  return static_cast<size_t>(MmaStepSmemBytes(OperandBytes(op), t.bm, t.bn));
+}
+
+int MmaStepKernelKey(MmaOperand op, int tile) { return static_cast<int>(op) * kMmaStepTiles + tile; }
+
+bool MmaStepFits(int64_t H, int64_t B) { return H >= kMmaStepChunk && H % kMmaStepChunk == 0 && B >= kMmaStepMinBatch; }
+
+std::optional<MmaStepPlan> PlanMmaStepRange(int layers, int D, int H, int B, MmaOperand op, bool copies_weights,
+                                            const DeviceLimits& dev, int only_tile) {
+  if (layers < 1 || layers > kMaxMmaStepLayers || (layers > 1 && D != 1) || !MmaStepFits(H, B) ||
+      !MmaStepTakes(op) || dev.sm_count < 1)
+    return std::nullopt;
+  const int bytes = OperandBytes(op);
+  // The widest K a block multiplies: 2H above the range's first layer.
+  const double K = layers > 1 ? 2.0 * H : H;
+  const double rate = op == MmaOperand::kTf32x3 ? kMacsPerCycle16 / 2 / 3 : kMacsPerCycle16;
+  std::optional<MmaStepPlan> best;
+  for (int tile = 0; tile < kMmaStepTiles; ++tile) {
+    if (only_tile >= 0 && tile != only_tile) continue;
+    const MmaStepTile& t = kMmaStepTileTable[tile];
+    if ((4 * H) % t.bn != 0) continue;
+    MmaStepPlan p;
+    p.operand = op;
+    p.tile = tile;
+    p.layers = layers;
+    p.D = D;
+    p.m_tiles = (B + t.bm - 1) / t.bm;
+    p.n_tiles = 4 * H / t.bn;
+    p.threads = 32 * t.warps_m * t.warps_n;
+    p.smem = MmaStepSmem(op, tile);
+    p.copies_weights = copies_weights;
+    if (p.smem > dev.smem_per_block) continue;
+    const int per_sm = dev.blocks_per_sm ? dev.blocks_per_sm(p.smem, MmaStepKernelKey(op, tile)) : 1;
+    if (per_sm < 1) continue;
+    const int waves = (p.blocks() + per_sm * dev.sm_count - 1) / (per_sm * dev.sm_count);
+    // Blocks sharing an SM share its tensor cores and its L2 bandwidth: a wave of per_sm blocks
+    // takes per_sm times one block's throughput-bound time, but hides one block's latency.
+    const double macs = static_cast<double>(t.bm) * t.bn * K / rate;
+    const double load = (static_cast<double>(t.bm) + t.bn) * K * bytes / kL2BytesPerCycle;
+    const int resident = std::min(per_sm, (p.blocks() + dev.sm_count - 1) / dev.sm_count);
+    const double per_wave = resident * std::max(macs, load) + kBlockCycles;
+    p.cost = waves * per_wave + kLaunchCycles;
+    if (!best || p.cost < best->cost) best = p;
+  }
+  return best;
+}
+
+int64_t MmaStepWeightCopyBytes(int layers, int D, int64_t H) {
+  return 2 * D * (H + static_cast<int64_t>(layers - 1) * 2 * H) * 4 * H;
+}
+
+std::vector<MmaStepRange> PlanMmaStepStack(int L, int D, int T, int I, int H, int B, MmaOperand op,
+                                           bool copies_weights, const DeviceLimits& dev, int only_tile) {
+  std::vector<MmaStepRange> ranges;
+  // A range's first layer: its projection's product and its gates' trip through device memory.
+  auto projection = [&](int layer) {
+    const double input = layer == 0 ? I : static_cast<double>(D) * H;
+    const double rows = static_cast<double>(T) * B;
+    return rows * input * 4 * H * D / (kProjectionMacsPerCycle * dev.sm_count) +
+           2 * rows * 4 * H * D * 4 / kDeviceBytesPerCycle;
+  };
+  for (int first = 0; first < L;) {
+    const auto one = PlanMmaStepRange(1, D, H, B, op, copies_weights, dev, only_tile);
+    if (!one) return {};
+    MmaStepRange best{first, 1, *one};
+    double best_per_layer = T * one->cost + projection(first);
+    for (int n = 2; D == 1 && n <= std::min(L - first, kMaxMmaStepLayers); ++n) {
+      const auto plan = PlanMmaStepRange(n, D, H, B, op, copies_weights, dev, only_tile);
+      if (!plan) break;
+      const double per_layer = ((T + n - 1) * plan->cost + projection(first)) / n;
+      if (per_layer < best_per_layer) {
+        best_per_layer = per_layer;
+        best = MmaStepRange{first, n, *plan};
+      }
+    }
+    ranges.push_back(best);
+    first += best.count;
+  }
+  return ranges;
+}
+
+}  // namespace lstm_ort

@@ -1,0 +1,101 @@
+// The tensor-core step (mma_step/kernel.cuh): how a range of layers runs, one launch per interval.
+// Plain C++ like persistent/plan.h: the CUDA side supplies the device limits.
+//
+// A launch is one interval of a wavefront over the range's layers: layer r runs step s - r, so L
+// layers take T + L - 1 launches, and layers above the first multiply the layer below's h
+// (K = 2H) where the range's first layer reads its input projection (K = H). A block computes a
+// tile of BM batch rows x BN gate columns of one (layer, direction) on mma.sync tensor cores, every
+// unit's four gates in one tile, and runs the cell in its epilogue: h goes to the next launch
+// through L2, with no separate cell kernel and no grid barrier.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "cuda/device_limits.h"
+#include "cuda/host_device.h"
+#include "cuda/persistent/mma_operand.h"
+
+namespace lstm_ort {
+
+// The block tiles the kernel is built for: batch rows x gate columns, and warps along each (every
+// warp holds a 32 x 32 tile of the product).
+struct MmaStepTile {
+  int bm, bn, warps_m, warps_n;
+};
+constexpr int kMmaStepTiles = 4;
+constexpr MmaStepTile kMmaStepTileTable[kMmaStepTiles] = {{32, 64, 1, 2}, {64, 64, 2, 2}, {64, 128, 2, 4}, {128, 128, 4, 4}};
+// K rows per pipeline stage; a layer's x and h rows are whole chunks, so H must be a multiple.
+constexpr int kMmaStepChunk = 32;
+// Fewer rows leave most of a 32-row tile empty: v1's split-K and streaming steps serve them.
+constexpr int kMmaStepMinBatch = 16;
+constexpr int kMaxMmaStepLayers = 8;  // layers in one range (kMaxRangeLayers)
+// The exponents of a range's scaled fp16 copies (fp32 storage): per (layer r, direction d), at
+// r * D + d the power of two the weights were scaled by, at kMmaStepH0Exps + r * D + d initial
+// h's (so that any initial_h fits fp16).
+constexpr int kMmaStepH0Exps = 2 * kMaxMmaStepLayers;
+constexpr int kMmaStepExps = 2 * kMmaStepH0Exps;
+
+// The pipeline's shape per operand size, shared by the kernel and the planner: stages of one
+// chunk of h rows (BM x chunk) and of weight rows (chunk x BN), each row padded by 16 bytes (A)
+// or 8 elements (weights), which keeps ldmatrix and the tf32 fragment loads free of bank conflicts.
+LSTM_ORT_HOST_DEVICE constexpr int MmaStepStages(int bytes) { return bytes == 4 ? 3 : 4; }
+LSTM_ORT_HOST_DEVICE constexpr int MmaStepAStride(int bytes) { return kMmaStepChunk + 16 / bytes; }
+LSTM_ORT_HOST_DEVICE constexpr int MmaStepWStride(int bn) { return bn + 8; }
+LSTM_ORT_HOST_DEVICE constexpr int MmaStepSmemBytes(int bytes, int bm, int bn) {
+  return MmaStepStages(bytes) * (bm * MmaStepAStride(bytes) + kMmaStepChunk * MmaStepWStride(bn)) * bytes;
+}
+
+// The operand types the kernel takes: 16-bit (fp16 scaled by a power of two for fp32 storage, as
+// v1's 16-bit weights; bf16) and 3xTF32 (fp32 h and weights, FP32-accurate).
+bool MmaStepTakes(MmaOperand op);
+
+struct MmaStepPlan {
+  MmaOperand operand = MmaOperand::kFp16;
+  int tile = 0;                    // index into kMmaStepTileTable
+  int layers = 1, D = 1;
+  int m_tiles = 0, n_tiles = 0;    // blocks per launch: m_tiles x n_tiles x layers x D
+  int threads = 0;
+  size_t smem = 0;                 // dynamic shared memory per block
+  bool copies_weights = false;     // the range's weights copied to the 16-bit operand type per call
+  double cost = 0;                 // estimated cycles per interval
+  int blocks() const { return m_tiles * n_tiles * layers * D; }
+};
+
+// Shared memory of one block of tile `tile` for operand `op` (its pipeline stages).
+size_t MmaStepSmem(MmaOperand op, int tile);
+// DeviceLimits::blocks_per_sm's second argument for the mma-step limits: which kernel.
+int MmaStepKernelKey(MmaOperand op, int tile);
+
+// Whether a range copies its weights to the operand type per call: all but fp32 weights on 3xTF32
+// and fp16 weights on fp16 (which the kernel reads as stored). `fp16_storage`: the model's type.
+inline bool MmaStepCopiesWeights(MmaOperand op, bool fp16_storage) {
+  return fp16_storage ? op != MmaOperand::kFp16 : op != MmaOperand::kTf32x3;
+}
+
+// The shapes the kernel serves: H a multiple of kMmaStepChunk, at least kMmaStepMinBatch rows.
+bool MmaStepFits(int64_t H, int64_t B);
+
+// The cheapest tile for a range of `layers` layers (D == 1 above one layer), or none where the
+// shape does not fit; `only_tile` >= 0 plans with that tile only (the debug key mma_step_tile).
+std::optional<MmaStepPlan> PlanMmaStepRange(int layers, int D, int H, int B, MmaOperand op, bool copies_weights,
+                                            const DeviceLimits& dev, int only_tile = -1);
+
+// Bytes of a range's 16-bit weight copies: the first layer's recurrent rows, then each layer's
+// input and recurrent rows, per direction.
+int64_t MmaStepWeightCopyBytes(int layers, int D, int64_t H);
+
+struct MmaStepRange {
+  int first = 0, count = 1;
+  MmaStepPlan plan;
+};
+
+// Cuts L layers into ranges: several layers per range where D == 1 and it is estimated cheaper
+// per layer (a range's first layer pays an input projection of T*B rows; the others multiply
+// their input inside the step). Empty where the shape does not plan.
+std::vector<MmaStepRange> PlanMmaStepStack(int L, int D, int T, int I, int H, int B, MmaOperand op,
+                                           bool copies_weights, const DeviceLimits& dev, int only_tile = -1);
+
+}  // namespace lstm_ort

@@ -22,13 +22,13 @@ stages=${*:-check sanitize time}
 rc=0
 for stage in $stages; do
   case $stage in
-    check) "$bin" check >"$out/check.log" 2>&1 || rc=1; grep -E "FAIL|not planned|not on|failure|error|device" "$out/check.log" | head -30 ;;
+    check) timeout 240 "$bin" check >"$out/check.log" 2>&1 || rc=1; grep -E "FAIL|not planned|not on|failure|error|device" "$out/check.log" | head -30 ;;
     sanitize)
       for tool in memcheck racecheck synccheck; do
         timeout 240 compute-sanitizer --tool "$tool" --error-exitcode 9 "$bin" sanitize >"$out/sanitize-$tool.log" 2>&1
         echo "compute-sanitizer $tool: rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|failure' "$out/sanitize-$tool.log" | tr '\n' ' ')"
       done ;;
-    time) "$bin" time "${RUNS:-15}" >"$out/time.log" 2>&1 || rc=1; cat "$out/time.log" ;;
+    time) timeout 300 "$bin" time "${RUNS:-15}" >"$out/time.log" 2>&1 || rc=1; cat "$out/time.log" ;;
     *) echo "unknown stage $stage"; exit 2 ;;
   esac
 done

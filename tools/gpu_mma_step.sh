@@ -3,7 +3,7 @@
 # correctness against float64, compute-sanitizer (memcheck, racecheck, synccheck) on small calls,
 # and the old backends against the tensor-core step, ms. BIN: a prebuilt harness (built on another
 # machine by tools/mma_step_build.sh), else it is built here. Logs go to $OUT.
-#   tools/gpu_mma_step.sh [check] [sanitize] [time]      (default: all three)
+#   tools/gpu_mma_step.sh [check] [sanitize] [time] [profile]      (default: the first three)
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-/tmp/mma-step-out}
@@ -28,7 +28,14 @@ for stage in $stages; do
         timeout 240 compute-sanitizer --tool "$tool" --error-exitcode 9 "$bin" sanitize >"$out/sanitize-$tool.log" 2>&1
         echo "compute-sanitizer $tool: rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|failure' "$out/sanitize-$tool.log" | tr '\n' ' ')"
       done ;;
-    time) timeout 300 "$bin" time "${RUNS:-15}" >"$out/time.log" 2>&1 || rc=1; cat "$out/time.log" ;;
+    time) timeout 300 "$bin" time "${RUNS:-15}" >"$out/time.log" 2>&1 || rc=1; grep -v "^    " "$out/time.log" ;;
+    profile)  # one interval of two shapes under Nsight Compute
+      for shape in "4 100 512 256 1 fp16" "1 100 512 256 1 fp16" "4 100 512 64 1 fp32"; do
+        timeout 120 ncu --section SpeedOfLight --section WarpStateStats --section LaunchStats --section Occupancy \
+          --section SchedulerStats --section MemoryWorkloadAnalysis -k regex:MmaStepKernel --launch-skip 150 --launch-count 1 \
+          "$bin" run $shape >"$out/ncu-${shape// /_}.log" 2>&1
+        echo "ncu $shape: rc=$? $(grep -E "Duration|Compute \(SM\) Throughput|Memory Throughput|Issue Slots Busy|No Eligible|Achieved Occupancy" "$out/ncu-${shape// /_}.log" | tr -s ' ' | tr '\n' ';')"
+      done ;;
     *) echo "unknown stage $stage"; exit 2 ;;
   esac
 done

@@ -391,8 +391,7 @@ int CheckAll() {
     }
   std::printf("check: every tile\n");
   for (int tile = 0; tile < kMmaStepTiles; ++tile) {
-    const MmaStepTile& t = kMmaStepTileTable[tile];
-    const std::string extra = ";mma_step_tile=" + std::to_string(t.bm) + "x" + std::to_string(t.bn);
+    const std::string extra = std::string(";mma_step_tile=") + kMmaStepTileTable[tile].name;
     for (Precision p : {Precision::kFp32, Precision::kTf32, Precision::kBf16})
       failures += CheckCase<float>(cases[0], seed++, p, extra, false);
     failures += CheckCase<float>(cases[2], seed++, Precision::kFp16, extra, false);
@@ -413,10 +412,10 @@ int Sanitize() {
   int failures = 0;
   for (const Case& cs : {a, b}) {
     for (Precision p : {Precision::kFp32, Precision::kTf32, Precision::kBf16})
-      for (int tile : {0, 3}) {
-        const MmaStepTile& t = kMmaStepTileTable[tile];
-        const std::string extra = ";mma_step_tile=" + std::to_string(t.bm) + "x" + std::to_string(t.bn);
+      for (int tile : {1, 3, 5}) {
+        const std::string extra = std::string(";mma_step_tile=") + kMmaStepTileTable[tile].name;
         failures += CheckCase<float>(cs, 7, p, extra, false);
+        failures += CheckCase<float>(cs, 7, p, extra + ";mma_step_pdl=0", false);
       }
     failures += CheckCase<__half>(cs, 8, Precision::kFp16, "", false);
   }
@@ -474,12 +473,11 @@ void TimeRow(const Case& c, Precision precision, int runs, bool tiles) {
   std::string best = "-";
   double best_ms = 1e30, best_err = 0;
   std::string line;
-  for (int tile = -1; tile < (tiles ? kMmaStepTiles : 0); ++tile) {
-    std::string debug = "mma_step=1";
-    if (tile >= 0) {
-      const MmaStepTile& t = kMmaStepTileTable[tile];
-      debug += ";mma_step_tile=" + std::to_string(t.bm) + "x" + std::to_string(t.bn);
-    }
+  // -3: the planner's choice one layer per range; -2: without overlapping launches; -1: the
+  // planner's choice; then each tile.
+  for (int tile = c.L > 1 ? -3 : -2; tile < (tiles ? kMmaStepTiles : 0); ++tile) {
+    std::string debug = tile == -2 ? "mma_step=1;mma_step_pdl=0" : tile == -3 ? "mma_step=1;mma_step_layers=1" : "mma_step=1";
+    if (tile >= 0) debug += std::string(";mma_step_tile=") + kMmaStepTileTable[tile].name;
     CallPlan plan = PlanFor(call, attrs, debug);
     if (!OnMmaStep(plan)) {
       if (tile < 0) line += " mma:- ";
@@ -488,13 +486,17 @@ void TimeRow(const Case& c, Precision precision, int runs, bool tiles) {
     const double ms = TimeIt(call, attrs, plan, runs, &out);
     const double err = MaxAbs(out, exact);
     char buf[96];
-    if (tile < 0) {
+    if (tile == -1) {
       std::snprintf(buf, sizeof buf, " mma %.3f (err %.1e)", ms, err);
       best_ms = ms;
       best_err = err;
       best = DescribeRanges(plan);
+    } else if (tile == -2) {
+      std::snprintf(buf, sizeof buf, " nopdl %.3f", ms);
+    } else if (tile == -3) {
+      std::snprintf(buf, sizeof buf, " 1layer %.3f", ms);
     } else {
-      std::snprintf(buf, sizeof buf, " %dx%d:%.3f", kMmaStepTileTable[tile].bm, kMmaStepTileTable[tile].bn, ms);
+      std::snprintf(buf, sizeof buf, " %s:%.3f", kMmaStepTileTable[tile].name, ms);
     }
     line += buf;
   }
@@ -545,6 +547,19 @@ int main(int argc, char** argv) {
     if (mode == "check") return CheckAll();
     if (mode == "sanitize") return Sanitize();
     if (mode == "time") return TimeAll(argc > 2 ? std::atoi(argv[2]) : 20);
+    if (mode == "run" && argc >= 8) {  // L T H B D precision [debug]: three calls, for a profiler
+      Case c{std::atoi(argv[2]), std::atoi(argv[6]), std::atoi(argv[3]), std::atoi(argv[4]), std::atoi(argv[4]),
+             std::atoi(argv[5])};
+      Precision p = Precision::kAuto;
+      if (!ParseEnum(argv[7], &p)) return 2;
+      Call<float> call(c, 5);
+      const Attributes attrs = AttrsOf(c, p);
+      CallPlan plan = PlanFor(call, attrs, argc > 8 ? argv[8] : "mma_step=1");
+      std::printf("%s\n", DescribeCallPlan(plan).c_str());
+      std::vector<float> out;
+      std::printf("%.3f ms\n", TimeIt(call, attrs, plan, 3, &out));
+      return 0;
+    }
     if (mode == "time-one" && argc >= 9) {
       Case c{std::atoi(argv[2]), std::atoi(argv[6]), std::atoi(argv[3]), std::atoi(argv[4]), std::atoi(argv[4]),
              std::atoi(argv[5])};

@@ -89,7 +89,7 @@ bool PlanMmaStepRanges(CallPlan& p, const Attributes& attrs, const CallDevice& d
     const bool copies = MmaStepCopiesWeights(*op, p.in.type == ElementType::kFloat16);
     stack = PlanMmaStepStack(static_cast<int>(d.L), static_cast<int>(d.D), p.in.max_len, static_cast<int>(d.I),
                              static_cast<int>(d.H), static_cast<int>(d.B), *op, copies, device.mma_step(),
-                             o.mma_step_tile);
+                             o.mma_step_tile, o.mma_step_layers);
     if (stack.empty()) why = "no tile fits this device at " + SizesText(d);
   }
   if (!why.empty()) {
@@ -97,7 +97,8 @@ bool PlanMmaStepRanges(CallPlan& p, const Attributes& attrs, const CallDevice& d
     return false;
   }
   int64_t copy_bytes = 0;
-  for (const MmaStepRange& r : stack) {
+  for (MmaStepRange& r : stack) {
+    r.plan.pdl = o.mma_step_pdl;
     p.ranges.push_back(RangePlan{r.first, r.count, Backend::kMmaStep, r.plan});
     if (r.plan.copies_weights)
       copy_bytes = std::max(copy_bytes, MmaStepWeightCopyBytes(r.count, static_cast<int>(d.D), d.H));

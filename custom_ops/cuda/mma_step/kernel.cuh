@@ -109,19 +109,31 @@ __device__ __noinline__ inline float2 OtherCellUpdate(CellParams p, float gi, fl
   return make_float2(h, c);
 }
 
-template <typename T, typename S, int BM, int BN, int WARPS_M, int WARPS_N>
-__global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) MmaStepKernel(MmaStepArgs<T> a) {
-  constexpr int kThreads = WARPS_M * WARPS_N * 32;
+// Programmatic dependent launch (PTX griddepcontrol; no-ops where the launch did not ask for it):
+// the next launch may start once every block of this one has started, and waits at
+// WaitForPrevious() for this one to finish and its writes to be visible.
+__device__ __forceinline__ void LetNextStart() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
+__device__ __forceinline__ void WaitForPrevious() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+
+template <typename T, typename S, int BM, int BN, int WARPS_M, int WARPS_N, int KSPLIT>
+__global__ void __launch_bounds__(WARPS_M* WARPS_N* KSPLIT * 32) MmaStepKernel(MmaStepArgs<T> a) {
+  constexpr int kWarpsMN = WARPS_M * WARPS_N;
+  constexpr int kThreads = kWarpsMN * KSPLIT * 32;
   constexpr int WM = BM / WARPS_M, WN = BN / WARPS_N;
   constexpr int MT = WM / 16, NT = WN / 8;  // 16 x 8 product tiles per warp
   static_assert(WM % 16 == 0 && WN % 16 == 0, "warp tiles of whole 16 x 16 blocks");
   constexpr bool kTf32 = std::is_same_v<S, float>;
   constexpr int kBytes = sizeof(S);
   constexpr int kChunk = kMmaStepChunk;
+  constexpr int kKStep = kTf32 ? 8 : 16;
+  static_assert(kChunk % (kKStep * KSPLIT) == 0, "every warp group takes whole k steps of each chunk");
   constexpr int kStages = MmaStepStages(kBytes);
   constexpr int kAS = MmaStepAStride(kBytes), kWS = MmaStepWStride(BN);
   constexpr int kVec = 16 / kBytes;  // elements per 16-byte copy
-  static_assert(kChunk % kVec == 0 && BN % kVec == 0, "rows of whole 16-byte copies");
+  constexpr int kRowCopies = kChunk / kVec, kColCopies = BN / kVec;
+  constexpr int kACopies = BM * kRowCopies / kThreads, kWCopies = kChunk * kColCopies / kThreads;
+  static_assert(kACopies * kThreads == BM * kRowCopies && kWCopies * kThreads == kChunk * kColCopies,
+                "every thread copies the same number of 16-byte pieces per stage");
 
   extern __shared__ __align__(16) unsigned char mma_step_smem[];
   S* const a_s = reinterpret_cast<S*>(mma_step_smem);  // [stages][BM][kAS]
@@ -131,10 +143,12 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) MmaStepKernel(MmaStepAr
   const int r = blockIdx.y / a.D, d = blockIdx.y - r * a.D;
   const int step = a.interval - r;
   if (step < 0 || step >= a.max_len) return;  // this layer is not in this interval
+  LetNextStart();
   const int n_tiles = G / BN;
   const int m0 = (blockIdx.x / n_tiles) * BM, n0 = (blockIdx.x % n_tiles) * BN;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int wm = warp / WARPS_N, wn = warp - wm * WARPS_N;
+  const int q = warp / kWarpsMN, wmn = warp - q * kWarpsMN;  // warp group, warp within it
+  const int wm = wmn / WARPS_N, wn = wmn - wm * WARPS_N;
   const int g = lane >> 2, tq = lane & 3;
 
   const long long plane = static_cast<long long>(B) * H;
@@ -143,7 +157,7 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) MmaStepKernel(MmaStepAr
   S* const hop_out = static_cast<S*>(a.hop) + (a.interval & 1) * parity_plane + (r * a.D + d) * plane;
   const S* const h_src = hop_in + (r * a.D + d) * plane;
   const S* const x_src = r > 0 ? hop_in + (r - 1) * plane : h_src;  // above the first layer D == 1
-  const S* const w = static_cast<const S*>(a.w[r][d]);
+  const S* const w = static_cast<const S*>(a.w[r][d]) + n0;
   const int kx = a.in_rows[r];
   const bool first_step = step == 0;
   const int K = first_step && a.skip_h0 ? kx : kx + H;
@@ -152,8 +166,41 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) MmaStepKernel(MmaStepAr
   const int w_exp = a.exps ? a.exps[r * a.D + d] : 0;
   const int h0_exp = a.exps && first_step && !a.skip_h0 ? a.exps[kMmaStepH0Exps + r * a.D + d] : 0;
 
-  // The cells' inputs, loaded now so that they arrive during the product: thread (g, tq) finishes
-  // row g + 8 (tq & 1) of each 16-row tile and unit tq >> 1 of each 8-column tile.
+  // This thread's 16-byte pieces of each stage: where they land, and their rows' offsets.
+  int a_smem[kACopies], a_row[kACopies], w_smem[kWCopies], w_row[kWCopies];
+  bool a_full[kACopies];
+#pragma unroll
+  for (int j = 0; j < kACopies; ++j) {
+    const int i = tid + j * kThreads, row = i / kRowCopies, v = i - row * kRowCopies, b = m0 + row;
+    a_smem[j] = row * kAS + v * kVec;
+    a_full[j] = b < B;
+    a_row[j] = (b < B ? b : 0) * H + v * kVec;  // rows past B read nothing (zero-filled)
+  }
+#pragma unroll
+  for (int j = 0; j < kWCopies; ++j) {
+    const int i = tid + j * kThreads, row = i / kColCopies, v = i - row * kColCopies;
+    w_smem[j] = row * kWS + v * kVec;
+    w_row[j] = row * G + v * kVec;
+  }
+  // Chunk kc (kChunk rows of K) into pipeline stage `stage`: its weight rows for the block's
+  // columns (constant: copied before the previous launch has finished), and its x or h rows for
+  // the block's batch rows.
+  auto load_weights = [&](int kc, int stage) {
+    const S* src = w + static_cast<long long>(kc) * kChunk * G;
+    S* ws = w_s + stage * kChunk * kWS;
+#pragma unroll
+    for (int j = 0; j < kWCopies; ++j) CpAsync16(ws + w_smem[j], src + w_row[j], true);
+  };
+  auto load_rows = [&](int kc, int stage) {
+    const int k0 = kc * kChunk;
+    const S* src = k0 < kx ? x_src + k0 : h_src + (k0 - kx);  // row b at src + b * H
+    S* as = a_s + stage * BM * kAS;
+#pragma unroll
+    for (int j = 0; j < kACopies; ++j) CpAsync16(as + a_smem[j], src + a_row[j], a_full[j]);
+  };
+
+  // The cells' inputs, loaded now so that they arrive during the product: thread (g, tq) of warp
+  // group 0 finishes row g + 8 (tq & 1) of each 16-row tile and unit tq >> 1 of each 8-column tile.
   const long long state = (r * a.D + d) * plane;
   const int row0 = wm * WM + g + (tq & 1) * 8;
   const int unit0 = (n0 + wn * WN) / 4 + (tq >> 1);
@@ -161,45 +208,29 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) MmaStepKernel(MmaStepAr
   float4 gin[MT][NT];
   float cin[MT][NT];
 #pragma unroll
+  for (int s = 0; s < kStages - 1; ++s)
+    if (s < n_chunks) load_weights(s, s);
+#pragma unroll
   for (int mt = 0; mt < MT; ++mt) {
     const int b = m0 + row0 + mt * 16;
-    len[mt] = b < B ? a.lens[b] : 0;
-    const bool active = step < len[mt];
+    len[mt] = b < B && q == 0 ? a.lens[b] : 0;
     const int t = a.reverse[d] ? len[mt] - 1 - step : step;
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
-      const int u = unit0 + nt * 2;
       gin[mt][nt] = make_float4(0.f, 0.f, 0.f, 0.f);
-      cin[mt][nt] = 0.f;
-      if (!active) continue;
-      if (r == 0)
+      if (r == 0 && step < len[mt])
         gin[mt][nt] = *reinterpret_cast<const float4*>(a.gx[d] + (t * a.gx_st + b * a.gx_sb) * static_cast<long long>(G) +
-                                                       4LL * u);
-      cin[mt][nt] = a.c[state + static_cast<long long>(b) * H + u];
+                                                       4LL * (unit0 + nt * 2));
     }
   }
-
-  // Chunk kc (kChunk rows of K) into pipeline stage `stage`: its x or h rows for the block's batch
-  // rows, and its weight rows for the block's columns.
-  auto load_chunk = [&](int kc, int stage) {
-    const int k0 = kc * kChunk;
-    const S* src = k0 < kx ? x_src + k0 : h_src + (k0 - kx);  // row b at src + b * H
-    S* as = a_s + stage * BM * kAS;
-    constexpr int kRowCopies = kChunk / kVec;
+  WaitForPrevious();  // h and c of the previous interval
 #pragma unroll
-    for (int i = tid; i < BM * kRowCopies; i += kThreads) {
-      const int row = i / kRowCopies, v = i - row * kRowCopies, b = m0 + row;
-      CpAsync16(as + row * kAS + v * kVec, src + static_cast<long long>(b < B ? b : 0) * H + v * kVec, b < B);
-    }
-    S* ws = w_s + stage * kChunk * kWS;
-    constexpr int kColCopies = BN / kVec;
-    const S* wrow = w + static_cast<long long>(k0) * G + n0;
+  for (int mt = 0; mt < MT; ++mt) {
+    const int b = m0 + row0 + mt * 16;
 #pragma unroll
-    for (int i = tid; i < kChunk * kColCopies; i += kThreads) {
-      const int row = i / kColCopies, v = i - row * kColCopies;
-      CpAsync16(ws + row * kWS + v * kVec, wrow + static_cast<long long>(row) * G + v * kVec, true);
-    }
-  };
+    for (int nt = 0; nt < NT; ++nt)
+      cin[mt][nt] = step < len[mt] ? a.c[state + static_cast<long long>(b) * H + unit0 + nt * 2] : 0.f;
+  }
 
   float acc[MT][NT][4];
 #pragma unroll
@@ -209,9 +240,10 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) MmaStepKernel(MmaStepAr
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.f;
 
+  // Stage s's group holds its rows (and, for the first, every prologue stage's weights).
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
-    if (s < n_chunks) load_chunk(s, s);
+    if (s < n_chunks) load_rows(s, s);
     CpAsyncCommit();
   }
   for (int kc = 0; kc < n_chunks; ++kc) {
@@ -219,7 +251,10 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) MmaStepKernel(MmaStepAr
     __syncthreads();  // chunk kc has landed for every thread; chunk kc - 1's stage is free
     {
       const int next = kc + kStages - 1;
-      if (next < n_chunks) load_chunk(next, next % kStages);
+      if (next < n_chunks) {
+        load_weights(next, next % kStages);
+        load_rows(next, next % kStages);
+      }
       CpAsyncCommit();
     }
     if (h0_exp && kc * kChunk == kx) {
@@ -237,7 +272,8 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) MmaStepKernel(MmaStepAr
     const S* ws = w_s + (kc % kStages) * kChunk * kWS + wn * WN;
     if constexpr (kTf32) {
 #pragma unroll
-      for (int kk = 0; kk < kChunk; kk += 8) {
+      for (int i = 0; i < kChunk / (kKStep * KSPLIT); ++i) {
+        const int kk = (i * KSPLIT + q) * kKStep;
         uint32_t a_hi[MT][4], a_lo[MT][4], b_hi[NT][2], b_lo[NT][2];
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
@@ -249,9 +285,9 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) MmaStepKernel(MmaStepAr
         }
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
-          const S* q = ws + (kk + tq) * kWS + nt * 8 + g;
-          SplitTf32(q[0], b_hi[nt][0], b_lo[nt][0]);
-          SplitTf32(q[4 * kWS], b_hi[nt][1], b_lo[nt][1]);
+          const S* p = ws + (kk + tq) * kWS + nt * 8 + g;
+          SplitTf32(p[0], b_hi[nt][0], b_lo[nt][0]);
+          SplitTf32(p[4 * kWS], b_hi[nt][1], b_lo[nt][1]);
         }
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
@@ -264,18 +300,19 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) MmaStepKernel(MmaStepAr
       }
     } else {
 #pragma unroll
-      for (int kk = 0; kk < kChunk; kk += 16) {
+      for (int i = 0; i < kChunk / (kKStep * KSPLIT); ++i) {
+        const int kk = (i * KSPLIT + q) * kKStep;
         uint32_t af[MT][4], bf[NT][2];
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) LdMatrixX4(af[mt], as + (mt * 16 + (lane & 15)) * kAS + kk + (lane >> 4) * 8);
 #pragma unroll
         for (int np = 0; np < NT / 2; ++np) {
-          uint32_t q[4];
-          LdMatrixX4Trans(q, ws + (kk + (lane & 7) + ((lane >> 3) & 1) * 8) * kWS + np * 16 + (lane >> 4) * 8);
-          bf[2 * np][0] = q[0];
-          bf[2 * np][1] = q[1];
-          bf[2 * np + 1][0] = q[2];
-          bf[2 * np + 1][1] = q[3];
+          uint32_t m[4];
+          LdMatrixX4Trans(m, ws + (kk + (lane & 7) + ((lane >> 3) & 1) * 8) * kWS + np * 16 + (lane >> 4) * 8);
+          bf[2 * np][0] = m[0];
+          bf[2 * np][1] = m[1];
+          bf[2 * np + 1][0] = m[2];
+          bf[2 * np + 1][1] = m[3];
         }
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
@@ -285,6 +322,33 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) MmaStepKernel(MmaStepAr
     }
   }
   CpAsyncWait<0>();
+  if constexpr (KSPLIT > 1) {
+    // The other warp groups' sums to group 0, through the pipeline's shared memory.
+    float4* red = reinterpret_cast<float4*>(mma_step_smem);
+    __syncthreads();  // every group is done with the stages
+    if (q > 0) {
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+          red[(((q - 1) * kWarpsMN + wmn) * MT * NT + mt * NT + nt) * 32 + lane] =
+              make_float4(acc[mt][nt][0], acc[mt][nt][1], acc[mt][nt][2], acc[mt][nt][3]);
+    }
+    __syncthreads();
+    if (q > 0) return;
+#pragma unroll
+    for (int o = 1; o < KSPLIT; ++o)
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+          const float4 v = red[(((o - 1) * kWarpsMN + wmn) * MT * NT + mt * NT + nt) * 32 + lane];
+          acc[mt][nt][0] += v.x;
+          acc[mt][nt][1] += v.y;
+          acc[mt][nt][2] += v.z;
+          acc[mt][nt][3] += v.w;
+        }
+  }
 
   // The cells. Lane pairs (tq, tq ^ 1) hold the same unit: even lanes its gates i, o (columns
   // 4u, 4u + 1) for rows g and g + 8, odd lanes f and c; the even lane finishes row g, the odd row

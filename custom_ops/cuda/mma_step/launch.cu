@@ -22,17 +22,19 @@ namespace {
 template <typename T, typename S, int kTile>
 const void* TileKernel() {
   constexpr MmaStepTile t = kMmaStepTileTable[kTile];
-  return reinterpret_cast<const void*>(mma_step::MmaStepKernel<T, S, t.bm, t.bn, t.warps_m, t.warps_n>);
+  return reinterpret_cast<const void*>(mma_step::MmaStepKernel<T, S, t.bm, t.bn, t.warps_m, t.warps_n, t.ksplit>);
 }
 
 template <typename T, typename S>
 const void* TileKernel(int tile) {
-  static_assert(kMmaStepTiles == 4, "one case per tile");
+  static_assert(kMmaStepTiles == 6, "one case per tile");
   switch (tile) {
     case 0: return TileKernel<T, S, 0>();
     case 1: return TileKernel<T, S, 1>();
     case 2: return TileKernel<T, S, 2>();
     case 3: return TileKernel<T, S, 3>();
+    case 4: return TileKernel<T, S, 4>();
+    case 5: return TileKernel<T, S, 5>();
   }
   return nullptr;
 }
@@ -142,10 +144,22 @@ void EnqueueMmaStep(const MmaStepArgs<T>& a, const MmaStepPlan& plan, cudaStream
   const dim3 grid(plan.m_tiles * plan.n_tiles, a.layers * a.D), block(plan.threads);
   MmaStepArgs<T> args = a;
   void* params[] = {&args};
+  // The first launch waits for everything before it (the weight copies among it); each later one
+  // may start while the one before runs (kernel.cuh, LetNextStart / WaitForPrevious).
+  cudaLaunchAttribute overlap{};
+  overlap.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  overlap.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = plan.smem;
+  config.stream = stream;
   ClearPending();
   for (int s = 0; s < a.max_len + a.layers - 1; ++s) {
     args.interval = s;
-    Check(cudaLaunchKernel(kernel, grid, block, params, plan.smem, stream), "tensor-core step");
+    config.attrs = plan.pdl && s > 0 ? &overlap : nullptr;
+    config.numAttrs = plan.pdl && s > 0 ? 1 : 0;
+    Check(cudaLaunchKernelExC(&config, kernel, params), "tensor-core step");
   }
 }
 
@@ -153,7 +167,7 @@ template <typename T>
 const DeviceLimits& MmaStepLimits(int device) {
   return ProcessCached(device, [device] {
     const SmAttributes sm = ReadSmAttributes(device);
-    std::vector<int> by_key(kMmaStepTiles * 4, 0);
+    std::vector<int> by_key(kMmaStepTiles * 4, 0);  // MmaOperand's four values
     for (MmaOperand op : {MmaOperand::kFp16, MmaOperand::kBf16, MmaOperand::kTf32x3}) {
       for (int tile = 0; tile < kMmaStepTiles; ++tile) {
         const void* kernel = KernelFor<T>(op, tile);
@@ -163,7 +177,7 @@ const DeviceLimits& MmaStepLimits(int device) {
         int n = 0;
         Check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
               "raise the tensor-core step's shared memory limit");
-        Check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, 32 * t.warps_m * t.warps_n, smem),
+        Check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, MmaStepThreads(t), smem),
               "occupancy of the tensor-core step");
         by_key[MmaStepKernelKey(op, tile)] = n;
       }

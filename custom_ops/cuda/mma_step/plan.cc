@@ -30,7 +30,7 @@ bool MmaStepTakes(MmaOperand op) {
 
 size_t MmaStepSmem(MmaOperand op, int tile) {
   const MmaStepTile& t = kMmaStepTileTable[tile];
-  return static_cast<size_t>(MmaStepSmemBytes(OperandBytes(op), t.bm, t.bn));
+  return static_cast<size_t>(MmaStepSmemBytes(OperandBytes(op), t.bm, t.bn, t.ksplit));
 }
 
 int MmaStepKernelKey(MmaOperand op, int tile) { return static_cast<int>(op) * kMmaStepTiles + tile; }
@@ -58,7 +58,7 @@ std::optional<MmaStepPlan> PlanMmaStepRange(int layers, int D, int H, int B, Mma
     p.D = D;
     p.m_tiles = (B + t.bm - 1) / t.bm;
     p.n_tiles = 4 * H / t.bn;
-    p.threads = 32 * t.warps_m * t.warps_n;
+    p.threads = MmaStepThreads(t);
     p.smem = MmaStepSmem(op, tile);
     p.copies_weights = copies_weights;
     if (p.smem > dev.smem_per_block) continue;
@@ -82,7 +82,9 @@ int64_t MmaStepWeightCopyBytes(int layers, int D, int64_t H) {
 }
 
 std::vector<MmaStepRange> PlanMmaStepStack(int L, int D, int T, int I, int H, int B, MmaOperand op,
-                                           bool copies_weights, const DeviceLimits& dev, int only_tile) {
+                                           bool copies_weights, const DeviceLimits& dev, int only_tile,
+                                           int most_layers) {
+  const int widest = most_layers > 0 ? std::min(most_layers, kMaxMmaStepLayers) : kMaxMmaStepLayers;
   std::vector<MmaStepRange> ranges;
   // A range's first layer: its projection's product and its gates' trip through device memory.
   auto projection = [&](int layer) {
@@ -96,7 +98,7 @@ std::vector<MmaStepRange> PlanMmaStepStack(int L, int D, int T, int I, int H, in
     if (!one) return {};
     MmaStepRange best{first, 1, *one};
     double best_per_layer = T * one->cost + projection(first);
-    for (int n = 2; D == 1 && n <= std::min(L - first, kMaxMmaStepLayers); ++n) {
+    for (int n = 2; D == 1 && n <= std::min(L - first, widest); ++n) {
       const auto plan = PlanMmaStepRange(n, D, H, B, op, copies_weights, dev, only_tile);
       if (!plan) break;
       const double per_layer = ((T + n - 1) * plan->cost + projection(first)) / n;

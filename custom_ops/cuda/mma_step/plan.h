@@ -20,13 +20,19 @@
 
 namespace lstm_ort {
 
-// The block tiles the kernel is built for: batch rows x gate columns, and warps along each (every
-// warp holds a 32 x 32 tile of the product).
+// The block tiles the kernel is built for: batch rows x gate columns, warps along each (every warp
+// holds a 32 x 32 tile of the product), and warp groups that split each chunk's k steps between
+// them (their sums meet in shared memory before the cell): more warps per SM where a step has few
+// blocks.
 struct MmaStepTile {
-  int bm, bn, warps_m, warps_n;
+  int bm, bn, warps_m, warps_n, ksplit;
+  const char* name;  // the debug key mma_step_tile's
 };
-constexpr int kMmaStepTiles = 4;
-constexpr MmaStepTile kMmaStepTileTable[kMmaStepTiles] = {{32, 64, 1, 2}, {64, 64, 2, 2}, {64, 128, 2, 4}, {128, 128, 4, 4}};
+constexpr int kMmaStepTiles = 6;
+constexpr MmaStepTile kMmaStepTileTable[kMmaStepTiles] = {
+    {32, 64, 1, 2, 1, "32x64"},   {32, 64, 1, 2, 2, "32x64k2"},  {64, 64, 2, 2, 1, "64x64"},
+    {64, 64, 2, 2, 2, "64x64k2"}, {64, 128, 2, 4, 1, "64x128"}, {128, 128, 4, 4, 1, "128x128"}};
+LSTM_ORT_HOST_DEVICE constexpr int MmaStepThreads(const MmaStepTile& t) { return 32 * t.warps_m * t.warps_n * t.ksplit; }
 // K rows per pipeline stage; a layer's x and h rows are whole chunks, so H must be a multiple.
 constexpr int kMmaStepChunk = 32;
 // Fewer rows leave most of a 32-row tile empty: v1's split-K and streaming steps serve them.
@@ -44,8 +50,13 @@ constexpr int kMmaStepExps = 2 * kMmaStepH0Exps;
 LSTM_ORT_HOST_DEVICE constexpr int MmaStepStages(int bytes) { return bytes == 4 ? 3 : 4; }
 LSTM_ORT_HOST_DEVICE constexpr int MmaStepAStride(int bytes) { return kMmaStepChunk + 16 / bytes; }
 LSTM_ORT_HOST_DEVICE constexpr int MmaStepWStride(int bn) { return bn + 8; }
-LSTM_ORT_HOST_DEVICE constexpr int MmaStepSmemBytes(int bytes, int bm, int bn) {
-  return MmaStepStages(bytes) * (bm * MmaStepAStride(bytes) + kMmaStepChunk * MmaStepWStride(bn)) * bytes;
+// The pipeline's stages, or the warp groups' partial sums where they are larger (the same memory,
+// used after the last stage).
+LSTM_ORT_HOST_DEVICE constexpr int MmaStepSmemBytes(int bytes, int bm, int bn, int ksplit) {
+  return MmaStepStages(bytes) * (bm * MmaStepAStride(bytes) + kMmaStepChunk * MmaStepWStride(bn)) * bytes >
+                 (ksplit - 1) * bm * bn * 4
+             ? MmaStepStages(bytes) * (bm * MmaStepAStride(bytes) + kMmaStepChunk * MmaStepWStride(bn)) * bytes
+             : (ksplit - 1) * bm * bn * 4;
 }
 
 // The operand types the kernel takes: 16-bit (fp16 scaled by a power of two for fp32 storage, as
@@ -60,6 +71,8 @@ struct MmaStepPlan {
   int threads = 0;
   size_t smem = 0;                 // dynamic shared memory per block
   bool copies_weights = false;     // the range's weights copied to the 16-bit operand type per call
+  bool pdl = true;                 // launches after the first overlap the one before (programmatic
+                                   // dependent launch): its start, weight rows and projections
   double cost = 0;                 // estimated cycles per interval
   int blocks() const { return m_tiles * n_tiles * layers * D; }
 };
@@ -95,7 +108,9 @@ struct MmaStepRange {
 // Cuts L layers into ranges: several layers per range where D == 1 and it is estimated cheaper
 // per layer (a range's first layer pays an input projection of T*B rows; the others multiply
 // their input inside the step). Empty where the shape does not plan.
+// `most_layers` > 0 caps a range's layers (the debug key mma_step_layers).
 std::vector<MmaStepRange> PlanMmaStepStack(int L, int D, int T, int I, int H, int B, MmaOperand op,
-                                           bool copies_weights, const DeviceLimits& dev, int only_tile = -1);
+                                           bool copies_weights, const DeviceLimits& dev, int only_tile = -1,
+                                           int most_layers = 0);
 
 }  // namespace lstm_ort

@@ -161,13 +161,20 @@ constexpr int64_t kMinBatchForTf32Mma = 256;
 std::optional<MmaOperand> MmaOperandFor(Precision precision, ElementType type, const Dims& d);
 
 // The tensor-core step (mma_step/plan.h) takes the recurrence under strategy auto where
-// PrefersMmaStep says so (H a multiple of 32, B >= 16: MmaStepFits), in the operand type
-// MmaStepOperandFor gives: 3xTF32 for fp32 (FP32-accurate), fp16 for tf32 (the power-of-two
-// scaled copy v1's cuBLAS step reads: TF32's significand) and fp16, bf16 for bf16; fp16 models
-// take fp16 (bf16 in bf16). Measured on the H100 (docs/ops.md, "The tensor-core step").
-constexpr int64_t kMinBatchForMmaStep = 16;
-constexpr int64_t kMinBatchForMmaStepTf32x3 = 32;
+// PrefersMmaStep says so, in the operand type MmaStepOperandFor gives: 3xTF32 for fp32
+// (FP32-accurate), fp16 for tf32 (the power-of-two scaled copy v1's cuBLAS step reads: TF32's
+// significand) and fp16, bf16 for bf16; fp16 models take fp16 (bf16 in bf16). Under auto only for
+// fp32 models' unidirectional stacks of kMinLayersForMmaStep layers or more (one wavefront: the
+// layers above the first multiply their input in the step), kMinHiddenForMmaStep <= H <=
+// kMaxHiddenForMmaStep, from kMinBatchForMmaStep rows (kMinBatchForMmaStepTf32x3 in fp32): where
+// it beat the persistent kernels and v1's cuBLAS step on the H100 (docs/ops.md, "The tensor-core
+// step"). Elsewhere a step of one layer reads its weights and h from L2 at a rate cuBLAS's GEMM
+// beats (L1 H512 B256 tf32: 1.57 vs 1.06 ms) and the persistent kernels keep on chip.
+constexpr int64_t kMinLayersForMmaStep = 2;
+constexpr int64_t kMinBatchForMmaStep = 64;
+constexpr int64_t kMinBatchForMmaStepTf32x3 = 256;
 constexpr int64_t kMinHiddenForMmaStep = 256;
+constexpr int64_t kMaxHiddenForMmaStep = 512;
 std::optional<MmaOperand> MmaStepOperandFor(Precision resolved, ElementType type);
 bool PrefersMmaStep(Precision resolved, ElementType type, const Dims& d);
 

@@ -59,7 +59,8 @@ TEST(DebugOptionsRefuseBadValuesByName) {
                        "cluster_slices, persistent_tile, persistent_chunks, low_rank_stepwise, call_graphs, mma_step, "
                        "mma_step_tile, mma_step_pdl, mma_step_layers");
   CHECK_THROWS_MESSAGE(ParseDebugOptions("mma_step_tile=64"),
-                       "debug key mma_step_tile must be one of 32x64, 32x64k2, 64x64, 64x64k2, 64x128, 128x128, got '64'");
+                       "debug key mma_step_tile must be one of 32x64, 32x64k2, 64x64, 64x64k2, 64x128, 128x128, "
+                       "64x128k2, 64x64k4, got '64'");
   CHECK_EQ(ParseDebugOptions("mma_step_tile=64x128").mma_step_tile, 4);
   CHECK(!ParseDebugOptions("mma_step_pdl=0").mma_step_pdl);
   CHECK(!ParseDebugOptions("").mma_step);

@@ -131,9 +131,13 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N* KSPLIT * 32) MmaStepKernel(M
   constexpr int kAS = MmaStepAStride(kBytes), kWS = MmaStepWStride(BN);
   constexpr int kVec = 16 / kBytes;  // elements per 16-byte copy
   constexpr int kRowCopies = kChunk / kVec, kColCopies = BN / kVec;
-  constexpr int kACopies = BM * kRowCopies / kThreads, kWCopies = kChunk * kColCopies / kThreads;
-  static_assert(kACopies * kThreads == BM * kRowCopies && kWCopies * kThreads == kChunk * kColCopies,
-                "every thread copies the same number of 16-byte pieces per stage");
+  // 16-byte pieces per thread and stage; with more threads than pieces, the first threads copy.
+  constexpr int kACopies = (BM * kRowCopies + kThreads - 1) / kThreads;
+  constexpr int kWCopies = (kChunk * kColCopies + kThreads - 1) / kThreads;
+  static_assert((BM * kRowCopies) % kThreads == 0 || kACopies == 1, "whole rounds of pieces, or one");
+  static_assert((kChunk * kColCopies) % kThreads == 0 || kWCopies == 1, "whole rounds of pieces, or one");
+  constexpr bool kEveryACopies = (BM * kRowCopies) % kThreads == 0;
+  constexpr bool kEveryWCopies = (kChunk * kColCopies) % kThreads == 0;
 
   extern __shared__ __align__(16) unsigned char mma_step_smem[];
   S* const a_s = reinterpret_cast<S*>(mma_step_smem);  // [stages][BM][kAS]
@@ -185,18 +189,22 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N* KSPLIT * 32) MmaStepKernel(M
   // Chunk kc (kChunk rows of K) into pipeline stage `stage`: its weight rows for the block's
   // columns (constant: copied before the previous launch has finished), and its x or h rows for
   // the block's batch rows.
+  const bool copies_a = kEveryACopies || tid < BM * kRowCopies;
+  const bool copies_w = kEveryWCopies || tid < kChunk * kColCopies;
   auto load_weights = [&](int kc, int stage) {
     const S* src = w + static_cast<long long>(kc) * kChunk * G;
     S* ws = w_s + stage * kChunk * kWS;
 #pragma unroll
-    for (int j = 0; j < kWCopies; ++j) CpAsync16(ws + w_smem[j], src + w_row[j], true);
+    for (int j = 0; j < kWCopies; ++j)
+      if (copies_w) CpAsync16(ws + w_smem[j], src + w_row[j], true);
   };
   auto load_rows = [&](int kc, int stage) {
     const int k0 = kc * kChunk;
     const S* src = k0 < kx ? x_src + k0 : h_src + (k0 - kx);  // row b at src + b * H
     S* as = a_s + stage * BM * kAS;
 #pragma unroll
-    for (int j = 0; j < kACopies; ++j) CpAsync16(as + a_smem[j], src + a_row[j], a_full[j]);
+    for (int j = 0; j < kACopies; ++j)
+      if (copies_a) CpAsync16(as + a_smem[j], src + a_row[j], a_full[j]);
   };
 
   // The cells' inputs, loaded now so that they arrive during the product: thread (g, tq) of warp

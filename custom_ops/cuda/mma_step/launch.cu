@@ -19,15 +19,22 @@
 namespace lstm_ort {
 namespace {
 
+// The kernel of tile kTile for operand storage S; null where the tile splits a chunk into more k
+// steps than S has (MmaStepTileTakes).
 template <typename T, typename S, int kTile>
 const void* TileKernel() {
   constexpr MmaStepTile t = kMmaStepTileTable[kTile];
-  return reinterpret_cast<const void*>(mma_step::MmaStepKernel<T, S, t.bm, t.bn, t.warps_m, t.warps_n, t.ksplit>);
+  constexpr int k_steps = kMmaStepChunk / (std::is_same_v<S, float> ? 8 : 16);
+  if constexpr (k_steps % t.ksplit != 0) {
+    return nullptr;
+  } else {
+    return reinterpret_cast<const void*>(mma_step::MmaStepKernel<T, S, t.bm, t.bn, t.warps_m, t.warps_n, t.ksplit>);
+  }
 }
 
 template <typename T, typename S>
 const void* TileKernel(int tile) {
-  static_assert(kMmaStepTiles == 6, "one case per tile");
+  static_assert(kMmaStepTiles == 8, "one case per tile");
   switch (tile) {
     case 0: return TileKernel<T, S, 0>();
     case 1: return TileKernel<T, S, 1>();
@@ -35,6 +42,8 @@ const void* TileKernel(int tile) {
     case 3: return TileKernel<T, S, 3>();
     case 4: return TileKernel<T, S, 4>();
     case 5: return TileKernel<T, S, 5>();
+    case 6: return TileKernel<T, S, 6>();
+    case 7: return TileKernel<T, S, 7>();
   }
   return nullptr;
 }

@@ -15,10 +15,6 @@ constexpr double kL2BytesPerCycle = 64;
 constexpr double kBlockCycles = 1800;
 // Cycles between launches of a graph, and a launch's own start.
 constexpr double kLaunchCycles = 2500;
-// The input projection (cuBLAS) of a range's first layer: multiply-adds per cycle per SM, and the
-// device's bytes per cycle for writing its result and reading it back.
-constexpr double kProjectionMacsPerCycle = 400;
-constexpr double kDeviceBytesPerCycle = 1600;
 
 int OperandBytes(MmaOperand op) { return op == MmaOperand::kTf32x3 ? 4 : 2; }
 
@@ -35,6 +31,20 @@ size_t MmaStepSmem(MmaOperand op, int tile) {
 
 int MmaStepKernelKey(MmaOperand op, int tile) { return static_cast<int>(op) * kMmaStepTiles + tile; }
 
+bool MmaStepTileTakes(MmaOperand op, int tile) {
+  const int k_steps = kMmaStepChunk / (op == MmaOperand::kTf32x3 ? 8 : 16);
+  return k_steps % kMmaStepTileTable[tile].ksplit == 0;
+}
+
+// H100, L4 T100 (tools/mma_step_bench.cu, docs/ops.md): warp groups pay at small batches, where a
+// step has few blocks and each warp's chain of dependent loads and products is the step.
+int MmaStepTileFor(MmaOperand op, int B) {
+  const bool tf32 = op == MmaOperand::kTf32x3;
+  if (B <= 32) return 1;                // 32x64k2
+  if (B <= 128) return tf32 ? 7 : 3;    // 64x64k4, 64x64k2
+  return tf32 ? 5 : 4;                  // 128x128, 64x128
+}
+
 bool MmaStepFits(int64_t H, int64_t B) { return H >= kMmaStepChunk && H % kMmaStepChunk == 0 && B >= kMmaStepMinBatch; }
 
 std::optional<MmaStepPlan> PlanMmaStepRange(int layers, int D, int H, int B, MmaOperand op, bool copies_weights,
@@ -47,10 +57,11 @@ std::optional<MmaStepPlan> PlanMmaStepRange(int layers, int D, int H, int B, Mma
   const double K = layers > 1 ? 2.0 * H : H;
   const double rate = op == MmaOperand::kTf32x3 ? kMacsPerCycle16 / 2 / 3 : kMacsPerCycle16;
   std::optional<MmaStepPlan> best;
+  const int preferred = only_tile >= 0 ? only_tile : MmaStepTileFor(op, B);
   for (int tile = 0; tile < kMmaStepTiles; ++tile) {
-    if (only_tile >= 0 && tile != only_tile) continue;
+    if (tile != preferred && (only_tile >= 0 || best)) continue;  // the preferred tile, else the cheapest
     const MmaStepTile& t = kMmaStepTileTable[tile];
-    if ((4 * H) % t.bn != 0) continue;
+    if ((4 * H) % t.bn != 0 || !MmaStepTileTakes(op, tile)) continue;
     MmaStepPlan p;
     p.operand = op;
     p.tile = tile;
@@ -72,6 +83,7 @@ std::optional<MmaStepPlan> PlanMmaStepRange(int layers, int D, int H, int B, Mma
     const int resident = std::min(per_sm, (p.blocks() + dev.sm_count - 1) / dev.sm_count);
     const double per_wave = resident * std::max(macs, load) + kBlockCycles;
     p.cost = waves * per_wave + kLaunchCycles;
+    if (tile == preferred) return p;
     if (!best || p.cost < best->cost) best = p;
   }
   return best;
@@ -86,29 +98,12 @@ std::vector<MmaStepRange> PlanMmaStepStack(int L, int D, int T, int I, int H, in
                                            int most_layers) {
   const int widest = most_layers > 0 ? std::min(most_layers, kMaxMmaStepLayers) : kMaxMmaStepLayers;
   std::vector<MmaStepRange> ranges;
-  // A range's first layer: its projection's product and its gates' trip through device memory.
-  auto projection = [&](int layer) {
-    const double input = layer == 0 ? I : static_cast<double>(D) * H;
-    const double rows = static_cast<double>(T) * B;
-    return rows * input * 4 * H * D / (kProjectionMacsPerCycle * dev.sm_count) +
-           2 * rows * 4 * H * D * 4 / kDeviceBytesPerCycle;
-  };
   for (int first = 0; first < L;) {
-    const auto one = PlanMmaStepRange(1, D, H, B, op, copies_weights, dev, only_tile);
-    if (!one) return {};
-    MmaStepRange best{first, 1, *one};
-    double best_per_layer = T * one->cost + projection(first);
-    for (int n = 2; D == 1 && n <= std::min(L - first, widest); ++n) {
-      const auto plan = PlanMmaStepRange(n, D, H, B, op, copies_weights, dev, only_tile);
-      if (!plan) break;
-      const double per_layer = ((T + n - 1) * plan->cost + projection(first)) / n;
-      if (per_layer < best_per_layer) {
-        best_per_layer = per_layer;
-        best = MmaStepRange{first, n, *plan};
-      }
-    }
-    ranges.push_back(best);
-    first += best.count;
+    const int n = D == 1 ? std::min(L - first, widest) : 1;
+    const auto plan = PlanMmaStepRange(n, D, H, B, op, copies_weights, dev, only_tile);
+    if (!plan) return {};
+    ranges.push_back(MmaStepRange{first, n, *plan});
+    first += n;
   }
   return ranges;
 }

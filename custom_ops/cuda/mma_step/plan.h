@@ -28,10 +28,12 @@ struct MmaStepTile {
   int bm, bn, warps_m, warps_n, ksplit;
   const char* name;  // the debug key mma_step_tile's
 };
-constexpr int kMmaStepTiles = 6;
+// k4 takes four k steps per chunk: 3xTF32 only (a chunk holds two 16-bit k steps).
+constexpr int kMmaStepTiles = 8;
 constexpr MmaStepTile kMmaStepTileTable[kMmaStepTiles] = {
-    {32, 64, 1, 2, 1, "32x64"},   {32, 64, 1, 2, 2, "32x64k2"},  {64, 64, 2, 2, 1, "64x64"},
-    {64, 64, 2, 2, 2, "64x64k2"}, {64, 128, 2, 4, 1, "64x128"}, {128, 128, 4, 4, 1, "128x128"}};
+    {32, 64, 1, 2, 1, "32x64"},     {32, 64, 1, 2, 2, "32x64k2"},  {64, 64, 2, 2, 1, "64x64"},
+    {64, 64, 2, 2, 2, "64x64k2"},   {64, 128, 2, 4, 1, "64x128"},  {128, 128, 4, 4, 1, "128x128"},
+    {64, 128, 2, 4, 2, "64x128k2"}, {64, 64, 2, 2, 4, "64x64k4"}};
 LSTM_ORT_HOST_DEVICE constexpr int MmaStepThreads(const MmaStepTile& t) { return 32 * t.warps_m * t.warps_n * t.ksplit; }
 // K rows per pipeline stage; a layer's x and h rows are whole chunks, so H must be a multiple.
 constexpr int kMmaStepChunk = 32;
@@ -71,11 +73,14 @@ struct MmaStepPlan {
   int threads = 0;
   size_t smem = 0;                 // dynamic shared memory per block
   bool copies_weights = false;     // the range's weights copied to the 16-bit operand type per call
-  bool pdl = true;                 // launches after the first overlap the one before (programmatic
-                                   // dependent launch): its start, weight rows and projections
+  bool pdl = false;                // launches after the first overlap the one before (programmatic
+                                   // dependent launch): off unless asked for (measured slower)
   double cost = 0;                 // estimated cycles per interval
   int blocks() const { return m_tiles * n_tiles * layers * D; }
 };
+
+// Whether tile `tile` is built for operand `op` (its warp groups take whole k steps of a chunk).
+bool MmaStepTileTakes(MmaOperand op, int tile);
 
 // Shared memory of one block of tile `tile` for operand `op` (its pipeline stages).
 size_t MmaStepSmem(MmaOperand op, int tile);
@@ -91,8 +96,10 @@ inline bool MmaStepCopiesWeights(MmaOperand op, bool fp16_storage) {
 // The shapes the kernel serves: H a multiple of kMmaStepChunk, at least kMmaStepMinBatch rows.
 bool MmaStepFits(int64_t H, int64_t B);
 
-// The cheapest tile for a range of `layers` layers (D == 1 above one layer), or none where the
-// shape does not fit; `only_tile` >= 0 plans with that tile only (the debug key mma_step_tile).
+// The tile for a range of `layers` layers (D == 1 above one layer), or none where the shape does
+// not fit; `only_tile` >= 0 plans with that tile only (the debug key mma_step_tile). The tile is
+// the one measured fastest for the batch (MmaStepTileFor), falling back to any that fits.
+int MmaStepTileFor(MmaOperand op, int B);
 std::optional<MmaStepPlan> PlanMmaStepRange(int layers, int D, int H, int B, MmaOperand op, bool copies_weights,
                                             const DeviceLimits& dev, int only_tile = -1);
 
@@ -105,9 +112,11 @@ struct MmaStepRange {
   MmaStepPlan plan;
 };
 
-// Cuts L layers into ranges: several layers per range where D == 1 and it is estimated cheaper
-// per layer (a range's first layer pays an input projection of T*B rows; the others multiply
-// their input inside the step). Empty where the shape does not plan.
+// Cuts L layers into ranges: one wavefront of up to kMaxMmaStepLayers layers where D == 1 (measured
+// faster than one layer per range at every shape tried: H100, L4 T100, ms, 4 layers a launch vs
+// one: H512 B64 fp16 1.83 vs 4.84, H512 B256 3.9 vs 8.2, H256 B512 2.6 vs 6.4; but L4 H1024 B512
+// 23.9 vs 22.0, where the step loses to v1 anyway), one layer per range where D == 2. Empty where
+// the shape does not plan.
 // `most_layers` > 0 caps a range's layers (the debug key mma_step_layers).
 std::vector<MmaStepRange> PlanMmaStepStack(int L, int D, int T, int I, int H, int B, MmaOperand op,
                                            bool copies_weights, const DeviceLimits& dev, int only_tile = -1,

@@ -36,7 +36,7 @@ struct Overrides {
   bool call_graphs = true;            // short calls replayed as CUDA graphs (launch_graphs.h)
   std::optional<bool> mma_step;       // the tensor-core step (mma_step/): forced on, off; empty: per shape
   int mma_step_tile = -1;             // >= 0: its planner's tile (index of kMmaStepTileTable)
-  bool mma_step_pdl = false;          // its launches overlap (programmatic dependent launch; measured slower)
+  std::optional<bool> mma_step_pdl;   // its launches overlap (programmatic dependent launch); empty: per shape
   int mma_step_layers = 0;            // > 0: at most this many layers per range of it
 };
 

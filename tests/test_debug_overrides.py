@@ -67,7 +67,7 @@ def test_bad_value_fails_the_session_naming_the_key(key, value, message, rng):
 def test_every_key_has_a_session_entry():
     assert list(DEBUG_KEYS) == ["strict", "strategy", "mma", "gemm_step", "half_step_weights", "cluster_size",
                                 "cluster_slices", "persistent_tile", "persistent_chunks", "low_rank_stepwise",
-                                "call_graphs"]
+                                "call_graphs", "mma_step", "mma_step_tile", "mma_step_pdl", "mma_step_layers"]
 
 
 def test_bad_cpu_alias_fails_the_session_naming_the_variable(tmp_path, rng):

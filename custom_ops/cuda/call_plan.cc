@@ -72,7 +72,10 @@ bool PlanMmaStepRanges(CallPlan& p, const Attributes& attrs, const CallDevice& d
   const Dims& d = p.in.dims;
   const bool forced = o.mma_step.value_or(false);
   if (!o.mma_step.value_or(true)) return false;
-  if (!forced && (p.strategy != Strategy::kAuto || !PrefersMmaStep(p.resolved, p.in.type, d))) return false;
+  // Under auto only, and not where an override asks for the persistent kernels' plans.
+  const bool persistent_asked = o.mma_forced || o.tile_u || o.tile_bb || o.resident_chunks != 1;
+  if (!forced && (p.strategy != Strategy::kAuto || persistent_asked || !PrefersMmaStep(p.resolved, p.in.type, d)))
+    return false;
   const std::optional<MmaOperand> op = MmaStepOperandFor(p.resolved, p.in.type);
   std::string why;
   std::vector<MmaStepRange> stack;
@@ -98,7 +101,7 @@ bool PlanMmaStepRanges(CallPlan& p, const Attributes& attrs, const CallDevice& d
   }
   int64_t copy_bytes = 0;
   for (MmaStepRange& r : stack) {
-    r.plan.pdl = o.mma_step_pdl;
+    r.plan.pdl = o.mma_step_pdl.value_or(r.plan.pdl);
     p.ranges.push_back(RangePlan{r.first, r.count, Backend::kMmaStep, r.plan});
     if (r.plan.copies_weights)
       copy_bytes = std::max(copy_bytes, MmaStepWeightCopyBytes(r.count, static_cast<int>(d.D), d.H));

@@ -98,11 +98,12 @@ std::optional<MmaOperand> MmaStepOperandFor(Precision resolved, ElementType type
 
 bool PrefersMmaStep(Precision resolved, ElementType type, const Dims& d) {
   const std::optional<MmaOperand> op = MmaStepOperandFor(resolved, type);
-  if (!op || type != ElementType::kFloat32 || d.D != 1 || d.L < kMinLayersForMmaStep) return false;
+  if (!op || type != ElementType::kFloat32 || d.D != 1) return false;
   const bool fp32 = *op == MmaOperand::kTf32x3;
   // 16-bit weight copies per call (6 bytes per weight) pay from as many steps as v1's do.
   if (MmaStepCopiesWeights(*op, false) && d.T < kMinStepsForHalfWeights) return false;
-  return d.H >= kMinHiddenForMmaStep && d.H <= kMaxHiddenForMmaStep &&
+  return d.L >= (fp32 ? kMinLayersForMmaStepTf32x3 : kMinLayersForMmaStep) && d.H >= kMinHiddenForMmaStep &&
+         d.H <= kMaxHiddenForMmaStep && (d.B * d.H >= kMinCellsForMmaStep || d.H == kMaxHiddenForMmaStep) &&
          d.B >= (fp32 ? kMinBatchForMmaStepTf32x3 : kMinBatchForMmaStep);
 }
 

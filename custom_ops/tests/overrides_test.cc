@@ -62,7 +62,9 @@ TEST(DebugOptionsRefuseBadValuesByName) {
                        "debug key mma_step_tile must be one of 32x64, 32x64k2, 64x64, 64x64k2, 64x128, 128x128, "
                        "64x128k2, 64x64k4, got '64'");
   CHECK_EQ(ParseDebugOptions("mma_step_tile=64x128").mma_step_tile, 4);
-  CHECK(!ParseDebugOptions("mma_step_pdl=0").mma_step_pdl);
+  CHECK(!*ParseDebugOptions("mma_step_pdl=0").mma_step_pdl);
+  CHECK(!ParseDebugOptions("").mma_step_pdl);
+  CHECK_EQ(ParseDebugOptions("mma_step_layers=2").mma_step_layers, 2);
   CHECK(!ParseDebugOptions("").mma_step);
   CHECK(*ParseDebugOptions("mma_step=1").mma_step);
   CHECK(!*ParseDebugOptions("mma_step=0").mma_step);

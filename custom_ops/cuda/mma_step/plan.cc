@@ -36,14 +36,24 @@ bool MmaStepTileTakes(MmaOperand op, int tile) {
   return k_steps % kMmaStepTileTable[tile].ksplit == 0;
 }
 
-// H100, L4 T100 (tools/mma_step_bench.cu, docs/ops.md): warp groups pay at small batches, where a
-// step has few blocks and each warp's chain of dependent loads and products is the step.
+// H100, T100 (tools/mma_step_bench.cu, docs/ops.md): warp groups pay at small batches, where a
+// step has few blocks and each warp's chain of dependent loads and products is the step (L4 H512
+// B64 3xTF32, ms: 32x64k2 3.79, 64x64k4 4.27, 64x64 4.63, 32x64 4.83; fp16: 64x64k2 1.88, 64x64
+// 1.86, 64x128 2.37); wide tiles read h fewer times at large ones (L4 H512 B256 fp16: 64x128 3.71,
+// 64x64 3.94, 128x128 4.06; 3xTF32: 64x64 11.05, 32x64k2 11.43, 128x128 11.79; L4 H256 B512
+// 3xTF32: 64x64 6.67, 128x128 7.16).
 int MmaStepTileFor(MmaOperand op, int B) {
   const bool tf32 = op == MmaOperand::kTf32x3;
   if (B <= 32) return 1;                // 32x64k2
-  if (B <= 128) return tf32 ? 7 : 3;    // 64x64k4, 64x64k2
-  return tf32 ? 5 : 4;                  // 128x128, 64x128
+  if (B <= 128) return tf32 ? 1 : 3;    // 32x64k2, 64x64k2
+  return tf32 ? 2 : 4;                  // 64x64, 64x128
 }
+
+// Overlapped launches pay where a step's blocks are many and its tail long (H100, 16-bit, 64x128:
+// L4 H512 B256 3.39 vs 3.67 ms, L4 H256 B512 2.43 vs 2.71) and cost where they are few (L4 H512
+// B64: 2.11 vs 1.88); 3xTF32 measured only on 128x128 (B256 11.52 vs 11.84), a tile it no longer
+// takes there.
+bool MmaStepOverlapsLaunches(MmaOperand op, int B) { return op != MmaOperand::kTf32x3 && B >= 256; }
 
 bool MmaStepFits(int64_t H, int64_t B) { return H >= kMmaStepChunk && H % kMmaStepChunk == 0 && B >= kMmaStepMinBatch; }
 
@@ -72,6 +82,7 @@ std::optional<MmaStepPlan> PlanMmaStepRange(int layers, int D, int H, int B, Mma
     p.threads = MmaStepThreads(t);
     p.smem = MmaStepSmem(op, tile);
     p.copies_weights = copies_weights;
+    p.pdl = MmaStepOverlapsLaunches(op, B);
     if (p.smem > dev.smem_per_block) continue;
     const int per_sm = dev.blocks_per_sm ? dev.blocks_per_sm(p.smem, MmaStepKernelKey(op, tile)) : 1;
     if (per_sm < 1) continue;

@@ -74,7 +74,7 @@ struct MmaStepPlan {
   size_t smem = 0;                 // dynamic shared memory per block
   bool copies_weights = false;     // the range's weights copied to the 16-bit operand type per call
   bool pdl = false;                // launches after the first overlap the one before (programmatic
-                                   // dependent launch): off unless asked for (measured slower)
+                                   // dependent launch): MmaStepOverlapsLaunches, or the debug key
   double cost = 0;                 // estimated cycles per interval
   int blocks() const { return m_tiles * n_tiles * layers * D; }
 };
@@ -100,6 +100,7 @@ bool MmaStepFits(int64_t H, int64_t B);
 // not fit; `only_tile` >= 0 plans with that tile only (the debug key mma_step_tile). The tile is
 // the one measured fastest for the batch (MmaStepTileFor), falling back to any that fits.
 int MmaStepTileFor(MmaOperand op, int B);
+bool MmaStepOverlapsLaunches(MmaOperand op, int B);
 std::optional<MmaStepPlan> PlanMmaStepRange(int layers, int D, int H, int B, MmaOperand op, bool copies_weights,
                                             const DeviceLimits& dev, int only_tile = -1);
 

@@ -3,7 +3,7 @@
 # correctness against float64, compute-sanitizer (memcheck, racecheck, synccheck) on small calls,
 # and the old backends against the tensor-core step, ms. BIN: a prebuilt harness (built on another
 # machine by tools/mma_step_build.sh), else it is built here. Logs go to $OUT.
-#   tools/gpu_mma_step.sh [check] [sanitize] [time] [profile]      (default: the first three)
+#   tools/gpu_mma_step.sh [check] [sanitize] [time] [time-auto] [profile]      (default: the first three)
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-/tmp/mma-step-out}
@@ -29,6 +29,7 @@ for stage in $stages; do
         echo "compute-sanitizer $tool: rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|failure' "$out/sanitize-$tool.log" | tr '\n' ' ')"
       done ;;
     time) timeout 300 "$bin" time "${RUNS:-15}" >"$out/time.log" 2>&1 || rc=1; grep -v "^    " "$out/time.log" ;;
+    time-auto) timeout 200 "$bin" time-auto "${RUNS:-15}" >"$out/time-auto.log" 2>&1 || rc=1; cat "$out/time-auto.log" ;;
     profile)  # one interval of two shapes under Nsight Compute
       for shape in "4 100 512 256 1 fp16" "1 100 512 256 1 fp16" "4 100 512 64 1 fp32"; do
         timeout 120 ncu --section SpeedOfLight --section WarpStateStats --section LaunchStats --section Occupancy \

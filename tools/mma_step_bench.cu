@@ -5,6 +5,7 @@
 //                                      reference on fresh random inputs (outputs poisoned first)
 //   mma_step_bench sanitize            one small call per kernel, for compute-sanitizer
 //   mma_step_bench time [runs]         old backends (mma_step=0) against the tensor-core step, ms
+//   mma_step_bench time-auto [runs]    what auto runs now against mma_step=0, at the rule's shapes
 //   mma_step_bench time-one L T H B D precision [runs]
 // Prints one line per case; `check` exits 1 when a case is outside its mode's bound.
 #include <cuda_fp16.h>
@@ -538,6 +539,32 @@ int TimeAll(int runs) {
   return 0;
 }
 
+// What auto runs now against the backends before the tensor-core step (mma_step=0), at the rule's
+// shapes and its edges: a short check of the planner's choices.
+int TimeAuto(int runs) {
+  std::printf("time-auto: ms, median of %d calls; auto (the rule) against mma_step=0\n", runs);
+  const std::vector<std::pair<Case, Precision>> rows = {
+      {{4, 1, 100, 512, 512, 64}, Precision::kTf32},   {{4, 1, 100, 512, 512, 64}, Precision::kFp16},
+      {{4, 1, 100, 512, 512, 64}, Precision::kAuto},   {{4, 1, 100, 512, 512, 256}, Precision::kAuto},
+      {{4, 1, 100, 512, 512, 256}, Precision::kFp32},  {{4, 1, 100, 512, 512, 256}, Precision::kFp16},
+      {{4, 1, 100, 256, 256, 512}, Precision::kAuto},  {{4, 1, 100, 256, 256, 512}, Precision::kFp32},
+      {{3, 1, 100, 512, 512, 128}, Precision::kTf32},  {{8, 1, 100, 512, 512, 64}, Precision::kTf32},
+      {{4, 1, 100, 512, 512, 64}, Precision::kBf16},   {{2, 1, 100, 512, 512, 256}, Precision::kAuto},
+  };
+  for (const auto& [c, precision] : rows) {
+    Call<float> call(c, 13);
+    const Attributes attrs = AttrsOf(c, precision);
+    CallPlan old_plan = PlanFor(call, attrs, "mma_step=0"), auto_plan = PlanFor(call, attrs, "");
+    std::vector<float> old_out, auto_out;
+    const double old_ms = TimeIt(call, attrs, old_plan, runs, &old_out);
+    const double auto_ms = TimeIt(call, attrs, auto_plan, runs, &auto_out);
+    std::printf("%-30s %-5s old %.3f | auto %.3f | x%.2f | max-abs auto vs old %.1e | %s\n", Name(c).c_str(),
+                EnumName(precision), old_ms, auto_ms, old_ms / auto_ms, MaxAbs(auto_out, old_out),
+                OnMmaStep(auto_plan) ? "tensor-core step" : "as before");
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -549,6 +576,7 @@ int main(int argc, char** argv) {
     if (mode == "check") return CheckAll();
     if (mode == "sanitize") return Sanitize();
     if (mode == "time") return TimeAll(argc > 2 ? std::atoi(argv[2]) : 20);
+    if (mode == "time-auto") return TimeAuto(argc > 2 ? std::atoi(argv[2]) : 20);
     if (mode == "run" && argc >= 8) {  // L T H B D precision [debug]: three calls, for a profiler
       Case c{std::atoi(argv[2]), std::atoi(argv[6]), std::atoi(argv[3]), std::atoi(argv[4]), std::atoi(argv[4]),
              std::atoi(argv[5])};

@@ -239,6 +239,20 @@ class StackRun {
     return key;
   }
 
+  // A range's layers into the arguments of a backend that runs several in one launch (persistent,
+  // tensor-core step): each layer's input rows, its weights (`w`, the first layer's recurrent rows
+  // only, the others' input rows too) and its bias and peephole slices.
+  template <typename Args, typename W, size_t kLayers>
+  void SetRangeLayers(const RangePlan& range, Args& a, W (&w)[kLayers][2]) const {
+    for (int r = 0; r < range.count; ++r) {
+      const int l = range.first + r;
+      a.in_rows[r] = r == 0 ? 0 : static_cast<int>(d_.LayerInput(l));
+      for (int dir = 0; dir < D_; ++dir)
+        w[r][dir] = r == 0 ? RecurrentWeights(l, dir) : Weights() + d_.WeightOffset(l, dir);
+      SetLayerSlices<T>(a.bias[r], a.peep[r], io_, l, D_, H_);
+    }
+  }
+
   // The persistent kernel over a range; false when the device cannot launch its grid
   // cooperatively, and the caller falls back to v1.
   bool RunPersistent(const RangePlan& range) {
@@ -256,14 +270,7 @@ class StackRun {
     a.log2_bb4 = Log2(plan.Bb / 4);
     a.log2_p = Log2(plan.P);
     a.lens = s_.lens;
-    for (int r = 0; r < range.count; ++r) {
-      const int l = l0 + r;
-      a.in_rows[r] = r == 0 ? 0 : static_cast<int>(d_.LayerInput(l));
-      // The first layer multiplies only its recurrent rows; the others their input rows too.
-      for (int dir = 0; dir < D_; ++dir)
-        a.w[r][dir] = r == 0 ? RecurrentWeights(l, dir) : Weights() + d_.WeightOffset(l, dir);
-      SetLayerSlices<T>(a.bias[r], a.peep[r], io_, l, D_, H_);
-    }
+    SetRangeLayers(range, a, a.w);
     // The range's states, its staged h and its grid barrier zeroed, in one launch.
     StatesPrelude prelude = TakePrelude();
     prelude.zero = s_.hbuf;
@@ -333,14 +340,7 @@ class StackRun {
     a.D = D_;
     a.lens = s_.lens;
     MmaStepInputs in{};
-    for (int r = 0; r < range.count; ++r) {
-      const int l = l0 + r;
-      a.in_rows[r] = r == 0 ? 0 : static_cast<int>(d_.LayerInput(l));
-      // The first layer multiplies only its recurrent rows; the others their input rows too.
-      for (int dir = 0; dir < D_; ++dir)
-        in.w[r][dir] = r == 0 ? RecurrentWeights(l, dir) : Weights() + d_.WeightOffset(l, dir);
-      SetLayerSlices<T>(a.bias[r], a.peep[r], io_, l, D_, H_);
-    }
+    SetRangeLayers(range, a, in.w);
     InitLayerStates<T>(io_, attrs_.layout, l0, s_.h0, s_.c0, stream_, range.count, TakePrelude());
     SetDirectionFields(a, attrs_, s_.gx, rows_, G_, D_);
     a.hop = s_.hbuf;  // HBufBytes holds [2][L][D][B][H] of any operand type

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # On a GPU machine with onnxruntime-gpu: build the op library with CMake, then run the stages asked for.
-#   tools/gpu_check.sh build test sanitize bench low-rank
+#   tools/gpu_check.sh build test sanitize bench low-rank mma-step
+# (mma-step needs no onnxruntime: tools/gpu_mma_step.sh, the tensor-core step's harness.)
 # ORT_INCLUDE_DIR / EIGEN_INCLUDE_DIR may point at headers carried in (the machine may have no network).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -27,6 +28,8 @@ for stage in "$@"; do
       python3 "$root/tools/bench.py" --strategies tiled,persistent,wavefront --json "$out/bench.json" --plot "$out/bench.png" 2>&1 | tail -22 || rc=1 ;;
     low-rank)  # factored weights: ours factored vs ours full rank on the GPU, and error vs rank
       python3 "$root/tools/bench_low_rank.py" --json "$out/low_rank.json" 2>&1 | tail -30 || rc=1 ;;
+    mma-step)  # the tensor-core step against float64, under compute-sanitizer, and timed (no onnxruntime)
+      OUT="$out/mma-step" "$root/tools/gpu_mma_step.sh" check sanitize time || rc=1 ;;
     *) echo "unknown stage $stage"; exit 2 ;;
   esac
 done

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "cuda/mma_step/plan.h"
 #include "cuda/v1/step_shapes.h"
 
 namespace lstm_ort {
@@ -81,6 +82,29 @@ bool PrefersGemmSteps(Strategy strategy, Precision precision, ElementType type, 
   return (d.H >= kMinHiddenForTf32GemmSteps && cells >= kMinCellsForTf32GemmSteps) ||
          (half_weights && d.H >= kMinHiddenForTf32GemmStepsAtFewerCells &&
           cells >= kMinCellsForTf32GemmStepsAtLargeHidden);
+}
+
+std::optional<MmaOperand> MmaStepOperandFor(Precision resolved, ElementType type) {
+  if (resolved == Precision::kBf16) return MmaOperand::kBf16;
+  if (type == ElementType::kFloat16) return MmaOperand::kFp16;
+  switch (resolved) {
+    case Precision::kFp32: return MmaOperand::kTf32x3;
+    case Precision::kTf32:
+    case Precision::kFp16: return MmaOperand::kFp16;
+    default: break;
+  }
+  return std::nullopt;
+}
+
+bool PrefersMmaStep(Precision resolved, ElementType type, const Dims& d) {
+  const std::optional<MmaOperand> op = MmaStepOperandFor(resolved, type);
+  if (!op || type != ElementType::kFloat32 || d.D != 1) return false;
+  const bool fp32 = *op == MmaOperand::kTf32x3;
+  // 16-bit weight copies per call (6 bytes per weight) pay from as many steps as v1's do.
+  if (MmaStepCopiesWeights(*op, false) && d.T < kMinStepsForHalfWeights) return false;
+  return d.L >= (fp32 ? kMinLayersForMmaStepTf32x3 : kMinLayersForMmaStep) && d.H >= kMinHiddenForMmaStep &&
+         d.H <= kMaxHiddenForMmaStep && (d.B * d.H >= kMinCellsForMmaStep || d.H == kMaxHiddenForMmaStep) &&
+         d.B >= (fp32 ? kMinBatchForMmaStepTf32x3 : kMinBatchForMmaStep);
 }
 
 bool AutoRunsAsTf32(const Dims& d) {

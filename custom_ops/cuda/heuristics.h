@@ -160,6 +160,32 @@ constexpr int64_t kMinBatchForHalfMma = 16;
 constexpr int64_t kMinBatchForTf32Mma = 256;
 std::optional<MmaOperand> MmaOperandFor(Precision precision, ElementType type, const Dims& d);
 
+// The tensor-core step (mma_step/plan.h) takes the recurrence under strategy auto where
+// PrefersMmaStep says so, in the operand type MmaStepOperandFor gives: 3xTF32 for fp32
+// (FP32-accurate), fp16 for tf32 (the power-of-two scaled copy v1's cuBLAS step reads: TF32's
+// significand) and fp16, bf16 for bf16; fp16 models take fp16 (bf16 in bf16). Under auto only
+// where it beat the persistent kernels and v1's cuBLAS step on the H100 (T=100, ms, tensor-core
+// step vs before; docs/ops.md, "The tensor-core step"): fp32 models' unidirectional stacks (one
+// wavefront: the layers above the first multiply their input in the step) with kMinHiddenForMmaStep
+// <= H <= kMaxHiddenForMmaStep, B >= kMinBatchForMmaStep and B*H >= kMinCellsForMmaStep (or H at
+// kMaxHiddenForMmaStep); in the 16-bit operand types from kMinLayersForMmaStep layers (tf32: L4
+// H512 B64 1.88 vs 2.93, L8 H512
+// B64 2.59 vs 5.92, L3 H512 B128 2.35 vs 2.69, L4 H512 B256 3.39 vs 4.23, L4 H256 B512 2.43 vs 3.78;
+// fp16 L4 H512 B64 1.93 vs 2.00; but L2 H512 B256 2.64 vs 2.17, L4 H256 B64 1.32 vs 1.18), in
+// 3xTF32 from kMinLayersForMmaStepTf32x3 layers and kMinBatchForMmaStepTf32x3 rows (L4 H512 B256
+// 11.05 vs 12.16, L4 H256 B512 6.67 vs 8.46; but L4 H512 B64 3.79 vs 3.75, L3 H512 B128 6.63 vs
+// 4.85, L2 H512 B256 11.5 vs 6.1). A step of one layer reads its weights and h from L2 at a rate
+// cuBLAS's GEMM beats (L1 H512 B256 tf32 1.92 vs 1.09) and the persistent kernels keep on chip.
+constexpr int64_t kMinLayersForMmaStep = 3;
+constexpr int64_t kMinLayersForMmaStepTf32x3 = 4;
+constexpr int64_t kMinBatchForMmaStep = 64;
+constexpr int64_t kMinBatchForMmaStepTf32x3 = 256;
+constexpr int64_t kMinHiddenForMmaStep = 256;
+constexpr int64_t kMaxHiddenForMmaStep = 512;
+constexpr int64_t kMinCellsForMmaStep = 64 * 1024;
+std::optional<MmaOperand> MmaStepOperandFor(Precision resolved, ElementType type);
+bool PrefersMmaStep(Precision resolved, ElementType type, const Dims& d);
+
 // `auto` keeps FP32 accuracy where it costs nothing and runs as tf32 (stock's own default class)
 // where FP32 measurably loses to stock's TF32 default: from kMinBatchForTf32Mma rows on, and for
 // H >= kMinHiddenForAutoTf32 from kMinCellsForAutoTf32 = B*H on, where the FP32 weights stream

@@ -15,8 +15,8 @@ def check_batcher_options(max_batch, max_wait_ms, workers) -> None:
     if isinstance(max_wait_ms, bool) or not isinstance(max_wait_ms, numbers.Real) or not math.isfinite(max_wait_ms) \
             or max_wait_ms < 0:
         raise ValueError(f"max_wait_ms must be a finite number of milliseconds >= 0, got {max_wait_ms!r}")
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise ValueError(f"workers must be an int >= 1, got {workers!r}")
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+        raise ValueError(f"workers must be an int >= 1 (or None: the device's default), got {workers!r}")
 
 
 def stream_id(stream) -> int:

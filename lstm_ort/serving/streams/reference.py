@@ -36,7 +36,7 @@ from lstm_ort.serving.streams.convs import convs_as_2d
 from lstm_ort.serving.streams.errors import BatcherShutDown, StreamClosed, StreamError, step_error
 from lstm_ort.serving.streams.feeds import StepInputs
 from lstm_ort.serving.streams.kinds import Kinds
-from lstm_ort.serving.streams.options import check_batcher_options, stream_ids
+from lstm_ort.serving.streams.options import check_batcher_options, stream_id, stream_ids
 from lstm_ort.serving.streams.state import HostSlots
 from lstm_ort.serving.streams.stats import Counters, StreamStats
 
@@ -184,7 +184,7 @@ class ReferenceStreamBatcher:
         """Ends a stream: its queued steps fail with StreamClosed; a step already running
         completes and its state is dropped."""
         with self._lock:
-            st = self._streams.pop(stream, None)
+            st = self._streams.pop(stream_id(stream), None)
             if st is None:
                 raise StreamClosed(f"stream {stream!r} is not open")
             st.closed = True
@@ -203,7 +203,7 @@ class ReferenceStreamBatcher:
     def state(self, stream: int) -> dict[str, np.ndarray]:
         """A copy of the stream's carried inputs as its next step will read them."""
         with self._lock:
-            st = self._streams.get(stream)
+            st = self._streams.get(stream_id(stream))
             if st is None:
                 raise StreamClosed(f"stream {stream!r} is not open")
             return self._states.read(st.slot)
@@ -320,15 +320,17 @@ class ReferenceStreamBatcher:
         now = time.perf_counter()
         steps = []
         for stream, feeds in pairs:
-            st = self._streams.get(stream)
+            st = self._streams.get(stream_id(stream))
             if st is None:
                 raise StreamClosed(f"stream {stream!r} is not open")
             known = self._known_group(feeds)
             if known is None:
                 feeds = self._in.check(feeds)
-                steps.append(_Step(st, feeds, self._group(feeds), now, done))
+                group = self._group(feeds)
             else:
-                steps.append(_Step(st, known[1], known[0], now, done))
+                group, feeds = known
+            # copied: the caller may reuse its buffers as soon as submit returns
+            steps.append(_Step(st, {n: np.array(v, copy=True) for n, v in feeds.items()}, group, now, done))
         with self._lock:
             if self._stopping:
                 raise BatcherShutDown("the batcher is shut down")

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "attribute_parsing.h"
+#include "overrides.h"
 
 namespace lstm_ort {
 namespace {
@@ -19,26 +20,58 @@ std::string ShapeStr(const std::vector<int64_t>& s) {
   return os.str();
 }
 
+bool Succeeds(OrtStatus* st) {
+  if (st) Ort::GetApi().ReleaseStatus(st);
+  return st == nullptr;
+}
+
+enum class Kind { kInt, kFloat, kString, kInts, kFloats };
+
+// An attribute the C API cannot read as `want`: absent, or there as another type. The second is an
+// error naming the attribute and the type it has (an int cpu_kernel once ran as if none were given).
+void RequireAbsent(const OrtKernelInfo* info, const char* name, Kind want) {
+  const OrtApi& api = Ort::GetApi();
+  static const char* const kWant[] = {"an int", "a float", "a string", "a list of ints", "a list of floats"};
+  int64_t i = 0;
+  float f = 0.f;
+  size_t chars = 0, ints = 0, floats = 0;
+  const char* found = nullptr;
+  if (want != Kind::kInt && Succeeds(api.KernelInfoGetAttribute_int64(info, name, &i))) {
+    found = "an int";
+  } else if (want != Kind::kFloat && Succeeds(api.KernelInfoGetAttribute_float(info, name, &f))) {
+    found = "a float";
+  } else if (want != Kind::kString && Succeeds(api.KernelInfoGetAttribute_string(info, name, nullptr, &chars))) {
+    found = "a string";
+  } else if (want != Kind::kInts && Succeeds(api.KernelInfoGetAttributeArray_int64(info, name, nullptr, &ints)) &&
+             ints > 0) {  // onnxruntime reads any attribute there as an array, an empty one: only elements show one
+    found = "a list of ints";
+  } else if (want != Kind::kFloats && Succeeds(api.KernelInfoGetAttributeArray_float(info, name, nullptr, &floats)) &&
+             floats > 0) {
+    found = "a list of floats";
+  }
+  if (found)
+    Fail(std::string("attribute ") + name + " must be " + kWant[static_cast<int>(want)] + ", got " + found);
+}
+
 // Absent attributes come back empty; the C API reports them as an error status.
 std::optional<int64_t> IntAttribute(const OrtKernelInfo* info, const char* name) {
   int64_t v = 0;
-  OrtStatus* st = Ort::GetApi().KernelInfoGetAttribute_int64(info, name, &v);
-  if (st) Ort::GetApi().ReleaseStatus(st);
-  return st ? std::nullopt : std::optional<int64_t>(v);
+  if (Succeeds(Ort::GetApi().KernelInfoGetAttribute_int64(info, name, &v))) return v;
+  RequireAbsent(info, name, Kind::kInt);
+  return std::nullopt;
 }
 
 std::optional<float> FloatAttribute(const OrtKernelInfo* info, const char* name) {
   float v = 0.f;
-  OrtStatus* st = Ort::GetApi().KernelInfoGetAttribute_float(info, name, &v);
-  if (st) Ort::GetApi().ReleaseStatus(st);
-  return st ? std::nullopt : std::optional<float>(v);
+  if (Succeeds(Ort::GetApi().KernelInfoGetAttribute_float(info, name, &v))) return v;
+  RequireAbsent(info, name, Kind::kFloat);
+  return std::nullopt;
 }
 
 std::optional<std::string> StringAttribute(const OrtKernelInfo* info, const char* name) {
   size_t size = 0;
-  OrtStatus* st = Ort::GetApi().KernelInfoGetAttribute_string(info, name, nullptr, &size);
-  if (st) {
-    Ort::GetApi().ReleaseStatus(st);
+  if (!Succeeds(Ort::GetApi().KernelInfoGetAttribute_string(info, name, nullptr, &size))) {
+    RequireAbsent(info, name, Kind::kString);
     return std::nullopt;
   }
   std::string s(size, '\0');
@@ -49,9 +82,8 @@ std::optional<std::string> StringAttribute(const OrtKernelInfo* info, const char
 
 std::vector<float> FloatsOrEmpty(const OrtKernelInfo* info, const char* name) {
   size_t size = 0;
-  OrtStatus* st = Ort::GetApi().KernelInfoGetAttributeArray_float(info, name, nullptr, &size);
-  if (st) {
-    Ort::GetApi().ReleaseStatus(st);
+  if (!Succeeds(Ort::GetApi().KernelInfoGetAttributeArray_float(info, name, nullptr, &size)) || size == 0) {
+    RequireAbsent(info, name, Kind::kFloats);
     return {};
   }
   std::vector<float> v(size);
@@ -61,11 +93,11 @@ std::vector<float> FloatsOrEmpty(const OrtKernelInfo* info, const char* name) {
 
 std::optional<std::vector<int64_t>> IntsAttribute(const OrtKernelInfo* info, const char* name) {
   size_t size = 0;
-  OrtStatus* st = Ort::GetApi().KernelInfoGetAttributeArray_int64(info, name, nullptr, &size);
-  if (st) {
-    Ort::GetApi().ReleaseStatus(st);
+  if (!Succeeds(Ort::GetApi().KernelInfoGetAttributeArray_int64(info, name, nullptr, &size))) {
+    RequireAbsent(info, name, Kind::kInts);
     return std::nullopt;
   }
+  if (size == 0) RequireAbsent(info, name, Kind::kInts);  // an empty list, or another type read as one
   std::vector<int64_t> v(size);
   if (size) Ort::ThrowOnError(Ort::GetApi().KernelInfoGetAttributeArray_int64(info, name, v.data(), &size));
   return v;
@@ -114,11 +146,21 @@ void Fail(const std::string& message) { throw Ort::Exception(std::string("FusedL
 
 Attributes ParseAttributes(const OrtKernelInfo* info) {
   const RawAttributes raw = ReadAttributes(info);
+  Attributes attrs;
   try {
-    return ResolveAttributes(raw);
+    attrs = ResolveAttributes(raw);
   } catch (const AttributeError& e) {
     Fail(e.what());
   }
+  // The per-node overrides (their environment aliases, then the debug attribute) on every kernel,
+  // the CPU's too: a bad value is an error whichever device runs the node, never read on one and
+  // ignored on the other.
+  try {
+    OverridesForNode(attrs.debug);
+  } catch (const std::invalid_argument& e) {
+    Fail(e.what());
+  }
+  return attrs;
 }
 
 CallIO PrepareCall(Ort::KernelContext& ctx, const Attributes& attrs) {

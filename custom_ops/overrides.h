@@ -34,6 +34,10 @@ struct Overrides {
   int resident_chunks = 1;            // cp.async groups of the persistent kernel's resident h, 1..4
   bool low_rank_stepwise = false;     // factored recurrences on the per-step path
   bool call_graphs = true;            // short calls replayed as CUDA graphs (launch_graphs.h)
+  std::optional<bool> mma_step;       // the tensor-core step (mma_step/): forced on, off; empty: per shape
+  int mma_step_tile = -1;             // >= 0: its planner's tile (index of kMmaStepTileTable)
+  std::optional<bool> mma_step_pdl;   // its launches overlap (programmatic dependent launch); empty: per shape
+  int mma_step_layers = 0;            // > 0: at most this many layers per range of it
 };
 
 // The CPU kernel's planning knobs (docs/cpu.md), process-wide.

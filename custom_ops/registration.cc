@@ -2,6 +2,8 @@
 // and for C++ hosts.
 #include <dlfcn.h>
 
+#include <atomic>
+
 #include <mutex>
 #include <string>
 #include <vector>
@@ -15,6 +17,9 @@ namespace {
 // ORT keeps raw pointers to the domain and its ops: both live as long as the library.
 std::mutex g_mutex;
 std::vector<Ort::CustomOpDomain> g_domains;
+// The onnxruntime that registered us last: the StreamBatcher's native step path makes its sessions
+// through it (custom_ops/streams), the onnxruntime Python runs, whose C API is not exported.
+std::atomic<const OrtApiBase*> g_api_base{nullptr};
 
 const lstm_ort::FusedLstmOp<lstm_ort::CpuOpKernel<float>> g_cpu_f32;
 const lstm_ort::FusedLstmOp<lstm_ort::CpuOpKernel<Ort::Float16_t>> g_cpu_f16;
@@ -36,6 +41,7 @@ RegisterCustomOps(OrtSessionOptions* options, const OrtApiBase* api_base) {
     return v1->CreateStatus(ORT_FAIL, "lstm_ort needs onnxruntime >= 1.21 (ORT API version 21)");
   }
   Ort::InitApi(api);
+  g_api_base.store(api_base);
   PinLibrary();
   try {
     std::lock_guard<std::mutex> lock(g_mutex);
@@ -58,6 +64,9 @@ RegisterCustomOps(OrtSessionOptions* options, const OrtApiBase* api_base) {
   }
   return nullptr;
 }
+
+// The OrtApiBase of the onnxruntime that registered this library last; null before any did.
+extern "C" __attribute__((visibility("default"))) const OrtApiBase* LstmOrtApiBase() { return g_api_base.load(); }
 
 namespace {
 void PinLibrary() {

@@ -6,7 +6,7 @@ Exit codes:
   1  input or output: the input could not be read (not ONNX, truncated, an IR version the
      installed onnxruntime does not read, missing external data), the output could not be
      written, or --check had nothing to compare (stock onnxruntime cannot run the input, or the
-     inputs hold no values)
+     inputs hold no values); tune: the tuning cache cannot be read or written (named)
   2  usage: bad arguments; -o empty, "-", the input model or one of its external data files, or
      an existing path that is not a regular file (a directory, a device); tune without a CUDA GPU;
      --low-rank R larger than every matrix it targets, a calibration file that cannot feed the model
@@ -28,6 +28,7 @@ from pathlib import Path
 import onnx
 
 from lstm_ort import __version__, progress
+from lstm_ort.cli_args import dims, integer, named, number
 from lstm_ort.ops.identity import INT8, PRECISIONS, Precision
 from lstm_ort.rewriter import Report
 from lstm_ort.rewriter.driver import rewrite, serialize, skeleton, stage
@@ -39,9 +40,9 @@ from lstm_ort.runtime import native
 from lstm_ort.runtime.model_io import ModelError, StagedModel, load_model, read_model
 from lstm_ort.runtime.nodes import NodeShape, fused_nodes, int8_node_names, node_precision, node_ranks, node_shapes
 from lstm_ort.runtime.output_files import OutputRefused, output_target, run_command
-from lstm_ort.runtime.tuned_cache import cache_key, load_cache, record, tuned_entries
-from lstm_ort.serving.cli import add_batch_parser, cmd_batch
-from lstm_ort.serving.streams_cli import add_streams_bench_parser, cmd_streams_bench
+from lstm_ort.runtime.tuned_cache import CacheError, cache_key, check_writable, load_cache, record, tuned_entries
+from lstm_ort.serving.batch.cli import add_batch_parser, cmd_batch
+from lstm_ort.serving.streams.cli import add_streams_bench_parser, cmd_streams_bench
 
 EXIT_OK, EXIT_INPUT, EXIT_USAGE, EXIT_PARITY = 0, 1, 2, 3
 
@@ -90,8 +91,14 @@ def cmd_optimize(args) -> int:
         return out.fail(EXIT_USAGE, str(e))
     except ModelError as e:
         return out.fail(EXIT_INPUT, f"{src}: {e}")
-    from lstm_ort.verify import Tolerance, checked_precision, default_tolerance, has_layout1_lstm, random_feeds
+    from lstm_ort.verify import (Tolerance, check_carry, check_shapes, checked_precision, default_tolerance,
+                                 has_layout1_lstm, random_feeds)
 
+    for flag, check, given in (("--shape", check_shapes, args.shape), ("--carry", check_carry, args.carry)):
+        try:  # before any work: a name the model does not have is a usage error, never ignored
+            check(proto, given)
+        except ValueError as e:
+            return out.fail(EXIT_USAGE, f"{flag} {e}")
     # --check runs on the CPU: the bound of what the CPU computes for the nodes' mode.
     tolerance = default_tolerance(proto, checked_precision(args.precision).runs)
     tolerance = Tolerance(tolerance.atol if args.atol is None else args.atol,
@@ -147,17 +154,21 @@ def _comparison(args, original, feeds, tolerance, layout1: bool):
     --batchify), chained calls (--carry), or one call; None without --check."""
     if not args.check:
         return None
-    from lstm_ort.serving.parity import ragged_parity
-    from lstm_ort.verify import ParityResult, chained_parity, parity
+    from lstm_ort.serving.batch.parity import ragged_parity
+    from lstm_ort.verify import ParityResult, chained_parity, parity, worst_of
 
     if args.sequence_lens_input:
         return lambda report, optimized: ragged_parity(original, optimized, feeds, tolerance)
-    if args.batchify:  # streams run as one batch against each run alone
-        from lstm_ort.serving.streams_parity import batch_parity
+    if args.batchify:  # streams run as one batch against each run alone; with --carry, chained calls too
+        from lstm_ort.serving.streams.parity import batch_parity
 
         def batched(report, optimized):
             err = batch_parity(original, optimized, args.shape)
-            return ParityResult(err, err, "stock onnxruntime, each entry run alone")
+            result = ParityResult(err, err, "stock onnxruntime, each entry run alone")
+            if not args.carry:
+                return result
+            return worst_of(result, chained_parity(original, optimized, feeds, args.carry, args.calls, tolerance,
+                                                   stock_threads=_stock_threads(report)))
         return batched
     if args.carry:
         return lambda report, optimized: chained_parity(original, optimized, feeds, args.carry, args.calls, tolerance,
@@ -311,17 +322,22 @@ def cmd_check(args) -> int:
         return out.fail(EXIT_INPUT, f"{args.model}: internal error while rewriting ({type(e).__name__}: {e})")
     out.doc["strategies"] = strategy_entries(skeleton(rewritten), args.seq_len, args.batch)
     out.lines += format_strategies(out.doc["strategies"])
+    if args.int8:  # a pass after the rewrite, which check does not run: say what it would do
+        out.doc["int8"] = INT8_CHECK_NOTE
+        out.lines.append(INT8_CHECK_NOTE)
     return out.finish(EXIT_OK)
+
+
+INT8_CHECK_NOTE = ("--precision int8: optimize makes the float32 weights of each rewritten node int8 per output "
+                   "channel, run with DynamicQuantizeLSTM's arithmetic on the CPU kernel (also in CUDA sessions; "
+                   "docs/ops.md, 'int8 weights'), and measures the error this costs; check quantizes nothing, so "
+                   "the precision and plans above are the float model's it starts from")
 
 
 def strategy_entries(model: onnx.ModelProto, T: int | None, B: int | None) -> list[dict]:
     """Which CUDA strategy each FusedLSTM node will use: forced, tuned (for the node's precision),
     or chosen per call, and the precision it runs in; with T and B on a CUDA machine, the plan itself."""
-    try:
-        cache = load_cache()
-    except ValueError as e:
-        cache = {}
-        print(f"lstm-ort: {e}", file=sys.stderr)
+    cache = load_cache(warn=lambda message: print(f"lstm-ort: {message}", file=sys.stderr))
     entries, gpu = [], None
     int8 = int8_node_names(model)
     for node, shape in node_shapes(model):
@@ -403,7 +419,6 @@ def format_strategies(entries: list[dict]) -> list[str]:
 
 def cmd_tune(args) -> int:
     from lstm_ort.rewriter import optimize
-    from lstm_ort.tuning.measure import tune_shape
 
     try:
         model = load_model(Path(args.model))
@@ -412,8 +427,17 @@ def cmd_tune(args) -> int:
     except ModelError as e:
         print(f"lstm-ort: {args.model}: {e}", file=sys.stderr)
         return EXIT_INPUT
-    if args.cpu:
-        return tune_cpu(model, args)
+    try:  # before measuring: a cache that cannot take the winners is said now, not after
+        check_writable()
+        return tune_cpu(model, args) if args.cpu else _tune_cuda(model, args)
+    except CacheError as e:
+        print(f"lstm-ort: {e}", file=sys.stderr)
+        return EXIT_INPUT
+
+
+def _tune_cuda(model: onnx.ModelProto, args) -> int:
+    from lstm_ort.tuning.measure import tune_shape
+
     try:
         import onnxruntime as ort
 
@@ -509,16 +533,6 @@ def tune_targets(model: onnx.ModelProto, precision: str | None) -> list[tuple[No
     return targets
 
 
-def _tolerance(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, not {text}")
-    return value
-
-
 def _versions() -> str:
     import onnxruntime as ort
 
@@ -545,22 +559,10 @@ def _energy(text: str) -> float:
     return value
 
 
-def _shape(text: str) -> tuple[str, list[int]]:
-    name, _, dims = text.partition("=")
-    try:
-        shape = [int(d) for d in dims.split(",")] if dims else []
-    except ValueError:
-        shape = None
-    if not name or shape is None or any(d < 0 for d in shape):
-        raise argparse.ArgumentTypeError(f"--shape takes NAME=D0,D1,... with dims >= 0, got {text!r}")
-    return name, shape
-
-
-def _pair(text: str) -> tuple[str, str]:
-    out, _, inp = text.partition("=")
-    if not out or not inp:
-        raise argparse.ArgumentTypeError(f"--carry takes OUTPUT=INPUT, got {text!r}")
-    return out, inp
+_tolerance = number(at_least=0)
+_shape = named("--shape", "NAME=D0,D1,... with dims >= 0", dims)
+_pair = named("--carry", "OUTPUT=INPUT")
+_count = integer(1)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -574,11 +576,11 @@ def parser() -> argparse.ArgumentParser:
     o.add_argument("--check", action="store_true", help="refuse to write unless outputs match stock onnxruntime")
     o.add_argument("--atol", type=_tolerance, default=None,
                    help="--check: outputs match where |ours - stock| <= atol + rtol x |stock|; default by "
-                        "element type: float32 1e-4, float16 3.9e-3 (4 float16 steps), loosened to the bound of "
-                        "a reduced --precision: tf32 and auto 2e-3, fp16 2e-2, bf16 5e-2")
+                        "element type: float32 1e-4, float16 3.9e-3 (4 float16 steps). --check runs on the CPU, "
+                        "which computes every --precision but bf16 in fp32, so these are the bounds there; bf16 "
+                        "where the CPU runs it: 5e-2")
     o.add_argument("--rtol", type=_tolerance, default=None,
-                   help="--check: the relative part (default float32 1e-5, float16 3.9e-3; a reduced --precision: "
-                        "as its atol)")
+                   help="--check: the relative part (default float32 1e-5, float16 3.9e-3)")
     o.add_argument("--shape", action="append", type=_shape, default=[], metavar="NAME=D0,D1,...",
                    help="--check: the shape to feed input NAME (repeatable); unknown dims default to 3 "
                         "(the shapes used are in --json's check_feeds)")
@@ -587,7 +589,7 @@ def parser() -> argparse.ArgumentParser:
     o.add_argument("--carry", action="append", type=_pair, default=[], metavar="OUTPUT=INPUT",
                    help="--check a streaming model over chained calls: OUTPUT of one call feeds INPUT of the "
                         "next (repeatable; e.g. stateN=state)")
-    o.add_argument("--calls", type=int, default=50, help="--check: chained calls with --carry (default 50)")
+    o.add_argument("--calls", type=_count, default=50, help="--check: chained calls with --carry (default 50)")
     o.add_argument("--sequence-lens-input", action="store_true",
                    help="add a sequence_lens input for exact ragged batches (lstm-ort batch; docs/serving.md)")
     o.add_argument("--batchify", action="store_true",
@@ -607,7 +609,9 @@ def parser() -> argparse.ArgumentParser:
                         "where that is expected faster there, else kept whole with the reason in the report "
                         "(docs/ops.md, 'Factored weights'): on the CPU wherever the rank saves work; on CUDA only "
                         "at precision fp32, rank <= H/4 and a batch the model or --shape gives, with H >= 1024 and "
-                        "B >= 64 or H >= 512 and B >= 256. Default any: only where it pays on both")
+                        "B >= 64 or H >= 512 and B >= 256; any: only where it pays on both. Default: the devices "
+                        "this install runs (any where lstm_ort's CUDA kernels load, else cpu); the report says "
+                        "which")
     o.add_argument("--calibration", metavar="FILE.npz",
                    help="with --low-rank: inputs to measure the error on, arrays by input name with a leading "
                         "sample axis (default: seeded random unit-scale inputs)")
@@ -635,15 +639,15 @@ def parser() -> argparse.ArgumentParser:
     t = sub.add_parser("tune", help="measure the CUDA strategies for a model's FusedLSTM nodes on this GPU and "
                                     "cache the winners, which lstm_ort.InferenceSession then uses")
     t.add_argument("model", help="an optimized model (a model with plain LSTMs is optimized in memory first)")
-    t.add_argument("--seq-len", type=int, nargs="+", required=True, help="sequence lengths T to tune for")
-    t.add_argument("--batch", type=int, nargs="+", required=True, help="batch sizes B to tune for")
-    t.add_argument("--runs", type=int, default=20, help="timed runs per strategy (median)")
+    t.add_argument("--seq-len", type=_count, nargs="+", required=True, help="sequence lengths T to tune for")
+    t.add_argument("--batch", type=_count, nargs="+", required=True, help="batch sizes B to tune for")
+    t.add_argument("--runs", type=_count, default=20, help="timed runs per strategy (median)")
     t.add_argument("--precision", choices=PRECISIONS, default=None,
                    help="tune for this precision mode (winners are cached per precision); default: each node's own")
     t.add_argument("--json", action="store_true", help="also print the measurements as JSON")
     t.add_argument("--cpu", action="store_true", help="tune the CPU kernel's choice instead: FusedLSTM's own "
                    "kernel or onnxruntime's, per shape class and thread count (docs/cpu.md, 'The floor')")
-    t.add_argument("--threads", type=int, nargs="+", default=None,
+    t.add_argument("--threads", type=_count, nargs="+", default=None,
                    help="--cpu: intra-op thread counts to tune for (default: the cores)")
     add_batch_parser(sub)
     add_streams_bench_parser(sub)
@@ -659,11 +663,9 @@ def _main(argv) -> int:
     p = parser()
     try:
         args = p.parse_args(argv)
-        if args.command == "tune" and (min(args.seq_len) < 1 or min(args.batch) < 1 or args.runs < 1):
-            p.error("--seq-len, --batch and --runs must be >= 1")
+        if args.command == "tune" and args.threads is not None and not args.cpu:
+            p.error("--threads goes with --cpu (the CUDA tuner measures no thread counts)")
         if args.command == "optimize":
-            if args.calls < 1:
-                p.error("--calls must be >= 1")
             args.shape, args.carry = dict(args.shape), dict(args.carry)
             low_rank = args.low_rank is not None or args.low_rank_energy is not None
             if args.batchify and low_rank:
@@ -678,7 +680,6 @@ def _main(argv) -> int:
                     p.error(f"{flag} goes with --low-rank, --low-rank-energy" +
                             (" or --precision int8" if not flag.startswith("--low-rank-") else ""))
             args.low_rank_target = args.low_rank_target or "both"
-            args.low_rank_device = args.low_rank_device or "any"
             if args.low_rank_energy is not None:
                 args.low_rank = 0  # 0: by energy (cmd_optimize reads args.low_rank is not None as "factor")
         if args.command in ("optimize", "check"):

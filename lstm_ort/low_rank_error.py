@@ -39,8 +39,12 @@ class CalibrationError(ValueError):
 
 
 class ErrorNotMeasured(ValueError):
-    """The error is not a finite number: the unfactored model's outputs are not finite on the
-    inputs (nothing to measure there), or the factored model's are not where they are."""
+    """The error is not a finite number: the model before the lossy pass has outputs that are not
+    finite on the inputs (nothing to measure there), or the changed model's are not where they are."""
+
+
+# What `measure` calls the two models and the error, per pass (`what`): the words of its messages.
+_WORDS = {"low-rank": ("unfactored", "factored"), "int8": ("float", "int8")}
 
 
 # ---- inputs ----
@@ -131,8 +135,9 @@ def _feedable(inputs: dict[str, onnx.ValueInfoProto], name: str, array, what: st
 class _Error:
     """Max-abs and relative error accumulated over samples (float64)."""
 
-    def __init__(self) -> None:
+    def __init__(self, sides: tuple[str, str] = _WORDS["low-rank"]) -> None:
         self.max_abs, self.diff2, self.ref2 = 0.0, 0.0, 0.0
+        self.sides = sides  # the model before the pass and the changed one, in words
         self.not_finite: str | None = None  # why the figure is no number, if it is not
 
     def add(self, ref: np.ndarray, got: np.ndarray, sample: int = 0) -> None:
@@ -142,12 +147,13 @@ class _Error:
             ref, got = (np.asarray(ref) != np.asarray(got)).astype(np.float64), np.zeros(np.shape(ref))
         a, b = np.asarray(ref, np.float64), np.asarray(got, np.float64)
         if self.not_finite is None:
-            for side, values in (("unfactored", a), ("factored", b)):
+            before, after = self.sides
+            for side, values in ((before, a), (after, b)):
                 if not np.isfinite(values).all():
                     value = values[~np.isfinite(values)][0]
                     self.not_finite = (f"the {side} model's output holds {value} on sample {sample}" +
-                                       (": no error can be measured there" if side == "unfactored" else
-                                        " where the unfactored model's is finite"))
+                                       (": no error can be measured there" if side == before else
+                                        f" where the {before} model's is finite"))
                     break
         with np.errstate(invalid="ignore"):
             d = np.where((a == b) | (np.isnan(a) & np.isnan(b)), 0.0, np.abs(a - b))
@@ -244,9 +250,11 @@ def is_factored(node: onnx.NodeProto, constants: dict) -> bool:
 
 
 def measure(unfactored: onnx.ModelProto, factored: onnx.ModelProto,
-            samples: list[dict[str, np.ndarray]], changed=is_factored) -> tuple[list[ErrorFigure], list[ErrorFigure]]:
+            samples: list[dict[str, np.ndarray]], changed=is_factored,
+            what: str = "low-rank") -> tuple[list[ErrorFigure], list[ErrorFigure]]:
     """(per model output, per FusedLSTM node) errors of `factored` against `unfactored`; a node is
-    measured where `changed(node of factored, its constants)` says the pass changed it."""
+    measured where `changed(node of factored, its constants)` says the pass changed it. `what`
+    names the pass in messages ("low-rank" or "int8", _WORDS)."""
     consts = {"unfactored": _constants(unfactored), "factored": _constants(factored)}
     nodes = list(zip(_fused(unfactored), _fused(factored)))
     # The unfactored model shows the call inputs of its main-graph nodes as extra outputs.
@@ -262,7 +270,7 @@ def measure(unfactored: onnx.ModelProto, factored: onnx.ModelProto,
     capture.graph.output.extend(helper.make_tensor_value_info(n, shown[n], None) for n in extra)
     ref_session, got_session = _session(capture), _session(factored)
     feed_names = {i.name for i in ref_session.get_inputs()}
-    outputs = {name: _Error() for name in names}
+    outputs = {name: _Error(_WORDS[what]) for name in names}
     seen: list[dict[str, np.ndarray]] = []
     for k, sample in enumerate(samples):
         feeds = {name: v for name, v in sample.items() if name in feed_names}
@@ -273,13 +281,13 @@ def measure(unfactored: onnx.ModelProto, factored: onnx.ModelProto,
         seen.append({**feeds, **dict(zip(extra, ref[len(names):]))})
     del ref_session, got_session
     for name in names:
-        _require_finite(f"output {name}", outputs[name])
+        _require_finite(f"output {name}", outputs[name], what)
 
     per_node = []
     for k, ((node, main), (twin, _)) in enumerate(nodes):
         if not changed(twin, consts["factored"]):
             continue  # kept as it was: the same node
-        error = _Error()
+        error = _Error(_WORDS[what])
         runtime = _runtime_inputs(node, consts["unfactored"])
         if main:
             feeds_list, how = [{n: s[n] for n in runtime} for s in seen], "captured"
@@ -294,11 +302,11 @@ def measure(unfactored: onnx.ModelProto, factored: onnx.ModelProto,
         for sample, feeds in enumerate(feeds_list):
             for a, b in zip(ref.run(None, feeds), got.run(None, feeds)):
                 error.add(a, b, sample)
-        _require_finite(f"node {node.name or f'FusedLSTM #{k}'}", error)
+        _require_finite(f"node {node.name or f'FusedLSTM #{k}'}", error, what)
         per_node.append(error.figure(node.name or f"FusedLSTM #{k}", how))
     return [outputs[n].figure(n) for n in names], per_node
 
 
-def _require_finite(what: str, error: _Error) -> None:
+def _require_finite(where: str, error: _Error, what: str) -> None:
     if error.not_finite:
-        raise ErrorNotMeasured(f"low-rank error: not finite on {what}: {error.not_finite}")
+        raise ErrorNotMeasured(f"{what} error: not finite on {where}: {error.not_finite}")

@@ -88,6 +88,32 @@ def test_bad_attributes(attrs, message):
     assert message in run_error(model_with(FULL, {}, attrs), good_feeds())
 
 
+@pytest.mark.parametrize("name, value, message", [
+    ("cpu_kernel", 3, "attribute cpu_kernel must be a string, got an int"),
+    ("cpu_kernel", 1.5, "attribute cpu_kernel must be a string, got a float"),
+    ("cpu_kernel", [1, 2], "attribute cpu_kernel must be a string, got a list of ints"),
+    ("strategy", 2, "attribute strategy must be a string, got an int"),
+    ("precision", [0.5], "attribute precision must be a string, got a list of floats"),
+    ("debug", 1, "attribute debug must be a string, got an int"),
+    ("direction", 1, "attribute direction must be a string, got an int"),
+    ("layout", "0", "attribute layout must be an int, got a string"),
+    ("num_layers", 1.0, "attribute num_layers must be an int, got a float"),
+    ("clip", 3, "attribute clip must be a float, got an int"),
+    ("clip", "3", "attribute clip must be a float, got a string"),
+    ("activation_alpha", 0.5, "attribute activation_alpha must be a list of floats, got a float"),
+    ("rank_input", 2, "attribute rank_input must be a list of ints, got an int"),
+    ("rank_input", "2", "attribute rank_input must be a list of ints, got a string"),
+], ids=lambda v: repr(v)[:24])
+def test_an_attribute_of_another_type_is_an_error_naming_it(name, value, message):
+    """Issue 45 row 7: once read as absent (an int cpu_kernel ran as auto, an int clip clipped nothing)."""
+    assert message in run_error(model_with(FULL, {}, {"hidden_size": H, name: value}), good_feeds())
+
+
+def test_hidden_size_of_another_type():
+    assert "attribute hidden_size must be an int, got a string" in run_error(
+        model_with(FULL, {}, {"hidden_size": str(H)}), good_feeds())
+
+
 def test_wrong_dtype_x():
     feeds = good_feeds()
     feeds["X"] = feeds["X"].astype(np.float64)

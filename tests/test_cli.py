@@ -111,5 +111,5 @@ def test_check_chains_streaming_states(tmp_path, capsys):
     assert main(args) == EXIT_OK
     doc = json.loads(capsys.readouterr().out)
     assert doc["check"]["passed"] and "50 chained calls" in doc["check"]["compared_with"]
-    assert main([*args[:-4], "--carry", "nope=h"]) == EXIT_INPUT  # names no output of the model
-    assert "--carry names no output/input pair" in json.loads(capsys.readouterr().out)["error"]
+    assert main([*args[:-4], "--carry", "nope=h"]) == EXIT_USAGE  # names no output of the model
+    assert "--carry nope=h: 'nope' is none of the model's outputs" in json.loads(capsys.readouterr().out)["error"]

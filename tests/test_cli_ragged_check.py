@@ -1,4 +1,4 @@
-"""Issue 36: `optimize --sequence-lens-input --check` (serving/parity.py) on the machinery of the plain
+"""Issue 36: `optimize --sequence-lens-input --check` (serving/batch/parity.py) on the machinery of the plain
 --check: layout-1 twins, per-entry initial states and lengths, refusals instead of tracebacks; a
 check that compared nothing fails; the low-rank error refuses values it cannot measure."""
 
@@ -111,7 +111,7 @@ def test_ragged_check_runs_each_entry_with_its_own_states(rng):
     """Entry b is run alone with its own initial states (random, different per entry): paired
     with another entry's, the check would fail on this correct model."""
     from lstm_ort.rewriter import optimize
-    from lstm_ort.serving.parity import ragged_parity
+    from lstm_ort.serving.batch.parity import ragged_parity
     from lstm_ort.verify import FLOAT32_TOLERANCE, random_feeds
 
     model = _model(rng, initial_states=True, num_layers=2)
@@ -125,7 +125,7 @@ def test_ragged_check_compares_each_entry(rng, monkeypatch):
     """The per-entry part is no formality: ours off by 1e-3 on the last step of one entry, in the
     run with distinct lengths only (the full-length run is right), fails the check."""
     from lstm_ort.rewriter import optimize
-    from lstm_ort.serving import parity as ragged
+    from lstm_ort.serving.batch import parity as ragged
     from lstm_ort.verify import FLOAT32_TOLERANCE
 
     model = _model(rng, outputs=("Y", "Y_h"))

@@ -393,3 +393,46 @@ def test_check_layout1_with_a_layer_left(tmp_path, capsys):
     assert main(["optimize", str(src), "-o", str(tmp_path / "o.onnx"), "--check", "--json"]) == EXIT_OK
     doc = json.loads(capsys.readouterr().out)
     assert doc["check"]["passed"] and [f["rewritten"] for f in doc["findings"]] == [True, False, True]
+
+
+# --- issue 45 rows 8, 9: --shape and --carry name what the model has, with or without --batchify ----
+
+@pytest.fixture
+def stateful_path(tmp_path):
+    spec = LstmSpec(input_size=4, hidden_size=5, num_layers=2)
+    model = stock_model(spec, random_layers(spec, np.random.default_rng(0)), initial_states=True)
+    return save(model, tmp_path / "s.onnx")
+
+
+@pytest.mark.parametrize("batchify", [[], ["--batchify"]], ids=["plain", "batchify"])
+@pytest.mark.parametrize("flags, says", [
+    (["--shape", "nosuch=4,1,8"], "--shape 'nosuch' is none of the model's inputs (X, initial_h, initial_c)"),
+    (["--shape", "X=4,8"], "--shape input 'X' has rank 3; the shape given, [4, 8], has 2 dims"),
+    (["--shape", "X=4,1,4,1"], "--shape input 'X' has rank 3; the shape given, [4, 1, 4, 1], has 4 dims"),
+    (["--shape", "l0_W=1,20,4"], "--shape 'l0_W' is none of the model's inputs"),  # an initializer: never fed
+    (["--carry", "nope=initial_h"], "--carry nope=initial_h: 'nope' is none of the model's outputs (Y, Y_h, Y_c)"),
+    (["--carry", "Y_h=h0"], "--carry Y_h=h0: 'h0' is none of the model's inputs (X, initial_h, initial_c)"),
+    (["--carry", "Y_h=initial_h", "--carry", "Y_c=nope"], "--carry Y_c=nope: 'nope' is none of the model's inputs"),
+], ids=["unknown-input", "rank-2", "rank-4", "initializer", "carry-output", "carry-input", "second-carry"])
+def test_check_names_refused_before_any_work(stateful_path, tmp_path, capsys, batchify, flags, says):
+    dst = tmp_path / "o.onnx"
+    assert main(["optimize", str(stateful_path), "-o", str(dst), "--check", *batchify, *flags]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert says in err and "Traceback" not in err and not dst.exists()
+
+
+def test_shape_without_check_is_checked_too(stateful_path, tmp_path, capsys):
+    """--shape also gives the batch --low-rank plans for: a name the model lacks is refused there too."""
+    args = ["optimize", str(stateful_path), "-o", str(tmp_path / "o.onnx"), "--low-rank", "2", "--shape", "x=4,1,4"]
+    assert main(args) == EXIT_USAGE
+    assert "--shape 'x' is none of the model's inputs" in capsys.readouterr().err
+
+
+def test_batchify_check_runs_the_carried_calls(stateful_path, tmp_path, capsys):
+    """--carry and --calls under --batchify: the streams as one batch, and chained calls of one."""
+    dst = tmp_path / "o.onnx"
+    assert main(["optimize", str(stateful_path), "-o", str(dst), "--batchify", "--check", "--carry", "Y_h=initial_h",
+                 "--carry", "Y_c=initial_c", "--calls", "7", "--json"]) == EXIT_OK
+    check = json.loads(capsys.readouterr().out)["check"]
+    assert check["passed"] and check["compared_with"] == ("stock onnxruntime, each entry run alone; "
+                                                          "stock onnxruntime over 7 chained calls")

@@ -64,10 +64,32 @@ def test_bad_value_fails_the_session_naming_the_key(key, value, message, rng):
         InferenceSession(fused_model(SPEC, random_layers(SPEC, rng)), debug={key: value})
 
 
+@pytest.mark.parametrize("key, value, takes", [
+    ("strict", "2", "0 or 1"), ("strategy", "warp", "auto, tiled, splitk, persistent, wavefront or cluster"),
+    ("gemm_step", "yes", "0 or 1"), ("cluster_size", "0", "a cluster size from 1 to 16"),
+    ("persistent_chunks", "5", "1, 2, 3 or 4"), ("mma", "int8", "fma, 3xtf32, tf32, fp16 or bf16"),
+])
+def test_a_bad_value_fails_a_cpu_session_by_every_way_in(key, value, takes, monkeypatch, rng):
+    """Issue 45 row 7: the per-node keys are checked on every kernel, the CPU's too, whether the value
+    comes as the environment's alias, the session entry or the debug keyword (once the CPU kernel
+    never read the alias: LSTM_ORT_STRICT=2 ran)."""
+    model = fused_model(SPEC, random_layers(SPEC, rng))
+    with pytest.raises(Exception, match=f"debug key {key} must be {takes}, got '{value}'"):
+        InferenceSession(model, debug={key: value})
+    with pytest.raises(Exception, match=f"debug key {key} must be {takes}, got '{value}'"):
+        InferenceSession(model, options(**{key: value}))
+    alias = f"LSTM_ORT_{key.upper()}"
+    monkeypatch.setenv(alias, value)
+    with pytest.raises(Exception, match=f"{alias} must be {takes}, got '{value}'"):
+        InferenceSession(model, providers=["CPUExecutionProvider"])
+    monkeypatch.delenv(alias)
+    InferenceSession(model, providers=["CPUExecutionProvider"])
+
+
 def test_every_key_has_a_session_entry():
     assert list(DEBUG_KEYS) == ["strict", "strategy", "mma", "gemm_step", "half_step_weights", "cluster_size",
                                 "cluster_slices", "persistent_tile", "persistent_chunks", "low_rank_stepwise",
-                                "call_graphs"]
+                                "call_graphs", "mma_step", "mma_step_tile", "mma_step_pdl", "mma_step_layers"]
 
 
 def test_bad_cpu_alias_fails_the_session_naming_the_variable(tmp_path, rng):

@@ -2,6 +2,8 @@
 DynamicQuantizeLSTM arithmetic, and the error this costs is measured and bounded as for
 --low-rank (rewriter/int8_weights.py)."""
 
+import json
+
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -95,3 +97,52 @@ def test_cli_measures_on_calibration_and_refuses_beyond_max_error(tmp_path):
     assert not dst.exists()
     assert main(["optimize", str(src), "-o", str(dst), "--precision", "int8", "--low-rank", "4"]) == EXIT_USAGE
     assert main(["optimize", str(src), "-o", str(dst), "--max-error", "0.1"]) == EXIT_USAGE
+
+
+# --- issue 45 row 12: int8's own words, never NumPy's warnings or low rank's --------------------
+
+def _with_weight(model, name: str, value: float, at: int = 3):
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    for i, t in enumerate(out.graph.initializer):
+        if t.name == name:
+            a = onnx.numpy_helper.to_array(t).copy()
+            a.flat[at] = value
+            out.graph.initializer[i].CopyFrom(onnx.numpy_helper.from_array(a, name))
+    return out
+
+
+@pytest.mark.parametrize("weight", ["l0_W", "l1_R"])
+@pytest.mark.parametrize("value", [np.inf, -np.inf, np.nan])
+def test_a_weight_int8_cannot_hold_leaves_the_node_float(tmp_path, capfd, weight, value):
+    src, dst = tmp_path / "w.onnx", tmp_path / "o.onnx"
+    onnx.save(_with_weight(_model(seq_lens=False), weight, value), src)
+    assert main(["optimize", str(src), "-o", str(dst), "--precision", "int8"]) == EXIT_OK
+    out, err = capfd.readouterr()
+    part, layer = weight[-1], weight[1]
+    assert f"left float: {part} of layer {layer} holds {value}, which int8 levels cannot hold" in out
+    assert "RuntimeWarning" not in err and "low-rank" not in out + err and "factored" not in out + err
+    assert _fused_node(onnx.load(dst)).input[1].endswith("W")  # the float weights, kept
+
+
+def test_int8_not_finite_error_speaks_of_int8():
+    from lstm_ort import low_rank_error
+    from lstm_ort.low_rank_error import ErrorNotMeasured
+
+    spec = LstmSpec(input_size=4, hidden_size=5)
+    float_model = optimize(stock_model(spec, random_layers(spec, np.random.default_rng(0))))
+    broken = _with_weight(float_model, _fused_node(float_model).input[1], np.nan, at=0)
+    samples, _ = low_rank_error.samples_for(float_model)
+    with pytest.raises(ErrorNotMeasured, match=r"^int8 error: not finite on output \S+: the int8 model's output "
+                                               r"holds nan on sample 0 where the float model's is finite$"):
+        low_rank_error.measure(float_model, broken, samples, changed=lambda *_: False, what="int8")
+
+
+def test_check_says_what_int8_does(tmp_path, capsys):
+    src = tmp_path / "m.onnx"
+    onnx.save(_model(), src)
+    assert main(["check", str(src), "--precision", "int8"]) == EXIT_OK
+    out = capsys.readouterr().out
+    assert "--precision int8: optimize makes the float32 weights of each rewritten node int8 per output channel" in out
+    assert main(["check", str(src), "--precision", "int8", "--json"]) == EXIT_OK
+    assert json.loads(capsys.readouterr().out)["int8"].startswith("--precision int8: optimize makes")

@@ -138,6 +138,36 @@ def test_bad_options_are_clear_errors(kwargs, message):
         LowRank(**kwargs)
 
 
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(low_rank="4"), "low_rank must be a rank"), (dict(low_rank=4.0), "low_rank must be a rank"),
+    (dict(low_rank=True), "low_rank must be a rank"), (dict(low_rank=[4]), "low_rank must be a rank"),
+    (dict(low_rank=0), "the rank must be an integer >= 1"), (dict(low_rank=-3), "the rank must be an integer >= 1"),
+    (dict(max_error=0.1), "max_error goes with low_rank or precision='int8'"),
+    (dict(low_rank=2, max_error=float("nan")), "max_error must be a finite number >= 0"),
+    (dict(low_rank=2, max_error=-1), "max_error must be a finite number >= 0"),
+    (dict(low_rank=2, max_error="0.1"), "max_error must be a finite number >= 0"),
+    (dict(calibration="c.npz"), "calibration goes with low_rank or precision='int8'"),
+    (dict(low_rank=2, calibration=5), "calibration must be an .npz path or a list of feed dicts"),
+    (dict(precision="fp64"), "precision must be one of"), (dict(precision=16), "precision must be one of"),
+    (dict(precision="int8", low_rank=2), "precision int8 and low_rank: choose one"),
+    (dict(batchify="yes"), "batchify must be True or False"), (dict(fold_constants=None), "fold_constants must be"),
+    (dict(freeze_inputs=1), "freeze_inputs must be"), (dict(sequence_lens_input="no"), "sequence_lens_input must be"),
+    (dict(report={}), "report must be a lstm_ort.Report"), (dict(rules="single_lstm"), "rules must be a list"),
+], ids=lambda v: repr(v)[:40] if isinstance(v, dict) else "")
+def test_optimize_names_a_bad_argument(spec, rng, kwargs, message):
+    """Issue 45 row 13: every public parameter of lstm_ort.optimize, before any work."""
+    import lstm_ort
+
+    with pytest.raises(ValueError, match=message):
+        lstm_ort.optimize(stock_model(spec, random_layers(spec, rng)), **kwargs)
+
+
+def test_optimize_takes_a_numpy_rank(spec, rng):
+    report = Report()
+    optimize(stock_model(spec, random_layers(spec, rng)), low_rank=np.int64(2), report=report)
+    assert report.low_rank.option.startswith("rank 2,")
+
+
 def test_a_rank_no_matrix_can_take_is_refused(spec, rng):
     with pytest.raises(LowRankError, match="rank 100 exceeds the smaller side of every matrix it targets"):
         optimize(stock_model(spec, random_layers(spec, rng)), low_rank=100)

@@ -163,10 +163,11 @@ def spec():
 
 
 def test_default_keeps_every_layer_whole_without_a_batch_and_says_why(spec, rng):
-    """--low-rank for any device (the default) or CUDA, without a batch size: nothing can show that
-    factoring pays on CUDA, so the model comes back unfactored, every matrix with the reason."""
+    """--low-rank for any device (the default where CUDA kernels load) or CUDA, without a batch size:
+    nothing can show that factoring pays on CUDA, so the model comes back unfactored, every matrix
+    with the reason."""
     model = stock_model(spec, random_layers(spec, rng))
-    for option in (LowRank(rank=4), LowRank(rank=4, device="cuda")):
+    for option in (LowRank(rank=4, device="any"), LowRank(rank=4, device="cuda")):
         report = Report()
         out = optimize(model, low_rank=option, report=report)
         lr = report.low_rank
@@ -202,9 +203,33 @@ def model_path(tmp_path, spec, rng):
     return path
 
 
-def test_cli_default_keeps_whole_and_cpu_factors(model_path, tmp_path, capsys):
+def test_cli_default_is_the_devices_this_install_runs(model_path, tmp_path, capsys, monkeypatch):
+    """Issue 45: a CPU-only install once factored nothing unless told --low-rank-device cpu."""
+    from lstm_ort.runtime import library
+
     out = tmp_path / "out.onnx"
+    monkeypatch.setattr(library, "install_devices", lambda: "cpu")
     assert main(["optimize", str(model_path), "-o", str(out), "--low-rank", "4"]) == EXIT_OK
+    assert ("low-rank (rank 4, both weights, for CPU (the devices this install runs)): 8 of 8 matrices factored"
+            in capsys.readouterr().out)
+    monkeypatch.setattr(library, "install_devices", lambda: "any")
+    assert main(["optimize", str(model_path), "-o", str(out), "--low-rank", "4"]) == EXIT_OK
+    assert ("low-rank (rank 4, both weights, for CPU and CUDA (the devices this install runs)): 0 of 8"
+            in capsys.readouterr().out)
+
+
+def test_install_devices_is_cpu_without_cuda_kernels():
+    import onnxruntime as ort
+
+    from lstm_ort.runtime.library import cuda_status, install_devices
+
+    cuda = "CUDAExecutionProvider" in ort.get_available_providers() and cuda_status()[0]
+    assert install_devices() == ("any" if cuda else "cpu")
+
+
+def test_cli_any_keeps_whole_and_cpu_factors(model_path, tmp_path, capsys):
+    out = tmp_path / "out.onnx"
+    assert main(["optimize", str(model_path), "-o", str(out), "--low-rank", "4", "--low-rank-device", "any"]) == EXIT_OK
     text = capsys.readouterr().out
     assert "low-rank (rank 4, both weights, for CPU and CUDA): 0 of 8 matrices factored" in text
     assert "kept whole: on CUDA factoring pays only at precision fp32" in text and "--low-rank-device cpu" in text

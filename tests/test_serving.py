@@ -12,7 +12,7 @@ from lstm_ort import InferenceSession
 from lstm_ort.builders import LstmSpec, fused_model, random_layers, stock_model
 from lstm_ort.rewriter import Report, optimize
 from lstm_ort.serving import BucketingBatcher, NotRaggedExact, analyze
-from lstm_ort.serving import buckets as bk
+from lstm_ort.serving.batch import buckets as bk
 
 LENGTHS = [5, 1, 9, 3, 2, 7, 2, 4, 6, 1, 8]
 
@@ -254,7 +254,7 @@ def test_each_session_gets_its_runner(rng):
     EP, a pipelining session's stream for one that runs calls as a stream."""
     from lstm_ort.pipeline import PipelineSession
     from lstm_ort.pipeline.fake import FakeBackend
-    from lstm_ort.serving.batch_runners import HostRunner, StreamRunner, runner_for
+    from lstm_ort.serving.batch.runners import HostRunner, StreamRunner, runner_for
 
     spec = LstmSpec(3, 6, num_layers=2)
     model = optimized(spec, rng)
@@ -275,7 +275,7 @@ def test_each_session_gets_its_runner(rng):
 def test_cuda_session_runs_with_io_binding(rng):
     """On the CUDA EP the batches are bound to the device (BindingRunner), sequence_lens on the host;
     every sequence's outputs equal the CPU batcher's."""
-    from lstm_ort.serving.batch_runners import BindingRunner
+    from lstm_ort.serving.batch.runners import BindingRunner
 
     spec = LstmSpec(4, 8, num_layers=2, direction="bidirectional")
     model = optimized(spec, rng)

@@ -1,4 +1,4 @@
-"""lstm_ort.serving.ray on a local Ray cluster: the same results as the batcher, rows kept."""
+"""lstm_ort.serving.batch.ray on a local Ray cluster: the same results as the batcher, rows kept."""
 
 import subprocess
 import sys
@@ -11,7 +11,7 @@ from lstm_ort.rewriter import optimize
 
 
 def test_serving_imports_neither_ray_nor_the_rewriter():
-    code = ("import sys, lstm_ort, lstm_ort.serving, lstm_ort.serving.batcher, lstm_ort.serving.cli; "
+    code = ("import sys, lstm_ort, lstm_ort.serving, lstm_ort.serving.batch.batcher, lstm_ort.serving.batch.cli; "
             "lstm_ort.serving.BucketingBatcher; "
             "print(sorted(m for m in sys.modules if m == 'ray' or m.startswith(('lstm_ort.rewriter', 'onnxscript'))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
@@ -24,7 +24,7 @@ def test_predict_on_a_local_cluster(tmp_path, rng):
     import pyarrow as pa
 
     from lstm_ort.serving import BucketingBatcher
-    from lstm_ort.serving.ray import predict
+    from lstm_ort.serving.batch.ray import predict
 
     spec = LstmSpec(3, 5, direction="bidirectional")
     model = optimize(stock_model(spec, random_layers(spec, rng)), sequence_lens_input=True)

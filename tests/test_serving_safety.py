@@ -110,7 +110,7 @@ _SLOW = textwrap.dedent("""
     import sys, time
     from pathlib import Path
     import numpy as np
-    import lstm_ort.serving.batcher as batcher
+    import lstm_ort.serving.batch.batcher as batcher
     from lstm_ort.cli import main
     ready, phase = Path(sys.argv[1]), sys.argv[2]
     if phase == "run":
@@ -276,7 +276,7 @@ def test_available_and_unavailable_providers_note_the_fallback(model, seqs, tmp_
 def test_ray_predictor_renames_clashing_output_columns(model, seqs, tmp_path):
     pytest.importorskip("ray", reason="Ray is not installed (pip install 'lstm-ort[serving]')")
     pa, pq = pytest.importorskip("pyarrow"), pytest.importorskip("pyarrow.parquet")
-    from lstm_ort.serving.ray import LstmOrtPredictor
+    from lstm_ort.serving.batch.ray import LstmOrtPredictor
 
     table = pa.table({"x": pa.array([s.tolist() for s in seqs.values()], pa.list_(pa.list_(pa.float32()))),
                       "Y": ["kept", "as", "is"]})

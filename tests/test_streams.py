@@ -1,4 +1,4 @@
-"""StreamBatcher (lstm_ort/serving/streams.py): many streams stepping concurrently from several
+"""StreamBatcher (lstm_ort/serving/streams/): many streams stepping concurrently from several
 client threads, each getting what its own session call per step gives it (issue 39's exactness
 test); real models (silero-vad and the g2p-id decoder from the corpus, a torch export with (h, c)
 carried), groups by chunk length and by the value of inputs without a batch axis, the fallback to
@@ -236,7 +236,7 @@ def test_step_batch_first_of_its_kind(torch_hc, rng):
 
 
 def test_counters_keep_the_last_window():
-    from lstm_ort.serving.streams_stats import WINDOW, Counters
+    from lstm_ort.serving.streams.stats import WINDOW, Counters
 
     c = Counters()
     for k in range(3):  # 1.5 windows of steps, the ring wraps

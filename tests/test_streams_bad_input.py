@@ -166,21 +166,25 @@ def test_a_failing_step_fails_alone_and_its_stream_stays_usable(rng):
 
 
 def test_close_drops_queued_steps(model, rng):
+    """Steps of one stream run in order, one at a time: those still queued when it closes fail with
+    StreamClosed, the ones before ran whole (a step never runs after a later one failed closed)."""
     with StreamBatcher(model, CARRY, max_wait_ms=200) as b:
         blockers = [b.open() for _ in range(3)]
         s = b.open()
-        first = b.submit(s, x(rng))
-        queued = [b.submit(s, x(rng)) for _ in range(3)]
+        futures = [b.submit(s, x(rng)) for _ in range(40)]
         b.close(s)
-        for f in queued:
-            with pytest.raises(StreamClosed, match="closed before this step ran"):
-                f.result()
-        try:  # the first one was waiting for company (or already ran): closed or done, never wrong
-            out = first.result()
-            assert len(out) == 3
-        except StreamClosed:
-            pass
+        outcomes = []
+        for f in futures:
+            try:
+                outcomes.append(len(f.result()) == 3)
+            except StreamClosed as e:
+                assert "closed before this step ran" in str(e)
+                outcomes.append(False)
+        assert outcomes == sorted(outcomes, reverse=True)  # done ones first, then only closed ones
+        assert not outcomes[-1]  # 40 steps do not all run before close returns
         assert b.open_streams == 3 and len(blockers) == 3
+        with pytest.raises(StreamClosed):
+            b.step(s, x(rng))
 
 
 def test_shutdown(model, rng):

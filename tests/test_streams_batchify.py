@@ -17,7 +17,7 @@ from lstm_ort.cli import main
 from lstm_ort.rewriter import Report, optimize
 from lstm_ort.rewriter.batchify import BatchifyRefused, batchify
 from lstm_ort.serving.streams import StreamBatcher
-from lstm_ort.serving.streams_parity import batch_parity
+from lstm_ort.serving.streams.parity import batch_parity
 
 _spec = importlib.util.spec_from_file_location("streams_support", Path(__file__).parent / "streams_support.py")
 support = sys.modules.get("streams_support") or importlib.util.module_from_spec(_spec)

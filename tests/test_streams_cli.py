@@ -8,7 +8,7 @@ import pytest
 
 from lstm_ort.builders import LstmSpec, fused_model, random_layers
 from lstm_ort.cli import main
-from lstm_ort.serving.streams_cli import print_table
+from lstm_ort.serving.streams.cli import print_table
 
 ARGS = ["--carry", "Y_h=initial_h", "--carry", "Y_c=initial_c", "--chunk", "X=2,1,6", "--streams", "12",
         "--threads", "3", "--seconds", "0.3", "--warmup", "0.1"]
@@ -50,6 +50,22 @@ def test_streams_bench_bad_options(model_path, capsys, extra, code, message):
     assert main(["streams-bench", str(model_path), *ARGS, *extra]) == code
     if message:
         assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flag, value, bound", [
+    ("--seconds", "nan", "a finite number > 0"), ("--seconds", "inf", "a finite number > 0"),
+    ("--seconds", "0", "a finite number > 0"), ("--warmup", "nan", "a finite number >= 0"),
+    ("--warmup", "-1", "a finite number >= 0"), ("--interval-ms", "nan", "a finite number > 0"),
+    ("--interval-ms", "-inf", "a finite number > 0"), ("--max-wait-ms", "nan", "a finite number >= 0"),
+    ("--max-wait-ms", "inf", "a finite number >= 0"), ("--max-wait-ms", "1e999", "a finite number >= 0"),
+    ("--max-wait-ms", "-1", "a finite number >= 0"), ("--max-wait-ms", "soon", "a finite number >= 0"),
+    ("--intra-op-threads", "-1", "an integer >= 0"), ("--intra-op-threads", "2.5", "an integer >= 0"),
+])
+def test_streams_bench_hostile_numbers_are_usage_errors(model_path, capsys, flag, value, bound):
+    """Issue 45 row 10: refused before any session starts (NaN measured nothing, inf hung the worker)."""
+    assert main(["streams-bench", str(model_path), *ARGS, f"{flag}={value}"]) == 2
+    err = capsys.readouterr().err
+    assert f"argument {flag}: must be {bound}" in err and repr(value) in err and "Traceback" not in err
 
 
 def test_streams_bench_missing_model(tmp_path, capsys):

@@ -1,4 +1,4 @@
-"""States kept on the session's device (lstm_ort/serving/streams_device.py): the model wrapped in
+"""States kept on the session's device (lstm_ort/serving/streams/device.py): the model wrapped in
 Gather / ScatterND over slot arrays, run with I/O binding. The CPU suite runs the same path on host
 OrtValues (device_states=True); the `gpu` tests run it on CUDA, where it is the default."""
 
@@ -80,7 +80,7 @@ def test_silero_device_states_on_cpu(rng):
 
 def fp32_options():
     from lstm_ort.runtime.session import PRECISION_KEY
-    from lstm_ort.serving.streams_cli import session_options
+    from lstm_ort.serving.streams.cli import session_options
 
     so = session_options()
     so.add_session_config_entry(PRECISION_KEY, "fp32")

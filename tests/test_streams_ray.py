@@ -1,4 +1,4 @@
-"""StreamBatchers under Ray Serve (lstm_ort/serving/streams_ray.py) on a local cluster: each
+"""StreamBatchers under Ray Serve (lstm_ort/serving/streams/ray.py) on a local cluster: each
 stream's steps reach the shard that holds its state, and every stream gets what running it alone
 gives it."""
 
@@ -19,7 +19,7 @@ def test_streams_on_two_shards(tmp_path, rng):
         from ray import serve
     except ImportError as e:
         pytest.skip(f"Ray Serve is not installed (pip install 'lstm-ort[serving]'): {e}")
-    from lstm_ort.serving.streams_ray import SHARD_BITS, streams_app
+    from lstm_ort.serving.streams.ray import SHARD_BITS, streams_app
 
     spec = LstmSpec(6, 8)
     model = fused_model(spec, random_layers(spec, rng), initial_states=True)

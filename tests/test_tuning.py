@@ -2,13 +2,14 @@
 at the end measures for real)."""
 
 import json
+import warnings
 
 import numpy as np
 import onnx
 import pytest
 
 from lstm_ort.builders import LstmSpec, fused_model, random_layers
-from lstm_ort.cli import EXIT_USAGE, main, tune_targets
+from lstm_ort.cli import EXIT_INPUT, EXIT_USAGE, main, tune_targets
 from lstm_ort.ops.identity import PRECISIONS, TUNABLE_STRATEGIES
 from lstm_ort.runtime import native, tuned_cache
 from lstm_ort.runtime.nodes import NodeShape, fused_nodes, node_shapes
@@ -134,8 +135,125 @@ def test_tune_refuses_a_bad_precision_as_a_usage_error(tmp_path, capsys, rng):
 def test_unreadable_cache_is_a_clear_error(rng):
     tuned_cache.cache_file().parent.mkdir(parents=True)
     tuned_cache.cache_file().write_text("{not json")
-    with pytest.raises(ValueError, match="tuning cache .* is unreadable"):
-        tuned_cache.load_cache()
+    with pytest.raises(tuned_cache.CacheError, match="tuning cache .*strategies.json is unreadable"):
+        tuned_cache.read_cache()
+
+
+# Issue 45 rows 4 and 5: a tuning cache never breaks a session; `tune` refuses what it cannot cache.
+SHAPE = NodeShape(2, 1, 5, 8, "float32")
+GOOD = {"cpu:Some CPU": {SHAPE.key: {"T8 B3 threads1": {"strategy": "fused", "ms": {}}}}}
+
+
+@pytest.mark.parametrize("bad", [
+    {"gpu": 5},
+    {"GPU A": {SHAPE.key: 5}},
+    {"GPU A": {SHAPE.key: {"T8 B3": 5}}},
+    {"GPU A": {SHAPE.key: {"T8 B3": {"ms": {}}}}},
+    {"GPU A": {SHAPE.key: {"T8 B3": {"strategy": "warp"}}}},
+    {"GPU A": {SHAPE.key: {"T8 B3": {"strategy": 3}}}},
+    {"cpu:Other CPU": {SHAPE.key: {"T8 B3 threads1": {"strategy": "tiled"}}}},
+    {"cpu:Other CPU": {SHAPE.key: {"T8 B3 threads-2": {"strategy": "fused"}}}},
+    {"GPU A": {SHAPE.key: {"T8": {"strategy": "tiled"}}}},
+    {"GPU A": {SHAPE.key: {"T99999999999999999999 B3": {"strategy": "tiled"}}}},
+    {"GPU|A": {SHAPE.key: {"T8 B3": {"strategy": "tiled"}}}},
+    {"": {SHAPE.key: {"T8 B3": {"strategy": "tiled"}}}},
+], ids=lambda bad: json.dumps(bad)[:60])
+def test_a_bad_cache_entry_is_ignored_with_a_warning(bad, rng):
+    spec = LstmSpec(input_size=5, hidden_size=8, num_layers=2)
+    layers = random_layers(spec, rng)
+    feeds = make_feeds(spec, 8, 3, rng)
+    want = run_fused(spec, layers, feeds)
+    tuned_cache.cache_file().parent.mkdir(parents=True)
+    tuned_cache.cache_file().write_text(json.dumps({**bad, **GOOD}))
+    with pytest.warns(RuntimeWarning, match=r"tuning cache .*strategies.json: 1 entry ignored"):
+        got = run_fused(spec, layers, feeds)
+    assert max_abs(got, want) == 0.0
+    said = []
+    cache = tuned_cache.load_cache(warn=said.append)
+    assert cache == GOOD and len(said) == 1  # the good entry beside it still serves
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # said once per process: every session reads the cache
+        assert max_abs(run_fused(spec, layers, feeds), want) == 0.0
+    model = fused_model(spec, layers)
+    assert tuned_cache.apply_tuned(model, cache, cpu_threads=1) and tuned_values(model) == ["cpu:Some CPU|8|3|fused"]
+
+
+@pytest.mark.parametrize("content, says", [("{not json", "is unreadable"), ("", "is unreadable"),
+                                            ("[1, 2]", "is not a JSON object")])
+def test_an_unreadable_cache_breaks_no_session_and_tune_names_it(content, says, tmp_path, capsys, rng):
+    spec = LstmSpec(input_size=5, hidden_size=8)
+    layers = random_layers(spec, rng)
+    feeds = make_feeds(spec, 4, 2, rng)
+    want = run_fused(spec, layers, feeds)
+    path = tuned_cache.cache_file()
+    path.parent.mkdir(parents=True)
+    path.write_text(content)
+    with pytest.warns(RuntimeWarning, match=f"tuning cache {path} {says}.*running without tuned winners"):
+        assert max_abs(run_fused(spec, layers, feeds), want) == 0.0
+    model = tmp_path / "m.onnx"
+    onnx.save(fused_model(spec, layers), model)
+    assert main(["check", str(model)]) == 0
+    assert f"tuning cache {path} {says}" in capsys.readouterr().err
+    assert main(["tune", str(model), "--cpu", "--seq-len", "4", "--batch", "2", "--runs", "1"]) == EXIT_INPUT
+    err = capsys.readouterr().err
+    assert f"lstm-ort: tuning cache {path} {says}" in err and "Traceback" not in err
+    assert path.read_text() == content  # the user's file is left as it was
+
+
+@pytest.mark.parametrize("below", ["", "sub"])
+def test_cache_dir_naming_a_file(below, tmp_path, monkeypatch, capsys, rng):
+    target = tmp_path / "a-file"
+    target.write_text("not a folder")
+    monkeypatch.setenv(tuned_cache.CACHE_ENV, str(target / below))
+    spec = LstmSpec(input_size=5, hidden_size=8)
+    layers = random_layers(spec, rng)
+    feeds = make_feeds(spec, 4, 2, rng)
+    if not below:
+        with pytest.warns(RuntimeWarning, match=f"tuning cache folder {target} .* is not a folder"):
+            run_fused(spec, layers, feeds)
+    else:  # nothing there to read: the session runs as without a cache
+        run_fused(spec, layers, feeds)
+    model = tmp_path / "m.onnx"
+    onnx.save(fused_model(spec, layers), model)
+    assert main(["tune", str(model), "--cpu", "--seq-len", "4", "--batch", "2", "--runs", "1"]) == EXIT_INPUT
+    err = capsys.readouterr().err
+    assert str(target) in err and "Traceback" not in err
+    assert target.read_text() == "not a folder"
+
+
+def test_tune_replaces_a_bad_level_on_its_way_and_keeps_the_rest(tmp_path, capsys, rng):
+    spec = LstmSpec(input_size=5, hidden_size=8)
+    model = tmp_path / "m.onnx"
+    onnx.save(fused_model(spec, random_layers(spec, rng)), model)
+    device = "cpu:" + native.cpu_name()
+    tuned_cache.cache_file().parent.mkdir(parents=True)
+    tuned_cache.cache_file().write_text(json.dumps({device: 5, "GPU A": {"x": {"T1 B1": {"strategy": "warp"}}}}))
+    assert main(["tune", str(model), "--cpu", "--seq-len", "4", "--batch", "2", "--threads", "1", "--runs", "1"]) == 0
+    data = tuned_cache.read_cache()
+    assert set(data[device]["L1 D1 I5 H8 float32"]) == {"T4 B2 threads1"}
+    assert data["GPU A"] == {"x": {"T1 B1": {"strategy": "warp"}}}  # not ours to drop: sessions skip it
+
+
+def test_tune_threads_without_cpu_is_a_usage_error(tmp_path, capsys, rng):
+    spec = LstmSpec(input_size=5, hidden_size=8)
+    model = tmp_path / "m.onnx"
+    onnx.save(fused_model(spec, random_layers(spec, rng)), model)
+    assert main(["tune", str(model), "--seq-len", "4", "--batch", "2", "--threads", "2"]) == EXIT_USAGE
+    assert "--threads goes with --cpu" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flag, value", [("--threads", "-2"), ("--threads", "0"), ("--threads", "two"),
+                                         ("--threads", "1.5"), ("--seq-len", "0"), ("--batch", "-1"),
+                                         ("--runs", "0")])
+def test_tune_refuses_bad_counts_naming_the_value(flag, value, tmp_path, capsys, rng):
+    spec = LstmSpec(input_size=5, hidden_size=8)
+    model = tmp_path / "m.onnx"
+    onnx.save(fused_model(spec, random_layers(spec, rng)), model)
+    args = {"--seq-len": "4", "--batch": "2", "--runs": "1", "--threads": "1", flag: value}
+    assert main(["tune", str(model), "--cpu", *[x for kv in args.items() for x in kv]]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert f"argument {flag}: must be an integer >= 1, not '{value}'" in err
+    assert not tuned_cache.cache_file().exists()
 
 
 def test_bad_tuned_attribute_is_refused(rng):

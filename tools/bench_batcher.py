@@ -24,8 +24,8 @@ import numpy as np
 from lstm_ort.builders import LstmSpec, random_layers, stock_model
 from lstm_ort.rewriter import optimize
 from lstm_ort.serving import BucketingBatcher
-from lstm_ort.serving.batch_plan import BatchStats, BucketStats
-from lstm_ort.serving.batcher import normalize_providers
+from lstm_ort.serving.batch.plan import BatchStats, BucketStats
+from lstm_ort.serving.batch.batcher import normalize_providers
 
 
 def lengths_for(n: int, rng) -> np.ndarray:

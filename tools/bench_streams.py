@@ -72,9 +72,9 @@ def main(argv=None) -> int:
     p.add_argument("--json")
     args = p.parse_args(argv)
     from lstm_ort.runtime.session import InferenceSession
-    from lstm_ort.serving.batcher import normalize_providers
+    from lstm_ort.serving.batch.batcher import normalize_providers
     from lstm_ort.serving.streams import StreamBatcher
-    from lstm_ort.serving.streams_cli import (_pair, _shape, _value, chunk_pool, print_table, run_baseline,
+    from lstm_ort.serving.streams.cli import (_pair, _shape, _value, chunk_pool, print_table, run_baseline,
                                               run_streams, session_options, write_json)
 
     tmp = tempfile.TemporaryDirectory()

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "cuda/mma_step/plan.h"
 #include "cuda/v1/step_shapes.h"
 
 namespace lstm_ort {
@@ -79,6 +80,29 @@ bool PrefersGemmSteps(Strategy strategy, Arithmetic runs, ElementType type, cons
   return (d.H >= kMinHiddenForTf32GemmSteps && cells >= kMinCellsForTf32GemmSteps) ||
          (half_weights && d.H >= kMinHiddenForTf32GemmStepsAtFewerCells &&
           cells >= kMinCellsForTf32GemmStepsAtLargeHidden);
+}
+
+std::optional<MmaOperand> MmaStepOperandFor(Arithmetic runs, ElementType type) {
+  if (runs == Arithmetic::kBf16) return MmaOperand::kBf16;
+  if (type == ElementType::kFloat16) return MmaOperand::kFp16;
+  switch (runs) {
+    case Arithmetic::kFp32: return MmaOperand::kTf32x3;
+    case Arithmetic::kTf32:
+    case Arithmetic::kFp16: return MmaOperand::kFp16;
+    case Arithmetic::kBf16: break;
+  }
+  return std::nullopt;
+}
+
+bool PrefersMmaStep(Arithmetic runs, ElementType type, const Dims& d) {
+  const std::optional<MmaOperand> op = MmaStepOperandFor(runs, type);
+  if (!op || type != ElementType::kFloat32 || d.D != 1) return false;
+  const bool fp32 = *op == MmaOperand::kTf32x3;
+  // 16-bit weight copies per call (6 bytes per weight) pay from as many steps as v1's do.
+  if (MmaStepCopiesWeights(*op, false) && d.T < kMinStepsForHalfWeights) return false;
+  return d.L >= (fp32 ? kMinLayersForMmaStepTf32x3 : kMinLayersForMmaStep) && d.H >= kMinHiddenForMmaStep &&
+         d.H <= kMaxHiddenForMmaStep && (d.B * d.H >= kMinCellsForMmaStep || d.H == kMaxHiddenForMmaStep) &&
+         d.B >= (fp32 ? kMinBatchForMmaStepTf32x3 : kMinBatchForMmaStep);
 }
 
 StepWeights StepWeightsFor(ProjectionMath math, const Dims& d) {

@@ -164,6 +164,33 @@ std::optional<MmaOperand> MmaOperandFor(Arithmetic runs, ElementType type, const
 // What `auto` runs at a call's size is the one precision decision's (custom_ops/precision.h,
 // DecidePrecision and AutoRunsAsTf32): the rules here take its answer, an Arithmetic.
 
+// The tensor-core step (mma_step/plan.h) takes the recurrence under strategy auto where
+// PrefersMmaStep says so, in the operand type MmaStepOperandFor gives for what the call `runs`
+// (its Arithmetic, from DecidePrecision): 3xTF32 for fp32
+// (FP32-accurate), fp16 for tf32 (the power-of-two scaled copy v1's cuBLAS step reads: TF32's
+// significand) and fp16, bf16 for bf16; fp16 models take fp16 (bf16 in bf16). Under auto only
+// where it beat the persistent kernels and v1's cuBLAS step on the H100 (T=100, ms, tensor-core
+// step vs before; docs/ops.md, "The tensor-core step"): fp32 models' unidirectional stacks (one
+// wavefront: the layers above the first multiply their input in the step) with kMinHiddenForMmaStep
+// <= H <= kMaxHiddenForMmaStep, B >= kMinBatchForMmaStep and B*H >= kMinCellsForMmaStep (or H at
+// kMaxHiddenForMmaStep); in the 16-bit operand types from kMinLayersForMmaStep layers (tf32: L4
+// H512 B64 1.88 vs 2.93, L8 H512
+// B64 2.59 vs 5.92, L3 H512 B128 2.35 vs 2.69, L4 H512 B256 3.39 vs 4.23, L4 H256 B512 2.43 vs 3.78;
+// fp16 L4 H512 B64 1.93 vs 2.00; but L2 H512 B256 2.64 vs 2.17, L4 H256 B64 1.32 vs 1.18), in
+// 3xTF32 from kMinLayersForMmaStepTf32x3 layers and kMinBatchForMmaStepTf32x3 rows (L4 H512 B256
+// 11.05 vs 12.16, L4 H256 B512 6.67 vs 8.46; but L4 H512 B64 3.79 vs 3.75, L3 H512 B128 6.63 vs
+// 4.85, L2 H512 B256 11.5 vs 6.1). A step of one layer reads its weights and h from L2 at a rate
+// cuBLAS's GEMM beats (L1 H512 B256 tf32 1.92 vs 1.09) and the persistent kernels keep on chip.
+constexpr int64_t kMinLayersForMmaStep = 3;
+constexpr int64_t kMinLayersForMmaStepTf32x3 = 4;
+constexpr int64_t kMinBatchForMmaStep = 64;
+constexpr int64_t kMinBatchForMmaStepTf32x3 = 256;
+constexpr int64_t kMinHiddenForMmaStep = 256;
+constexpr int64_t kMaxHiddenForMmaStep = 512;
+constexpr int64_t kMinCellsForMmaStep = 64 * 1024;
+std::optional<MmaOperand> MmaStepOperandFor(Arithmetic runs, ElementType type);
+bool PrefersMmaStep(Arithmetic runs, ElementType type, const Dims& d);
+
 // Whether v1's cuBLAS step streams the weights for this step's math: FP32 at StepStreamsWeights'
 // shapes; tf32 too up to kStreamMaxBatchForTf32 rows, in fp32 (within tf32's bound), where it beats
 // cuBLAS's TF32 kernels (H100, H2048 T=100: B8 3.78 vs 3.80-4.24 ms, B8 bi 6.21 vs 6.40-6.55) and

@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "cuda/heuristics.h"
+#include "cuda/mma_step/plan.h"
 
 namespace lstm_ort {
 namespace {
@@ -74,6 +75,10 @@ Scratch CarveScratch(const Dims& d, ElementType type, const ScratchNeeds& needs,
       s.w_hi = reinterpret_cast<float*>(take(w));
       s.w_lo = reinterpret_cast<float*>(take(w));
     }
+  }
+  if (needs.step_exps) {
+    s.step_exps = reinterpret_cast<int*>(take(sizeof(int) * 2 * kMmaStepExps));
+    s.step_w = needs.step_weight_bytes ? take(static_cast<size_t>(needs.step_weight_bytes)) : nullptr;
   }
   if (total) *total = off;
   return s;

@@ -41,12 +41,14 @@ Decisions DecisionsOf(const Case& c) {
   device.max_cluster_blocks = c.device.max_cluster_blocks;
   const DeviceLimits& limits = c.device.limits;
   device.persistent = [&]() -> const DeviceLimits& { return limits; };
+  device.mma_step = [&]() -> const DeviceLimits& { return limits; };  // one block per SM, as measured
   const CallInputs in{c.dims, static_cast<int>(c.dims.T), c.type, c.w_constant};
   const CallPlan plan = PlanCall(in, AttributesOf(c), device, ParseDebugOptions(c.knobs.debug));
   Decisions out;
   out.precision = PrecisionText(plan.resolved);
   out.projection = ProjectionText(plan.projection);
-  for (const RangePlan& r : plan.ranges) out.ranges += RangeText(r.first, r.count, r.cluster(), r.persistent());
+  for (const RangePlan& r : plan.ranges)
+    out.ranges += RangeText(r.first, r.count, r.cluster(), r.persistent(), r.mma_step());
   out.describe = DescribeRanges(plan);
   out.step = StepText(plan.step);
   out.step_weights = c.type == ElementType::kFloat32 && plan.step == StepKernel::kGemm

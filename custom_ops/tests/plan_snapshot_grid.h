@@ -16,6 +16,7 @@
 
 #include "cuda/cluster/plan.h"
 #include "cuda/heuristics.h"
+#include "cuda/mma_step/plan.h"
 #include "cuda/persistent/plan.h"
 #include "fake_devices.h"
 #include "lstm_ort/contract.h"
@@ -85,10 +86,18 @@ inline const char* OperandText(MmaOperand op) {
   return names[static_cast<int>(op)];
 }
 
-// Every field of one range's plan that a kernel reads (cluster or persistent plan; neither: v1).
-inline std::string RangeText(int first, int count, const ClusterPlan* cluster, const PersistentPlan* plan) {
+// Every field of one range's plan that a kernel reads (cluster, persistent or tensor-core step
+// plan; none: v1).
+inline std::string RangeText(int first, int count, const ClusterPlan* cluster, const PersistentPlan* plan,
+                             const MmaStepPlan* step = nullptr) {
   std::string out = std::to_string(first) + "+" + std::to_string(count);
-  if (cluster) {
+  if (step) {
+    const MmaStepPlan& m = *step;
+    out += ":s" + std::string(OperandText(m.operand)) + "," + std::to_string(m.tile) + "," +
+           std::to_string(m.layers) + "," + std::to_string(m.D) + "," + std::to_string(m.m_tiles) + "," +
+           std::to_string(m.n_tiles) + "," + std::to_string(m.threads) + "," + std::to_string(m.smem) + "," +
+           std::to_string(m.copies_weights) + "," + std::to_string(m.pdl);
+  } else if (cluster) {
     const ClusterPlan& c = *cluster;
     out += ":c" + std::to_string(c.C) + "," + std::to_string(c.U) + "," + std::to_string(c.S) + "," +
            std::to_string(c.KPT) + "," + std::to_string(c.NB) + "," + std::to_string(c.threads) + "," +
@@ -128,7 +137,10 @@ inline std::vector<Knobs> KnobVariants() {
           {"tile=8,16", "persistent_tile=8,16"},
           {"chunks=3", "persistent_chunks=3"},
           {"half_step_weights=0", "half_step_weights=0"},
-          {"strategy=persistent", "strategy=persistent"}};
+          {"strategy=persistent", "strategy=persistent"},
+          {"mma_step=1", "mma_step=1"},
+          {"mma_step=0", "mma_step=0"},
+          {"mma_step=1,64x64k2,pdl", "mma_step=1;mma_step_tile=64x64k2;mma_step_pdl=1;mma_step_layers=2"}};
 }
 
 inline void AddShapes(std::vector<Case>& out, Case c, const std::vector<int64_t>& Ls, const std::vector<int64_t>& Ts,

@@ -8,6 +8,7 @@ and the onnx checker and shape inference see the model without its large initial
 from __future__ import annotations
 
 import contextlib
+import numbers
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,14 +64,29 @@ def optimize(model_or_path, *, fold_constants: bool = True, rules: list[Rule] | 
     ``batchify``: a model exported for batch 1 gets a symbolic batch dimension, or BatchifyRefused
     names the op that mixes the entries of a batch (rewriter/batchify.py).
     """
+    _check_arguments(fold_constants=fold_constants, freeze_inputs=freeze_inputs,
+                     sequence_lens_input=sequence_lens_input, batchify=batchify, rules=rules, report=report)
     report = report if report is not None else Report()
     int8 = precision == INT8
+    if isinstance(low_rank, numbers.Integral) and not isinstance(low_rank, bool):
+        low_rank = LowRank(rank=int(low_rank))
     options = passes.Options(batchify=batchify, sequence_lens_input=sequence_lens_input, int8=int8,
-                             low_rank=LowRank(rank=low_rank) if isinstance(low_rank, int) else low_rank,
-                             calibration=calibration, max_error=max_error)
+                             low_rank=low_rank, calibration=calibration, max_error=max_error)
     out = serialize(rewrite(model_or_path, fold_constants=fold_constants, rules=rules, report=report,
                             freeze_inputs=freeze_inputs, precision=None if int8 else precision))
     return passes.run(passes.after_rewrite(options), out, report)
+
+
+def _check_arguments(*, rules, report, **flags) -> None:
+    """optimize's arguments before any work: a ValueError naming the one of the wrong kind (the
+    passes' options are checked by passes.Options)."""
+    for name, value in flags.items():
+        if not isinstance(value, bool):
+            raise ValueError(f"optimize: {name} must be True or False, got {value!r}")
+    if rules is not None and (isinstance(rules, (str, bytes)) or not all(isinstance(r, Rule) for r in rules)):
+        raise ValueError(f"optimize: rules must be a list of rewriter.rule.Rule, got {rules!r}")
+    if report is not None and not isinstance(report, Report):
+        raise ValueError(f"optimize: report must be a lstm_ort.Report, got {report!r}")
 
 
 def rewrite(model_or_path, *, fold_constants: bool = True, rules: list[Rule] | None = None,

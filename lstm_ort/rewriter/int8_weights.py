@@ -36,9 +36,11 @@ def quantize_rows(matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def relative_error(matrix: np.ndarray, levels: np.ndarray, scale: np.ndarray) -> float:
-    """||w - levels x scale||_2 / ||w||_2."""
+    """||w - levels x scale||_2 / ||w||_2, in float64 (float32 squares of weights near its largest
+    values would overflow)."""
+    matrix = np.asarray(matrix, np.float64)
     norm = float(np.linalg.norm(matrix))
-    diff = float(np.linalg.norm(matrix - levels.astype(np.float32) * scale[:, None]))
+    diff = float(np.linalg.norm(matrix - levels.astype(np.float64) * scale.astype(np.float64)[:, None]))
     return diff / norm if norm > 0 else 0.0
 
 
@@ -82,6 +84,11 @@ def _quantize_node(graph, node: ir.Node, summary: Int8Report) -> None:
         summary.skipped.append(f"{name}: {found}")
         return
     unpacked, w = found
+    bad = next((f"{part} of layer {k} holds {m[~np.isfinite(m)][0]}" for k, layer in enumerate(unpacked)
+                for part, m in (("W", layer.W), ("R", layer.R)) if not np.isfinite(m).all()), None)
+    if bad:  # no scale maps it to a level: quantizing would turn the whole row into NaN
+        summary.skipped.append(f"{name}: {bad}, which int8 levels cannot hold")
+        return
     L, D = len(unpacked), unpacked[0].num_directions
     layers, errors = [], []  # B and P stay as they are: int8 nodes read them as float nodes do
     for layer in unpacked:

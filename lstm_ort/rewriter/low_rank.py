@@ -10,7 +10,7 @@ the model is meant for (`LowRank.device`; the rule is low_rank_cost.factoring_pa
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import onnx
@@ -40,15 +40,16 @@ class ErrorBoundExceeded(Exception):
 class LowRank:
     """How to factor: one `rank` for every matrix, or the smallest rank per matrix keeping fraction
     `energy` of its squared singular values; `target` the matrices (input, recurrent or both).
-    `device`: where the model will run, "cpu", "cuda" or "any" (both; the default): a matrix is
-    factored only where that is expected faster there (low_rank_cost.factoring_pays). `batches`:
+    `device`: where the model will run, "cpu", "cuda" or "any" (both): a matrix is factored only
+    where that is expected faster there (low_rank_cost.factoring_pays); None (the default): the
+    devices this install runs (runtime.library.install_devices; the report says so). `batches`:
     the batch sizes the FusedLSTM nodes will be called with, for nodes whose batch the model (or
     --shape) leaves open; CUDA needs them to show that factoring pays."""
 
     rank: int | None = None
     energy: float | None = None
     target: str = "both"
-    device: str = "any"
+    device: str | None = None
     batches: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
@@ -61,7 +62,7 @@ class LowRank:
             raise ValueError(f"low rank: the energy must be a fraction in (0, 1], got {self.energy!r}")
         if self.target not in TARGETS:
             raise ValueError(f"low rank: the target must be one of {', '.join(TARGETS)}, got {self.target!r}")
-        if self.device not in DEVICES:
+        if self.device is not None and self.device not in DEVICES:
             raise ValueError(f"low rank: the device must be one of {', '.join(DEVICES)}, got {self.device!r}")
         batches = (self.batches,) if isinstance(self.batches, (int, np.integer)) else tuple(self.batches)
         if any(isinstance(b, bool) or not isinstance(b, (int, np.integer)) or b < 1 for b in batches):
@@ -74,7 +75,8 @@ class LowRank:
 
     def describe(self) -> str:
         how = f"rank {self.rank}" if self.rank is not None else f"energy {self.energy:g}"
-        return f"{how}, {self.target} weights, for {'CPU and CUDA' if self.device == 'any' else self.device.upper()}"
+        where = {"any": "CPU and CUDA", None: "the devices this install runs"}.get(self.device) or self.device.upper()
+        return f"{how}, {self.target} weights, for {where}"
 
 
 def factorize(model: onnx.ModelProto, option: LowRank, report: Report | None = None,
@@ -84,7 +86,12 @@ def factorize(model: onnx.ModelProto, option: LowRank, report: Report | None = N
     model's own or those `shapes`, dims by input name, give; else `option.batches`);
     `report.low_rank` lists every matrix. Raises LowRankError when a fixed rank exceeds the smaller
     side of every matrix it targets."""
-    summary = LowRankReport(option.describe())
+    installed = option.device is None
+    if installed:  # the devices this install runs: the CUDA ones only where they load
+        from lstm_ort.runtime.library import install_devices
+
+        option = replace(option, device=install_devices())
+    summary = LowRankReport(option.describe() + (" (the devices this install runs)" if installed else ""))
     batches = node_batches(model, shapes) if option.device != "cpu" else {}
     out = change_fused_nodes(model, lambda graph, node: _factor_node(
         graph, node, option, summary, (batches[node.name],) if node.name in batches else option.batches))
@@ -124,7 +131,7 @@ def measure_against(model: onnx.ModelProto, changed_model: onnx.ModelProto, summ
 
     summary.max_error = max_error
     samples, summary.inputs = low_rank_error.samples_for(model, calibration, shapes)
-    summary.outputs, summary.nodes = low_rank_error.measure(model, changed_model, samples, changed=changed)
+    summary.outputs, summary.nodes = low_rank_error.measure(model, changed_model, samples, changed=changed, what=what)
     worst = summary.output_max_abs
     if max_error is not None and not worst <= max_error:  # NaN exceeds any bound
         raise ErrorBoundExceeded(f"{what} error: max-abs {worst:.3g} on the outputs exceeds --max-error {max_error:g}")

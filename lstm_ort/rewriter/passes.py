@@ -21,6 +21,9 @@ in ``after_rewrite`` (and its option in ``Options``, the CLI's flag in cli.py).
 
 from __future__ import annotations
 
+import math
+import numbers
+import os
 from dataclasses import dataclass
 from typing import Callable
 
@@ -43,8 +46,23 @@ class Options:
     max_error: float | None = None  # a lossy pass refuses beyond this max-abs error
 
     def __post_init__(self) -> None:
+        """A ValueError naming the option given a value of the wrong kind, or given without the
+        pass it is for (never silently unused)."""
+        if self.low_rank is not None and not isinstance(self.low_rank, LowRank):
+            raise ValueError(f"low_rank must be a rank (an integer >= 1) or a rewriter.low_rank.LowRank, "
+                             f"got {self.low_rank!r}")
         if self.int8 and self.low_rank is not None:
             raise ValueError("precision int8 and low_rank: choose one (int8 weights cannot be factored)")
+        lossy = self.int8 or self.low_rank is not None
+        if self.max_error is not None and (isinstance(self.max_error, bool) or
+                                           not isinstance(self.max_error, numbers.Real) or
+                                           not math.isfinite(self.max_error) or self.max_error < 0):
+            raise ValueError(f"max_error must be a finite number >= 0, got {self.max_error!r}")
+        if self.calibration is not None and not isinstance(self.calibration, (str, os.PathLike, list, tuple)):
+            raise ValueError(f"calibration must be an .npz path or a list of feed dicts, got {self.calibration!r}")
+        for name in ("max_error", "calibration"):
+            if getattr(self, name) is not None and not lossy:
+                raise ValueError(f"{name} goes with low_rank or precision='int8', the passes that change results")
 
 
 @dataclass(frozen=True)

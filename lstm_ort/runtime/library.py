@@ -85,6 +85,18 @@ def cuda_status() -> tuple[bool, str]:
         return False, str(e)
 
 
+@functools.lru_cache(maxsize=None)
+def install_devices() -> str:
+    """Where FusedLSTM runs with this install, as `optimize --low-rank-device` names it: "any" (the
+    CPU and CUDA) where onnxruntime has its CUDA execution provider and lstm_ort's CUDA kernels
+    load, else "cpu" (a CPU-only install: a CUDA session would run FusedLSTM on the CPU kernel)."""
+    import onnxruntime as ort
+
+    if "CUDAExecutionProvider" not in ort.get_available_providers():
+        return "cpu"
+    return "any" if cuda_status()[0] else "cpu"
+
+
 def cuda_native() -> ctypes.CDLL:
     """The CUDA plugin, for its C entry points (custom_ops/cuda/entry_points.cc); RuntimeError
     saying why when it is not loaded."""

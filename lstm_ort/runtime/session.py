@@ -100,10 +100,7 @@ class InferenceSession(ort.InferenceSession):
         wants_cuda = _asks_for_cuda(providers)
         if wants_cuda:
             preload_cuda_libraries()  # before registering: the CUDA plugin needs them to load
-        forced = node_options(sess_options) if sess_options is not None else {}
-        # A forced strategy and cpu_kernel leave nothing for tuned winners to decide.
-        cache = load_cache() if not {"strategy", "cpu_kernel"} <= forced.keys() else {}
-        path_or_bytes = with_attributes(path_or_bytes, forced, cache, cpu_threads=session_threads(sess_options))
+        path_or_bytes = session_model(path_or_bytes, sess_options)
         if not own_options and _config_entry(sess_options, _REGISTERED_KEY) != "1":
             # The caller's options may hold the library already (registered by hand with
             # register_custom_ops_library): a second registration makes onnxruntime refuse the
@@ -121,6 +118,15 @@ class InferenceSession(ort.InferenceSession):
         if wants_cuda:
             warn_without_cuda_kernels()
         super().__init__(path_or_bytes, sess_options, providers, provider_options, **kwargs)
+
+
+def session_model(path_or_bytes: str | bytes, sess_options: ort.SessionOptions | None) -> str | bytes:
+    """The model a session with these options runs: the options' node attributes (strategy,
+    precision, cpu_kernel, debug) and `lstm-ort tune`'s cached winners set on its FusedLSTM nodes."""
+    forced = node_options(sess_options) if sess_options is not None else {}
+    # A forced strategy and cpu_kernel leave nothing for tuned winners to decide.
+    cache = load_cache() if not {"strategy", "cpu_kernel"} <= forced.keys() else {}
+    return with_attributes(path_or_bytes, forced, cache, cpu_threads=session_threads(sess_options))
 
 
 def _asks_for_cuda(providers: Any) -> bool:

@@ -4,6 +4,7 @@ CheckUnavailable (nothing to compare) or a CheckFailed (ours does not run or dif
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 
@@ -38,6 +39,15 @@ class ParityResult:
 
     def passes(self, tolerance: Tolerance) -> bool:
         return bool(self.excess <= tolerance.atol)
+
+
+def worst_of(*results: ParityResult) -> ParityResult:
+    """One result for several comparisons of the same model: the largest difference and excess
+    (NaN where any is NaN), and each comparison named."""
+    def worst(values):
+        return math.nan if any(math.isnan(v) for v in values) else max(values)
+    return ParityResult(worst([r.max_abs for r in results]), worst([r.excess for r in results]),
+                        "; ".join(r.compared_with for r in results))
 
 
 class Comparison:

@@ -17,16 +17,48 @@ _KEEPS_AXES = {"Cast", "CastLike", "Identity", "Slice", "Split"}  # an input's a
 _LARGE_BYTES = 1 << 16
 
 
+def fed_inputs(model: onnx.ModelProto) -> dict[str, int | None]:
+    """The inputs a call feeds (graph inputs that are not initializers), each with its declared
+    rank (None where the model declares no shape)."""
+    inits = {i.name for i in model.graph.initializer}
+    return {vi.name: len(vi.type.tensor_type.shape.dim) if vi.type.tensor_type.HasField("shape") else None
+            for vi in model.graph.input if vi.name not in inits}
+
+
+def check_shapes(model: onnx.ModelProto, shapes: dict[str, list[int]]) -> None:
+    """ValueError, naming the input, for a shape given (optimize --shape) to a name that is no fed
+    input of the model, or with a rank other than the input's: never silently left unused."""
+    inputs = fed_inputs(model)
+    for name, shape in shapes.items():
+        if name not in inputs:
+            raise ValueError(f"{name!r} is none of the model's inputs ({', '.join(inputs) or 'none'})")
+        if inputs[name] is not None and len(shape) != inputs[name]:
+            raise ValueError(f"input {name!r} has rank {inputs[name]}; the shape given, {list(shape)}, has "
+                             f"{len(shape)} dims")
+
+
+def check_carry(model: onnx.ModelProto, carry: dict[str, str]) -> None:
+    """ValueError, naming the pair, where an OUTPUT=INPUT pair (optimize --carry) names no output or
+    no fed input of the model."""
+    outputs, inputs = [o.name for o in model.graph.output], list(fed_inputs(model))
+    for out, inp in carry.items():
+        for name, names, what in ((out, outputs, "outputs"), (inp, inputs, "inputs")):
+            if name not in names:
+                raise ValueError(f"{out}={inp}: {name!r} is none of the model's {what} ({', '.join(names) or 'none'})")
+
+
 def random_feeds(model: onnx.ModelProto, rng: np.random.Generator, dim: int = 3,
                  shapes: dict[str, list[int]] | None = None) -> dict[str, np.ndarray]:
     """Inputs for every graph input: `shapes` where given (`--shape`), else unknown dimensions
     (symbolic, absent, or -1 as Paddle writes them) become `dim` (one value per symbolic name);
     floats are standard normal, and integers get values valid for their role: sequence lengths
     (an LSTM/GRU/RNN's sequence_lens, FusedLSTM's) spread over [1, T], token ids (a Gather's
-    indices) below the size of the gathered axis, anything else 1."""
+    indices) below the size of the gathered axis, anything else 1. A
+    shape given for no input, or of another rank, is a ValueError (check_shapes)."""
     inits = {i.name for i in model.graph.initializer}
     symbols: dict[str, int] = {}
     given = shapes or {}
+    check_shapes(model, given)
     shapes, types = {}, {}
     for vi in model.graph.input:
         if vi.name in inits or not vi.type.HasField("tensor_type"):

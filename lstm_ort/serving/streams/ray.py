@@ -13,7 +13,7 @@ Serve like any replica (``ray_actor_options``: ``num_gpus=1`` puts one on each G
     sid = await handle.open.remote()
     outputs = await handle.step.remote(sid, {"input": chunk, "sr": np.array(16000)})
 
-With lstm_ort.serving.ray (Ray Data), the only modules of lstm_ort that import Ray.
+With lstm_ort.serving.batch.ray (Ray Data), the only modules of lstm_ort that import Ray.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ class StreamShard:
     """One StreamBatcher in one replica; ids it hands out carry its shard number."""
 
     def __init__(self, model, carry: dict[str, str], shard: int, library: str | None = None, **batcher_kwargs: Any):
-        if library and Path(library).is_file() and not os.environ.get(LIBRARY_ENV):  # as serving/ray.py
+        if library and Path(library).is_file() and not os.environ.get(LIBRARY_ENV):  # as serving/batch/ray.py
             os.environ[LIBRARY_ENV] = library
         from lstm_ort.serving.streams import StreamBatcher
 

@@ -84,7 +84,7 @@ def _batch(args) -> int:
     except OutputRefused as e:
         raise CliError(str(e), EXIT_USAGE) from None
     from lstm_ort.runtime.model_io import ModelError, read_model
-    from lstm_ort.serving.batcher import BucketingBatcher, NotRaggedExact, SequenceError
+    from lstm_ort.serving.batch.batcher import BucketingBatcher, NotRaggedExact, SequenceError
     from lstm_ort.graph.ragged import NoSequenceInput
 
     try:
@@ -143,7 +143,7 @@ def _batch(args) -> int:
 def _providers(text: str | None) -> list | None:
     """--providers checked against what onnxruntime offers (a usage error otherwise); one line on
     stderr for each it will skip, not being available here."""
-    from lstm_ort.serving.batcher import normalize_providers, unavailable_providers
+    from lstm_ort.serving.batch.batcher import normalize_providers, unavailable_providers
 
     try:
         providers = normalize_providers(text)
@@ -195,7 +195,7 @@ def _read(src: Path, column: str | None):
         column = lists[0]
     elif column not in lists:
         raise CliError(f"{src}: no list column {column!r} (list columns: {', '.join(lists) or 'none'})", EXIT_USAGE)
-    from lstm_ort.serving.arrow import sequences_from_arrow
+    from lstm_ort.serving.batch.arrow import sequences_from_arrow
 
     try:
         seqs = sequences_from_arrow(table.column(column))
@@ -222,7 +222,7 @@ def _write(dst: Path, keys, results, names, table, layout) -> None:
         write_file(dst, lambda path: np.savez(path, **arrays))
         return
     pq, pa = _pyarrow()
-    from lstm_ort.serving.arrow import add_output_columns
+    from lstm_ort.serving.batch.arrow import add_output_columns
 
     out = add_output_columns(table if table is not None else pa.table({"key": keys}), results, names, layout)
     write_file(dst, lambda path: pq.write_table(out, path))

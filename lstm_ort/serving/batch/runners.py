@@ -19,7 +19,7 @@ from typing import Callable, Iterator, Protocol, runtime_checkable
 import numpy as np
 import onnxruntime as ort
 
-from lstm_ort.serving.batch_plan import Batch
+from lstm_ort.serving.batch.plan import Batch
 
 STREAM_BATCHES = 16  # batches handed to a pipelining session's run_batches at once
 Feed = Callable[[Batch], dict]  # a batch's padded host feeds

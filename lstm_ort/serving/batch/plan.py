@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from lstm_ort.serving import buckets as bk
+from lstm_ort.serving.batch import buckets as bk
 
 AUTO_TOLERANCE = 0.05  # greedy buckets: at most this padding per bucket, once a bucket fills a batch
 

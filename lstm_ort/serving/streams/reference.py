@@ -1,5 +1,6 @@
-"""StreamBatcher: many concurrent streams of a stateful model, the steps of different streams run
-as one call, the carried state of every stream kept by the batcher (docs/streams.md).
+"""The StreamBatcher in Python: the reference the native step path (batcher.py, custom_ops/streams)
+is tested against. The same contract (docs/streams.md); slower: ~4-10 us of Python a step, a
+worker thread a call.
 
 Each stream steps as it would through its own ``InferenceSession.run(None, feeds)`` with batch 1:
 ``step`` takes those feeds without the carried inputs and returns that call's outputs, in output
@@ -7,8 +8,9 @@ order. Underneath, a worker thread collects the pending steps of different strea
 per stream at a time, in order per stream), groups them by the shapes of their feeds and the values
 of the inputs that carry no batch (silero-vad's ``sr``), stacks each group along each input's
 batch axis (lstm_ort.graph.batch_axes finds them), runs one call and splits the outputs back. The states
-live in one array per carried input (streams_state.py) or, on CUDA, on the device
-(streams_device.py).
+live in one array per carried input (state.py) or, on CUDA, on the device
+(device.py). The checks (feeds.py) and the analysis of kinds (kinds.py) are shared with the
+native batcher.
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ import itertools
 import os
 import threading
 import time
-import warnings
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
@@ -27,29 +28,19 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from lstm_ort.graph.batch_axes import BatchLayout, batch_layout, split_outputs
-from lstm_ort.graph.trace import TraceFailed
-from lstm_ort.runtime.messages import clean_message
+from lstm_ort.graph.batch_axes import BatchLayout, split_outputs
 from lstm_ort.runtime.model_io import load_model
 from lstm_ort.runtime.session import InferenceSession
-from lstm_ort.serving.batcher import normalize_providers
-from lstm_ort.serving.streams_convs import convs_as_2d
-from lstm_ort.serving.streams_state import HostSlots
-from lstm_ort.serving.streams_stats import Counters, StreamStats
+from lstm_ort.serving.batch.batcher import normalize_providers
+from lstm_ort.serving.streams.convs import convs_as_2d
+from lstm_ort.serving.streams.errors import BatcherShutDown, StreamClosed, StreamError, step_error
+from lstm_ort.serving.streams.feeds import StepInputs
+from lstm_ort.serving.streams.kinds import Kinds
+from lstm_ort.serving.streams.options import check_batcher_options, stream_id, stream_ids
+from lstm_ort.serving.streams.state import HostSlots
+from lstm_ort.serving.streams.stats import Counters, StreamStats
 
 CUDA = "CUDAExecutionProvider"
-
-
-class StreamError(ValueError):
-    """A bad call of one stream: the message says what; no other stream is affected."""
-
-
-class StreamClosed(StreamError):
-    """The stream is closed, or was never opened."""
-
-
-class BatcherShutDown(RuntimeError):
-    """The batcher was shut down."""
 
 
 @dataclass
@@ -105,7 +96,7 @@ class _Ticket:
         self._lock.acquire()
 
 
-class StreamBatcher:
+class ReferenceStreamBatcher:
     """Serves many streams of one stateful model; see the module docstring and docs/streams.md.
 
     ``model``: an (optimized) model, path, bytes or ModelProto. ``carry``: each state output ->
@@ -114,27 +105,21 @@ class StreamBatcher:
     (not at all when every open stream has a step waiting). ``device_states``: keep the states in
     OrtValues on the session's device and gather/scatter them there (default: with CUDA).
     ``batch_convs``: run 1-D convolutions as one 2-D convolution over the batch (default: on CPU;
-    streams_convs.py). ``workers``: threads running calls; idle ones share the waiting steps, so
+    convs.py). ``workers``: threads running calls; idle ones share the waiting steps, so
     one call's Python (stacking, splitting) overlaps another's run.
     """
 
     def __init__(self, model, carry: dict[str, str], providers=None, session_options: ort.SessionOptions | None = None,
                  max_batch: int = 256, max_wait_ms: float = 2.0, *, device_states: bool | None = None,
                  batch_convs: bool | None = None, workers: int = 2):
-        if not isinstance(max_batch, int) or max_batch < 1:
-            raise ValueError(f"max_batch must be an int >= 1, got {max_batch!r}")
-        if max_wait_ms < 0:
-            raise ValueError(f"max_wait_ms must be >= 0, got {max_wait_ms!r}")
-        if not isinstance(workers, int) or workers < 1:
-            raise ValueError(f"workers must be an int >= 1, got {workers!r}")
+        check_batcher_options(max_batch, max_wait_ms, workers)
         self.model = load_model(os.fspath(model) if isinstance(model, os.PathLike) else model)
-        self.carry = _check_carry(self.model, carry)
-        self._inputs = _tensor_types(self.model.graph.input, {i.name for i in self.model.graph.initializer})
-        self._needed = [n for n in self._inputs if n not in self.carry.values()]
-        self._needed_dtypes = [self._inputs[n][0] for n in self._needed]
+        self._in = StepInputs(self.model, carry)
+        self.carry = self._in.carry
+        self._inputs, self._needed, self._needed_dtypes = self._in.types, self._in.needed, self._in.needed_dtypes
         # feed shapes -> (indices of the inputs without a batch axis, their values' bytes -> group)
         self._fast: dict[tuple, tuple[list[int], dict[tuple, _Group]]] = {}
-        self._state_shapes = {inp: _state_shape(*self._inputs[inp]) for inp in self.carry.values()}
+        self._state_shapes = self._in.state_shapes
         providers = normalize_providers(providers)
         on_cuda = bool(providers) and any((p if isinstance(p, str) else p[0]) == CUDA for p in providers)
         self.batch_convs = (not on_cuda) if batch_convs is None else bool(batch_convs)
@@ -154,19 +139,17 @@ class StreamBatcher:
         self._streams: dict[int, _Stream] = {}
         self._ids = itertools.count(1)
         self._groups: dict[tuple, _Group] = {}
-        # feed shapes -> [(layout, the inputs it found shared and their values)]
-        self._layouts: dict[tuple, list[tuple[BatchLayout, dict[str, np.ndarray]]]] = {}
-        self._analysis_lock = threading.Lock()
+        self._kinds = Kinds(self.model, self._in, lambda full: self.session.run(None, full))
         self._waiting = 0  # steps in some group's ready queue
         self._idle = 0  # workers looking for their next call
         self._later: list[_Step] = []  # steps settled under the lock whose Futures are set outside it
         self._stopping = False
         self._counters = Counters()
-        self.fallback_reasons: list[str] = []
-        self._state_dtypes = {inp: self._inputs[inp][0] for inp in self.carry.values()}
+        self.fallback_reasons = self._kinds.fallback_reasons
+        self._state_dtypes = self._in.state_dtypes
         self._states = None  # made at the first open, once the state shapes are known
         if self.device_states:
-            from lstm_ort.serving.streams_device import DeviceRunner
+            from lstm_ort.serving.streams.device import DeviceRunner
 
             self._device = DeviceRunner(self)
         else:
@@ -180,7 +163,7 @@ class StreamBatcher:
     def open(self, initial: dict[str, np.ndarray] | None = None) -> int:
         """A new stream; its carried inputs start as zeros unless ``initial`` gives them (one
         stream's values, batch axis of size 1). Returns its id."""
-        values = self._initial_states(initial or {})
+        values = self._in.initial_states(initial or {}, self._states.shapes if self._states is not None else None)
         with self._lock:
             if self._stopping:
                 raise BatcherShutDown("the batcher is shut down")
@@ -189,7 +172,7 @@ class StreamBatcher:
                 self._states = self._device.make_states(shapes) if self._device else HostSlots(shapes, self._state_dtypes)
             for n, v in values.items():
                 if v.shape != self._states.shapes[n]:
-                    raise StreamError(f"initial {n!r}: shape {v.shape}, the streams' states have "
+                    raise StreamError(f"initial {n}: shape {v.shape}, the streams' states have "
                                       f"{self._states.shapes[n]}")
             slot = self._states.allocate()
             self._states.write(slot, values)
@@ -201,7 +184,7 @@ class StreamBatcher:
         """Ends a stream: its queued steps fail with StreamClosed; a step already running
         completes and its state is dropped."""
         with self._lock:
-            st = self._streams.pop(stream, None)
+            st = self._streams.pop(stream_id(stream), None)
             if st is None:
                 raise StreamClosed(f"stream {stream!r} is not open")
             st.closed = True
@@ -220,7 +203,7 @@ class StreamBatcher:
     def state(self, stream: int) -> dict[str, np.ndarray]:
         """A copy of the stream's carried inputs as its next step will read them."""
         with self._lock:
-            st = self._streams.get(stream)
+            st = self._streams.get(stream_id(stream))
             if st is None:
                 raise StreamClosed(f"stream {stream!r} is not open")
             return self._states.read(st.slot)
@@ -228,7 +211,7 @@ class StreamBatcher:
     def layout(self, feeds: dict[str, np.ndarray]) -> BatchLayout:
         """The batch layout of steps with one stream's ``feeds`` (analysed once per kind): which
         axis of each input and output carries the streams, as step_batch stacks them."""
-        feeds = self._check_feeds(feeds)
+        feeds = self._in.check(feeds)
         return self._group(feeds).layout
 
     @property
@@ -239,9 +222,7 @@ class StreamBatcher:
     def batched(self) -> bool | None:
         """Whether the kinds of steps seen so far run batched (None before the first step);
         ``fallback_reasons`` says why not where they do not."""
-        with self._analysis_lock:
-            layouts = [lay for kinds in self._layouts.values() for lay, _ in kinds]
-        return None if not layouts else all(lay.batched for lay in layouts)
+        return self._kinds.batched
 
     # -- steps -----------------------------------------------------------------------------------
     def submit(self, stream: int, feeds: dict[str, np.ndarray]) -> Future:
@@ -281,11 +262,9 @@ class StreamBatcher:
         for company, no per-step Python: for servers that gather a tick's chunks themselves); the
         streams must be distinct, open and have no step in flight. A kind of step never seen
         before is analysed from the first stream's rows."""
-        streams = [int(s) for s in streams]
-        if not streams or len(set(streams)) != len(streams):
-            raise StreamError("step_batch: streams must be distinct, at least one")
-        feeds = self._check_stacked(feeds)
-        layout = self._stacked_layout(feeds, len(streams))
+        streams = stream_ids(streams)
+        feeds = self._in.check_stacked(feeds)
+        layout = self._kinds.stacked(feeds, len(streams), self._known_state_shapes()).layout
         if not layout.batched:
             raise StreamError(f"step_batch: this kind of step runs one stream per call ({'; '.join(layout.reasons)}):"
                               " use step_many")
@@ -296,7 +275,7 @@ class StreamBatcher:
             outputs = self._call(layout, [st.slot for st in sts], feeds)
         except Exception as e:
             self._counters.record([started] * len(sts), started, time.perf_counter(), len(sts))
-            raise _step_error(e) from None
+            raise step_error(e) from None
         finally:
             with self._lock:
                 self._release(sts)
@@ -333,46 +312,6 @@ class StreamBatcher:
                 st.active = False
         self._wake.notify_all()
 
-    def _check_stacked(self, feeds) -> dict[str, np.ndarray]:
-        if not isinstance(feeds, dict) or set(feeds) != set(self._needed):
-            raise StreamError(f"step_batch: feeds must give exactly the step inputs {self._needed}")
-        out = {}
-        for name, dtype in zip(self._needed, self._needed_dtypes):
-            v = feeds[name] if type(feeds[name]) is np.ndarray else np.asarray(feeds[name])
-            if v.dtype != dtype:
-                raise StreamError(f"input {name!r} is {v.dtype}, the model takes {np.dtype(dtype)}")
-            out[name] = v
-        return out
-
-    def _stacked_layout(self, feeds: dict[str, np.ndarray], n: int) -> BatchLayout:
-        """The layout of a known kind of step these stacked feeds are n of; else the kind of the
-        first stream's rows (each input's first axis of size n taken for its batch axis)."""
-        for attempt in range(2):
-            for signature, kinds in list(self._layouts.items()):
-                for layout, shared in kinds:
-                    if self._stacked_match(signature, layout, shared, feeds, n):
-                        return layout
-            if attempt:
-                break
-            one = {}
-            for name, v in feeds.items():
-                axis = next((k for k, d in enumerate(v.shape) if d == n), None) if n > 1 else None
-                one[name] = v if axis is None else np.take(v, [0], axis=axis)
-            self._group(self._check_feeds(one))
-        raise StreamError("step_batch: cannot tell the batch axes of these stacked feeds (step one stream's feeds "
-                          "first, or give each input its rows on its batch axis)")
-
-    def _stacked_match(self, signature: tuple, layout: BatchLayout, shared: dict, feeds: dict, n: int) -> bool:
-        for name, shape in zip(self._needed, signature):
-            v = feeds[name]
-            axis = layout.inputs.get(name) if layout.batched else None
-            if axis is None:
-                if v.shape != shape or (name in shared and not np.array_equal(v, shared[name])):
-                    return False
-            elif v.shape != shape[:axis] + (n,) + shape[axis + 1:]:
-                return False
-        return True
-
     async def astep(self, stream: int, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         return await asyncio.wrap_future(self.submit(stream, feeds))
 
@@ -381,15 +320,17 @@ class StreamBatcher:
         now = time.perf_counter()
         steps = []
         for stream, feeds in pairs:
-            st = self._streams.get(stream)
+            st = self._streams.get(stream_id(stream))
             if st is None:
                 raise StreamClosed(f"stream {stream!r} is not open")
             known = self._known_group(feeds)
             if known is None:
-                feeds = self._check_feeds(feeds)
-                steps.append(_Step(st, feeds, self._group(feeds), now, done))
+                feeds = self._in.check(feeds)
+                group = self._group(feeds)
             else:
-                steps.append(_Step(st, known[1], known[0], now, done))
+                group, feeds = known
+            # copied: the caller may reuse its buffers as soon as submit returns
+            steps.append(_Step(st, {n: np.array(v, copy=True) for n, v in feeds.items()}, group, now, done))
         with self._lock:
             if self._stopping:
                 raise BatcherShutDown("the batcher is shut down")
@@ -449,139 +390,21 @@ class StreamBatcher:
         group = groups.get(tuple(values[k].tobytes() for k in shared))
         return None if group is None else (group, dict(zip(self._needed, values)))
 
-    def _check_feeds(self, feeds) -> dict[str, np.ndarray]:
-        if not isinstance(feeds, dict):
-            raise StreamError(f"feeds: a dict of input name -> array, not {type(feeds).__name__}")
-        if len(feeds) != len(self._needed) or any(n not in feeds for n in self._needed):
-            carried = sorted(n for n in feeds if n in self.carry.values())
-            if carried:
-                raise StreamError(f"feeds give the carried input(s) {carried}: the batcher supplies them "
-                                  "(open(initial=...) sets a stream's first state)")
-            missing = [n for n in self._needed if n not in feeds]
-            if missing:
-                raise StreamError(f"feeds miss input(s) {missing} (a step takes {self._needed})")
-            raise StreamError(f"feeds name unknown input(s) {sorted(set(feeds) - set(self._needed))} "
-                              f"(a step takes {self._needed})")
-        out = {}
-        for name in self._needed:
-            dtype, dims = self._inputs[name]
-            value = feeds[name]
-            if type(value) is not np.ndarray:
-                value = np.asarray(value)
-            if value.dtype != dtype:
-                raise StreamError(f"input {name!r} is {value.dtype}, the model takes {np.dtype(dtype)}")
-            if dims is not None:
-                if value.ndim != len(dims) or any(d is not None and d != s for d, s in zip(dims, value.shape)):
-                    raise StreamError(f"input {name!r} has shape {value.shape}, the model takes "
-                                      f"[{', '.join('?' if d is None else str(d) for d in dims)}]")
-            out[name] = value
-        return out
-
-    def _initial_states(self, initial: dict) -> dict[str, np.ndarray]:
-        if not isinstance(initial, dict):
-            raise StreamError(f"initial: a dict of carried input -> array, not {type(initial).__name__}")
-        unknown = sorted(set(initial) - set(self.carry.values()))
-        if unknown:
-            raise StreamError(f"initial names {unknown}, which are not carried inputs ({sorted(self.carry.values())})")
-        values = {}
-        for name in self.carry.values():
-            dtype, _ = self._inputs[name]
-            if name in initial:
-                v = np.array(initial[name], copy=True)
-                if v.dtype != dtype:
-                    raise StreamError(f"initial {name!r} is {v.dtype}, the model takes {np.dtype(dtype)}")
-                shape = self._state_shapes[name]
-                if shape is not None and v.shape != shape:
-                    raise StreamError(f"initial {name!r} has shape {v.shape}, one stream's state is {shape}")
-            else:
-                shape = self._states.shapes[name] if self._states is not None else self._state_shapes[name]
-                if shape is None:
-                    raise StreamError(f"the shape of carried input {name!r} is not fixed by the model "
-                                      f"({_dims_text(self._inputs[name][1])}): give it in open(initial=...)")
-                v = np.zeros(shape, dtype)
-            values[name] = v
-        return values
-
     # -- which steps share a call ----------------------------------------------------------------
     def _group(self, feeds: dict[str, np.ndarray]) -> _Group:
-        signature = tuple(feeds[n].shape for n in self._needed)
-        kind = self._kind(feeds, signature)
-        if kind is None:
-            with self._analysis_lock:
-                kind = self._kind(feeds, signature)
-                if kind is None:
-                    kind = self._analyze(feeds, signature)
-                    self._layouts.setdefault(signature, []).append(kind)
-        layout, shared = kind
-        values = tuple(feeds[n].tobytes() for n in shared)
-        group = self._groups.get((signature, *values))
+        kind = self._kinds.of(feeds, self._known_state_shapes())
+        values = kind.values(feeds)
+        group = self._groups.get((kind.signature, *values))
         if group is None:
             with self._lock:
-                group = self._groups.setdefault((signature, *values), _Group(layout, {n: feeds[n] for n in shared}))
-        if len(self._layouts[signature]) == 1:  # one kind of step for these shapes: the fast path may take them
-            entry = self._fast.setdefault(signature, ([self._needed.index(n) for n in shared], {}))
+                group = self._groups.setdefault((kind.signature, *values), _Group(kind.layout, dict(kind.shared)))
+        if self._kinds.only(kind.signature):  # one kind of step for these shapes: the fast path may take them
+            entry = self._fast.setdefault(kind.signature, ([self._needed.index(n) for n in kind.shared], {}))
             entry[1][values] = group
         return group
 
-    def _kind(self, feeds, signature) -> tuple[BatchLayout, dict[str, np.ndarray]] | None:
-        """The analysis made for feeds of these shapes and these values of the inputs it found shared."""
-        for layout, shared in self._layouts.get(signature, ()):
-            if all(np.array_equal(feeds[n], v) for n, v in shared.items()):
-                return layout, shared
-        return None
-
-    def _analyze(self, feeds: dict[str, np.ndarray], signature: tuple) -> tuple[BatchLayout, dict[str, np.ndarray]]:
-        self._check_batch_size(feeds)
-        shapes = self._states.shapes if self._states is not None else self._state_shapes
-        full = dict(feeds)
-        for name, shape in shapes.items():
-            if shape is None:
-                raise StreamError(f"the shape of carried input {name!r} is not known yet: open a stream with "
-                                  "initial=... first")
-            full[name] = np.zeros(shape, self._inputs[name][0])
-        try:
-            layout = batch_layout(self.model, full, carried=set(self.carry.values()))
-        except TraceFailed as e:
-            try:  # a bad feed, or a model the reference cannot run? onnxruntime says
-                self.session.run(None, full)
-            except Exception as run_error:  # noqa: BLE001 - onnxruntime's own message is the answer
-                raise StreamError(f"these feeds fail when the model runs them alone: {clean_message(run_error)}") \
-                    from None
-            layout = BatchLayout({n: None for n in full}, {}, reasons=[f"the batch analysis could not run the "
-                                                                       f"model: {e}"])
-        if layout.batched:
-            layout.reasons += self._check_carried(layout)
-        if not layout.batched:
-            message = (f"StreamBatcher: steps with feeds of shapes {dict(zip(self._needed, signature))} run one "
-                       f"stream per call: {'; '.join(layout.reasons)}")
-            self.fallback_reasons.append(message)
-            warnings.warn(message, RuntimeWarning, stacklevel=4)
-        # One stream per call shares nothing: any values of these shapes take that path.
-        shared = [n for n in self._needed if layout.inputs.get(n) is None] if layout.batched else []
-        return layout, {n: feeds[n].copy() for n in shared}
-
-    def _check_carried(self, layout: BatchLayout) -> list[str]:
-        reasons = []
-        for out, inp in self.carry.items():
-            a_out, a_in = layout.outputs.get(out), layout.inputs.get(inp)
-            if a_out is None or a_in is None or a_out != a_in or layout.rows.get(out) != 1:
-                reasons.append(f"carried output {out!r} has the batch on axis {a_out} "
-                               f"({layout.rows.get(out)} rows a stream), input {inp!r} on axis {a_in}")
-        return reasons
-
-    def _check_batch_size(self, feeds: dict[str, np.ndarray]) -> None:
-        """A feed that differs from a batched kind of step only on a batch axis: a batch of several."""
-        for signature, kinds in list(self._layouts.items()):
-            layout = kinds[0][0]
-            if not layout.batched:
-                continue
-            for name, known in zip(self._needed, signature):
-                axis, shape = layout.inputs.get(name), feeds[name].shape
-                if axis is None or shape == known or len(shape) != len(known):
-                    continue
-                if all(s == k for j, (s, k) in enumerate(zip(shape, known)) if j != axis):
-                    raise StreamError(f"input {name!r} has {shape[axis]} on its batch axis {axis} (shape {shape}): "
-                                      "a step is one stream's feeds, batch 1")
+    def _known_state_shapes(self) -> dict:
+        return self._states.shapes if self._states is not None else self._state_shapes
 
     # -- the workers -----------------------------------------------------------------------------
     def _work(self) -> None:
@@ -693,7 +516,7 @@ class StreamBatcher:
         for step, result in zip(batch, results):
             if isinstance(result, Exception):
                 failed += 1
-                result = _step_error(result)
+                result = step_error(result)
             step.result = result
         self._counters.record([s.submitted for s in batch], started, finished, failed)
         with self._lock:
@@ -711,56 +534,3 @@ def _settle(future: Future, result) -> None:
         future.set_exception(result)
     else:
         future.set_result(result)
-
-
-def _step_error(error: Exception) -> Exception:
-    if isinstance(error, (StreamError, BatcherShutDown)):
-        return error
-    return StreamError(f"the step failed: {clean_message(error)}")
-
-
-def _check_carry(model: onnx.ModelProto, carry) -> dict[str, str]:
-    if not isinstance(carry, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in carry.items()):
-        raise ValueError(f"carry: a dict of state output -> input it feeds, not {carry!r}")
-    inits = {i.name for i in model.graph.initializer}
-    inputs = [i.name for i in model.graph.input if i.name not in inits]
-    outputs = [o.name for o in model.graph.output]
-    for out, inp in carry.items():
-        if out not in outputs:
-            raise ValueError(f"carry: the model has no output {out!r} (outputs: {', '.join(outputs)})")
-        if inp not in inputs:
-            raise ValueError(f"carry: the model has no input {inp!r} (inputs: {', '.join(inputs)})")
-    if len(set(carry.values())) != len(carry):
-        raise ValueError(f"carry: two outputs feed the same input ({carry})")
-    types_in = {i.name: i.type.tensor_type.elem_type for i in model.graph.input}
-    types_out = {o.name: o.type.tensor_type.elem_type for o in model.graph.output}
-    for out, inp in carry.items():
-        if types_in[inp] and types_out[out] and types_in[inp] != types_out[out]:
-            raise ValueError(f"carry: output {out!r} is {onnx.helper.tensor_dtype_to_np_dtype(types_out[out])}, "
-                             f"input {inp!r} takes {onnx.helper.tensor_dtype_to_np_dtype(types_in[inp])}")
-    return dict(carry)
-
-
-def _tensor_types(infos, skip: set[str]) -> dict[str, tuple[np.dtype, list[int | None] | None]]:
-    out = {}
-    for vi in infos:
-        if vi.name in skip:
-            continue
-        tt = vi.type.tensor_type
-        if not vi.type.HasField("tensor_type"):
-            raise ValueError(f"{vi.name!r} is not a tensor: StreamBatcher feeds tensors only")
-        dims = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None for d in tt.shape.dim] \
-            if tt.HasField("shape") else None
-        out[vi.name] = (np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)), dims)
-    return out
-
-
-def _state_shape(dtype, dims) -> tuple[int, ...] | None:
-    """One stream's state shape from the model's declared dims: the one unknown dim is the batch (1)."""
-    if dims is None or sum(d is None for d in dims) > 1:
-        return None
-    return tuple(1 if d is None else d for d in dims)
-
-
-def _dims_text(dims) -> str:
-    return "unknown rank" if dims is None else "[" + ", ".join("?" if d is None else str(d) for d in dims) + "]"

@@ -3,7 +3,7 @@
 ``LstmOrtPredictor`` is a stateful callable for ``Dataset.map_batches``: each actor loads the
 session once, and every block it gets is bucketed by length and run by a BucketingBatcher. It
 takes and returns pyarrow tables (``batch_format="pyarrow"``): the sequence column in, one list
-column per model output added (lstm_ort.serving.arrow's layout), named as ``lstm-ort batch`` names
+column per model output added (lstm_ort.serving.batch.arrow's layout), named as ``lstm-ort batch`` names
 them (``Y``, or ``Y_out`` where the block has a column ``Y`` already). ``predict`` wires it up.
 This is the only module of lstm_ort that imports Ray.
 """
@@ -17,8 +17,8 @@ from typing import Any
 import ray  # noqa: F401  (an error here says: pip install 'lstm-ort[serving]')
 
 from lstm_ort.runtime.library import LIBRARY_ENV, get_library_path
-from lstm_ort.serving.arrow import add_output_columns
-from lstm_ort.serving.batcher import BucketingBatcher
+from lstm_ort.serving.batch.arrow import add_output_columns
+from lstm_ort.serving.batch.batcher import BucketingBatcher
 
 
 class LstmOrtPredictor:

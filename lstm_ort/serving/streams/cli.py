@@ -10,7 +10,6 @@ long: real time, e.g. 32 for silero-vad's 512-sample chunks). The load generator
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import threading
@@ -18,6 +17,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+from lstm_ort.cli_args import dims, integer, named, number
 
 EXIT_OK, EXIT_INPUT, EXIT_USAGE = 0, 1, 2
 POOL = 16  # distinct chunks per input, reused round-robin
@@ -35,15 +36,16 @@ def add_streams_bench_parser(sub) -> None:
                    help="a fixed value for input NAME (e.g. sr=16000)")
     s.add_argument("--streams", type=int, default=256)
     s.add_argument("--threads", type=int, default=8, help="client threads feeding the streams")
-    s.add_argument("--seconds", type=float, default=5.0, help="measured time (after --warmup)")
-    s.add_argument("--warmup", type=float, default=1.0)
-    s.add_argument("--interval-ms", type=float, default=None,
+    s.add_argument("--seconds", type=number(above=0), default=5.0, help="measured time (after --warmup)")
+    s.add_argument("--warmup", type=number(at_least=0), default=1.0)
+    s.add_argument("--interval-ms", type=number(above=0), default=None,
                    help="real time: each stream steps at most once per interval (default: as fast as it can)")
     s.add_argument("--max-batch", type=int, default=256)
-    s.add_argument("--max-wait-ms", type=float, default=2.0)
+    s.add_argument("--max-wait-ms", type=number(at_least=0), default=2.0)
     s.add_argument("--workers", type=int, default=2, help="threads running calls (default 2)")
     s.add_argument("--providers", help="comma-separated: cuda,cpu (default: onnxruntime's)")
-    s.add_argument("--intra-op-threads", type=int, default=0, help="onnxruntime intra-op threads (0: its default)")
+    s.add_argument("--intra-op-threads", type=integer(0, "0: onnxruntime's default"), default=0,
+                   help="onnxruntime intra-op threads (0: its default)")
     s.add_argument("--stacked", action="store_true",
                    help="each client round is one step_batch of its streams' chunks stacked (a server's tick)")
     s.add_argument("--json", metavar="FILE", help="write the counters and settings as JSON")
@@ -54,9 +56,6 @@ def cmd_streams_bench(args) -> int:
         if getattr(args, name) < 1:
             print(f"lstm-ort: --{name.replace('_', '-')} must be >= 1", file=sys.stderr)
             return EXIT_USAGE
-    if args.seconds <= 0 or args.warmup < 0 or (args.interval_ms is not None and args.interval_ms <= 0):
-        print("lstm-ort: --seconds and --interval-ms must be > 0, --warmup >= 0", file=sys.stderr)
-        return EXIT_USAGE
     from lstm_ort.runtime.model_io import ModelError
     from lstm_ort.serving.streams import StreamBatcher, StreamError
 
@@ -265,28 +264,6 @@ def write_json(path, doc, model=None) -> None:
     write_file(target, lambda p: p.write_text(json.dumps(doc, indent=2, default=str)))
 
 
-def named(flag: str, form: str, convert=None):
-    """An argparse type for ``NAME=...`` options: ``convert`` turns the text after ``=`` into the
-    value (a ValueError is a usage error naming ``flag`` and ``form``)."""
-    def parse(text: str):
-        name, _, rest = text.partition("=")
-        try:
-            value = rest if convert is None else convert(rest)
-        except ValueError:
-            value = None
-        if not name or value is None or value == "":
-            raise argparse.ArgumentTypeError(f"{flag} takes {form}, got {text!r}")
-        return name, value
-    return parse
-
-
-def _dims(text: str) -> list[int]:
-    dims = [int(d) for d in text.split(",")] if text else []
-    if any(d < 0 for d in dims):
-        raise ValueError(text)
-    return dims
-
-
 _pair = named("--carry", "OUTPUT=INPUT")
-_shape = named("--chunk", "NAME=D0,D1,... with dims >= 0", _dims)
+_shape = named("--chunk", "NAME=D0,D1,... with dims >= 0", dims)
 _value = named("--value", "NAME=V[,V...]", lambda text: [float(v) for v in text.split(",")])

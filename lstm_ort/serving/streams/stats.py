@@ -90,3 +90,18 @@ class Counters:
                                self._steps / seconds if seconds else 0.0,
                                (self._steps + self._failed) / self._calls if self._calls else 0.0,
                                pct(waits, 50), pct(waits, 99), pct(lat, 50), pct(lat, 99), self._failed)
+
+
+def snapshot(native: dict, open_streams: int) -> StreamStats:
+    """A snapshot from the native engine's counters (custom_ops/streams/engine.h, StatsSnapshot)."""
+    waits, lat = np.asarray(native["waits"]), np.asarray(native["latencies"])
+    steps, calls, failed = native["steps"], native["calls"], native["failed"]
+    seconds = native["last"] - native["first"] if native["first"] >= 0 else 0.0
+    if native["first"] >= 0 and seconds <= 0:
+        seconds = 1e-9
+
+    def pct(a, q):
+        return float(np.percentile(a, q) * 1e3) if a.size else 0.0
+    return StreamStats(open_streams, steps, calls, seconds, steps / seconds if seconds else 0.0,
+                       (steps + failed) / calls if calls else 0.0, pct(waits, 50), pct(waits, 99), pct(lat, 50),
+                       pct(lat, 99), failed)

@@ -1,9 +1,9 @@
 """BucketingBatcher: ragged sequences through a model in length buckets, results per sequence.
 
 Sequences are grouped by length into buckets and each bucket cut into batches (the plan,
-batch_plan.py), each batch padded to its bucket's boundary and run with the model's
+plan.py), each batch padded to its bucket's boundary and run with the model's
 ``sequence_lens`` input (so padded steps are skipped: every output equals running that sequence
-alone) by the runner of its session (batch_runners.py: host arrays, I/O binding on the CUDA EP,
+alone) by the runner of its session (runners.py: host arrays, I/O binding on the CUDA EP,
 or a pipelining session's stream), and every output split back per sequence, sliced to its length
 on the time axis, in the caller's order.
 """
@@ -22,9 +22,9 @@ from lstm_ort.graph.ragged import RaggedLayout, analyze
 from lstm_ort.ops.identity import np_dtype_of_ort
 from lstm_ort.runtime.model_io import load_model
 from lstm_ort.runtime.session import InferenceSession
-from lstm_ort.serving import batch_plan
-from lstm_ort.serving.batch_plan import Batch, BatchStats
-from lstm_ort.serving.batch_runners import runner_for
+from lstm_ort.serving.batch import plan as batch_plan
+from lstm_ort.serving.batch.plan import Batch, BatchStats
+from lstm_ort.serving.batch.runners import runner_for
 from lstm_ort.verify import cast_exactly
 
 _PROVIDERS = {"cuda": "CUDAExecutionProvider", "cpu": "CPUExecutionProvider"}
@@ -279,7 +279,7 @@ def _as_sequences(sequences) -> list:
         return list(sequences)
     module = type(sequences).__module__
     if module.startswith("pyarrow"):
-        from lstm_ort.serving.arrow import sequences_from_arrow
+        from lstm_ort.serving.batch.arrow import sequences_from_arrow
 
         return sequences_from_arrow(sequences)
     if isinstance(sequences, np.ndarray) and sequences.dtype == object:

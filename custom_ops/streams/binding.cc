@@ -1,0 +1,523 @@
+// lstm_ort.serving.streams._engine: the native step path as Python sees it. The fast path of a
+// step is all here: find the step's kind from its feeds' shapes (and the values of the inputs
+// shared by a kind), copy its feeds, queue it and wait with the GIL released, and hand the
+// outputs back as numpy arrays. Anything the fast path does not know
+// (a first step of its kind, feeds to check in full) returns None, and Python's checks and
+// analysis take over (lstm_ort/serving/streams/batcher.py), registering the kind for next time.
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <cstring>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "element_types.h"
+#include "engine.h"
+#include "ort_device_runner.h"
+#include "ort_runner.h"
+
+namespace nb = nanobind;
+using namespace lstm_ort::streams;
+
+namespace {
+
+// Buffers of one step's feeds, released when it goes.
+struct Buffers {
+  explicit Buffers(size_t n) : views(n) {}
+  ~Buffers() {
+    for (size_t k = 0; k < held; ++k) PyBuffer_Release(&views[k]);
+  }
+  std::vector<Py_buffer> views;
+  size_t held = 0;
+};
+
+std::string Bytes(nb::handle b) {
+  char* data = nullptr;
+  Py_ssize_t size = 0;
+  if (PyBytes_AsStringAndSize(b.ptr(), &data, &size) != 0) throw nb::python_error();
+  return std::string(data, static_cast<size_t>(size));
+}
+
+class PyEngine {
+ public:
+  struct Kind {                  // feeds of one signature (names, types, shapes)
+    std::vector<int> shared;     // inputs whose values choose the group
+    std::unordered_map<std::string, int> groups;  // their values' bytes -> group
+  };
+
+  PyEngine(uintptr_t api_base, nb::bytes model, std::string library, nb::dict options, nb::list providers,
+           std::vector<std::pair<std::string, int32_t>> step_inputs,
+           std::vector<std::pair<std::string, std::string>> carry, nb::dict config, nb::object make_error,
+           nb::object settle, bool device_states)
+      : make_error_(std::move(make_error)), settle_(std::move(settle)),
+        numpy_empty_(nb::module_::import_("numpy").attr("empty")) {
+    InitOrtApi(reinterpret_cast<const OrtApiBase*>(api_base));
+    SessionSpec spec;
+    spec.model = Bytes(model);
+    std::string single_model;
+    spec.library_path = library;
+    for (auto [k, v] : options) {
+      const std::string key = nb::cast<std::string>(k);
+      if (key == "intra_op_num_threads") spec.intra_op_threads = nb::cast<int>(v);
+      else if (key == "inter_op_num_threads") spec.inter_op_threads = nb::cast<int>(v);
+      else if (key == "graph_optimization_level") spec.graph_optimization_level = nb::cast<int>(v);
+      else if (key == "execution_mode") spec.execution_mode = nb::cast<int>(v);
+      else if (key == "enable_cpu_mem_arena") spec.cpu_mem_arena = nb::cast<bool>(v);
+      else if (key == "enable_mem_pattern") spec.mem_pattern = nb::cast<bool>(v);
+      else if (key == "log_severity_level") spec.log_severity = nb::cast<int>(v);
+      else if (key == "config") spec.config = nb::cast<KeyValues>(v);
+      else if (key == "profile_file_prefix") spec.profile_prefix = nb::cast<std::string>(v);
+      else if (key == "single_model") single_model = Bytes(v);
+      else throw std::invalid_argument("unknown session option " + key);
+    }
+    for (nb::handle p : providers) spec.providers.push_back(nb::cast<std::pair<std::string, KeyValues>>(p));
+    std::vector<std::string> names;
+    for (const auto& [name, type] : step_inputs) {
+      names.push_back(name);
+      input_names_.push_back(nb::steal(PyUnicode_InternFromString(name.c_str())));
+      input_types_.push_back(type);
+    }
+    EngineConfig c;
+    c.max_batch = nb::cast<int>(config["max_batch"]);
+    c.max_wait = nb::cast<double>(config["max_wait"]);
+    c.max_calls = nb::cast<int>(config["max_calls"]);
+    c.workers = nb::cast<int>(config["workers"]);
+    std::unique_ptr<CallRunner> runner;
+    if (!device_states) {
+      runner = std::make_unique<OrtHostRunner>(spec, names, carry, single_model);
+    } else {
+      auto device = std::make_unique<OrtDeviceRunner>(spec, names, carry);
+      device_ = device.get();
+      runner = std::move(device);
+    }
+    engine_ = std::make_unique<Engine>(c, std::move(runner), [this](std::vector<Step*>& steps) { Settle(steps); });
+  }
+
+  ~PyEngine() {
+    nb::gil_scoped_release release;
+    engine_.reset();
+  }
+
+  // One stream's state per carried input; on a device, with the models that write, read and
+  // grow the slot arrays (device.py).
+  void SetStates(std::vector<std::pair<std::vector<int64_t>, int32_t>> states, nb::object device_models) {
+    if (device_ && !device_models.is_none()) {
+      DeviceModels models;
+      models.writer = Bytes(device_models["writer"]);
+      models.reader = Bytes(device_models["reader"]);
+      models.grow = Bytes(device_models["grow"]);
+      nb::gil_scoped_release release;
+      device_->SetModels(models);
+    }
+    std::vector<TensorLayout> layouts;
+    for (auto& [shape, type] : states) {
+      TensorLayout t;
+      t.type = type;
+      t.elem_size = ElementSize(type);
+      t.shape = shape;
+      layouts.push_back(std::move(t));
+    }
+    state_types_.clear();
+    for (auto& t : layouts) state_types_.push_back(t);
+    engine_->SetStateLayouts(layouts);
+  }
+
+  // A kind of step, from the Python analysis: returns its group's id.
+  int AddGroup(std::vector<std::vector<int64_t>> shapes, std::vector<int> input_axes, std::vector<int> shared,
+               std::vector<nb::bytes> shared_values, std::vector<int> state_axes, std::vector<int> output_axes,
+               std::vector<int64_t> output_rows, int limit) {
+    GroupSpec spec;
+    for (size_t k = 0; k < shapes.size(); ++k) {
+      TensorLayout t;
+      t.type = input_types_[k];
+      t.elem_size = ElementSize(t.type);
+      t.shape = shapes[k];
+      t.batch_axis = input_axes[k];
+      spec.inputs.push_back(std::move(t));
+    }
+    spec.shared.assign(shapes.size(), false);
+    spec.shared_values.resize(shapes.size());
+    std::string values;
+    for (size_t j = 0; j < shared.size(); ++j) {
+      spec.shared[shared[j]] = true;
+      const std::string v = Bytes(shared_values[j]);
+      spec.shared_values[shared[j]].assign(v.begin(), v.end());
+      values += v;
+    }
+    spec.state_axes = std::move(state_axes);
+    spec.output_axes = std::move(output_axes);
+    spec.output_rows = std::move(output_rows);
+    spec.limit = limit;
+    const int id = engine_->AddGroup(std::move(spec));
+    Kind& kind = kinds_[Signature(shapes)];
+    kind.shared = shared;
+    kind.groups[values] = id;
+    return id;
+  }
+
+  // The wrapped model of calls with the states' batch on these axes (device states only).
+  void AddDeviceModel(std::vector<int> axes, nb::bytes model) {
+    if (!device_) throw std::logic_error("add_device_model: this engine keeps its states on the host");
+    const std::string bytes = Bytes(model);
+    nb::gil_scoped_release release;
+    device_->AddModel(axes, bytes);
+  }
+
+  int64_t Open(std::vector<nb::bytes> initial) {
+    std::vector<std::string> held;
+    std::vector<const void*> values;
+    for (nb::bytes& b : initial) held.push_back(Bytes(b));
+    for (const std::string& h : held) values.push_back(h.data());
+    try {
+      return engine_->Open(values);
+    } catch (const EngineError& e) {
+      Raise(e.failure, e.what());
+    }
+  }
+
+  void Close(int64_t id) {
+    try {
+      nb::gil_scoped_release release;
+      engine_->Close(id);
+    } catch (const EngineError& e) {
+      Raise(e.failure, e.what());
+    }
+  }
+
+  nb::list State(int64_t id) {
+    std::vector<std::vector<char>> values;
+    try {
+      engine_->ReadState(id, &values);
+    } catch (const EngineError& e) {
+      Raise(e.failure, e.what());
+    }
+    nb::list out;
+    for (size_t s = 0; s < values.size(); ++s) out.append(Array(values[s].data(), state_types_[s].shape, state_types_[s].type));
+    return out;
+  }
+
+  // One step: its outputs, or None where Python must look at it first.
+  nb::object StepOne(nb::handle stream, nb::handle feeds) {
+    Step step;
+    if (!Prepare(stream, feeds, &step)) return nb::none();
+    Waiter waiter;
+    waiter.remaining = 1;
+    step.waiter = &waiter;
+    Failure failure = Failure::kNone;
+    std::string message;
+    {
+      nb::gil_scoped_release release;
+      try {
+        engine_->Enqueue({&step});
+        engine_->Wait(waiter);
+      } catch (const EngineError& e) {
+        failure = e.failure;
+        message = e.what();
+      }
+    }
+    if (failure != Failure::kNone) Raise(failure, message);
+    if (step.failure != Failure::kNone) Raise(step.failure, step.message);
+    return Outputs(step);
+  }
+
+  // Several steps, one wait; None where Python must look at one of them first.
+  nb::object StepMany(nb::handle pairs, bool return_exceptions) {
+    if (!PyList_CheckExact(pairs.ptr())) return nb::none();
+    const Py_ssize_t n = PyList_Size(pairs.ptr());
+    std::vector<std::unique_ptr<Step>> steps;
+    steps.reserve(static_cast<size_t>(n));
+    for (Py_ssize_t i = 0; i < n; ++i) {
+      PyObject* pair = PyList_GetItem(pairs.ptr(), i);
+      if (!PyTuple_Check(pair) || PyTuple_Size(pair) != 2) return nb::none();
+      steps.push_back(std::make_unique<Step>());
+      if (!Prepare(PyTuple_GetItem(pair, 0), PyTuple_GetItem(pair, 1), steps.back().get())) return nb::none();
+    }
+    Waiter waiter;
+    waiter.remaining = static_cast<int>(n);
+    std::vector<Step*> raw;
+    for (auto& s : steps) {
+      s->waiter = &waiter;
+      raw.push_back(s.get());
+    }
+    Failure failure = Failure::kNone;
+    std::string message;
+    {
+      nb::gil_scoped_release release;
+      try {
+        engine_->Enqueue(raw);
+        engine_->Wait(waiter);
+      } catch (const EngineError& e) {
+        failure = e.failure;
+        message = e.what();
+      }
+    }
+    if (failure != Failure::kNone) Raise(failure, message);
+    nb::list out;
+    for (auto& s : steps) {
+      if (s->failure == Failure::kNone) {
+        out.append(Outputs(*s));
+      } else if (return_exceptions) {
+        out.append(make_error_(static_cast<int>(s->failure), s->message));
+      } else {
+        Raise(s->failure, s->message);
+      }
+    }
+    return out;
+  }
+
+  // One step whose result goes to `future` (through Python's settle(future, outputs or error)):
+  // False where Python must look at it first.
+  bool Submit(nb::handle stream, nb::handle feeds, nb::object future) {
+    auto step = std::make_unique<Step>();
+    if (!Prepare(stream, feeds, step.get())) return false;
+    step->token = future.release().ptr();
+    Failure failure = Failure::kNone;
+    std::string message;
+    {
+      nb::gil_scoped_release release;
+      try {
+        engine_->Enqueue({step.get()});
+      } catch (const EngineError& e) {
+        failure = e.failure;
+        message = e.what();
+      }
+    }
+    if (failure != Failure::kNone) {
+      Py_DECREF(static_cast<PyObject*>(step->token));
+      Raise(failure, message);
+    }
+    step.release();  // the engine's until Settle
+    return true;
+  }
+
+  // step_batch: stacked feeds (contiguous arrays, in the model's order) of these idle streams.
+  nb::list StepStacked(std::vector<int64_t> ids, int group, std::vector<nb::handle> arrays) {
+    Buffers buffers(arrays.size());
+    CallInputs in;
+    for (size_t k = 0; k < arrays.size(); ++k) {
+      Py_buffer& view = buffers.views[k];
+      if (PyObject_GetBuffer(arrays[k].ptr(), &view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0) throw nb::python_error();
+      ++buffers.held;
+      in.data.push_back(view.buf);
+      in.shapes.emplace_back(view.shape, view.shape + view.ndim);
+      in.types.push_back(input_types_[k]);
+    }
+    std::vector<CallOutput> outs;
+    std::shared_ptr<void> keep;
+    Failure failure = Failure::kNone;
+    std::string message;
+    {
+      nb::gil_scoped_release release;
+      try {
+        keep = engine_->RunStacked(ids, group, std::move(in), &outs);
+      } catch (const EngineError& e) {
+        failure = e.failure;
+        message = e.what();
+      }
+    }
+    if (failure != Failure::kNone) Raise(failure, message);
+    nb::list out;
+    for (const CallOutput& o : outs) out.append(Array(o.data, o.shape, o.type));
+    return out;
+  }
+
+  nb::dict Stats() {
+    StatsSnapshot s;
+    {
+      nb::gil_scoped_release release;
+      s = engine_->Stats();
+    }
+    nb::dict d;
+    d["steps"] = s.steps;
+    d["calls"] = s.calls;
+    d["failed"] = s.failed;
+    d["rescued"] = s.rescued;
+    d["first"] = s.first;
+    d["last"] = s.last;
+    d["waits"] = s.waits;
+    d["latencies"] = s.latencies;
+    return d;
+  }
+
+  void ResetStats() { engine_->ResetStats(); }
+  size_t OpenStreams() { return engine_->open_streams(); }
+  bool IsOpen(int64_t id) { return engine_->is_open(id); }
+  bool Stopping() { return engine_->stopping(); }
+
+  void Shutdown(bool wait) {
+    nb::gil_scoped_release release;
+    engine_->Shutdown(wait);
+  }
+
+ private:
+  static std::string Signature(const std::vector<std::vector<int64_t>>& shapes) {
+    std::string key;
+    for (const auto& shape : shapes) {
+      key.push_back(static_cast<char>(shape.size()));
+      key.append(reinterpret_cast<const char*>(shape.data()), shape.size() * sizeof(int64_t));
+    }
+    return key;
+  }
+
+  // The fast path's checks: a known stream id type, a dict of exactly the step inputs, each a
+  // C-contiguous buffer of the input's type, of shapes and shared values seen before. Fills
+  // `step` (its own copy of the feeds) or returns false.
+  bool Prepare(nb::handle stream, nb::handle feeds, Step* step) {
+    if (!PyLong_CheckExact(stream.ptr()) || !PyDict_CheckExact(feeds.ptr())) return false;
+    int overflow = 0;
+    step->stream_id = PyLong_AsLongLongAndOverflow(stream.ptr(), &overflow);
+    if (overflow) return false;
+    const size_t n = input_names_.size();
+    if (static_cast<size_t>(PyDict_Size(feeds.ptr())) != n) return false;
+    Buffers buffers(n);
+    std::string key;
+    for (size_t k = 0; k < n; ++k) {
+      PyObject* value = PyDict_GetItem(feeds.ptr(), input_names_[k].ptr());  // borrowed
+      if (!value) return false;
+      Py_buffer& view = buffers.views[k];
+      if (PyObject_GetBuffer(value, &view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0) {
+        PyErr_Clear();
+        return false;
+      }
+      ++buffers.held;
+      if (TypeOfFormat(view.format, static_cast<size_t>(view.itemsize)) != input_types_[k]) return false;
+      key.push_back(static_cast<char>(view.ndim));
+      for (int d = 0; d < view.ndim; ++d) {
+        const int64_t dim = view.shape[d];
+        key.append(reinterpret_cast<const char*>(&dim), sizeof dim);
+      }
+    }
+    auto kind = kinds_.find(key);
+    if (kind == kinds_.end()) return false;
+    std::string values;
+    for (int k : kind->second.shared)
+      values.append(static_cast<const char*>(buffers.views[k].buf), static_cast<size_t>(buffers.views[k].len));
+    auto found = kind->second.groups.find(values);
+    if (found == kind->second.groups.end()) return false;
+    Group* g = engine_->group(found->second);
+    step->group = g;
+    step->submitted = Now();
+    step->feeds.reset(new char[std::max<size_t>(g->feed_bytes, 1)]);
+    for (size_t k = 0; k < n; ++k)
+      if (!g->shared[k])
+        std::memcpy(step->feeds.get() + g->feed_offset[k], buffers.views[k].buf, static_cast<size_t>(buffers.views[k].len));
+    return true;
+  }
+
+  // A numpy array holding a copy of `data`: numpy.empty(shape, dtype) and a memcpy, about 0.3 us
+  // where numpy.asarray over a buffer object (nanobind's ndarray export) costs 1-2 us an array.
+  nb::object Array(const void* data, const std::vector<int64_t>& shape, int32_t type, nb::handle = nb::handle()) {
+    nb::object dims = nb::steal(PyTuple_New(static_cast<Py_ssize_t>(shape.size())));
+    size_t bytes = ElementSize(type);
+    for (size_t d = 0; d < shape.size(); ++d) {
+      PyTuple_SET_ITEM(dims.ptr(), d, PyLong_FromLongLong(shape[d]));
+      bytes *= static_cast<size_t>(shape[d]);
+    }
+    nb::object array = numpy_empty_(dims, NumpyType(type));
+    if (bytes) {
+      Py_buffer view;
+      if (PyObject_GetBuffer(array.ptr(), &view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) != 0) throw nb::python_error();
+      std::memcpy(view.buf, data, bytes);
+      PyBuffer_Release(&view);
+    }
+    return array;
+  }
+
+  nb::handle NumpyType(int32_t type) {
+    auto it = numpy_types_.find(type);
+    if (it != numpy_types_.end()) return it->second;
+    nb::object numpy = nb::module_::import_("numpy");
+    nb::object dtype = numpy.attr("dtype")(NumpyName(type));
+    return numpy_types_.emplace(type, dtype).first->second;
+  }
+
+  static const char* NumpyName(int32_t type) {
+    switch (type) {
+      case 1: return "float32";
+      case 11: return "float64";
+      case 10: return "float16";
+      case 9: return "bool";
+      case 3: return "int8";
+      case 5: return "int16";
+      case 6: return "int32";
+      case 7: return "int64";
+      case 2: return "uint8";
+      case 4: return "uint16";
+      case 12: return "uint32";
+      case 13: return "uint64";
+      default: throw std::invalid_argument("no numpy type for ONNX element type " + std::to_string(type));
+    }
+  }
+
+  nb::object Outputs(Step& step) {
+    const char* block = step.result.block.get();
+    nb::object out = nb::steal(PyList_New(static_cast<Py_ssize_t>(step.result.outputs.size())));
+    for (size_t j = 0; j < step.result.outputs.size(); ++j) {
+      const StepOutputs::Output& o = step.result.outputs[j];
+      PyList_SET_ITEM(out.ptr(), j, Array(block + o.offset, o.shape, o.type).release().ptr());
+    }
+    return out;
+  }
+
+  [[noreturn]] void Raise(Failure failure, const std::string& message) {
+    nb::object error = make_error_(static_cast<int>(failure), message);
+    PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(error.ptr())), error.ptr());
+    throw nb::python_error();
+  }
+
+  // Futures' steps, done: on an engine thread, without the engine's lock.
+  void Settle(std::vector<Step*>& steps) {
+    nb::gil_scoped_acquire gil;
+    for (Step* step : steps) {
+      std::unique_ptr<Step> owned(step);
+      nb::object future = nb::steal(static_cast<PyObject*>(step->token));
+      try {
+        nb::object result = step->failure == Failure::kNone ? Outputs(*step)
+                                                            : make_error_(static_cast<int>(step->failure), step->message);
+        settle_(future, result);
+      } catch (nb::python_error& e) {
+        e.restore();
+        PyErr_WriteUnraisable(future.ptr());
+      }
+    }
+  }
+
+  std::unique_ptr<Engine> engine_;
+  OrtDeviceRunner* device_ = nullptr;  // the engine's runner, where it keeps the states on a device
+  std::vector<nb::object> input_names_;
+  std::vector<int32_t> input_types_;
+  std::vector<TensorLayout> state_types_;
+  std::unordered_map<std::string, Kind> kinds_;
+  nb::object make_error_, settle_;
+  nb::object numpy_empty_;
+  std::unordered_map<int32_t, nb::object> numpy_types_;
+};
+
+}  // namespace
+
+NB_MODULE(_engine, m) {
+  m.doc() = "lstm_ort's native step path for StreamBatcher (custom_ops/streams)";
+  nb::class_<PyEngine>(m, "Engine")
+      .def(nb::init<uintptr_t, nb::bytes, std::string, nb::dict, nb::list, std::vector<std::pair<std::string, int32_t>>,
+                    std::vector<std::pair<std::string, std::string>>, nb::dict, nb::object, nb::object, bool>())
+      .def("add_device_model", &PyEngine::AddDeviceModel)
+      .def("set_states", &PyEngine::SetStates, nb::arg("states"), nb::arg("device_models").none() = nb::none())
+      .def("add_group", &PyEngine::AddGroup)
+      .def("open", &PyEngine::Open)
+      .def("close", &PyEngine::Close)
+      .def("state", &PyEngine::State)
+      // None is a value like any other here: the slow path names what is wrong with it.
+      .def("step", &PyEngine::StepOne, nb::arg("stream").none(), nb::arg("feeds").none())
+      .def("step_many", &PyEngine::StepMany, nb::arg("pairs").none(), nb::arg("return_exceptions"))
+      .def("submit", &PyEngine::Submit, nb::arg("stream").none(), nb::arg("feeds").none(), nb::arg("future"))
+      .def("step_stacked", &PyEngine::StepStacked)
+      .def("stats", &PyEngine::Stats)
+      .def("reset_stats", &PyEngine::ResetStats)
+      .def("open_streams", &PyEngine::OpenStreams)
+      .def("is_open", &PyEngine::IsOpen)
+      .def("stopping", &PyEngine::Stopping)
+      .def("shutdown", &PyEngine::Shutdown);
+}

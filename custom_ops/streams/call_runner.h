@@ -1,0 +1,49 @@
+// What runs a call of the engine: keeps the streams' states (one row a stream per carried input)
+// and runs the model on stacked step inputs with those rows. The engine never sees onnxruntime;
+// OrtRunner (ort_runner.h) is the real one, tests use fakes.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "tensor_layout.h"
+
+namespace lstm_ort::streams {
+
+struct CallOutput {
+  const void* data = nullptr;
+  std::vector<int64_t> shape;
+  int32_t type = 0;
+  size_t elem_size = 0;
+};
+
+struct CallInputs {
+  std::vector<const void*> data;             // each step input of the model, stacked (or shared)
+  std::vector<std::vector<int64_t>> shapes;  // their shapes
+  std::vector<int32_t> types;                // their ONNX element types
+  const std::vector<int64_t>* slots = nullptr;  // the streams' state rows, in batch order
+  const std::vector<int>* state_axes = nullptr;  // each carried input's batch axis in the model's layout
+};
+
+class CallRunner {
+ public:
+  virtual ~CallRunner() = default;
+  // One stream's state per carried input (batch axis of size 1 where the model has one), set once
+  // before the first slot.
+  virtual void SetStateLayouts(const std::vector<TensorLayout>& states) = 0;
+  // Slots: called under the engine's lock. A slot's row is read and written only by the call
+  // that holds its stream (or under the lock while no call does).
+  virtual int64_t AllocateSlot() = 0;
+  virtual void FreeSlot(int64_t slot) = 0;
+  virtual void WriteState(int64_t slot, const std::vector<const void*>& values) = 0;
+  virtual void ReadState(int64_t slot, std::vector<std::vector<char>>* values) = 0;
+  // One call: the states of `in.slots` gathered on `in.state_axes`, the model run, the new states
+  // written back (only if the whole call succeeds; it throws otherwise, leaving them as they
+  // were). Returns what keeps the outputs alive; `outputs` point into it.
+  virtual std::shared_ptr<void> Run(const CallInputs& in, std::vector<CallOutput>* outputs) = 0;
+  // Memory to stack a call's inputs in (a runner that copies them to a device gives pinned memory).
+  virtual std::shared_ptr<char> Staging(size_t bytes) { return std::shared_ptr<char>(new char[bytes], std::default_delete<char[]>()); }
+};
+
+}  // namespace lstm_ort::streams

@@ -1,0 +1,45 @@
+// The engine's calls through onnxruntime, the states on the host: each call gathers its streams'
+// rows into the carried inputs, runs the session, checks and scatters the carried outputs back.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "call_runner.h"
+#include "host_slots.h"
+#include "session_spec.h"
+
+namespace lstm_ort::streams {
+
+class OrtHostRunner : public CallRunner {
+ public:
+  // `step_inputs`: the model inputs a step feeds, in the engine's order; `carry`: each carried
+  // (output, input) pair, in the order of the state layouts.
+  // `single_model`: where given, the model calls of one stream run instead (the batched model's
+  // rewrites, such as convolutions over the batch, cost a lone stream more than they save).
+  OrtHostRunner(const SessionSpec& spec, std::vector<std::string> step_inputs,
+                std::vector<std::pair<std::string, std::string>> carry, const std::string& single_model = "");
+
+  void SetStateLayouts(const std::vector<TensorLayout>& states) override;
+  int64_t AllocateSlot() override { return slots_->Allocate(); }
+  void FreeSlot(int64_t slot) override { slots_->Free(slot); }
+  void WriteState(int64_t slot, const std::vector<const void*>& values) override;
+  void ReadState(int64_t slot, std::vector<std::vector<char>>* values) override;
+  std::shared_ptr<void> Run(const CallInputs& in, std::vector<CallOutput>* outputs) override;
+
+ private:
+  Ort::Session session_{nullptr};
+  Ort::Session single_{nullptr};  // for calls of one stream, where given
+  Ort::MemoryInfo cpu_{nullptr};
+  std::vector<std::string> step_inputs_, output_names_;
+  std::vector<std::pair<std::string, std::string>> carry_;
+  std::vector<size_t> carried_output_;  // each carried pair's output index
+  std::vector<const char*> input_names_, output_ptrs_;  // step inputs then carried inputs
+  std::unique_ptr<HostSlots> slots_;
+};
+
+// "[1, 2, 3]"
+std::string ShapeText(const std::vector<int64_t>& shape);
+
+}  // namespace lstm_ort::streams

@@ -1,0 +1,37 @@
+// How to make the step path's onnxruntime session: what Python's SessionOptions and providers
+// said, as plain values (Python cannot hand its session over), and the session made from them.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "../ort_api.h"
+
+namespace lstm_ort::streams {
+
+using KeyValues = std::vector<std::pair<std::string, std::string>>;
+
+struct SessionSpec {
+  std::string model;         // serialized ModelProto
+  std::string library_path;  // lstm_ort's op library, registered into the session
+  int intra_op_threads = 0;  // 0: onnxruntime's default
+  int inter_op_threads = 0;
+  int graph_optimization_level = 99;  // GraphOptimizationLevel
+  int execution_mode = 0;             // ExecutionMode
+  bool cpu_mem_arena = true;
+  bool mem_pattern = true;
+  int log_severity = 2;
+  std::string profile_prefix;  // onnxruntime's profiling, where the caller's options enable it
+  KeyValues config;                                         // session config entries
+  std::vector<std::pair<std::string, KeyValues>> providers;  // in order, with their options
+};
+
+// Initialises this library's use of the onnxruntime C API (once; the api_base of the onnxruntime
+// the process's Python module runs, as lstm_ort's op library received it).
+void InitOrtApi(const OrtApiBase* api_base);
+Ort::Session MakeSession(const SessionSpec& spec);
+// The device the session's execution provider puts tensors on ("Cpu" or "Cuda") and its id.
+std::pair<std::string, int> SessionDevice(const SessionSpec& spec);
+
+}  // namespace lstm_ort::streams

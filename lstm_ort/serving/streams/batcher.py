@@ -1,0 +1,325 @@
+"""StreamBatcher: many concurrent streams of a stateful model, the steps of different streams run
+as one call, the carried state of every stream kept by the batcher (docs/streams.md).
+
+Each stream steps as it would through its own ``InferenceSession.run(None, feeds)`` with batch 1:
+``step`` takes those feeds without the carried inputs and returns that call's outputs, in output
+order. The step path is native (custom_ops/streams, the extension ``_engine``): the stream table,
+queues, grouping, stacking, the onnxruntime call, splitting and waking the callers run in C++
+with the GIL released; a caller's thread leads a call itself when a call slot is free, taking
+every step of its kind queued then. Python here does what a step does only once per kind: the
+checks of feeds it has not seen (feeds.py) and the analysis of where a kind carries the batch
+(kinds.py), registering the kind with the engine. reference.py is the same contract in Python,
+the reference the tests compare against.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import os
+import threading
+import weakref
+from concurrent.futures import Future
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+from lstm_ort.graph.batch_axes import BatchLayout
+from lstm_ort.runtime.library import get_library_path
+from lstm_ort.runtime.model_io import load_model
+from lstm_ort.runtime.session import InferenceSession
+from lstm_ort.serving.batch.batcher import normalize_providers
+from lstm_ort.serving.streams import _engine
+from lstm_ort.serving.streams.convs import convs_as_2d
+from lstm_ort.serving.streams.device import grow_model, reader_model, state_axes, wrapped_model, writer_model
+from lstm_ort.serving.streams.errors import BatcherShutDown, StreamError, closed, engine_error
+from lstm_ort.serving.streams.feeds import StepInputs
+from lstm_ort.serving.streams.kinds import Kind, Kinds
+from lstm_ort.serving.streams.native_session import api_base, engine_model, engine_options, engine_providers
+from lstm_ort.serving.streams.options import check_batcher_options, stream_id, stream_ids
+from lstm_ort.serving.streams.stats import StreamStats, snapshot
+
+CUDA = "CUDAExecutionProvider"
+
+
+class StreamBatcher:
+    """Serves many streams of one stateful model; see the module docstring and docs/streams.md.
+
+    ``model``: an (optimized) model, path, bytes or ModelProto. ``carry``: each state output ->
+    the input it feeds on the next step (``{"stateN": "state"}``). ``max_batch``: steps per call at
+    most. ``max_wait_ms``: the most a step waits for company before its call runs (it waits only
+    while calls of the size at hand cannot keep up with the arrivals: see docs/streams.md, *How
+    steps are batched*). ``workers``: calls in flight at once (default 1 on the CPU, 2 on CUDA).
+    ``batch_convs``: run 1-D
+    convolutions as one 2-D convolution over the batch (default: on CPU; convs.py; calls of one
+    stream run the model as it came).
+    ``device_states``: keep the states on the session's device (default: with CUDA).
+    """
+
+    def __init__(self, model, carry: dict[str, str], providers=None, session_options: ort.SessionOptions | None = None,
+                 max_batch: int = 256, max_wait_ms: float = 2.0, *, device_states: bool | None = None,
+                 batch_convs: bool | None = None, workers: int | None = None):
+        check_batcher_options(max_batch, max_wait_ms, workers)
+        self.model = load_model(os.fspath(model) if isinstance(model, os.PathLike) else model)
+        self._in = StepInputs(self.model, carry)
+        self.carry = self._in.carry
+        providers = normalize_providers(providers)
+        on_cuda = bool(providers) and any((p if isinstance(p, str) else p[0]) == CUDA for p in providers)
+        self.batch_convs = (not on_cuda) if batch_convs is None else bool(batch_convs)
+        session_model = self.model
+        self.convs_rewritten = 0
+        if self.batch_convs:
+            session_model = onnx.ModelProto()
+            session_model.CopyFrom(self.model)
+            self.convs_rewritten = convs_as_2d(session_model)
+        self.session_model, self.session_options = session_model, session_options
+        model_bytes = session_model.SerializeToString()
+        # Python's session: what the kinds' analysis falls back on, and how onnxruntime resolves
+        # the providers and their options, which the engine's own session then takes.
+        self.session = InferenceSession(model_bytes, session_options, providers=providers)
+        self.output_names = [o.name for o in self.session.get_outputs()]
+        self.max_batch, self.max_wait = max_batch, max_wait_ms / 1e3
+        on_device = CUDA in self.session.get_providers()
+        self.device_states = on_device if device_states is None else bool(device_states)
+        # One call in flight on the CPU (a second one takes cores its clients' Python needs: 8
+        # client threads made 29k steps/s with two, 58k with one, g2p-id decoder on 2 cores); two
+        # on a GPU, so one call's host work overlaps the other's device work.
+        self.workers = workers if workers is not None else (2 if on_device else 1)
+        self._kinds = Kinds(self.model, self._in, lambda full: self.session.run(None, full))
+        self.fallback_reasons = self._kinds.fallback_reasons
+        self._groups: dict[tuple, int] = {}  # (signature, shared values) -> the engine's group
+        self._learn_lock = threading.Lock()
+        self._states: dict[str, tuple[int, ...]] | None = None
+        options = engine_options(session_options)
+        if self.convs_rewritten and not self.device_states:  # a lone stream runs the model as it came
+            options["single_model"] = engine_model(self.model.SerializeToString(), session_options)
+        self._engine = _engine.Engine(
+            api_base(), engine_model(model_bytes, session_options), get_library_path(), options,
+            engine_providers(self.session), [(n, _onnx_type(d)) for n, d in zip(self._in.needed, self._in.needed_dtypes)],
+            list(self.carry.items()),
+            {"max_batch": max_batch, "max_wait": self.max_wait, "max_calls": self.workers, "workers": self.workers},
+            engine_error, _settle, self.device_states)
+        self._opset = next((o.version for o in session_model.opset_import if o.domain in ("", "ai.onnx")), 0)
+        if self.device_states and self._opset < 11:
+            raise ValueError(f"device states need ScatterND (opset 11), the model imports opset {self._opset}")
+        self._device_axes: set[tuple[int, ...]] = set()
+        self._finalizer = weakref.finalize(self, _engine.Engine.shutdown, self._engine, True)
+
+    # -- streams ---------------------------------------------------------------------------------
+    def open(self, initial: dict[str, np.ndarray] | None = None) -> int:
+        """A new stream; its carried inputs start as zeros unless ``initial`` gives them (one
+        stream's values, batch axis of size 1). Returns its id."""
+        with self._learn_lock:
+            values = self._in.initial_states(initial or {}, self._states)
+            if self._states is None:
+                self._set_states({n: v.shape for n, v in values.items()})
+        return self._engine.open([np.ascontiguousarray(v).tobytes() for v in values.values()])
+
+    def close(self, stream: int) -> None:
+        """Ends a stream: its queued steps fail with StreamClosed; a step already running
+        completes and its state is dropped."""
+        self._engine.close(stream_id(stream))
+
+    def state(self, stream: int) -> dict[str, np.ndarray]:
+        """A copy of the stream's carried inputs as its next step will read them."""
+        return dict(zip(self.carry.values(), self._engine.state(stream_id(stream))))
+
+    def layout(self, feeds: dict[str, np.ndarray]) -> BatchLayout:
+        """The batch layout of steps with one stream's ``feeds`` (analysed once per kind): which
+        axis of each input and output carries the streams, as step_batch stacks them."""
+        return self._learn(self._in.check(feeds)).layout
+
+    @property
+    def open_streams(self) -> int:
+        return self._engine.open_streams()
+
+    @property
+    def batched(self) -> bool | None:
+        """Whether the kinds of steps seen so far run batched (None before the first step);
+        ``fallback_reasons`` says why not where they do not."""
+        return self._kinds.batched
+
+    # -- steps -----------------------------------------------------------------------------------
+    def step(self, stream: int, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        """One step of ``stream``: what ``InferenceSession.run(None, feeds)`` returns for it alone."""
+        out = self._engine.step(stream, feeds)
+        if out is None:  # a kind not seen before, or feeds to check in full
+            stream, feeds = self._prepare(stream, feeds)
+            out = self._engine.step(stream, feeds)
+            if out is None:
+                raise RuntimeError(f"StreamBatcher: the step path refused feeds it registered ({_describe(feeds)})")
+        return out
+
+    def submit(self, stream: int, feeds: dict[str, np.ndarray]) -> Future:
+        """Queues one step of ``stream``; the Future gives its outputs (a list, in output order).
+        Steps of one stream run in the order submitted, one at a time. Bad feeds raise here.
+        The feeds are copied: the caller may reuse its arrays at once."""
+        future = Future()
+        if not self._engine.submit(stream, feeds, future):
+            stream, feeds = self._prepare(stream, feeds)
+            if not self._engine.submit(stream, feeds, future):
+                raise RuntimeError(f"StreamBatcher: the step path refused feeds it registered ({_describe(feeds)})")
+        return future
+
+    async def astep(self, stream: int, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        return await asyncio.wrap_future(self.submit(stream, feeds))
+
+    def step_many(self, steps, return_exceptions: bool = False) -> list:
+        """Several steps (``[(stream, feeds), ...]``, a stream may appear more than once: in order)
+        submitted at once and waited for together; their outputs in the order given. A step that
+        fails raises its error once all are done (the others' states are kept), or with
+        ``return_exceptions`` stands in its place. Bad feeds raise before any step is queued."""
+        steps = steps if type(steps) is list else list(steps)
+        if not steps:
+            return []
+        out = self._engine.step_many(steps, return_exceptions)
+        if out is None:
+            steps = [self._prepare(*_pair(p)) for p in steps]
+            out = self._engine.step_many(steps, return_exceptions)
+            if out is None:
+                raise RuntimeError("StreamBatcher: the step path refused feeds it registered")
+        return out
+
+    def step_batch(self, streams, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        """Steps of several streams already stacked: ``feeds`` as ``run(None, feeds)`` would take
+        them for ``len(streams)`` streams, each input's rows on its batch axis in the order of
+        ``streams`` (an input without a batch axis: one value for all). Returns the outputs as that
+        call returns them, stacked the same way. One call, run on the caller's thread (no waiting
+        for company, no per-step Python: for servers that gather a tick's chunks themselves); the
+        streams must be distinct, open and have no step in flight. A kind of step never seen
+        before is analysed from the first stream's rows."""
+        ids = stream_ids(streams)
+        feeds = self._in.check_stacked(feeds)
+        self._require_states()
+        kind = self._kinds.stacked(feeds, len(ids), self._states)
+        if not kind.layout.batched:
+            raise StreamError(f"step_batch: this kind of step runs one stream per call ({'; '.join(kind.layout.reasons)}):"
+                              " use step_many")
+        group = self._group(kind, kind.values(feeds))
+        return self._engine.step_stacked(ids, group, [_c_order(feeds[n]) for n in self._in.needed])
+
+    # -- counters and life -----------------------------------------------------------------------
+    def stats(self) -> StreamStats:
+        return snapshot(self._engine.stats(), self.open_streams)
+
+    def reset_stats(self) -> None:
+        self._engine.reset_stats()
+
+    def shutdown(self, wait: bool = True) -> None:
+        """Stops taking steps; the ones already submitted still run."""
+        self._engine.shutdown(wait)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.shutdown()
+
+    # -- what a step does once per kind ----------------------------------------------------------
+    def _prepare(self, stream, feeds) -> tuple[int, dict[str, np.ndarray]]:
+        """The slow path of a step the engine did not take: the checks (raising StreamError for
+        bad feeds), the kind learnt; returns the step as the engine takes it."""
+        stream = stream_id(stream)
+        if self._engine.stopping():
+            raise BatcherShutDown("the batcher is shut down")
+        if not self._engine.is_open(stream):
+            raise closed(stream)
+        feeds = {n: _c_order(v) for n, v in self._in.check(feeds).items()}
+        self._learn(feeds)
+        return stream, feeds
+
+    def _learn(self, feeds: dict[str, np.ndarray]) -> Kind:
+        self._require_states()
+        kind = self._kinds.of(feeds, self._states)
+        self._group(kind, kind.values(feeds))
+        return kind
+
+    def _require_states(self) -> None:
+        if self._states is None:
+            missing = [n for n, s in self._in.state_shapes.items() if s is None]
+            if missing:
+                raise StreamError(f"the shape of carried input {missing[0]!r} is not known yet: open a stream with "
+                                  "initial=... first")
+            with self._learn_lock:
+                if self._states is None:
+                    self._set_states(dict(self._in.state_shapes))
+
+    def _set_states(self, shapes: dict[str, tuple[int, ...]]) -> None:
+        """The streams' state shapes, fixed by the first stream (called under _learn_lock)."""
+        dtypes = self._in.state_dtypes
+        models = None
+        if self.device_states:
+            models = {"writer": writer_model(shapes, dtypes, self._opset).SerializeToString(),
+                      "reader": reader_model(shapes, dtypes, self._opset).SerializeToString(),
+                      "grow": grow_model(shapes, dtypes, self._opset).SerializeToString()}
+        self._engine.set_states([(list(shape), _onnx_type(dtypes[n])) for n, shape in shapes.items()], models)
+        self._states = shapes
+
+    def _group(self, kind: Kind, values: tuple[bytes, ...]) -> int:
+        key = (kind.signature, values)
+        group = self._groups.get(key)
+        if group is not None:
+            return group
+        with self._learn_lock:
+            if key in self._groups:
+                return self._groups[key]
+            layout = kind.layout
+            batched = layout.batched
+            needed = self._in.needed
+            shared = [k for k, n in enumerate(needed) if n in kind.shared]
+            if self.device_states:  # the wrapped model for these state axes (device.py)
+                axes = state_axes(layout, batched, self._states)
+                if axes not in self._device_axes:
+                    wrapped = wrapped_model(self.session_model, self.carry, dict(zip(self._states, axes)), self._states,
+                                            self._opset)
+                    self._engine.add_device_model(list(axes), wrapped.SerializeToString())
+                    self._device_axes.add(axes)
+            else:
+                axes = tuple(_axis(layout.inputs.get(n) if batched else None) for n in self.carry.values())
+            group = self._engine.add_group(
+                [list(s) for s in kind.signature],
+                [_axis(layout.inputs.get(n) if batched else None) for n in needed],
+                shared, list(values),
+                list(axes),
+                [_axis(layout.outputs.get(o) if batched else None) for o in self.output_names],
+                [int(layout.rows.get(o, 1)) for o in self.output_names],
+                self.max_batch if batched else 1)
+            self._groups[key] = group
+            return group
+
+
+def _pair(p) -> tuple:
+    try:
+        stream, feeds = p
+    except (TypeError, ValueError):
+        raise StreamError(f"step_many: each step is a (stream, feeds) pair, not {p!r}") from None
+    return stream, feeds
+
+
+def _c_order(v: np.ndarray) -> np.ndarray:
+    """``v`` in C order, its rank kept (np.ascontiguousarray makes a 0-d array 1-d)."""
+    return np.require(v, requirements="C")
+
+
+def _axis(axis: int | None) -> int:
+    return -1 if axis is None else int(axis)
+
+
+def _onnx_type(dtype) -> int:
+    return onnx.helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+
+
+def _describe(feeds: dict) -> str:
+    return ", ".join(f"{n}: {getattr(v, 'dtype', '?')}{getattr(v, 'shape', '')}" for n, v in feeds.items())
+
+
+def _settle(future: Future, result) -> None:
+    """Hands a step's result to its Future (from the engine's thread); a cancelled one drops it."""
+    try:
+        if isinstance(result, BaseException):
+            future.set_exception(result)
+        else:
+            future.set_result(result)
+    except concurrent.futures.InvalidStateError:
+        pass

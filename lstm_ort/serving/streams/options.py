@@ -1,0 +1,39 @@
+"""StreamBatcher's arguments, checked before anything runs: its options, and stream ids (an id is
+an int; anything else names no open stream, as an id never opened does)."""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+from lstm_ort.serving.streams.errors import StreamError, closed
+
+
+def check_batcher_options(max_batch, max_wait_ms, workers) -> None:
+    if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
+        raise ValueError(f"max_batch must be an int >= 1, got {max_batch!r}")
+    if isinstance(max_wait_ms, bool) or not isinstance(max_wait_ms, numbers.Real) or not math.isfinite(max_wait_ms) \
+            or max_wait_ms < 0:
+        raise ValueError(f"max_wait_ms must be a finite number of milliseconds >= 0, got {max_wait_ms!r}")
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+        raise ValueError(f"workers must be an int >= 1 (or None: the device's default), got {workers!r}")
+
+
+def stream_id(stream) -> int:
+    """An int id; StreamClosed for anything else (a float, a string, a bool)."""
+    if isinstance(stream, bool) or not isinstance(stream, numbers.Integral):
+        raise closed(stream)
+    return int(stream)
+
+
+def stream_ids(streams) -> list[int]:
+    """step_batch's ids: distinct ints, at least one."""
+    try:
+        ids = list(streams)
+    except TypeError:
+        raise StreamError(f"step_batch: streams must be a sequence of stream ids, not {type(streams).__name__}") \
+            from None
+    ids = [stream_id(s) for s in ids]
+    if not ids or len(set(ids)) != len(ids):
+        raise StreamError("step_batch: streams must be distinct, at least one")
+    return ids

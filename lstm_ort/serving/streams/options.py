@@ -40,3 +40,12 @@ def stream_ids(streams) -> list[int]:
     if not ids or len(set(ids)) != len(ids):
         raise StreamError("step_batch: streams must be distinct, at least one")
     return ids
+
+
+def step_pair(pair) -> tuple:
+    """step_many's (stream, feeds) pair; StreamError for anything else."""
+    try:
+        stream, feeds = pair
+    except (TypeError, ValueError):
+        raise StreamError(f"step_many: each step is a (stream, feeds) pair, not {pair!r}") from None
+    return stream, feeds

@@ -165,51 +165,55 @@ void Engine::WakeLeader() {
 
 bool Engine::TakeBatch(Batch* batch, double* wake_at) {
   *wake_at = 0;
-  if (running_ >= config_.max_calls) return false;
-  Group* g = nullptr;
-  for (const auto& candidate : groups_)
-    if (!candidate->ready.empty() && (!g || candidate->ready.front()->submitted < g->ready.front()->submitted))
-      g = candidate.get();
-  if (!g) return false;
-  const int ready = static_cast<int>(g->ready.size());
-  const int limit = std::min(config_.max_batch, g->limit);
-  const int free_slots = config_.max_calls - running_;
-  // Free slots share what is queued, so calls overlap instead of one taking everything.
-  int take = std::min(limit, (ready + free_slots - 1) / free_slots);
-  if (take == ready && take < limit && !stopping_) {
-    const double now = Now();
-    const double cap_left = g->ready.front()->submitted + config_.max_wait - now;
-    double latest_done = 0;
-    const int returning = callers_.Returning(now, &latest_done);
-    const double wait =
-        std::max(CompanyWait(g->cost, g->arrivals.PerSecond(now), ready, limit, config_.max_calls, cap_left),
-                 ReturningWait(returning, latest_done, callers_.ThinkTime(), g->cost.Fixed(), ready, limit, now,
-                               cap_left));
-    if (wait > 0) {
-      *wake_at = now + wait;
-      return false;
+  // Steps of streams closed while they waited leave the queue here; a kind left with none of its
+  // own is passed over for the next, never parking a worker while other steps wait.
+  for (;;) {
+    if (running_ >= config_.max_calls) return false;
+    Group* g = nullptr;
+    for (const auto& candidate : groups_)
+      if (!candidate->ready.empty() && (!g || candidate->ready.front()->submitted < g->ready.front()->submitted))
+        g = candidate.get();
+    if (!g) return false;
+    const int ready = static_cast<int>(g->ready.size());
+    const int limit = std::min(config_.max_batch, g->limit);
+    const int free_slots = config_.max_calls - running_;
+    // Free slots share what is queued, so calls overlap instead of one taking everything.
+    const int take = std::min(limit, (ready + free_slots - 1) / free_slots);
+    if (take == ready && take < limit && !stopping_) {
+      const double now = Now();
+      const double cap_left = g->ready.front()->submitted + config_.max_wait - now;
+      double latest_done = 0;
+      const int returning = callers_.Returning(now, &latest_done);
+      const double wait =
+          std::max(CompanyWait(g->cost, g->arrivals.PerSecond(now), ready, limit, config_.max_calls, cap_left),
+                   ReturningWait(returning, latest_done, callers_.ThinkTime(), g->cost.Fixed(), ready, limit, now,
+                                 cap_left));
+      if (wait > 0) {
+        *wake_at = now + wait;
+        return false;
+      }
     }
-  }
-  batch->group = g;
-  batch->steps.clear();
-  while (!g->ready.empty() && static_cast<int>(batch->steps.size()) < take) {
-    Step* step = g->ready.front();
-    g->ready.pop_front();
-    if (step->stream->closed) {  // closed while it waited: its slot is free once nothing runs on it
-      Stream* stream = step->stream;
-      Fail(step, Failure::kClosed, "stream " + std::to_string(stream->id) + " was closed before this step ran",
-           &handed_back_);
-      stream->active = false;
-      runner_->FreeSlot(stream->slot);
-      Unref(stream);
-      continue;
+    batch->group = g;
+    batch->steps.clear();
+    while (!g->ready.empty() && static_cast<int>(batch->steps.size()) < take) {
+      Step* step = g->ready.front();
+      g->ready.pop_front();
+      if (step->stream->closed) {  // closed while it waited: its slot is free once nothing runs on it
+        Stream* stream = step->stream;
+        Fail(step, Failure::kClosed, "stream " + std::to_string(stream->id) + " was closed before this step ran",
+             &handed_back_);
+        stream->active = false;
+        runner_->FreeSlot(stream->slot);
+        Unref(stream);
+        continue;
+      }
+      batch->steps.push_back(step);
     }
-    batch->steps.push_back(step);
+    if (batch->steps.empty()) continue;
+    ++running_;
+    if (!g->ready.empty()) WakeLeader();  // the rest of the queue for another free slot
+    return true;
   }
-  if (batch->steps.empty()) return false;
-  ++running_;
-  if (!g->ready.empty()) WakeLeader();  // the rest of the queue for another free slot
-  return true;
 }
 
 bool Engine::RunCall(Group& g, const std::vector<Step*>& steps, std::string* error) {

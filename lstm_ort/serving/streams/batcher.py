@@ -37,7 +37,7 @@ from lstm_ort.serving.streams.errors import BatcherShutDown, StreamError, closed
 from lstm_ort.serving.streams.feeds import StepInputs
 from lstm_ort.serving.streams.kinds import Kind, Kinds
 from lstm_ort.serving.streams.native_session import api_base, engine_model, engine_options, engine_providers
-from lstm_ort.serving.streams.options import check_batcher_options, stream_id, stream_ids
+from lstm_ort.serving.streams.options import check_batcher_options, step_pair, stream_id, stream_ids
 from lstm_ort.serving.streams.stats import StreamStats, snapshot
 
 CUDA = "CUDAExecutionProvider"
@@ -175,7 +175,7 @@ class StreamBatcher:
             return []
         out = self._engine.step_many(steps, return_exceptions)
         if out is None:
-            steps = [self._prepare(*_pair(p)) for p in steps]
+            steps = [self._prepare(*step_pair(p)) for p in steps]
             out = self._engine.step_many(steps, return_exceptions)
             if out is None:
                 raise RuntimeError("StreamBatcher: the step path refused feeds it registered")
@@ -287,14 +287,6 @@ class StreamBatcher:
                 self.max_batch if batched else 1)
             self._groups[key] = group
             return group
-
-
-def _pair(p) -> tuple:
-    try:
-        stream, feeds = p
-    except (TypeError, ValueError):
-        raise StreamError(f"step_many: each step is a (stream, feeds) pair, not {p!r}") from None
-    return stream, feeds
 
 
 def _c_order(v: np.ndarray) -> np.ndarray:

@@ -36,7 +36,7 @@ from lstm_ort.serving.streams.convs import convs_as_2d
 from lstm_ort.serving.streams.errors import BatcherShutDown, StreamClosed, StreamError, step_error
 from lstm_ort.serving.streams.feeds import StepInputs
 from lstm_ort.serving.streams.kinds import Kinds
-from lstm_ort.serving.streams.options import check_batcher_options, stream_id, stream_ids
+from lstm_ort.serving.streams.options import check_batcher_options, step_pair, stream_id, stream_ids
 from lstm_ort.serving.streams.state import HostSlots
 from lstm_ort.serving.streams.stats import Counters, StreamStats
 
@@ -319,7 +319,8 @@ class ReferenceStreamBatcher:
         """Checks every step (raising before any is queued), then queues them."""
         now = time.perf_counter()
         steps = []
-        for stream, feeds in pairs:
+        for pair in pairs:
+            stream, feeds = step_pair(pair)
             st = self._streams.get(stream_id(stream))
             if st is None:
                 raise StreamClosed(f"stream {stream!r} is not open")

@@ -35,7 +35,7 @@ from lstm_ort.serving.streams.convs import convs_as_2d
 from lstm_ort.serving.streams.device import grow_model, reader_model, state_axes, wrapped_model, writer_model
 from lstm_ort.serving.streams.errors import BatcherShutDown, StreamError, closed, engine_error
 from lstm_ort.serving.streams.feeds import StepInputs
-from lstm_ort.serving.streams.kinds import Kind, Kinds
+from lstm_ort.serving.streams.kinds import Kind, Kinds, with_row_scales
 from lstm_ort.serving.streams.native_session import api_base, engine_model, engine_options, engine_providers
 from lstm_ort.serving.streams.options import check_batcher_options, step_pair, stream_id, stream_ids
 from lstm_ort.serving.streams.stats import StreamStats, snapshot
@@ -61,7 +61,9 @@ class StreamBatcher:
                  max_batch: int = 256, max_wait_ms: float = 2.0, *, device_states: bool | None = None,
                  batch_convs: bool | None = None, workers: int | None = None):
         check_batcher_options(max_batch, max_wait_ms, workers)
-        self.model = load_model(os.fspath(model) if isinstance(model, os.PathLike) else model)
+        # int8 nodes quantize each stream's rows with their own scales: batched, each stream's result
+        # is, bit for bit, its own (kinds.with_row_scales).
+        self.model = with_row_scales(load_model(os.fspath(model) if isinstance(model, os.PathLike) else model))
         self._in = StepInputs(self.model, carry)
         self.carry = self._in.carry
         providers = normalize_providers(providers)

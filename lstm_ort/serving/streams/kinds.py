@@ -16,7 +16,9 @@ import onnx
 from lstm_ort.graph.batch_axes import BatchLayout, batch_layout
 from lstm_ort.graph.trace import TraceFailed
 from lstm_ort.ops.identity import INT8_WEIGHT_TYPE, is_fused
+from lstm_ort.ops.spec import attribute
 from lstm_ort.runtime.messages import clean_message
+from lstm_ort.runtime.nodes import set_attribute
 from lstm_ort.serving.streams.errors import StreamError
 from lstm_ort.serving.streams.feeds import StepInputs
 
@@ -39,15 +41,30 @@ class Kind:
         return self.layout.inputs.get(name)
 
 
+def int8_nodes(model: onnx.ModelProto) -> list[onnx.NodeProto]:
+    """The FusedLSTM nodes with int8 weights, subgraphs included."""
+    int8 = {t.name for t in model.graph.initializer if t.data_type == INT8_WEIGHT_TYPE}
+    return [n for n in _all_nodes(model.graph) if is_fused(n) and len(n.input) > 1 and n.input[1] in int8]
+
+
+def with_row_scales(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` (in place) with its int8 FusedLSTM nodes quantizing each batch row with its own
+    scales (attribute int8_scales="row", docs/ops.md): a stream batched with others then gets, bit
+    for bit, what it gets alone, where one scale per call would let a loud stream move a quiet
+    one's result."""
+    for node in int8_nodes(model):
+        set_attribute(node, "int8_scales", "row")
+    return model
+
+
 def per_call_quantized(model: onnx.ModelProto) -> str:
     """Why steps of this model must run one stream per call even where the batch axes allow more:
-    a FusedLSTM with int8 weights quantizes its input and h with one scale per call, so streams
-    batched together would change each other's results; '' where none does."""
-    int8 = {t.name for t in model.graph.initializer if t.data_type == INT8_WEIGHT_TYPE}
-    for node in _all_nodes(model.graph):
-        if is_fused(node) and len(node.input) > 1 and node.input[1] in int8:
-            return (f"FusedLSTM node {node.name or node.output[0]!r} has int8 weights, which quantize its input and h "
-                    "with one scale per call: streams batched together would change each other's results")
+    a FusedLSTM with int8 weights and one scale per call (int8_scales "call", the default), so
+    streams batched together would change each other's results; '' where none does."""
+    for node in int8_nodes(model):
+        if attribute(node, "int8_scales", "call") != "row":
+            return (f"FusedLSTM node {node.name or node.output[0]!r} quantizes its input and h with one scale per call "
+                    "(int8 weights, int8_scales 'call'): streams batched together would change each other's results")
     return ""
 
 

@@ -98,7 +98,7 @@ class StreamBatcher:
             options["single_model"] = engine_model(self.model.SerializeToString(), session_options)
         self._engine = _engine.Engine(
             api_base(), engine_model(model_bytes, session_options), get_library_path(), options,
-            engine_providers(self.session), [(n, _onnx_type(d)) for n, d in zip(self._in.needed, self._in.needed_dtypes)],
+            engine_providers(self.session, providers), [(n, _onnx_type(d)) for n, d in zip(self._in.needed, self._in.needed_dtypes)],
             list(self.carry.items()),
             {"max_batch": max_batch, "max_wait": self.max_wait, "max_calls": self.workers, "workers": self.workers},
             engine_error, _settle, self.device_states)

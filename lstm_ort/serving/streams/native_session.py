@@ -67,15 +67,23 @@ def engine_options(options: ort.SessionOptions | None) -> dict:
     return out
 
 
-def engine_providers(session: ort.InferenceSession) -> list[tuple[str, list[tuple[str, str]]]]:
+def engine_providers(session: ort.InferenceSession, asked=None) -> list[tuple[str, list[tuple[str, str]]]]:
     """The providers ``session`` runs on, with the options it resolved (so the engine's session is
-    configured as it is); ValueError for one the engine cannot configure."""
+    configured as it is); ValueError for one the engine cannot configure. ``asked``: the providers
+    as the caller gave them. Where the caller did not choose cuDNN's convolution search, the engine
+    takes the heuristic one: a batcher's calls come in many batch sizes, and onnxruntime's default
+    (exhaustive) searches again for each new input shape, ~100 ms a shape for silero-vad on an H100,
+    where a stream's step is ~0.6 ms."""
     options = session.get_provider_options()
+    chosen = {p[0]: dict(p[1]) for p in (asked or []) if not isinstance(p, str)}
     out = []
     for name in session.get_providers():
         if name not in _PROVIDERS:
             raise ValueError(f"StreamBatcher runs on {' and '.join(_PROVIDERS)}; the session also uses {name}")
-        out.append((name, sorted((str(k), str(v)) for k, v in options.get(name, {}).items())))
+        values = {str(k): str(v) for k, v in options.get(name, {}).items()}
+        if name == "CUDAExecutionProvider" and "cudnn_conv_algo_search" not in chosen.get(name, {}):
+            values["cudnn_conv_algo_search"] = "HEURISTIC"
+        out.append((name, sorted(values.items())))
     return out
 
 

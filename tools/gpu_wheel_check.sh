@@ -6,7 +6,9 @@
 # onnxruntime-gpu's wheel (~245 MiB) is larger than one call of the device machine may carry
 # (64 MiB), so it travels in parts, one call each, into the ignored folder .gpu-proof/:
 #
-#   here:   tools/gpu_wheel_check.sh pack [LSTM_ORT_WHEEL]   (default: the newest dist/*manylinux*.whl)
+#   here:   PYTHON=python3.12 tools/build_wheel.sh   (the wheel holds the StreamBatcher's extension:
+#           cp312-abi3, for the device image's Python 3.12)
+#           tools/gpu_wheel_check.sh pack [LSTM_ORT_WHEEL]   (default: the newest dist/*manylinux*.whl)
 #           -> .gpu-proof/p1 .. .gpu-proof/pN (each < 56 MiB; the last holds our wheel and SHA256SUMS)
 #   there:  one call per part, in order, each carrying only its own folder:
 #             carry [".gpu-proof/p1"]  command: bash tools/gpu_wheel_check.sh stage

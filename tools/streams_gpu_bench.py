@@ -116,7 +116,7 @@ def stage_clients(batcher, rng, streams: int, clients: int, seconds: float) -> d
                 batcher.step(s, chunks[i & 31])
                 mine_lat.append(time.perf_counter() - t)
                 i += 1
-            counts[k] = i
+                counts[k] = i
 
     threads = [threading.Thread(target=client, args=(k,), daemon=True) for k in range(clients)]
     for t in threads:

@@ -65,6 +65,27 @@ void Engine::SetStateLayouts(const std::vector<TensorLayout>& states) {
   if (has_states_) return;
   runner_->SetStateLayouts(states);
   has_states_ = true;
+  if (runner_->PadsBatches()) {  // the padded rows' state: a slot of its own, never read back
+    padding_slot_ = runner_->AllocateSlot();
+    runner_->WriteState(padding_slot_, {});
+  }
+}
+
+int Engine::PaddedSize(Group& g, int n, int limit) {
+  if (!runner_->PadsBatches() || g.limit <= 1) return n;
+  // The batch-size bucket (a power of two) the group held over its last calls: onnxruntime's CUDA
+  // kernels set up again whenever an input's shape changes (cuDNN's convolutions: ~18 ms a call of
+  // silero-vad on the H100 where the batch size changed from call to call, 0.7 ms where it did not),
+  // so calls keep one shape while the load does, at the cost of padded rows.
+  int bucket = 1;
+  while (bucket < n) bucket *= 2;
+  g.recent_buckets[g.recent_next++ % g.recent_buckets.size()] = bucket;
+  for (int b : g.recent_buckets) bucket = std::max(bucket, b);
+  // Never padded into a batch size the model's kernels compute in another precision class (auto's
+  // TF32 from a batch size on: config.pad_below): a stream's result keeps its batch's class.
+  if (config_.pad_below > 0 && n < config_.pad_below)
+    while (bucket >= config_.pad_below) bucket /= 2;
+  return std::max(n, std::min(bucket, limit));
 }
 
 int64_t Engine::Open(const std::vector<const void*>& initial) {
@@ -210,17 +231,22 @@ bool Engine::TakeBatch(Batch* batch, double* wake_at) {
       batch->steps.push_back(step);
     }
     if (batch->steps.empty()) continue;
+    batch->padded = PaddedSize(*g, static_cast<int>(batch->steps.size()), limit);
     ++running_;
     if (!g->ready.empty()) WakeLeader();  // the rest of the queue for another free slot
     return true;
   }
 }
 
-bool Engine::RunCall(Group& g, const std::vector<Step*>& steps, std::string* error) {
-  const int64_t n = static_cast<int64_t>(steps.size());
+bool Engine::RunCall(Group& g, const std::vector<Step*>& steps, int64_t padded, std::string* error) {
+  const int64_t real = static_cast<int64_t>(steps.size());
+  // Rows past the real steps (a call padded to its batch-size bucket) read zeros and the padding
+  // slot's state, and their outputs are dropped.
+  const int64_t n = std::max(real, padded);
   CallInputs in;
   std::vector<std::shared_ptr<char>> staging;
   std::vector<const void*> rows(n);
+  std::vector<char> zeros(n > real ? g.feed_bytes + 1 : 0, 0);
   for (size_t k = 0; k < g.inputs.size(); ++k) {
     const TensorLayout& layout = g.inputs[k];
     in.types.push_back(layout.type);
@@ -229,7 +255,7 @@ bool Engine::RunCall(Group& g, const std::vector<Step*>& steps, std::string* err
       in.shapes.push_back(layout.shape);
       continue;
     }
-    for (int64_t i = 0; i < n; ++i) rows[i] = steps[i]->feeds.get() + g.feed_offset[k];
+    for (int64_t i = 0; i < n; ++i) rows[i] = i < real ? steps[i]->feeds.get() + g.feed_offset[k] : zeros.data();
     if (n == 1) {
       in.data.push_back(rows[0]);
     } else {
@@ -239,8 +265,8 @@ bool Engine::RunCall(Group& g, const std::vector<Step*>& steps, std::string* err
     }
     in.shapes.push_back(layout.Stacked(n));
   }
-  std::vector<int64_t> slots(n);
-  for (int64_t i = 0; i < n; ++i) slots[i] = steps[i]->stream->slot;
+  std::vector<int64_t> slots(n, padding_slot_);
+  for (int64_t i = 0; i < real; ++i) slots[i] = steps[i]->stream->slot;
   in.slots = &slots;
   in.state_axes = &g.state_axes;
   try {
@@ -256,7 +282,8 @@ bool Engine::RunCall(Group& g, const std::vector<Step*>& steps, std::string* err
       step_bytes += layouts.back().Bytes();
     }
     std::vector<void*> dst(n);
-    for (int64_t i = 0; i < n; ++i) {
+    std::vector<char> dropped(n > real ? step_bytes + 1 : 0);
+    for (int64_t i = 0; i < real; ++i) {
       StepOutputs& r = steps[i]->result;
       r.block.reset(new char[std::max<size_t>(step_bytes, 1)]);
       r.outputs.clear();
@@ -268,11 +295,12 @@ bool Engine::RunCall(Group& g, const std::vector<Step*>& steps, std::string* err
     }
     for (size_t j = 0; j < outs.size(); ++j) {
       const TensorLayout& layout = layouts[j];
-      for (int64_t i = 0; i < n; ++i) dst[i] = steps[i]->result.block.get() + steps[i]->result.outputs[j].offset;
+      for (int64_t i = 0; i < n; ++i)
+        dst[i] = i < real ? steps[i]->result.block.get() + steps[i]->result.outputs[j].offset : dropped.data();
       if (layout.batched()) {
         Unstack(layout, outs[j].data, n, dst.data());
       } else {
-        for (int64_t i = 0; i < n; ++i) std::memcpy(dst[i], outs[j].data, layout.Bytes());
+        for (int64_t i = 0; i < real; ++i) std::memcpy(dst[i], outs[j].data, layout.Bytes());
       }
     }
     return true;
@@ -286,7 +314,7 @@ void Engine::RunBatch(Batch& batch) {
   Group& g = *batch.group;
   const double started = Now();
   std::string error;
-  if (RunCall(g, batch.steps, &error)) {
+  if (RunCall(g, batch.steps, batch.padded, &error)) {
     g.cost.Record(static_cast<int>(batch.steps.size()), Now() - started);
   } else if (batch.steps.size() == 1) {
     batch.steps[0]->failure = Failure::kStep;
@@ -295,7 +323,7 @@ void Engine::RunBatch(Batch& batch) {
     // A failed call: each step alone, so only the bad ones fail (and keep their states).
     for (Step* step : batch.steps) {
       std::string own;
-      if (!RunCall(g, {step}, &own)) {
+      if (!RunCall(g, {step}, 1, &own)) {
         step->failure = Failure::kStep;
         step->message = own;
       }

@@ -16,6 +16,7 @@
 // of the call their steps would otherwise need (callers.h); `max_wait` caps that.
 #pragma once
 
+#include <array>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -67,6 +68,8 @@ struct Group : GroupSpec {
   std::deque<struct Step*> ready;
   CallCost cost;
   ArrivalRate arrivals;
+  std::array<int, 64> recent_buckets{};  // the batch-size buckets of its last calls (PaddedSize)
+  size_t recent_next = 0;
 };
 
 struct Stream {
@@ -114,6 +117,7 @@ struct EngineConfig {
   double max_wait = 0.002;  // seconds: the cap on waiting for company
   int max_calls = 1;        // calls in flight at once
   int workers = 1;          // threads that chain calls while steps queue
+  int pad_below = 0;        // padding never reaches this batch size from below it (0: no bound)
 };
 
 struct StatsSnapshot {
@@ -167,10 +171,12 @@ class Engine {
   struct Batch {
     Group* group = nullptr;
     std::vector<Step*> steps;
+    int64_t padded = 0;  // rows the call runs (its steps, padded to the group's bucket)
   };
+  int PaddedSize(Group& g, int n, int limit);
   bool TakeBatch(Batch* batch, double* wake_at);
   void RunBatch(Batch& batch);
-  bool RunCall(Group& g, const std::vector<Step*>& steps, std::string* error);
+  bool RunCall(Group& g, const std::vector<Step*>& steps, int64_t padded, std::string* error);
   std::vector<Step*> Finish(Batch& batch, double started, double finished);
   void Complete(Step* step, std::vector<Step*>* handed_back);
   void Fail(Step* step, Failure failure, const std::string& message, std::vector<Step*>* handed_back);
@@ -195,6 +201,7 @@ class Engine {
   bool stopping_ = false;
   bool leader_called_ = false;
   int64_t unfinished_ = 0;  // steps queued and not yet done
+  int64_t padding_slot_ = -1;  // the state row padded rows read and write (runners that pad)
   int waiting_callers_ = 0;  // callers blocked in Wait
   Callers callers_;
   std::vector<Step*> handed_back_;  // steps TakeBatch failed, to hand back outside the lock

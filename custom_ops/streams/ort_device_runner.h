@@ -46,6 +46,7 @@ class OrtDeviceRunner : public CallRunner {
   void ReadState(int64_t slot, std::vector<std::vector<char>>* values) override;
   std::shared_ptr<void> Run(const CallInputs& in, std::vector<CallOutput>* outputs) override;
   std::shared_ptr<char> Staging(size_t bytes) override;
+  bool PadsBatches() const override { return on_cuda_; }
 
  private:
   void EnsureCapacity(int64_t slots);
@@ -61,6 +62,7 @@ class OrtDeviceRunner : public CallRunner {
   Ort::MemoryInfo cpu_{nullptr}, device_{nullptr}, pinned_{nullptr};
   std::unique_ptr<Ort::Allocator> pinned_alloc_;
   bool use_pinned_ = false;
+  bool on_cuda_ = false;
   std::mutex models_mu_;
   std::map<std::vector<int>, std::unique_ptr<Ort::Session>> sessions_;
   std::shared_mutex arrays_mu_;    // calls share the slot arrays; growing them is exclusive

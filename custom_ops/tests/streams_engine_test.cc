@@ -37,6 +37,8 @@ constexpr int kWidth = 3;
 
 class FakeRunner : public CallRunner {
  public:
+  explicit FakeRunner(bool pads = false) : pads_(pads) {}
+  bool PadsBatches() const override { return pads_; }
   void SetStateLayouts(const std::vector<TensorLayout>& states) override { slots_ = std::make_unique<HostSlots>(states); }
   int64_t AllocateSlot() override { return slots_->Allocate(); }
   void FreeSlot(int64_t slot) override { slots_->Free(slot); }
@@ -79,6 +81,7 @@ class FakeRunner : public CallRunner {
   }
 
  private:
+  bool pads_ = false;
   std::unique_ptr<HostSlots> slots_;
   std::mutex mu_;
   std::vector<std::thread::id> threads_;
@@ -86,8 +89,8 @@ class FakeRunner : public CallRunner {
 };
 
 struct Fixture {
-  explicit Fixture(EngineConfig config = {}) {
-    auto runner = std::make_unique<FakeRunner>();
+  explicit Fixture(EngineConfig config = {}, bool pads = false) {
+    auto runner = std::make_unique<FakeRunner>(pads);
     fake = runner.get();
     engine = std::make_unique<Engine>(config, std::move(runner), [this](std::vector<Step*>& steps) {
       std::lock_guard<std::mutex> lock(mu);
@@ -216,10 +219,10 @@ TEST(streams_a_lone_caller_runs_its_own_steps) {
   for (size_t k = 1; k < threads.size(); ++k) CHECK(threads[k] == std::this_thread::get_id());
 }
 
-TEST(streams_many_threads_each_stream_as_alone) {
+static void ManyThreadsEachStreamAsAlone(bool pads) {
   EngineConfig config;
   config.max_wait = 0.0005;
-  Fixture f(config);
+  Fixture f(config, pads);
   constexpr int kStreams = 24, kThreads = 6, kSteps = 40;
   std::vector<int64_t> ids;
   for (int s = 0; s < kStreams; ++s) ids.push_back(f.engine->Open({}));
@@ -239,10 +242,19 @@ TEST(streams_many_threads_each_stream_as_alone) {
   for (auto& t : threads) t.join();
   CHECK_EQ(wrong.load(), 0);
   int batched = 0;
-  for (int64_t n : f.fake->batches()) batched += n > 1;
+  for (int64_t n : f.fake->batches()) {
+    batched += n > 1;
+    if (pads) CHECK((n & (n - 1)) == 0);  // padded to a power of two
+  }
   CHECK(batched > 0);  // several threads' steps shared calls
   CHECK_EQ(f.engine->Stats().rescued, 0);
 }
+
+TEST(streams_many_threads_each_stream_as_alone) { ManyThreadsEachStreamAsAlone(false); }
+
+// Calls padded to their batch-size bucket (a runner on CUDA): the padded rows' results and state
+// go nowhere a stream sees.
+TEST(streams_padded_calls_each_stream_as_alone) { ManyThreadsEachStreamAsAlone(true); }
 
 TEST(streams_a_failing_step_fails_alone_and_keeps_its_state) {
   Fixture f;

@@ -100,7 +100,8 @@ class StreamBatcher:
             api_base(), engine_model(model_bytes, session_options), get_library_path(), options,
             engine_providers(self.session, providers), [(n, _onnx_type(d)) for n, d in zip(self._in.needed, self._in.needed_dtypes)],
             list(self.carry.items()),
-            {"max_batch": max_batch, "max_wait": self.max_wait, "max_calls": self.workers, "workers": self.workers},
+            {"max_batch": max_batch, "max_wait": self.max_wait, "max_calls": self.workers, "workers": self.workers,
+             "pad_below": _tf32_from(self.model, max_batch) if on_device else 0},
             engine_error, _settle, self.device_states)
         self._opset = next((o.version for o in session_model.opset_import if o.domain in ("", "ai.onnx")), 0)
         if self.device_states and self._opset < 11:
@@ -294,6 +295,22 @@ class StreamBatcher:
 def _c_order(v: np.ndarray) -> np.ndarray:
     """``v`` in C order, its rank kept (np.ascontiguousarray makes a 0-d array 1-d)."""
     return np.require(v, requirements="C")
+
+
+def _tf32_from(model: onnx.ModelProto, max_batch: int) -> int:
+    """The smallest batch size at which one of the model's FusedLSTM nodes computes auto as tf32 on
+    CUDA (0: none up to max_batch): calls padded to a batch-size bucket stay below it where their
+    steps do (the engine's PaddedSize), so padding never moves a stream's result to another class."""
+    from lstm_ort.runtime.native import decide_precision
+    from lstm_ort.runtime.nodes import fused_nodes, node_precision, node_shapes
+
+    hidden = sorted({shape.hidden_size for _, shape in node_shapes(model) if shape is not None})
+    if not hidden or not any(node_precision(n) == "auto" for n in fused_nodes(model)):
+        return 0
+    for batch in range(1, max_batch + 1):
+        if any(decide_precision("cuda", "auto", h, batch).runs == "tf32" for h in hidden):
+            return batch
+    return 0
 
 
 def _axis(axis: int | None) -> int:

@@ -225,6 +225,8 @@ Attributes ResolveAttributes(const RawAttributes& raw) {
   if (raw.precision) a.precision = ResolvePrecision(*raw.precision);
   if (raw.cpu_kernel) a.cpu_kernel = ResolveCpuKernel(*raw.cpu_kernel);
   a.cpu_kernel_set = raw.cpu_kernel.has_value();
+  if (raw.int8_scales && !ParseEnum(raw.int8_scales->c_str(), &a.int8_scales))
+    Reject("attribute int8_scales must be " + EnumChoices<Int8Scales>() + ", got '" + *raw.int8_scales + "'");
   if (raw.tuned) a.tuned = ParseTuned(*raw.tuned);
   if (raw.debug) {
     try {

@@ -23,7 +23,7 @@ struct AttributeError : std::invalid_argument {
 struct RawAttributes {
   std::optional<int64_t> hidden_size, num_layers, layout, input_forget;
   std::optional<float> clip;
-  std::optional<std::string> direction, strategy, precision, cpu_kernel, tuned, activations, debug;
+  std::optional<std::string> direction, strategy, precision, cpu_kernel, int8_scales, tuned, activations, debug;
   std::vector<float> activation_alpha, activation_beta;
   std::optional<std::vector<int64_t>> rank_input, rank_recurrent;
 };

@@ -7,9 +7,11 @@
 
 #include "attribute_parsing.h"
 #include "c_entry_point.h"
+#include "cpu/cpu_features.h"
 #include "enum_names.h"
 #include "lstm_ort/contract.h"
 #include "overrides.h"
+#include "precision.h"
 
 // The strategy names in enum order, comma-separated: "auto,tiled,splitk,persistent,wavefront,cluster".
 LSTM_ORT_C_ENTRY int LstmOrtStrategyNames(char* out, int size) {
@@ -21,10 +23,40 @@ LSTM_ORT_C_ENTRY int LstmOrtPrecisionNames(char* out, int size) {
   return lstm_ort::CopyOutWhole(lstm_ort::EnumNames<lstm_ort::Precision>(","), out, size);
 }
 
+// The precision decision (precision.h, DecidePrecision) for a call of H and B on `device` ("cpu":
+// this CPU, "cuda"): "<what runs>\t<in words>". 1 for bad arguments, 2 where the device refuses the
+// mode (the reason in `out`).
+LSTM_ORT_C_ENTRY int LstmOrtDecidePrecision(const char* device, const char* precision, int64_t H, int64_t B, char* out,
+                                            int size) {
+  lstm_ort::Precision p;
+  if (!precision || !lstm_ort::ParseEnum(precision, &p))
+    return lstm_ort::Failure("precision must be " + lstm_ort::EnumChoices<lstm_ort::Precision>(), out, size);
+  const std::string on = device ? device : "";
+  if (on != "cpu" && on != "cuda") return lstm_ort::Failure("device must be cpu or cuda", out, size);
+  if (H < 1 || B < 0) return lstm_ort::Failure("invalid sizes", out, size);
+  lstm_ort::Dims d;
+  d.H = H;
+  d.B = B;
+  try {
+    const lstm_ort::PrecisionDecision decision =
+        on == "cpu" ? lstm_ort::DecidePrecision(p, lstm_ort::Device::kCpu, d, lstm_ort::cpu::ThisCpuMath())
+                    : lstm_ort::DecidePrecision(p, lstm_ort::Device::kCuda, d);
+    if (!decision.refused.empty()) return lstm_ort::Failure(decision.refused, out, size) + 1;
+    return lstm_ort::CopyOutWhole(std::string(lstm_ort::EnumName(decision.runs)) + "\t" + decision.words, out, size);
+  } catch (const std::exception& e) {
+    return lstm_ort::Failure(e.what(), out, size);
+  }
+}
+
 // The CPU kernel names in enum order, comma-separated: "auto,fused,stock,stock_split,
 // stock_threads".
 LSTM_ORT_C_ENTRY int LstmOrtCpuKernelNames(char* out, int size) {
   return lstm_ort::CopyOutWhole(lstm_ort::EnumNames<lstm_ort::CpuKernel>(","), out, size);
+}
+
+// The int8_scales names in enum order, comma-separated: "call,row".
+LSTM_ORT_C_ENTRY int LstmOrtInt8ScalesNames(char* out, int size) {
+  return lstm_ort::CopyOutWhole(lstm_ort::EnumNames<lstm_ort::Int8Scales>(","), out, size);
 }
 
 // The per-node debug override keys in table order, comma-separated: "strict,strategy,mma,...",

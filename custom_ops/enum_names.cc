@@ -21,6 +21,10 @@ constexpr NamedValue<Precision> kPrecisions[] = {
     {"fp32", Precision::kFp32}, {"tf32", Precision::kTf32}, {"fp16", Precision::kFp16},
     {"bf16", Precision::kBf16}, {"auto", Precision::kAuto},
 };
+constexpr NamedValue<Arithmetic> kArithmetics[] = {
+    {"fp32", Arithmetic::kFp32}, {"tf32", Arithmetic::kTf32}, {"fp16", Arithmetic::kFp16}, {"bf16", Arithmetic::kBf16},
+};
+constexpr NamedValue<Int8Scales> kInt8Scales[] = {{"call", Int8Scales::kCall}, {"row", Int8Scales::kRow}};
 constexpr NamedValue<CpuKernel> kCpuKernels[] = {
     {"auto", CpuKernel::kAuto}, {"fused", CpuKernel::kFused},
     {"stock", CpuKernel::kStock}, {"stock_split", CpuKernel::kStockSplit},
@@ -41,7 +45,9 @@ Table<Enum, N> MakeTable(const NamedValue<Enum> (&entries)[N]) {
 }
 auto TableOf(Strategy) { return MakeTable(kStrategies); }
 auto TableOf(Precision) { return MakeTable(kPrecisions); }
+auto TableOf(Arithmetic) { return MakeTable(kArithmetics); }
 auto TableOf(CpuKernel) { return MakeTable(kCpuKernels); }
+auto TableOf(Int8Scales) { return MakeTable(kInt8Scales); }
 auto TableOf(MmaOperand) { return MakeTable(kMmaOperands); }
 
 }  // namespace
@@ -87,7 +93,9 @@ std::string EnumChoices() {
   template std::string EnumChoices<Enum>();
 LSTM_ORT_ENUM_NAMES(Strategy)
 LSTM_ORT_ENUM_NAMES(Precision)
+LSTM_ORT_ENUM_NAMES(Arithmetic)
 LSTM_ORT_ENUM_NAMES(CpuKernel)
+LSTM_ORT_ENUM_NAMES(Int8Scales)
 LSTM_ORT_ENUM_NAMES(MmaOperand)
 #undef LSTM_ORT_ENUM_NAMES
 

@@ -12,7 +12,7 @@
 namespace lstm_ort {
 
 // Exact (case-sensitive) match; false for anything not in Enum's table. Defined for Strategy,
-// Precision, CpuKernel and MmaOperand.
+// Precision, Arithmetic, CpuKernel and MmaOperand.
 template <typename Enum>
 bool ParseEnum(const char* name, Enum* out);
 

@@ -113,6 +113,7 @@ RawAttributes ReadAttributes(const OrtKernelInfo* info) {
   raw.strategy = StringAttribute(info, "strategy");
   raw.precision = StringAttribute(info, "precision");
   raw.cpu_kernel = StringAttribute(info, "cpu_kernel");
+  raw.int8_scales = StringAttribute(info, "int8_scales");
   raw.tuned = StringAttribute(info, "tuned");
   raw.debug = StringAttribute(info, "debug");
   raw.input_forget = IntAttribute(info, "input_forget");

@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "cuda/mma_step/plan.h"
 #include "enum_names.h"
 
 namespace lstm_ort {
@@ -87,6 +88,26 @@ const std::vector<Key>& Keys() {
        [](const std::string& v, Overrides& o, CpuOverrides&) { o.low_rank_stepwise = Flag(v); }},
       {"call_graphs", "LSTM_ORT_CALL_GRAPHS", true, [] { return Text("0 or 1"); },
        [](const std::string& v, Overrides& o, CpuOverrides&) { o.call_graphs = Flag(v); }},
+      {"mma_step", "LSTM_ORT_MMA_STEP", true, [] { return Text("0 or 1"); },
+       [](const std::string& v, Overrides& o, CpuOverrides&) { o.mma_step = Flag(v); }},
+      {"mma_step_tile", "LSTM_ORT_MMA_STEP_TILE", true,
+       [] {
+         std::string names;
+         for (const MmaStepTile& t : kMmaStepTileTable) names += (names.empty() ? "" : ", ") + std::string(t.name);
+         return "one of " + names;
+       },
+       [](const std::string& v, Overrides& o, CpuOverrides&) {
+         o.mma_step_tile = -1;
+         for (int i = 0; i < kMmaStepTiles; ++i)
+           if (v == kMmaStepTileTable[i].name) o.mma_step_tile = i;
+         if (o.mma_step_tile < 0) throw BadValue{};
+       }},
+      {"mma_step_pdl", "LSTM_ORT_MMA_STEP_PDL", true, [] { return Text("0 or 1"); },
+       [](const std::string& v, Overrides& o, CpuOverrides&) { o.mma_step_pdl = Flag(v); }},
+      {"mma_step_layers", "LSTM_ORT_MMA_STEP_LAYERS", true, [] { return Text("a layer count from 1 to 8"); },
+       [](const std::string& v, Overrides& o, CpuOverrides&) {
+         o.mma_step_layers = static_cast<int>(Integer(v, 1, kMaxMmaStepLayers));
+       }},
       {"cpu_threads", "LSTM_ORT_CPU_THREADS", false, [] { return Text("a thread count >= 0 (0: the cores)"); },
        [](const std::string& v, Overrides&, CpuOverrides& c) { c.threads = Integer(v, 0, 1 << 16); }},
       {"cpu_split_min", "LSTM_ORT_CPU_SPLIT_MIN", false, [] { return Text("a flop count >= 1"); },
@@ -108,8 +129,14 @@ const std::vector<Key>& Keys() {
        [] { return Text("a multiply-add count >= 1"); },
        [](const std::string& v, Overrides&, CpuOverrides& c) { c.int8_step_split_min = Integer(v, 1, INT64_MAX); }},
       {"cpu_int8_isa", "LSTM_ORT_CPU_INT8_ISA", false,
-       [] { return Text("vnni512, avxvnni, avx2 or generic (checked against the CPU when the kernel is picked)"); },
+       [] { return Text("amx, vnni512, avxvnni, avx2 or generic (checked against the CPU when the kernel is picked)"); },
        [](const std::string& v, Overrides&, CpuOverrides& c) { c.int8_isa = v; }},
+      {"cpu_bf16_isa", "LSTM_ORT_CPU_BF16_ISA", false,
+       [] { return Text("amx, avx512bf16 or none (none: precision bf16 is refused as on a CPU without bf16)"); },
+       [](const std::string& v, Overrides&, CpuOverrides& c) {
+         if (v != "amx" && v != "avx512bf16" && v != "none") throw BadValue{};
+         c.bf16_isa = v;
+       }},
       {"cpu_isa", "LSTM_ORT_CPU_ISA", false, [] { return Text("v2 or auto"); },
        [](const std::string& v, Overrides&, CpuOverrides& c) {
          if (v != "v2" && v != "auto") throw BadValue{};

@@ -34,6 +34,10 @@ struct Overrides {
   int resident_chunks = 1;            // cp.async groups of the persistent kernel's resident h, 1..4
   bool low_rank_stepwise = false;     // factored recurrences on the per-step path
   bool call_graphs = true;            // short calls replayed as CUDA graphs (launch_graphs.h)
+  std::optional<bool> mma_step;       // the tensor-core step (mma_step/): forced on, off; empty: per shape
+  int mma_step_tile = -1;             // >= 0: its planner's tile (index of kMmaStepTileTable)
+  std::optional<bool> mma_step_pdl;   // its launches overlap (programmatic dependent launch); empty: per shape
+  int mma_step_layers = 0;            // > 0: at most this many layers per range of it
 };
 
 // The CPU kernel's planning knobs (docs/cpu.md), process-wide.
@@ -46,8 +50,10 @@ struct CpuOverrides {
   std::string cpu_kernel;           // the cpu_kernel of nodes that name none; empty: none
   bool baseline_isa = false;        // the x86-64-v2 build of the hot loops
   int64_t int8_split_min = 1 << 19;       // int8 kernel: multiply-adds worth another thread
-  int64_t int8_step_split_min = 1 << 19;  // int8 kernel: a step's multiply-adds from which its panels split
+  int64_t int8_step_split_min = 0;        // int8 kernel: a step's multiply-adds from which its panels split
+                                          // (0: the int8 unit's own, cpu/call_plan.cc)
   std::string int8_isa;                   // int8 kernel: the instruction set forced (empty: the best)
+  std::string bf16_isa;                   // bf16 kernels: amx, avx512bf16 or none (empty: the best)
 };
 
 // `text` ("key=value;..."; blank entries skipped) applied over `base`. std::invalid_argument,

@@ -9,7 +9,6 @@
 #include <vector>
 
 #include "cpu/cpu_kernel.h"
-#include "cpu/int8/lstm_int8.h"
 #include "cuda_plugin.h"
 #include "fused_lstm_op.h"
 

@@ -29,7 +29,7 @@ import onnx
 
 from lstm_ort import __version__, progress
 from lstm_ort.cli_args import dims, integer, named, number
-from lstm_ort.ops.identity import DEFAULT_PRECISION, INT8, OPTIMIZE_PRECISION, PRECISIONS, require_choice
+from lstm_ort.ops.identity import INT8, PRECISIONS, Precision
 from lstm_ort.rewriter import Report
 from lstm_ort.rewriter.driver import rewrite, serialize, skeleton, stage
 from lstm_ort.rewriter.low_rank import LowRank
@@ -91,16 +91,16 @@ def cmd_optimize(args) -> int:
         return out.fail(EXIT_USAGE, str(e))
     except ModelError as e:
         return out.fail(EXIT_INPUT, f"{src}: {e}")
-    from lstm_ort.verify import Tolerance, check_carry, check_shapes, default_tolerance, has_layout1_lstm, random_feeds
+    from lstm_ort.verify import (Tolerance, check_carry, check_shapes, checked_precision, default_tolerance,
+                                 has_layout1_lstm, random_feeds)
 
     for flag, check, given in (("--shape", check_shapes, args.shape), ("--carry", check_carry, args.carry)):
         try:  # before any work: a name the model does not have is a usage error, never ignored
             check(proto, given)
         except ValueError as e:
             return out.fail(EXIT_USAGE, f"{flag} {e}")
-    # --check runs the CPU kernel, which computes every precision mode in fp32: fp32's bound, the
-    # precision that ran (a reduced mode's bound would let a CPU difference 20x fp32's pass).
-    tolerance = default_tolerance(proto, DEFAULT_PRECISION)
+    # --check runs on the CPU: the bound of what the CPU computes for the nodes' mode.
+    tolerance = default_tolerance(proto, checked_precision(args.precision).runs)
     tolerance = Tolerance(tolerance.atol if args.atol is None else args.atol,
                           tolerance.rtol if args.rtol is None else args.rtol, tolerance.of_max)
     feeds, layout1 = None, False
@@ -273,7 +273,7 @@ def _check(out: Outcome, tolerance, args, step: str, run, *, note: str = "") -> 
                                      f"beyond the tolerance {tolerance}; nothing written{hint}")
     out.lines.append(f"--check: max-abs {result.max_abs:.3g} against {result.compared_with} "
                      f"(tolerance {tolerance}){', before ' + ('quantizing' if args.int8 else 'factoring') if note else ''}"
-                     f"{_cpu_check_note(args.precision or OPTIMIZE_PRECISION, out.report)}")
+                     f"{_cpu_check_note(args.precision, out.report)}")
     return None
 
 
@@ -291,12 +291,14 @@ def _stock_threads(report: Report) -> int | None:
     return STOCK_THREADS_INT8 if any(f.precision == INT8 for f in report.findings if f.rewritten) else None
 
 
-def _cpu_check_note(precision: str, report: Report) -> str:
-    """--check runs on the CPU kernel, which computes every precision mode in fp32: say so where a
-    reduced mode was asked for, lest the small difference be read as that mode's on the GPU."""
-    if precision == DEFAULT_PRECISION or all(f.precision == INT8 for f in report.findings if f.rewritten):
+def _cpu_check_note(precision: Precision, report: Report) -> str:
+    """--check runs on the CPU kernel: say what it computed where that is not the mode asked for,
+    lest the small difference be read as that mode's on the GPU."""
+    from lstm_ort.verify import checked_precision
+
+    if all(f.precision == INT8 for f in report.findings if f.rewritten):
         return ""
-    return f"; on the CPU kernel, which computes {precision} nodes in fp32"
+    return checked_precision(precision).note
 
 
 def _number(x: float):
@@ -356,6 +358,8 @@ def strategy_entries(model: onnx.ModelProto, T: int | None, B: int | None) -> li
                  "forced": forced != "auto", "precision": precision,
                  "tuned": [e._asdict() for e in tuned_entries(cache, shape, precision)] if tunable else []}
         if shape and T and B:
+            entry["cpu_plan"] = _cpu_plan(node, shape, T, B, cache)
+        if shape and T and B:
             try:
                 gpu = gpu or native.device_name()
                 entry["plan"] = {"T": T, "B": B, "gpu": gpu, "plan": native.describe(shape, T, B, forced, precision)}
@@ -363,6 +367,23 @@ def strategy_entries(model: onnx.ModelProto, T: int | None, B: int | None) -> li
                 entry["plan"] = {"T": T, "B": B, "error": str(e)}
         entries.append(entry)
     return entries
+
+
+def _cpu_plan(node: onnx.NodeProto, shape: NodeShape, T: int, B: int, cache: dict) -> dict:
+    """What the CPU kernel does for a call of T and B (its call plan), in a session of the cores'
+    threads, with the node's attributes and this CPU's tuned winners."""
+    from lstm_ort.ops.spec import attribute
+    from lstm_ort.ops.tuned import format_tuned
+    from lstm_ort.runtime.session import session_threads
+
+    threads = session_threads(None)
+    tuned = format_tuned(tuned_entries(cache, shape, gpu=False, cpu_threads=threads))
+    try:
+        text = native.describe_cpu(shape, T, B, precision=node_precision(node),
+                                   cpu_kernel=attribute(node, "cpu_kernel", ""), tuned=tuned, threads=threads)
+        return {"T": T, "B": B, "threads": threads, "plan": text}
+    except RuntimeError as e:
+        return {"T": T, "B": B, "threads": threads, "error": str(e)}
 
 
 def format_strategies(entries: list[dict]) -> list[str]:
@@ -384,6 +405,10 @@ def format_strategies(entries: list[dict]) -> list[str]:
                 what += "; tuned: " + ", ".join(f"T={t['T']} B={t['B']} -> {t['strategy']} on {t['gpu']}"
                                                 for t in e["tuned"])
         line = f"  {e['node']} [{e['shape'] or 'sizes unknown'}]: {what}; precision {e['precision']}"
+        cpu = e.get("cpu_plan")
+        if cpu:
+            line += (f"\n      on the CPU at T={cpu['T']} B={cpu['B']}, {cpu['threads']} threads: {cpu['plan']}"
+                     if "plan" in cpu else f"\n      (no CPU plan at T={cpu['T']} B={cpu['B']}: {cpu['error']})")
         plan = e.get("plan")
         if plan:
             line += (f"\n      at T={plan['T']} B={plan['B']} on {plan['gpu']}: {plan['plan']}" if "plan" in plan
@@ -455,25 +480,29 @@ def tune_cpu(model: onnx.ModelProto, args) -> int:
     from lstm_ort.tuning.measure import tune_cpu_shape
 
     device = TUNED_CPU_PREFIX + native.cpu_name()
-    shapes = []
+    shapes = []  # (shape, what the CPU computes for the node's mode)
     for node, shape in node_shapes(model):
         why = ("factored weights have no stock kernel" if node_ranks(node).any else
                "W is not an initializer, sizes unknown" if shape is None else
                "onnxruntime's CPU LSTM has no float16 kernel" if shape.dtype != "float32" else None)
+        try:
+            runs = native.decide_precision("cpu", node_precision(node)).runs
+        except ValueError as e:
+            why = why or str(e)
         if why:
             print(f"lstm-ort: {node.name}: {why}; skipped", file=sys.stderr)
-        elif shape not in shapes:
-            shapes.append(shape)
+        elif (shape, runs) not in shapes:
+            shapes.append((shape, runs))
     if not shapes:
         print("lstm-ort: no FusedLSTM node whose CPU kernel can be chosen", file=sys.stderr)
         return EXIT_INPUT
     results, path = [], None
     for threads in args.threads or [session_threads(None)]:
-        for shape in shapes:
+        for shape, runs in shapes:
             for T in args.seq_len:
                 for B in args.batch:
-                    r = tune_cpu_shape(shape, T, B, threads, runs=args.runs)
-                    path = record(device, shape, r.T, B, r.winner, r.ms, threads=threads)
+                    r = tune_cpu_shape(shape, T, B, threads, runs=args.runs, precision=runs)
+                    path = record(device, shape, r.T, B, r.winner, r.ms, precision=runs, threads=threads)
                     results.append((threads, r))
                     timings = "  ".join(f"{k} {v:.3f}" for k, v in r.ms.items())
                     print(f"{shape.key} T={T} (class T<={r.T}) B={B} threads={threads}: {timings} ms -> {r.winner}",
@@ -498,8 +527,7 @@ def tune_targets(model: onnx.ModelProto, precision: str | None) -> list[tuple[No
         if shape is None:
             print(f"lstm-ort: {node.name}: W is not an initializer, sizes unknown; skipped", file=sys.stderr)
             continue
-        mode = precision or node_precision(node)
-        require_choice(f"node {node.name or '<unnamed>'}'s precision", mode, PRECISIONS)
+        mode = Precision.parse(precision or node_precision(node), f"node {node.name or '<unnamed>'}'s precision")
         if (shape, mode) not in targets:
             targets.append((shape, mode))
     return targets
@@ -548,8 +576,9 @@ def parser() -> argparse.ArgumentParser:
     o.add_argument("--check", action="store_true", help="refuse to write unless outputs match stock onnxruntime")
     o.add_argument("--atol", type=_tolerance, default=None,
                    help="--check: outputs match where |ours - stock| <= atol + rtol x |stock|; default by "
-                        "element type: float32 1e-4, float16 3.9e-3 (4 float16 steps). --check runs the CPU "
-                        "kernel, which computes every --precision in fp32, so these are the bounds in every mode")
+                        "element type: float32 1e-4, float16 3.9e-3 (4 float16 steps). --check runs on the CPU, "
+                        "which computes every --precision but bf16 in fp32, so these are the bounds there; bf16 "
+                        "where the CPU runs it: 5e-2")
     o.add_argument("--rtol", type=_tolerance, default=None,
                    help="--check: the relative part (default float32 1e-5, float16 3.9e-3)")
     o.add_argument("--shape", action="append", type=_shape, default=[], metavar="NAME=D0,D1,...",
@@ -663,7 +692,7 @@ def _main(argv) -> int:
         if args.command in ("optimize", "check"):
             # int8 is a pass after the rewrite, which writes its default precision on the nodes it makes.
             args.int8 = args.precision == INT8
-            args.precision = None if args.int8 else args.precision
+            args.precision = Precision.written(None if args.int8 else args.precision)
     except SystemExit as e:  # --help, --version, usage errors: argparse has printed why
         return e.code if isinstance(e.code, int) else EXIT_USAGE
     if args.command == "tune":

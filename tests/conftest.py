@@ -43,6 +43,7 @@ SMOKE = {
     "tests/test_cpu_runtime.py": 8, "tests/test_cpu_kernel_choice.py": 5, "tests/test_int8_kernel.py": 3,
     "tests/test_bad_input.py": 3, "tests/test_nan_semantics.py": 2, "tests/test_backend_cases.py": 2,
     "tests/test_op_identity.py": 3, "tests/test_precision_option.py": 3, "tests/test_strategy_option.py": 3,
+    "tests/test_bf16_cpu.py": 8,
     "tests/test_debug_overrides.py": 2, "tests/test_install.py": 2, "tests/test_tuning.py": 3,
     # the CLI's paths: the rules at each opset, --check, the passes, the files it writes
     "tests/test_cli.py": 2, "tests/test_cli_safety.py": 3, "tests/test_cli_ragged_check.py": 3,
@@ -62,6 +63,8 @@ SMOKE = {
     "tests/test_precision_gpu.py::test_gemm_step_on_half_weights": 15,
     "tests/test_low_rank_gpu.py::test_cuda_matches_cpu": 6, "tests/test_low_rank_gpu.py::test_cell_features": 8,
     "tests/test_low_rank_gpu.py::test_optimized_low_rank_model_on_cuda": 1,
+    "tests/test_mma_step_gpu.py::test_forced_step_within_its_bound": 4,
+    "tests/test_mma_step_gpu.py::test_auto_takes_the_step_inside_its_rule_and_says_so": 1,
     "tests/test_pipeline_gpu.py::test_every_split_both_schedules": 3,
     "tests/test_pipeline_gpu.py::test_two_stages_on_one_gpu": 1, "tests/test_pipeline_gpu.py::test_ops_before_and_after": 1,
     "tests/test_serving.py::test_cuda_session_runs_with_io_binding": 1,

@@ -14,7 +14,7 @@ from lstm_ort.runtime.session import InferenceSession
 from lstm_ort.testing import child_python, make_feeds, max_abs
 
 CPU = ["CPUExecutionProvider"]
-ISAS = ("vnni512", "avxvnni", "avx2", "generic")
+ISAS = ("amx", "vnni512", "avxvnni", "avx2", "generic")
 
 # (I, H, layers, direction, B, T): odd sizes, batches that take each tile shape of the kernels.
 CASES = [(37, 20, 1, "forward", 1, 9), (13, 9, 1, "reverse", 2, 5), (40, 33, 2, "bidirectional", 5, 6),
@@ -152,3 +152,119 @@ def test_a_cuda_session_runs_int8_nodes_on_the_cpu_kernel():
     got = InferenceSession(fused.SerializeToString(), providers=providers).run(None, feeds)
     assert max_abs(got, _ours(fused, feeds)) == 0
     assert max_abs(got, _stock(stock_model, feeds)) <= 1e-5
+
+
+# --- an inf in one row (issue 45, row 3) --------------------------------------------------------------
+
+def _inf_case(rng, direction):
+    spec = LstmSpec(input_size=16, hidden_size=32, num_layers=2, direction=direction)
+    layers = random_int8_layers(spec, rng, per_channel=True)
+    feeds = make_feeds(spec, 10, 8, rng)
+    bad = {k: v.copy() for k, v in feeds.items()}
+    bad["X"][3, 2, 5] = np.inf
+    return spec, layers, feeds, bad
+
+
+def _finite_rows(y):
+    return [bool(np.isfinite(y[:, :, b]).all()) for b in range(y.shape[2])]
+
+
+@pytest.mark.parametrize("direction", ["forward", "bidirectional"])
+def test_an_inf_in_one_row_leaves_the_other_rows_finite_as_stock(direction, rng):
+    """One inf in row 2 of 8: as stock's DynamicQuantizeLSTM, the other rows stay finite (the range of
+    the levels is the finite values', the inf takes the top level). Before, the scale became inf and
+    every row NaN."""
+    from lstm_ort.rewriter import optimize
+
+    spec, layers, feeds, bad = _inf_case(rng, direction)
+    stock_model = dynamic_quantize_model(spec, layers, per_channel=True)
+    stock = _stock(stock_model, bad)
+    ours = _ours(optimize(stock_model), bad)
+    others = [b for b in range(8) if b != 2]
+    assert all(_finite_rows(stock[0])[b] for b in others)  # what stock does
+    assert all(_finite_rows(ours[0])[b] for b in others)
+    # The first layer's levels are the finite values' alone: rows of other entries are the result
+    # without the inf, within what the second layer's range (it holds row 2's outputs) moves.
+    clean = _ours(optimize(stock_model), feeds)
+    assert max_abs([np.delete(ours[0], 2, axis=2)], [np.delete(clean[0], 2, axis=2)]) <= 0.1
+
+
+def test_an_inf_in_one_row_of_a_precision_int8_model(rng):
+    """optimize --precision int8 on a float model: the same."""
+    from lstm_ort.builders import random_layers, stock_model
+    from lstm_ort.rewriter import optimize
+
+    spec = LstmSpec(input_size=16, hidden_size=32, direction="bidirectional")
+    model = optimize(stock_model(spec, random_layers(spec, rng)), precision="int8")
+    feeds = make_feeds(spec, 10, 8, rng)
+    feeds["X"][3, 2, 5] = np.inf
+    y = _ours(model, feeds)[0]
+    assert [b for b, ok in enumerate(_finite_rows(y)) if not ok] in ([], [2])
+
+
+# --- per-row scales (issue 45, row 2) -----------------------------------------------------------------
+
+def _with_scales(model, scales: str):
+    from lstm_ort.runtime.session import with_attributes
+
+    import onnx
+    return onnx.load_from_string(with_attributes(model.SerializeToString(), {"int8_scales": scales}))
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_row_scales_keep_every_row_its_own(threads, rng):
+    """int8_scales=row: each batch row is quantized with its own scale (its input at each step, its
+    h), so a row batched with others gives, bit for bit, what it gives alone, whatever the others
+    hold (one of them x1000) and however the threads split the batch."""
+    spec = LstmSpec(input_size=24, hidden_size=40, num_layers=2, direction="bidirectional")
+    layers = random_int8_layers(spec, rng, per_channel=True)
+    model = _with_scales(fused_model(spec, layers, seq_lens=True, initial_states=True), "row")
+    feeds = make_feeds(spec, 12, 8, rng, seq_lens=True, initial_states=True)
+    feeds["X"][:, 3] *= 1000
+    y, y_h, y_c = _ours(model, feeds, threads)
+    for b in range(8):
+        alone = {k: (v[:, b:b + 1] if k != "sequence_lens" else v[b:b + 1]) for k, v in feeds.items()}
+        ya, ha, ca = _ours(model, alone, threads)
+        assert np.array_equal(y[:, :, b:b + 1], ya) and np.array_equal(y_h[:, b:b + 1], ha)
+        assert np.array_equal(y_c[:, b:b + 1], ca)
+
+
+def test_call_scales_let_one_row_change_the_others(rng):
+    """The default (stock's one-thread arithmetic): one scale per call and step, which a loud row
+    sets for all: the reason per-row scales exist."""
+    spec = LstmSpec(input_size=24, hidden_size=40)
+    layers = random_int8_layers(spec, rng, per_channel=True)
+    model = fused_model(spec, layers)
+    feeds = make_feeds(spec, 12, 2, rng)
+    quiet = _ours(model, {"X": feeds["X"][:, :1]})[0]
+    loud = dict(feeds)
+    loud["X"] = feeds["X"].copy()
+    loud["X"][:, 1] *= 1000
+    assert max_abs([_ours(model, loud)[0][:, :, :1]], [quiet]) > 1e-2
+
+
+def test_row_scales_error_against_stock_is_its_stated_bound(rng):
+    """Per-row scales against stock's DynamicQuantizeLSTM on one thread: within the int8 tolerance
+    (verify.INT8_TOLERANCE: 2e-2 + 5e-2 x max |stock|, docs/ops.md), as close as stock on two threads
+    (per-slice scales) is to itself on one."""
+    from lstm_ort.verify import INT8_TOLERANCE
+
+    spec = LstmSpec(input_size=40, hidden_size=64, num_layers=2, direction="bidirectional")
+    layers = random_int8_layers(spec, rng, per_channel=True)
+    feeds = make_feeds(spec, 30, 16, rng, seq_lens=True, initial_states=True)
+    kw = {"seq_lens": True, "initial_states": True}
+    ref = _stock(dynamic_quantize_model(spec, layers, per_channel=True, **kw), feeds)
+    got = _ours(_with_scales(fused_model(spec, layers, **kw), "row"), feeds)
+    for g, r in zip(got, ref):
+        assert INT8_TOLERANCE.excess(r, np.abs(g - r)) <= INT8_TOLERANCE.atol
+
+
+def test_bad_int8_scales_name_the_values(rng):
+    spec = LstmSpec(input_size=4, hidden_size=5)
+    model = _with_scales(fused_model(spec, random_int8_layers(spec, rng)), "call")
+    node = [n for n in model.graph.node if n.domain == "lstm_ort"][0]
+    for a in node.attribute:
+        if a.name == "int8_scales":
+            a.s = b"rows"
+    with pytest.raises(Exception, match="attribute int8_scales must be call or row, got 'rows'"):
+        _ours(model, make_feeds(spec, 3, 2, rng))

@@ -4,8 +4,6 @@ the batch sizes it reads from the model and --shape, and the pass keeping layers
 reason in the report where factoring does not pay on the device the model is meant for."""
 
 import json
-import math
-import re
 from pathlib import Path
 
 import numpy as np
@@ -19,9 +17,16 @@ from lstm_ort.ops.identity import DOMAIN, OP_TYPE, OPSET_VERSION
 from lstm_ort.ops.packing import pack_layers
 from lstm_ort.rewriter import Report, optimize
 from lstm_ort.rewriter.low_rank import LowRank
-from lstm_ort.rewriter.low_rank_cost import auto_runs_as_tf32, factoring_pays, node_batches
+from lstm_ort.rewriter.low_rank_cost import factoring_pays, node_batches
+from lstm_ort.runtime.native import decide_precision
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def auto_runs_as_tf32(H, B):
+    """What the op library decides `auto` runs on CUDA at H and B (custom_ops/precision.h): the one
+    rule the kernel and the cost rule both follow."""
+    return decide_precision("cuda", "auto", H, B).runs == "tf32"
 
 
 def pays(device="cuda", precision="fp32", H=1024, B=(64,), rank=None, width=None):
@@ -100,18 +105,15 @@ def test_any_needs_both():
     assert "--low-rank-device cpu" not in pays("cuda", "auto", H=1024, B=[64]).reason
 
 
-def test_auto_mirrors_the_cuda_heuristic():
-    """auto_runs_as_tf32 is heuristics.h's AutoRunsAsTf32, written again: the constants and the
-    expression there must still be these."""
-    header = (ROOT / "custom_ops/cuda/heuristics.h").read_text()
-    consts = {name: math.prod(int(f) for f in value.split("*"))
-              for name, value in re.findall(r"constexpr int64_t (k\w+) = ([0-9 *]+);", header)}
-    assert consts["kMinBatchForTf32Mma"] == 256 and consts["kMinHiddenForAutoTf32"] == 1024
-    assert consts["kMinCellsForAutoTf32"] == 16 * 1024
-    assert ("d.B >= kMinBatchForTf32Mma || (d.H >= kMinHiddenForAutoTf32 && d.B * d.H >= kMinCellsForAutoTf32)"
-            in (ROOT / "custom_ops/cuda/heuristics.cc").read_text())
-    assert auto_runs_as_tf32(1, 256) and not auto_runs_as_tf32(1023, 255)
-    assert auto_runs_as_tf32(1024, 16) and not auto_runs_as_tf32(1024, 15)
+def test_auto_follows_the_librarys_decision_at_its_boundaries():
+    """The rule reads auto's resolution from the op library (precision.h's AutoRunsAsTf32), at
+    both of its boundaries: B >= 256, and H >= 1024 with B*H >= 16K."""
+    for H, B in [(1, 256), (1024, 16), (2048, 8)]:
+        assert auto_runs_as_tf32(H, B)
+        assert "precision auto runs the whole layer in TF32" in pays(precision="auto", H=max(H, 4), B=[B]).reason
+    for H, B in [(1023, 255), (1024, 15), (2048, 7)]:
+        assert not auto_runs_as_tf32(H, B)
+        assert "precision auto runs" not in pays(precision="auto", H=max(H, 4), B=[B]).reason
 
 
 def test_bad_device_or_batches_are_clear_errors():

@@ -10,7 +10,8 @@ import pytest
 
 from lstm_ort.builders import LstmSpec, fused_model, random_layers
 from lstm_ort.ops import packing
-from lstm_ort.ops.identity import CPU_KERNELS, DEBUG_KEYS, DEFAULT_PRECISION, ELEMENT_TYPES, PRECISIONS, STRATEGIES
+from lstm_ort.ops.identity import (CPU_KERNELS, DEBUG_KEYS, DEFAULT_PRECISION, ELEMENT_TYPES, INT8_SCALES, PRECISIONS,
+                                   STRATEGIES)
 from lstm_ort.ops.tuned import TunedEntry, format_tuned
 from lstm_ort.runtime import native
 from lstm_ort.testing import make_feeds, run
@@ -26,6 +27,10 @@ def test_cpu_kernel_names_are_the_kernels():
 
 def test_debug_keys_are_the_kernels():
     assert native.debug_keys() == list(DEBUG_KEYS)
+
+
+def test_int8_scales_names_are_the_kernels():
+    assert native.int8_scales_names() == list(INT8_SCALES)
 
 
 def test_precision_names_are_the_kernels():

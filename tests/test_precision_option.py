@@ -116,10 +116,10 @@ def test_keyword_without_session_options(rng):
     assert max_abs(got, run_fused(SPEC, layers, feeds)) == 0.0
 
 
-# --- the CPU kernel computes fp32 in every mode --------------------------------------------------
+# --- the CPU kernel computes fp32 in every mode but bf16 ---------------------------------------------
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
-@pytest.mark.parametrize("precision", PRECISIONS)
+@pytest.mark.parametrize("precision", [p for p in PRECISIONS if p != "bf16"])
 def test_cpu_kernel_gives_the_same_outputs_in_every_mode(precision, dtype, rng):
     spec = LstmSpec(input_size=5, hidden_size=8, num_layers=2, direction="bidirectional")
     layers = random_layers(spec, rng)
@@ -177,3 +177,29 @@ def test_reference_op_refuses_an_unknown_mode(rng):
     model = with_node_precision(fused_model(SPEC, random_layers(SPEC, rng)), "fp8")
     with pytest.raises(ValueError, match="attribute precision must be one of fp32, tf32, fp16, bf16, auto, got 'fp8'"):
         run_contract(model, make_feeds(SPEC, 4, 2, rng))
+
+
+# --- one decision, both devices -------------------------------------------------------------------
+
+def test_the_library_decides_what_each_mode_runs_on_each_device():
+    """decide_precision is the op library's DecidePrecision (custom_ops/precision.h), the rule the
+    kernels follow: on CUDA auto runs tf32 from B >= 256 (or H >= 1024 and B*H >= 16K), every other
+    mode as asked; on the CPU every mode runs fp32 but bf16, which runs bf16 or is refused."""
+    from lstm_ort.runtime.native import PrecisionRefused, decide_precision
+
+    assert decide_precision("cuda", "auto", 128, 255).runs == "fp32"
+    assert decide_precision("cuda", "auto", 128, 256).runs == "tf32"
+    assert decide_precision("cuda", "auto", 1024, 16).runs == "tf32"
+    for mode in ("fp32", "tf32", "fp16", "bf16"):
+        assert decide_precision("cuda", mode, 8, 1).runs == mode
+    for mode in ("fp32", "tf32", "fp16", "auto"):
+        decision = decide_precision("cpu", mode, 2048, 512)
+        assert decision.runs == "fp32" and decision.words.startswith("fp32")
+    try:
+        assert decide_precision("cpu", "bf16").runs == "bf16"
+    except PrecisionRefused as e:
+        assert "needs AVX512-BF16 or AMX-BF16" in str(e)
+    with pytest.raises(ValueError, match="precision must be one of fp32, tf32, fp16, bf16, auto, got 'fp64'"):
+        decide_precision("cpu", "fp64")
+    with pytest.raises(ValueError, match="device must be cpu or cuda"):
+        decide_precision("gpu", "fp32")

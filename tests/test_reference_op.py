@@ -73,3 +73,20 @@ def test_unpack_inverts_pack(L, direction, bias, peepholes, rng):
         assert (a.P is None) == (b.P is None) and (a.P is None or np.array_equal(a.P, b.P))
     repacked = pack_layers(back)
     np.testing.assert_array_equal(repacked.W, packed.W)
+
+
+@pytest.mark.parametrize("direction", ["forward", "bidirectional"])
+@pytest.mark.parametrize("seq_lens", [False, True])
+def test_int8_row_scales_match_the_kernel(direction, seq_lens, rng):
+    """int8_scales="row": each row of the input at each step, and each row's h, with its own scale
+    (docs/ops.md, per-row scales): the contract and the CPU kernel agree to rounding."""
+    from lstm_ort.builders import random_int8_layers
+    from lstm_ort.runtime.nodes import set_attribute
+
+    spec = LstmSpec(input_size=5, hidden_size=6, num_layers=2, direction=direction)
+    model = fused_model(spec, random_int8_layers(spec, rng), seq_lens=seq_lens, initial_states=True)
+    for node in model.graph.node:
+        if node.op_type == "FusedLSTM":
+            set_attribute(node, "int8_scales", "row")
+    feeds = make_feeds(spec, 4, 5, rng, seq_lens=seq_lens, initial_states=True)
+    assert max_abs(run_contract(model, feeds), run(model, feeds)) <= 1e-5

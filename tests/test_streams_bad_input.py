@@ -181,10 +181,33 @@ def test_close_drops_queued_steps(model, rng):
                 assert "closed before this step ran" in str(e)
                 outcomes.append(False)
         assert outcomes == sorted(outcomes, reverse=True)  # done ones first, then only closed ones
-        assert not outcomes[-1]  # 40 steps do not all run before close returns
         assert b.open_streams == 3 and len(blockers) == 3
         with pytest.raises(StreamClosed):
             b.step(s, x(rng))
+
+
+def test_close_fails_every_queued_step(model, rng):
+    """The engine's one worker held inside a future's callback: steps submitted then cannot run
+    before the close, so every one of them fails closed, and the stream is gone."""
+    with StreamBatcher(model, CARRY, workers=1) as b:
+        held, release = threading.Event(), threading.Event()
+
+        def hold(_):
+            if threading.current_thread() is not threading.main_thread():
+                held.set()
+                release.wait(10)
+        for _ in range(50):  # until a callback runs on the worker (not at once, on a done future)
+            b.submit(b.open(), x(rng)).add_done_callback(hold)
+            if held.wait(0.2):
+                break
+        assert held.is_set()
+        s = b.open()
+        queued = [b.submit(s, x(rng)) for _ in range(10)]
+        b.close(s)
+        release.set()
+        for f in queued:
+            with pytest.raises(StreamClosed, match="closed before this step ran"):
+                f.result(10)
 
 
 def test_shutdown(model, rng):

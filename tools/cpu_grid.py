@@ -106,8 +106,8 @@ ALONE_BLOCKS = 6
 PAUSE_S = 0.06
 # Runs that let auto measure a shape class before any is timed here: until its report says the class
 # is decided (up to four candidates in blocks of an untimed and two timed runs, two rounds at least,
-# five where the medians are close: cpu/kernel_tuner.h), at most this many.
-TUNING_RUNS = 80
+# up to eight rounds where in doubt: cpu/kernel_tuner.h), at most this many.
+TUNING_RUNS = 100
 
 
 def alone_in_blocks(runners: list[Runner], runs: int) -> list[list[float]]:

@@ -48,6 +48,31 @@ def main() -> int:
                             initial_states=True)
             err = max_abs(got, run_stock(spec, layers, feeds, seq_lens=True, initial_states=True))
             worst_mma[precision] = max(worst_mma.get(precision, 0.0), err)
+    # The tensor-core step (custom_ops/cuda/mma_step/), forced through its developer knob in every
+    # operand type (3xTF32 in fp32, the scaled fp16 copy in tf32, fp16, bf16): a 3-layer wavefront
+    # and a bidirectional layer, ragged lengths, initial states, float32 and float16 models; its
+    # launches overlapped (programmatic dependent launch) and not.
+    step_specs = [LstmSpec(input_size=12, hidden_size=64, num_layers=3, direction="forward", peepholes=True),
+                  LstmSpec(input_size=12, hidden_size=64, num_layers=1, direction="bidirectional")]
+    os.environ["LSTM_ORT_MMA_STEP"] = "1"
+    for pdl, precision, dtype in itertools.product(("0", "1"), ("fp32", "tf32", "fp16", "bf16"),
+                                                   (np.float32, np.float16)):
+        if dtype == np.float16 and precision in ("fp32", "tf32"):
+            continue  # fp16 models take fp16 operands there: the fp16 case
+        os.environ["LSTM_ORT_MMA_STEP_PDL"] = pdl
+        for spec in step_specs:
+            layers = random_layers(spec, rng)
+            feeds = make_feeds(spec, 9, 20, rng, dtype, seq_lens=True, initial_states=True)
+            got = run_fused(spec, layers, feeds, dtype, providers=CUDA, precision=precision, seq_lens=True,
+                            initial_states=True)
+            if dtype == np.float32:
+                err = max_abs(got, run_stock(spec, layers, feeds, seq_lens=True, initial_states=True))
+                if precision == "fp32":
+                    worst = max(worst, err)
+                else:
+                    key = f"tensor-core step {precision}"
+                    worst_mma[key] = max(worst_mma.get(key, 0.0), err)
+    del os.environ["LSTM_ORT_MMA_STEP"], os.environ["LSTM_ORT_MMA_STEP_PDL"]
     # v1's cuBLAS step (v1/gemm_step.cu): forced on every fp32 layer through its developer knob, in
     # fp32 and in tf32 (the mode that picks it on its own at large shapes). B=6 takes the
     # weight-streaming product (v1/step_stream.cuh), B=20 cuBLAS; without initial states the first

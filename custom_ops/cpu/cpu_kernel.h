@@ -1,5 +1,5 @@
-// FusedLSTM's CPU kernel, as the custom-op wrapper sees it: float weights run CpuLstm<T>, int8
-// weights CpuLstmInt8 (cpu/int8/lstm_int8.h).
+// FusedLSTM's CPU kernel, as the custom-op wrapper sees it: CpuLstm<T> for every weight format
+// (float32 / float16 weights, and int8 weights, registered on their own: CpuInt8Kernel).
 #pragma once
 
 #include "cpu/lstm_cpu.h"
@@ -24,6 +24,12 @@ struct CpuOpKernel {
  private:
   Attributes attrs_;
   Lstm lstm_;
+};
+
+// int8 W (with W_scale): float32 X and outputs (docs/ops.md, "int8 weights").
+struct CpuInt8Kernel : CpuOpKernel<float> {
+  using CpuOpKernel::CpuOpKernel;
+  static constexpr ONNXTensorElementDataType kWeightType = ONNX_TENSOR_ELEMENT_DATA_TYPE_INT8;
 };
 
 }  // namespace lstm_ort

@@ -1,9 +1,8 @@
 // Which CPU kernel runs a call: FusedLSTM's own (fused) or onnxruntime's LSTM kernel on the same
-// weights (stock, stock_split, stock_threads; cpu/stock_stack.h). Chosen per shape class by timing
-// the candidates on the class's first calls, in blocks of consecutive calls, and keeping the one
-// with the lowest median; a class measured before (the `tuned` attribute, from `lstm-ort tune
-// --cpu`) starts decided. Plain C++, no onnxruntime, so the rules are unit-tested
-// (custom_ops/tests/kernel_tuner_test.cc).
+// weights (stock, stock_split, stock_threads; cpu/stock_stack.h). Chosen per shape class on the
+// class's first calls, in paired rounds, with a confidence test, and the stock floor kept where in
+// doubt; a class measured before (the `tuned` attribute, from `lstm-ort tune --cpu`) starts decided.
+// Plain C++, no onnxruntime, so the rules are unit-tested (custom_ops/tests/kernel_tuner_test.cc).
 #pragma once
 
 #include <cstdint>
@@ -25,23 +24,36 @@ struct ShapeClass {
 };
 ShapeClass ClassOf(int64_t T, int64_t B);
 
-// The candidates take turns in short blocks of consecutive calls, the first `warmup` of a block
-// untimed: a kernel's pool threads spin for a while after its run, and taking turns call by call
-// made each candidate pay for the one before it (H640 B5 T50 bi, 2 threads: fused measured 21 ms
-// while it runs in 11 alone, and auto chose a kernel 1.6x slower). Short blocks, in rounds, keep
-// what interleaving gave: a passing load on the machine falls on all candidates alike.
+// The floor: the candidate that runs a call as the original model does, onnxruntime's LSTM on the
+// session's threads (stock_threads where the pool has more than one thread, else stock); the first
+// candidate where stock is none of them.
+CpuKernel FloorOf(const std::vector<CpuKernel>& candidates);
+
+// How a class is measured (docs/cpu.md, "The floor"). A round is one block of calls of every
+// candidate, back to back, in an order that rotates from round to round; a block's first `warmup`
+// calls are untimed (the switch from the kernel before: its pool threads still spinning), its
+// sample the mean of the next `block`. Candidates are compared on the rounds they share: the
+// per-round ratio of two candidates' samples (the same stretch of time: a passing load falls on
+// both alike) is the evidence, not each one's median over different stretches.
 struct TunerConfig {
-  int warmup = 1;   // untimed runs at the start of each block (the switch from another kernel's threads;
-                    // at the first, first-touch of buffers and the stock session's arena)
-  int samples = 3;  // timed runs of each candidate, at least, before a class is decided
+  int warmup = 1;
+  int block = 2;
+  int min_rounds = 3;  // rounds before any decision
+  int max_rounds = 8;  // rounds at most: then, in doubt, the floor
+  // A candidate displaces the floor only where it is faster by at least `min_gain` (the mean of the
+  // paired log ratios) and the paired ratios' t statistic is at least `confidence` (one-sided; two
+  // samples alike: any gain above min_gain).
+  double min_gain = 0.03;
+  double confidence = 2.0;
   // Calls with no new class after which a settled tuner lets the caller drop the kernel no class
   // uses (its weights): a model called at a few fixed shapes keeps one copy of its weights.
   int64_t settle_calls = 64;
-  // Medians this close (the best within `margin` of the next) are measured again, up to
-  // `max_samples` runs each: on a loaded machine three runs did not tell kernels 5% apart.
-  double margin = 0.05;
-  int max_samples = 9;
-  int block = 2;  // timed runs in a block
+  // A class decided for a kernel other than the floor is measured again, one paired round of the
+  // choice and the floor, after this many of its calls (each); the floor takes the class back where
+  // the rounds so far, all of them paired, say the floor is surely faster. No other evidence moves
+  // a decided class (a watch of the chosen kernel's times alone re-measured whenever the machine was
+  // loaded, and chose on that: docs/cpu.md).
+  std::vector<int64_t> recheck_after = {256, 2048};
 };
 
 // What the tuner knows of one class, for reports.
@@ -50,6 +62,7 @@ struct ClassReport {
   CpuKernel chosen = CpuKernel::kAuto;  // kAuto: still measuring
   bool preset = false;                  // from the `tuned` attribute, not measured here
   std::map<CpuKernel, double> median_ms;
+  int rounds = 0;                       // paired rounds measured (rechecks included)
 };
 
 // Thread-safe: concurrent Run calls of one session share it.
@@ -57,14 +70,14 @@ class KernelTuner {
  public:
   explicit KernelTuner(TunerConfig config = {}) : config_(config) {}
 
+  // For the report: a class a `tuned` entry decides (the call plan reads the entry itself).
   void Preset(ShapeClass shape, CpuKernel kernel);
 
   struct Pick {
     CpuKernel kernel;
-    bool measuring;  // the class is undecided: time the call and Record it
+    bool measuring;  // the call is part of a round: time it and Record it
   };
   // The kernel the next call of `shape` runs, among `candidates` (non-empty, fixed per class).
-  // Undecided classes run the candidates in turn, a block of calls each.
   Pick Choose(ShapeClass shape, const std::vector<CpuKernel>& candidates);
 
   // A run of `kernel` on `shape` took `ms`.
@@ -73,9 +86,10 @@ class KernelTuner {
   // Every class still measuring runs `kernel` from now on (the others' kernel cannot run).
   void DecideOpen(CpuKernel kernel);
 
-  // Every class seen is decided and `settle_calls` calls have come since the last new class.
+  // Every class seen is decided, none has a recheck to come, and `settle_calls` calls have come
+  // since the last new class.
   bool Settled() const;
-  // Some class runs `kernel`: decided for it, or still measuring it.
+  // Some class runs `kernel`: decided for it, still measuring it, or to recheck the choice with it.
   bool Uses(CpuKernel kernel) const;
 
   std::vector<ClassReport> Report() const;
@@ -83,14 +97,27 @@ class KernelTuner {
  private:
   struct ClassState {
     std::vector<CpuKernel> candidates;
-    int64_t blocks = 0;     // blocks begun
-    int block_left = 0;     // calls of the current block (candidates[(blocks - 1) % size]) to hand out
-    std::map<CpuKernel, std::vector<double>> times;
-    std::map<CpuKernel, int> untimed;  // runs of each candidate still to leave untimed (their blocks' first)
+    CpuKernel floor = CpuKernel::kAuto;
     CpuKernel chosen = CpuKernel::kAuto;
     bool preset = false;
+    // The round under way: the candidates measured in it, in order, and the block being handed out.
+    std::vector<CpuKernel> round;
+    size_t position = 0;     // index into `round` of the block being handed out
+    int block_left = 0;      // calls of that block still to hand out
+    int untimed = 0;         // of its calls still to come back untimed
+    std::vector<double> block_times;
+    std::map<CpuKernel, double> round_samples;
+    // Per kernel, its sample in each round (NaN where it had no block in it), rounds in order.
+    std::map<CpuKernel, std::vector<double>> samples;
+    int rounds = 0;
+    int64_t calls_decided = 0;  // calls since the decision (for the rechecks)
+    size_t rechecks_done = 0;
   };
-  void DecideIfMeasured(ClassState& s) const;
+  bool Measuring(const ClassState& s) const { return !s.round.empty(); }
+  void StartRound(ClassState& s, const std::vector<CpuKernel>& kernels) const;
+  void EndRound(ClassState& s) const;
+  void Decide(ClassState& s) const;
+  bool RecheckDue(const ClassState& s) const;
 
   TunerConfig config_;
   mutable std::mutex mutex_;

@@ -19,6 +19,12 @@ constexpr int kUnits = 8;                  // hidden units per panel
 constexpr int kPanel = kGates * kUnits;    // columns per panel
 constexpr int kStrip = 16;                 // columns per strip (two per panel)
 
+// Where contract column 4j + g (hidden unit j, gate g) lies among the packed columns (np * kPanel).
+inline int64_t PackedColumn(int64_t col) {
+  const int64_t j = col / kGates, g = col % kGates;
+  return (j / kUnits) * kPanel + g * kUnits + j % kUnits;
+}
+
 // Where column col (0..kPanel) of row k lies within a panel of K rows.
 inline int64_t PanelIndex(int64_t K, int64_t k, int64_t col) {
   return (col / kStrip) * K * kStrip + k * kStrip + col % kStrip;
@@ -96,5 +102,17 @@ extern const KernelTable kTable;
 
 // The best table this CPU runs (LSTM_ORT_CPU_ISA=v2 forces the baseline, for testing).
 const KernelTable& Kernels();
+
+// The cell alone, from a step's gates, for panels [p0, p1) of the step's rows: what the formats
+// whose product is made apart (int8, bf16) run after it. The gates are the projection's (gx, as the
+// step's rows give them) plus, where `products` gives row r of the group a row (np * kPanel packed
+// columns, null: nothing to add), the step's product: the product never goes through gx, whose rows
+// (every step's, beyond the caches) were read and written once more per step that way. 16 lanes
+// where the CPU has AVX-512 and the activations are the default (cell_avx512.cc), else the table's
+// step from its gates (h_zero) once the products are added into gx.
+void CellFromGates(const StepArgs& a, int64_t p0, int64_t p1, const float* const* products = nullptr);
+namespace avx512 {
+void CellFromGates(const StepArgs& a, int64_t p0, int64_t p1, const float* const* products);
+}
 
 }  // namespace lstm_ort::cpu

@@ -1,4 +1,4 @@
-// What the CPU kernels (float, cpu/lstm_cpu.cc, and int8, cpu/int8/lstm_int8.cc) share about
+// What the CPU kernel (cpu/lstm_cpu.cc) and its weight formats (cpu/stack_run.h) share about
 // running on the session's intra-op pool: how many threads to plan for, running tasks on it, the
 // counters tasks meet at after every step, and the scratch they work in.
 #pragma once
@@ -110,7 +110,29 @@ struct PackedShape {
   bool has_peep = false;
 
   int64_t LayerInput(int64_t l) const { return l == 0 ? I : D * H; }
+  // The dims of `d`, H in panels of `units` hidden units.
+  void Set(const Dims& d, int64_t units) {
+    I = d.I, H = d.H, L = d.L, D = d.D;
+    np = (d.H + units - 1) / units;
+    Hp = np * units;
+  }
 };
+
+// Offsets of regions carved one after another out of one scratch buffer, each on a 64-byte line.
+struct Carver {
+  size_t total = 0;
+  size_t operator()(size_t bytes) {
+    const size_t at = total;
+    total += (bytes + 63) & ~size_t(63);
+    return at;
+  }
+};
+
+// The region at `offset` of a scratch buffer, as P.
+template <typename P>
+P* At(char* base, size_t offset) {
+  return reinterpret_cast<P*>(base + offset);
+}
 
 // A 64-byte aligned buffer of T that only grows.
 template <typename T>

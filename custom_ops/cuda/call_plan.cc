@@ -65,6 +65,53 @@ std::vector<RangePlan> FromStackPlan(const std::vector<LayerRange>& stack, Strat
   return ranges;
 }
 
+// The tensor-core step's ranges (mma_step/plan.h), where the mma_step override asks for them or,
+// under strategy auto, PrefersMmaStep does; true when it planned the call. What the override asks
+// for and cannot have is a fallback.
+bool PlanMmaStepRanges(CallPlan& p, const Attributes& attrs, const CallDevice& device, const Overrides& o) {
+  const Dims& d = p.in.dims;
+  const bool forced = o.mma_step.value_or(false);
+  if (!o.mma_step.value_or(true)) return false;
+  // Under auto only, and not where an override asks for the persistent kernels' plans.
+  const bool persistent_asked = o.mma_forced || o.tile_u || o.tile_bb || o.resident_chunks != 1;
+  if (!forced && (p.strategy != Strategy::kAuto || persistent_asked || !PrefersMmaStep(p.resolved, p.in.type, d)))
+    return false;
+  const std::optional<MmaOperand> op = MmaStepOperandFor(p.resolved, p.in.type);
+  std::string why;
+  std::vector<MmaStepRange> stack;
+  if (!op) {
+    why = "no operand type for this precision";
+  } else if (!MmaStepFits(d.H, d.B)) {
+    why = "it needs H a multiple of " + std::to_string(kMmaStepChunk) + " and B >= " +
+          std::to_string(kMmaStepMinBatch) + ", not " + SizesText(d);
+  } else if (*op != MmaOperand::kTf32x3 && !HiddenWithinOne(attrs, d.D)) {
+    why = "16-bit h needs |h| <= 1 (sigmoid and tanh)";
+  } else if (!device.mma_step) {
+    why = "no device limits";
+  } else {
+    const bool copies = MmaStepCopiesWeights(*op, p.in.type == ElementType::kFloat16);
+    stack = PlanMmaStepStack(static_cast<int>(d.L), static_cast<int>(d.D), p.in.max_len, static_cast<int>(d.I),
+                             static_cast<int>(d.H), static_cast<int>(d.B), *op, copies, device.mma_step(),
+                             o.mma_step_tile, o.mma_step_layers);
+    if (stack.empty()) why = "no tile fits this device at " + SizesText(d);
+  }
+  if (!why.empty()) {
+    if (forced) p.fallbacks.Add("the tensor-core step (mma_step): " + why + ": the other backends");
+    return false;
+  }
+  int64_t copy_bytes = 0;
+  for (MmaStepRange& r : stack) {
+    r.plan.pdl = o.mma_step_pdl.value_or(r.plan.pdl);
+    p.ranges.push_back(RangePlan{r.first, r.count, Backend::kMmaStep, r.plan});
+    if (r.plan.copies_weights)
+      copy_bytes = std::max(copy_bytes, MmaStepWeightCopyBytes(r.count, static_cast<int>(d.D), d.H));
+  }
+  p.scratch.step_exps = true;
+  p.scratch.step_weight_bytes = copy_bytes;
+  p.scratch_bytes = ScratchBytes(d, p.in.type, p.scratch);
+  return true;
+}
+
 // The ranges and v1's step kernel of a call with whole weights.
 void PlanRangesOf(CallPlan& p, const Attributes& attrs, const CallDevice& device, const Overrides& o) {
   const Dims& d = p.in.dims;
@@ -74,6 +121,10 @@ void PlanRangesOf(CallPlan& p, const Attributes& attrs, const CallDevice& device
   // Asked for by the call (attribute or override), not a tuned winner: only then is not having it
   // a fallback.
   const bool forced = o.strategy.value_or(attrs.strategy) != Strategy::kAuto;
+  if (!o.gemm_step && PlanMmaStepRanges(p, attrs, device, o)) {
+    p.step = StepKernel::kTiled;  // no range runs on v1 (and none plans its cuBLAS step's weights)
+    return;
+  }
   if (o.gemm_step && type != ElementType::kFloat32)
     p.fallbacks.Add("gemm_step: float16 calls have no cuBLAS step");
   if (type == ElementType::kFloat32 && (PrefersGemmSteps(strategy, p.resolved, type, d) || o.gemm_step)) {
@@ -166,6 +217,7 @@ const char* BackendName(Backend backend) {
     case Backend::kWavefront: return "wavefront";
     case Backend::kCluster: return "cluster";
     case Backend::kLowRank: return "low rank";
+    case Backend::kMmaStep: return "tensor-core step";
   }
   return "?";
 }
@@ -192,7 +244,10 @@ void CallPlan::KeptHalvesUnavailable() {
   fallbacks.Add(std::string("the kept TF32 halves of W could not be allocated: ") +
                 (kept == KeptHalves::kBoth ? "the call splits W itself" : "the projection reads W as stored"));
   kept = KeptHalves::kNone;
-  scratch = ScratchNeedsFor(in.dims, in.type, precision, false);
+  const ScratchNeeds planned = scratch;
+  scratch = ScratchNeedsFor(in.dims, in.type, projection, false);
+  scratch.step_exps = planned.step_exps;
+  scratch.step_weight_bytes = planned.step_weight_bytes;
   scratch_bytes = ScratchBytes(in.dims, in.type, scratch);
 }
 
@@ -203,14 +258,14 @@ CallPlan PlanCall(const CallInputs& in, const Attributes& attrs, const CallDevic
   const Dims& d = in.dims;
   p.strategy = StrategyForCall(o.strategy.value_or(attrs.strategy), attrs.tuned, device.name, d);
   p.precision = attrs.precision;
-  p.resolved = ResolvedPrecision(attrs.precision, d);
-  p.projection = ProjectionMathFor(p.resolved, d);
+  p.resolved = DecidePrecision(attrs.precision, Device::kCuda, d).runs;
+  p.projection = ProjectionMathFor(p.resolved);
   if (attrs.ranks.Any()) {
     PlanLowRank(p, attrs, device, o);
     return p;
   }
-  if (in.type == ElementType::kFloat32 && in.w_constant) p.kept = CallReadsKeptHalves(in.type, attrs.precision, d);
-  p.scratch = ScratchNeedsFor(d, in.type, attrs.precision, p.kept == KeptHalves::kBoth);
+  if (in.type == ElementType::kFloat32 && in.w_constant) p.kept = CallReadsKeptHalves(in.type, p.projection, d);
+  p.scratch = ScratchNeedsFor(d, in.type, p.projection, p.kept == KeptHalves::kBoth);
   p.scratch_bytes = ScratchBytes(d, in.type, p.scratch);
   if (in.max_len == 0) {  // no steps: every layer is its projection, zeros and its states
     p.ranges = StepwiseRanges(static_cast<int>(d.L));
@@ -234,6 +289,12 @@ std::string DescribeRanges(const CallPlan& plan) {
              (p->mma ? std::string("tensor cores, ") + EnumName(p->operand) + ", " : std::string()) +
              std::to_string(p->blocks) + " blocks of " + std::to_string(p->U) + " units x " + std::to_string(p->Bb) +
              " rows, " + std::to_string(p->smem / 1024) + " KiB shared memory)";
+    } else if (const MmaStepPlan* m = r.mma_step()) {
+      const MmaStepTile& t = kMmaStepTileTable[m->tile];
+      out += std::string("tensor-core step (") + EnumName(m->operand) + ", " +
+             (r.count > 1 ? std::to_string(r.count) + " layers a launch, " : std::string()) + "one launch per " +
+             (r.count > 1 ? "interval" : "step") + " of " + std::to_string(m->blocks()) + " blocks of " +
+             std::to_string(t.bm) + "x" + std::to_string(t.bn) + ", the cell in its epilogue)";
     } else if (const LowRankPlan* lr = r.low_rank()) {
       out += "low rank (every step in one launch of " + std::to_string(lr->blocks) + " blocks)";
     } else if (r.backend == Backend::kLowRank) {
@@ -248,7 +309,7 @@ std::string DescribeRanges(const CallPlan& plan) {
 std::string DescribeCallPlan(const CallPlan& plan) {
   std::string text = DescribeRanges(plan);
   if (plan.precision == Precision::kAuto)
-    text += std::string("; auto runs ") + (plan.resolved == Precision::kTf32 ? "tf32" : "fp32") + " at this size";
+    text += std::string("; auto runs ") + EnumName(plan.resolved) + " at this size";
   for (const std::string& f : plan.fallbacks.Entries()) text += "; fallback: " + f;
   return text;
 }

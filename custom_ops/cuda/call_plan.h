@@ -22,6 +22,7 @@
 #include "cuda/element_type.h"
 #include "cuda/heuristics.h"
 #include "cuda/low_rank/recurrence_plan.h"
+#include "cuda/mma_step/plan.h"
 #include "cuda/persistent/plan.h"
 #include "cuda/scratch_layout.h"
 #include "lstm_ort/contract.h"
@@ -37,6 +38,7 @@ enum class Backend {
   kWavefront,   // the same launch over several layers
   kCluster,     // one launch per layer, a thread-block cluster per direction
   kLowRank,     // factored weights: one layer per range, its own kernels
+  kMmaStep,     // tensor cores, one launch per interval, the cell in the product's epilogue (mma_step/)
 };
 const char* BackendName(Backend backend);
 
@@ -47,12 +49,13 @@ struct RangePlan {
   int first = 0, count = 1;
   Backend backend = Backend::kStepwise;
   // The backend's own plan: PersistentPlan (persistent, wavefront), ClusterPlan, or LowRankPlan
-  // (low rank whose recurrence runs in one launch; none: its per-step path).
-  std::variant<std::monostate, PersistentPlan, ClusterPlan, LowRankPlan> kernel;
+  // (low rank whose recurrence runs in one launch; none: its per-step path), MmaStepPlan.
+  std::variant<std::monostate, PersistentPlan, ClusterPlan, LowRankPlan, MmaStepPlan> kernel;
 
   const PersistentPlan* persistent() const { return std::get_if<PersistentPlan>(&kernel); }
   const ClusterPlan* cluster() const { return std::get_if<ClusterPlan>(&kernel); }
   const LowRankPlan* low_rank() const { return std::get_if<LowRankPlan>(&kernel); }
+  const MmaStepPlan* mma_step() const { return std::get_if<MmaStepPlan>(&kernel); }
 };
 
 // What PlanCall knows of the device, as values (tests fake them). The limits are asked for only
@@ -62,6 +65,7 @@ struct CallDevice {
   int max_cluster_blocks = 0;                            // 0: no thread-block clusters
   std::function<const DeviceLimits&()> persistent;       // the persistent kernels' occupancy
   std::function<const DeviceLimits&()> low_rank;         // the factored recurrence's
+  std::function<const DeviceLimits&()> mma_step;         // the tensor-core step's; unset: it does not plan
 };
 
 // What one call has besides its sizes.
@@ -92,7 +96,7 @@ struct CallPlan {
   CallInputs in;
   Strategy strategy = Strategy::kAuto;  // after the overrides and the tuned entries
   Precision precision = Precision::kFp32;  // the node's mode
-  Precision resolved = Precision::kFp32;   // `auto` resolved for this shape
+  Arithmetic resolved = Arithmetic::kFp32; // what the call computes in (DecidePrecision, precision.h)
   ProjectionMath projection = ProjectionMath::kFp32;  // the input projection's GEMM (fp32 models)
   std::optional<MmaOperand> mma;  // the tensor-core operand of the persistent ranges; none: FP32 FMA
   StepKernel step = StepKernel::kTiled;  // v1's kernel, for every stepwise range

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "cuda/mma_step/plan.h"
 #include "cuda/v1/step_shapes.h"
 
 namespace lstm_ort {
@@ -38,8 +39,8 @@ bool ProjectsWithSplitTf32(ElementType type, ProjectionMath math, int64_t rows, 
 
 int64_t WidestLayerInput(const Dims& d) { return std::max(d.I, d.D * d.H); }
 
-bool CallProjectsWithSplitTf32(ElementType type, Precision precision, const Dims& d, bool weights_kept) {
-  return ProjectsWithSplitTf32(type, ProjectionMathFor(precision, d), d.T * d.B, WidestLayerInput(d), weights_kept);
+bool CallProjectsWithSplitTf32(ElementType type, ProjectionMath math, const Dims& d, bool weights_kept) {
+  return ProjectsWithSplitTf32(type, math, d.T * d.B, WidestLayerInput(d), weights_kept);
 }
 
 bool ProjectsFromKeptTf32(ElementType type, ProjectionMath math, int64_t rows, int64_t input) {
@@ -47,49 +48,61 @@ bool ProjectsFromKeptTf32(ElementType type, ProjectionMath math, int64_t rows, i
          rows * input >= kMinRowsTimesInputForKeptTf32;
 }
 
-KeptHalves CallReadsKeptHalves(ElementType type, Precision precision, const Dims& d) {
-  if (CallProjectsWithSplitTf32(type, precision, d, true)) return KeptHalves::kBoth;
-  if (ProjectsFromKeptTf32(type, ProjectionMathFor(precision, d), d.T * d.B, WidestLayerInput(d)))
+KeptHalves CallReadsKeptHalves(ElementType type, ProjectionMath math, const Dims& d) {
+  if (CallProjectsWithSplitTf32(type, math, d, true)) return KeptHalves::kBoth;
+  if (ProjectsFromKeptTf32(type, math, d.T * d.B, WidestLayerInput(d)))
     return KeptHalves::kHi;
   return KeptHalves::kNone;
 }
 
-std::optional<MmaOperand> MmaOperandFor(Precision precision, ElementType type, const Dims& d) {
+std::optional<MmaOperand> MmaOperandFor(Arithmetic runs, ElementType type, const Dims& d) {
   const bool half_batch = d.B >= kMinBatchForHalfMma;
   if (type == ElementType::kFloat16) {
-    if (precision == Precision::kBf16) return half_batch ? std::optional<MmaOperand>(MmaOperand::kBf16) : std::nullopt;
+    if (runs == Arithmetic::kBf16) return half_batch ? std::optional<MmaOperand>(MmaOperand::kBf16) : std::nullopt;
     return half_batch ? std::optional<MmaOperand>(MmaOperand::kFp16) : std::nullopt;
   }
-  switch (precision) {
-    case Precision::kFp16: return half_batch ? std::optional<MmaOperand>(MmaOperand::kFp16) : std::nullopt;
-    case Precision::kBf16: return half_batch ? std::optional<MmaOperand>(MmaOperand::kBf16) : std::nullopt;
-    case Precision::kTf32: return d.B >= kMinBatchForTf32Mma ? std::optional<MmaOperand>(MmaOperand::kTf32) : std::nullopt;
-    case Precision::kAuto: return MmaOperandFor(ResolvedPrecision(precision, d), type, d);
-    case Precision::kFp32: break;
+  switch (runs) {
+    case Arithmetic::kFp16: return half_batch ? std::optional<MmaOperand>(MmaOperand::kFp16) : std::nullopt;
+    case Arithmetic::kBf16: return half_batch ? std::optional<MmaOperand>(MmaOperand::kBf16) : std::nullopt;
+    case Arithmetic::kTf32: return d.B >= kMinBatchForTf32Mma ? std::optional<MmaOperand>(MmaOperand::kTf32) : std::nullopt;
+    case Arithmetic::kFp32: break;
   }
   return std::nullopt;
 }
 
-bool PrefersGemmSteps(Strategy strategy, Precision precision, ElementType type, const Dims& d) {
+bool PrefersGemmSteps(Strategy strategy, Arithmetic runs, ElementType type, const Dims& d) {
   if (strategy != Strategy::kAuto || type != ElementType::kFloat32) return false;
-  const Precision p = ResolvedPrecision(precision, d);
-  const bool half_weights = StepWeightsFor(ProjectionMathFor(p, d), d) != StepWeights::kFp32;
+  const bool half_weights = StepWeightsFor(ProjectionMathFor(runs), d) != StepWeights::kFp32;
   const int64_t cells = d.B * d.H;
-  if (p == Precision::kFp16 || p == Precision::kBf16)
+  if (runs == Arithmetic::kFp16 || runs == Arithmetic::kBf16)
     return half_weights && d.H >= kMinHiddenForHalfGemmSteps && kGates * cells * d.H >= kMinStepMacsForHalfGemmSteps;
-  if (p != Precision::kTf32) return false;
+  if (runs != Arithmetic::kTf32) return false;
   return (d.H >= kMinHiddenForTf32GemmSteps && cells >= kMinCellsForTf32GemmSteps) ||
          (half_weights && d.H >= kMinHiddenForTf32GemmStepsAtFewerCells &&
           cells >= kMinCellsForTf32GemmStepsAtLargeHidden);
 }
 
-bool AutoRunsAsTf32(const Dims& d) {
-  return d.B >= kMinBatchForTf32Mma || (d.H >= kMinHiddenForAutoTf32 && d.B * d.H >= kMinCellsForAutoTf32);
+std::optional<MmaOperand> MmaStepOperandFor(Arithmetic runs, ElementType type) {
+  if (runs == Arithmetic::kBf16) return MmaOperand::kBf16;
+  if (type == ElementType::kFloat16) return MmaOperand::kFp16;
+  switch (runs) {
+    case Arithmetic::kFp32: return MmaOperand::kTf32x3;
+    case Arithmetic::kTf32:
+    case Arithmetic::kFp16: return MmaOperand::kFp16;
+    case Arithmetic::kBf16: break;
+  }
+  return std::nullopt;
 }
 
-Precision ResolvedPrecision(Precision precision, const Dims& d) {
-  if (precision != Precision::kAuto) return precision;
-  return AutoRunsAsTf32(d) ? Precision::kTf32 : Precision::kFp32;
+bool PrefersMmaStep(Arithmetic runs, ElementType type, const Dims& d) {
+  const std::optional<MmaOperand> op = MmaStepOperandFor(runs, type);
+  if (!op || type != ElementType::kFloat32 || d.D != 1) return false;
+  const bool fp32 = *op == MmaOperand::kTf32x3;
+  // 16-bit weight copies per call (6 bytes per weight) pay from as many steps as v1's do.
+  if (MmaStepCopiesWeights(*op, false) && d.T < kMinStepsForHalfWeights) return false;
+  return d.L >= (fp32 ? kMinLayersForMmaStepTf32x3 : kMinLayersForMmaStep) && d.H >= kMinHiddenForMmaStep &&
+         d.H <= kMaxHiddenForMmaStep && (d.B * d.H >= kMinCellsForMmaStep || d.H == kMaxHiddenForMmaStep) &&
+         d.B >= (fp32 ? kMinBatchForMmaStepTf32x3 : kMinBatchForMmaStep);
 }
 
 StepWeights StepWeightsFor(ProjectionMath math, const Dims& d) {
@@ -126,13 +139,12 @@ int StreamSplits(int H, int tiles, int D, int resident_blocks) {
   return std::max(for_rows, std::min(one_wave, StreamSplitsAtMost(H)));
 }
 
-ProjectionMath ProjectionMathFor(Precision precision, const Dims& d) {
-  switch (precision) {
-    case Precision::kTf32: return ProjectionMath::kTf32;
-    case Precision::kFp16: return ProjectionMath::kFp16;
-    case Precision::kBf16: return ProjectionMath::kBf16;
-    case Precision::kAuto: return ProjectionMathFor(ResolvedPrecision(precision, d), d);
-    case Precision::kFp32: break;
+ProjectionMath ProjectionMathFor(Arithmetic runs) {
+  switch (runs) {
+    case Arithmetic::kTf32: return ProjectionMath::kTf32;
+    case Arithmetic::kFp16: return ProjectionMath::kFp16;
+    case Arithmetic::kBf16: return ProjectionMath::kBf16;
+    case Arithmetic::kFp32: break;
   }
   return ProjectionMath::kFp32;
 }

@@ -13,6 +13,7 @@
 #include "cuda/element_type.h"
 #include "cuda/persistent/mma_operand.h"
 #include "lstm_ort/contract.h"
+#include "precision.h"
 
 namespace lstm_ort {
 
@@ -70,15 +71,15 @@ constexpr int64_t kMinCellsForTf32GemmStepsAtLargeHidden = 32 * 1024;
 // H1024 B32 3.95 vs 5.41).
 constexpr int64_t kMinHiddenForHalfGemmSteps = 512;
 constexpr int64_t kMinStepMacsForHalfGemmSteps = 256LL * 1024 * 1024;
-bool PrefersGemmSteps(Strategy strategy, Precision precision, ElementType type, const Dims& d);
+bool PrefersGemmSteps(Strategy strategy, Arithmetic runs, ElementType type, const Dims& d);
 
 // Which per-step kernel v1 runs (also for layers the persistent strategies leave to v1).
 StepKernel ChooseStepKernel(Strategy strategy, ElementType type, const Dims& d);
 
 // The input projection's cuBLAS compute type for an fp32 model: FP32 (with the 3xTF32 split of
-// ProjectsWithSplitTf32), or the mode's fast TF32 / fp16 / bf16 conversions.
+// ProjectsWithSplitTf32), or the call's fast TF32 / fp16 / bf16 conversions.
 enum class ProjectionMath { kFp32, kTf32, kFp16, kBf16 };
-ProjectionMath ProjectionMathFor(Precision precision, const Dims& d);
+ProjectionMath ProjectionMathFor(Arithmetic runs);
 
 // Inside v1's cuBLAS step, small batches take the weight-streaming step (v1/step_stream.cuh)
 // instead of cuBLAS (StreamsStepWith, below, says for which math): each weight is used by at most
@@ -136,7 +137,7 @@ int64_t WidestLayerInput(const Dims& d);
 bool ProjectsWithSplitTf32(ElementType type, ProjectionMath math, int64_t rows, int64_t input, bool weights_kept);
 // Whether any layer of a call splits: asked with the widest layer input. Sizes the scratch, and
 // decides whether the call takes kept halves.
-bool CallProjectsWithSplitTf32(ElementType type, Precision precision, const Dims& d, bool weights_kept);
+bool CallProjectsWithSplitTf32(ElementType type, ProjectionMath math, const Dims& d, bool weights_kept);
 
 // TF32 projections (precision tf32, or auto resolved to it) read W's kept hi half, K-major
 // (gemm/kept_split.h), once rows x layer input reaches kMinRowsTimesInputForKeptTf32 (H100,
@@ -149,28 +150,46 @@ bool ProjectsFromKeptTf32(ElementType type, ProjectionMath math, int64_t rows, i
 // layer's TF32 projection reads it, else none. Asked with the widest layer input (both rules
 // are monotone in it).
 enum class KeptHalves { kNone, kHi, kBoth };
-KeptHalves CallReadsKeptHalves(ElementType type, Precision precision, const Dims& d);
+KeptHalves CallReadsKeptHalves(ElementType type, ProjectionMath math, const Dims& d);
 
-// The tensor-core product the persistent ranges use for `precision`, or none for the FP32 FMA
+// The tensor-core product the persistent ranges use for what the call `runs`, or none for the FP32 FMA
 // kernel. Measured on an H100 (tools/mma_probe.py, T=100, H 256-1024, docs/ops.md): fp16 and
 // bf16 operands win from one 16-row tile of batch on (1.1-1.7x over FMA); tf32 only from 256
 // rows; 3xTF32 never (1.3-2x slower than FMA at every batch), so fp32 stays on FMA. fp16 models
 // (storage T = float16) take fp16 tensor cores in their default mode, as stock fp16 LSTMs do.
 constexpr int64_t kMinBatchForHalfMma = 16;
 constexpr int64_t kMinBatchForTf32Mma = 256;
-std::optional<MmaOperand> MmaOperandFor(Precision precision, ElementType type, const Dims& d);
+std::optional<MmaOperand> MmaOperandFor(Arithmetic runs, ElementType type, const Dims& d);
 
-// `auto` keeps FP32 accuracy where it costs nothing and runs as tf32 (stock's own default class)
-// where FP32 measurably loses to stock's TF32 default: from kMinBatchForTf32Mma rows on, and for
-// H >= kMinHiddenForAutoTf32 from kMinCellsForAutoTf32 = B*H on, where the FP32 weights stream
-// from memory every step (H100, T=100, fp32 vs best stock TF32 ms: H512 B256 3.05 vs 2.50,
-// H1024 B32 1.70 vs 1.69, H1024 B64 3.09 vs 2.05, H2048 B8 4.46 vs 3.97, H2048 B32 7.37 vs 4.17;
-// fp32 still wins at H2048 B4 3.74 vs 3.90, H1024 B8, H512 B128 1.64 vs 1.74, H256 B512).
-constexpr int64_t kMinHiddenForAutoTf32 = 1024;
-constexpr int64_t kMinCellsForAutoTf32 = 16 * 1024;
-bool AutoRunsAsTf32(const Dims& d);
-// The mode a call runs: `auto` resolved for this shape to fp32 or tf32; other modes unchanged.
-Precision ResolvedPrecision(Precision precision, const Dims& d);
+// What `auto` runs at a call's size is the one precision decision's (custom_ops/precision.h,
+// DecidePrecision and AutoRunsAsTf32): the rules here take its answer, an Arithmetic.
+
+// The tensor-core step (mma_step/plan.h) takes the recurrence under strategy auto where
+// PrefersMmaStep says so, in the operand type MmaStepOperandFor gives for what the call `runs`
+// (its Arithmetic, from DecidePrecision): 3xTF32 for fp32
+// (FP32-accurate), fp16 for tf32 (the power-of-two scaled copy v1's cuBLAS step reads: TF32's
+// significand) and fp16, bf16 for bf16; fp16 models take fp16 (bf16 in bf16). Under auto only
+// where it beat the persistent kernels and v1's cuBLAS step on the H100 (T=100, ms, tensor-core
+// step vs before; docs/ops.md, "The tensor-core step"): fp32 models' unidirectional stacks (one
+// wavefront: the layers above the first multiply their input in the step) with kMinHiddenForMmaStep
+// <= H <= kMaxHiddenForMmaStep, B >= kMinBatchForMmaStep and B*H >= kMinCellsForMmaStep (or H at
+// kMaxHiddenForMmaStep); in the 16-bit operand types from kMinLayersForMmaStep layers (tf32: L4
+// H512 B64 1.88 vs 2.93, L8 H512
+// B64 2.59 vs 5.92, L3 H512 B128 2.35 vs 2.69, L4 H512 B256 3.39 vs 4.23, L4 H256 B512 2.43 vs 3.78;
+// fp16 L4 H512 B64 1.93 vs 2.00; but L2 H512 B256 2.64 vs 2.17, L4 H256 B64 1.32 vs 1.18), in
+// 3xTF32 from kMinLayersForMmaStepTf32x3 layers and kMinBatchForMmaStepTf32x3 rows (L4 H512 B256
+// 11.05 vs 12.16, L4 H256 B512 6.67 vs 8.46; but L4 H512 B64 3.79 vs 3.75, L3 H512 B128 6.63 vs
+// 4.85, L2 H512 B256 11.5 vs 6.1). A step of one layer reads its weights and h from L2 at a rate
+// cuBLAS's GEMM beats (L1 H512 B256 tf32 1.92 vs 1.09) and the persistent kernels keep on chip.
+constexpr int64_t kMinLayersForMmaStep = 3;
+constexpr int64_t kMinLayersForMmaStepTf32x3 = 4;
+constexpr int64_t kMinBatchForMmaStep = 64;
+constexpr int64_t kMinBatchForMmaStepTf32x3 = 256;
+constexpr int64_t kMinHiddenForMmaStep = 256;
+constexpr int64_t kMaxHiddenForMmaStep = 512;
+constexpr int64_t kMinCellsForMmaStep = 64 * 1024;
+std::optional<MmaOperand> MmaStepOperandFor(Arithmetic runs, ElementType type);
+bool PrefersMmaStep(Arithmetic runs, ElementType type, const Dims& d);
 
 // Whether v1's cuBLAS step streams the weights for this step's math: FP32 at StepStreamsWeights'
 // shapes; tf32 too up to kStreamMaxBatchForTf32 rows, in fp32 (within tf32's bound), where it beats

@@ -10,5 +10,6 @@ set(LSTM_ORT_CUDA_PLAIN_SOURCES
   persistent/plan.cc
   persistent/mma_plan.cc
   cluster/plan.cc
+  mma_step/plan.cc
   low_rank/scratch.cc
   low_rank/recurrence_plan.cc)

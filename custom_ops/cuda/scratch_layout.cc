@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "cuda/heuristics.h"
+#include "cuda/mma_step/plan.h"
 
 namespace lstm_ort {
 namespace {
@@ -14,17 +15,17 @@ size_t Aligned(size_t n) { return (n + kScratchAlign - 1) / kScratchAlign * kScr
 
 size_t HBufBytes(const Dims& d) { return sizeof(float) * 2 * d.L * d.D * d.H * ((d.B + 127) / 128 * 128); }
 
-ScratchNeeds ScratchNeedsFor(const Dims& d, ElementType type, Precision precision, bool weights_kept) {
+ScratchNeeds ScratchNeedsFor(const Dims& d, ElementType type, ProjectionMath math, bool weights_kept) {
   ScratchNeeds n;
   if (type == ElementType::kFloat32) {
-    const StepWeights weights = StepWeightsFor(ProjectionMathFor(precision, d), d);
+    const StepWeights weights = StepWeightsFor(math, d);
     const bool streams = StepStreamsWeights(d, weights);
     n.gates = true;
     n.gate_copies = streams ? StreamSplitsAtMost(d.H) : 1;  // partial sums per K split
     n.stream_done = streams;
     n.half_weights = weights != StepWeights::kFp32;
   }
-  n.split_x = CallProjectsWithSplitTf32(type, precision, d, weights_kept);
+  n.split_x = CallProjectsWithSplitTf32(type, math, d, weights_kept);
   n.split_w = n.split_x && !weights_kept;  // kept halves need no room here
   return n;
 }
@@ -74,6 +75,10 @@ Scratch CarveScratch(const Dims& d, ElementType type, const ScratchNeeds& needs,
       s.w_hi = reinterpret_cast<float*>(take(w));
       s.w_lo = reinterpret_cast<float*>(take(w));
     }
+  }
+  if (needs.step_exps) {
+    s.step_exps = reinterpret_cast<int*>(take(sizeof(int) * 2 * kMmaStepExps));
+    s.step_w = needs.step_weight_bytes ? take(static_cast<size_t>(needs.step_weight_bytes)) : nullptr;
   }
   if (total) *total = off;
   return s;

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "cuda/element_type.h"
+#include "cuda/heuristics.h"  // ProjectionMath
 #include "lstm_ort/contract.h"
 
 namespace lstm_ort {
@@ -34,6 +35,10 @@ struct Scratch {
   // input rows of its weights, split; null when ProjectsWithSplitTf32 says no, and the weights'
   // also where they are kept across calls (gemm/kept_split.h).
   float *x_hi, *x_lo, *w_hi, *w_lo;
+  // The tensor-core step's (mma_step/launch.h): a range's 16-bit weight copies, and its operands'
+  // scale exponents and maxima; null where no range runs on it.
+  void* step_w;
+  int* step_exps;
 };
 
 // What a call's scratch holds besides the regions every call has: the call plan's decisions.
@@ -44,11 +49,14 @@ struct ScratchNeeds {
   bool half_weights = false;  // the 16-bit copies of R and h (reduced modes)
   bool split_x = false;       // 3xTF32 projections: x split, a chunk of rows
   bool split_w = false;       //   and W's input rows split (where its halves are not kept)
+  bool step_exps = false;          // ranges on the tensor-core step: its exponents
+  int64_t step_weight_bytes = 0;   // ... and the largest range's 16-bit weight copies
 };
 
-// The rule: what a call of these sizes needs in `precision` (the node's mode; `auto` is resolved
-// here for the shape); `weights_kept`: W's 3xTF32 halves are kept across calls. PlanCall asks it.
-ScratchNeeds ScratchNeedsFor(const Dims& d, ElementType type, Precision precision, bool weights_kept);
+// The rule: what a call of these sizes needs when its projection runs in `math` (the plan's, from
+// the call's precision decision); `weights_kept`: W's 3xTF32 halves are kept across calls.
+// PlanCall asks it.
+ScratchNeeds ScratchNeedsFor(const Dims& d, ElementType type, ProjectionMath math, bool weights_kept);
 
 // h in flight for the persistent kernel: [2][L][D][H][B rounded up to 128], room for any plan's padding.
 size_t HBufBytes(const Dims& d);

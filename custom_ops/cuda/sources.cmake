@@ -12,7 +12,7 @@ set(_cuda_sources
   stack_run.cu device_limits.cc                # one call as its plan says; the device's limits
   launch_graphs.cc                             # whole short calls and v1's step loops as CUDA graphs
   v1/launch_tiled.cu v1/launch_splitk.cu v1/gemm_step.cu  # the backends
-  persistent/launch.cu cluster/launch.cu
+  persistent/launch.cu cluster/launch.cu mma_step/launch.cu
   low_rank/run.cu low_rank/gemm.cc             # factored weights (optimize --low-rank)
   gemm/input_projection.cu gemm/kept_split.cc gemm/cublas_handles.cc gemm/step_gemm.cc)  # cuBLAS
 list(TRANSFORM _cuda_sources PREPEND ${_cuda_dir}/)

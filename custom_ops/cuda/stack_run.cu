@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstring>
 #include <functional>
 #include <optional>
 #include <stdexcept>
@@ -33,6 +34,8 @@
 #include "cuda/scratch_layout.h"
 #include "cuda/layer_io.cuh"
 #include "cuda/low_rank/run.h"
+#include "cuda/mma_step/args.h"
+#include "cuda/mma_step/launch.h"
 #include "cuda/v1/launch_step.h"
 #include "cuda/v1/step_args.cuh"
 
@@ -236,6 +239,20 @@ class StackRun {
     return key;
   }
 
+  // A range's layers into the arguments of a backend that runs several in one launch (persistent,
+  // tensor-core step): each layer's input rows, its weights (`w`, the first layer's recurrent rows
+  // only, the others' input rows too) and its bias and peephole slices.
+  template <typename Args, typename W, size_t kLayers>
+  void SetRangeLayers(const RangePlan& range, Args& a, W (&w)[kLayers][2]) const {
+    for (int r = 0; r < range.count; ++r) {
+      const int l = range.first + r;
+      a.in_rows[r] = r == 0 ? 0 : static_cast<int>(d_.LayerInput(l));
+      for (int dir = 0; dir < D_; ++dir)
+        w[r][dir] = r == 0 ? RecurrentWeights(l, dir) : Weights() + d_.WeightOffset(l, dir);
+      SetLayerSlices<T>(a.bias[r], a.peep[r], io_, l, D_, H_);
+    }
+  }
+
   // The persistent kernel over a range; false when the device cannot launch its grid
   // cooperatively, and the caller falls back to v1.
   bool RunPersistent(const RangePlan& range) {
@@ -253,14 +270,7 @@ class StackRun {
     a.log2_bb4 = Log2(plan.Bb / 4);
     a.log2_p = Log2(plan.P);
     a.lens = s_.lens;
-    for (int r = 0; r < range.count; ++r) {
-      const int l = l0 + r;
-      a.in_rows[r] = r == 0 ? 0 : static_cast<int>(d_.LayerInput(l));
-      // The first layer multiplies only its recurrent rows; the others their input rows too.
-      for (int dir = 0; dir < D_; ++dir)
-        a.w[r][dir] = r == 0 ? RecurrentWeights(l, dir) : Weights() + d_.WeightOffset(l, dir);
-      SetLayerSlices<T>(a.bias[r], a.peep[r], io_, l, D_, H_);
-    }
+    SetRangeLayers(range, a, a.w);
     // The range's states, its staged h and its grid barrier zeroed, in one launch.
     StatesPrelude prelude = TakePrelude();
     prelude.zero = s_.hbuf;
@@ -314,11 +324,58 @@ class StackRun {
   }
 
 
+  // A range on the tensor-core step (mma_step/): its first layer's projection, its states, its
+  // operands (16-bit weight copies, initial h), then one launch per interval, replayed as a CUDA
+  // graph from the second call that repeats every argument (launch_graphs.h), then its final states.
+  bool RunMmaStep(const RangePlan& range) {
+    const MmaStepPlan& plan = *range.mma_step();
+    const int l0 = range.first;
+    Project(l0);
+    MmaStepArgs<T> a;
+    std::memset(&a, 0, sizeof a);  // the graph key reads the arguments' bytes, padding included
+    a.B = B_;
+    a.H = H_;
+    a.max_len = io_.max_len;
+    a.layers = range.count;
+    a.D = D_;
+    a.lens = s_.lens;
+    MmaStepInputs in{};
+    SetRangeLayers(range, a, in.w);
+    InitLayerStates<T>(io_, attrs_.layout, l0, s_.h0, s_.c0, stream_, range.count, TakePrelude());
+    SetDirectionFields(a, attrs_, s_.gx, rows_, G_, D_);
+    a.hop = s_.hbuf;  // HBufBytes holds [2][L][D][B][H] of any operand type
+    a.c = s_.c0;      // the final c, read by WriteFinalStates
+    a.h_fin = s_.h_fin;
+    SetLayerIO(l0, l0 + range.count - 1, a);
+    in.copies = s_.step_w;
+    in.h0 = io_.in[kInitialH] ? s_.h0 : nullptr;
+    in.exps = s_.step_exps;
+    PrepareMmaStep<T>(a, plan, in, stream_);
+    auto enqueue = [&a, &plan](cudaStream_t on) { EnqueueMmaStep<T>(a, plan, on); };
+    if (graphs_ && io_.max_len >= kMinStepsForStepGraph) {
+      LaunchKey key;
+      key.Add(device_).Add(plan.tile).Add(static_cast<int>(plan.operand)).Add(plan.m_tiles).Add(plan.n_tiles);
+      key.Add(plan.threads).Add(static_cast<long long>(plan.smem));
+      const unsigned char* bytes = reinterpret_cast<const unsigned char*>(&a);
+      for (size_t i = 0; i < sizeof a; i += sizeof(uint64_t)) {
+        uint64_t word = 0;
+        std::memcpy(&word, bytes + i, std::min(sizeof word, sizeof a - i));
+        key.Add(word);
+      }
+      graphs_->Run(key, stream_, enqueue);
+    } else {
+      enqueue(stream_);
+    }
+    WriteFinalStates<T>(io_, attrs_.layout, l0, s_.h_fin, s_.c0, s_.lens, stream_, range.count);
+    return true;
+  }
+
   // The backend table: each backend's launcher, in Backend's order (call_plan.h); false where the
   // device refused the launch, after recording why in the plan's fallbacks.
   using Launcher = bool (StackRun::*)(const RangePlan&);
   static constexpr Launcher kLaunchers[] = {&StackRun::RunStepwiseRange, &StackRun::RunPersistent,
-                                            &StackRun::RunPersistent, &StackRun::RunCluster, nullptr};
+                                            &StackRun::RunPersistent,    &StackRun::RunCluster,
+                                            nullptr,                     &StackRun::RunMmaStep};
 
   const Attributes& attrs_;
   const CallIO& io_;
@@ -344,6 +401,7 @@ CallDevice CallDeviceOf(int device, std::string name) {
   dev.max_cluster_blocks = MaxClusterBlocks(device);
   dev.persistent = [device]() -> const DeviceLimits& { return CachedDeviceLimits<T>(device); };
   dev.low_rank = [device]() -> const DeviceLimits& { return LowRankRecurrenceLimits<T>(device); };
+  dev.mma_step = [device]() -> const DeviceLimits& { return MmaStepLimits<T>(device); };
   return dev;
 }
 

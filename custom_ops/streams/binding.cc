@@ -1,11 +1,10 @@
 // lstm_ort.serving.streams._engine: the native step path as Python sees it. The fast path of a
 // step is all here: find the step's kind from its feeds' shapes (and the values of the inputs
 // shared by a kind), copy its feeds, queue it and wait with the GIL released, and hand the
-// outputs back as numpy arrays over the step's own block. Anything the fast path does not know
+// outputs back as numpy arrays. Anything the fast path does not know
 // (a first step of its kind, feeds to check in full) returns None, and Python's checks and
 // analysis take over (lstm_ort/serving/streams/batcher.py), registering the kind for next time.
 #include <nanobind/nanobind.h>
-#include <nanobind/ndarray.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
@@ -17,6 +16,7 @@
 
 #include "element_types.h"
 #include "engine.h"
+#include "ort_device_runner.h"
 #include "ort_runner.h"
 
 namespace nb = nanobind;
@@ -33,27 +33,6 @@ struct Buffers {
   std::vector<Py_buffer> views;
   size_t held = 0;
 };
-
-nb::dlpack::dtype DlpackType(int32_t onnx_type) {
-  using nb::dlpack::dtype_code;
-  auto d = [](dtype_code c, int bits) { return nb::dlpack::dtype{static_cast<uint8_t>(c), static_cast<uint8_t>(bits), 1}; };
-  switch (onnx_type) {
-    case 1: return d(dtype_code::Float, 32);
-    case 11: return d(dtype_code::Float, 64);
-    case 10: return d(dtype_code::Float, 16);
-    case 16: return d(dtype_code::Bfloat, 16);
-    case 9: return d(dtype_code::Bool, 8);
-    case 3: return d(dtype_code::Int, 8);
-    case 5: return d(dtype_code::Int, 16);
-    case 6: return d(dtype_code::Int, 32);
-    case 7: return d(dtype_code::Int, 64);
-    case 2: return d(dtype_code::UInt, 8);
-    case 4: return d(dtype_code::UInt, 16);
-    case 12: return d(dtype_code::UInt, 32);
-    case 13: return d(dtype_code::UInt, 64);
-    default: throw std::invalid_argument("no numpy type for ONNX element type " + std::to_string(onnx_type));
-  }
-}
 
 std::string Bytes(nb::handle b) {
   char* data = nullptr;
@@ -72,11 +51,13 @@ class PyEngine {
   PyEngine(uintptr_t api_base, nb::bytes model, std::string library, nb::dict options, nb::list providers,
            std::vector<std::pair<std::string, int32_t>> step_inputs,
            std::vector<std::pair<std::string, std::string>> carry, nb::dict config, nb::object make_error,
-           nb::object settle)
-      : make_error_(std::move(make_error)), settle_(std::move(settle)) {
+           nb::object settle, bool device_states)
+      : make_error_(std::move(make_error)), settle_(std::move(settle)),
+        numpy_empty_(nb::module_::import_("numpy").attr("empty")) {
     InitOrtApi(reinterpret_cast<const OrtApiBase*>(api_base));
     SessionSpec spec;
     spec.model = Bytes(model);
+    std::string single_model;
     spec.library_path = library;
     for (auto [k, v] : options) {
       const std::string key = nb::cast<std::string>(k);
@@ -88,6 +69,8 @@ class PyEngine {
       else if (key == "enable_mem_pattern") spec.mem_pattern = nb::cast<bool>(v);
       else if (key == "log_severity_level") spec.log_severity = nb::cast<int>(v);
       else if (key == "config") spec.config = nb::cast<KeyValues>(v);
+      else if (key == "profile_file_prefix") spec.profile_prefix = nb::cast<std::string>(v);
+      else if (key == "single_model") single_model = Bytes(v);
       else throw std::invalid_argument("unknown session option " + key);
     }
     for (nb::handle p : providers) spec.providers.push_back(nb::cast<std::pair<std::string, KeyValues>>(p));
@@ -102,7 +85,14 @@ class PyEngine {
     c.max_wait = nb::cast<double>(config["max_wait"]);
     c.max_calls = nb::cast<int>(config["max_calls"]);
     c.workers = nb::cast<int>(config["workers"]);
-    auto runner = std::make_unique<OrtHostRunner>(spec, names, carry);
+    std::unique_ptr<CallRunner> runner;
+    if (!device_states) {
+      runner = std::make_unique<OrtHostRunner>(spec, names, carry, single_model);
+    } else {
+      auto device = std::make_unique<OrtDeviceRunner>(spec, names, carry);
+      device_ = device.get();
+      runner = std::move(device);
+    }
     engine_ = std::make_unique<Engine>(c, std::move(runner), [this](std::vector<Step*>& steps) { Settle(steps); });
   }
 
@@ -111,7 +101,17 @@ class PyEngine {
     engine_.reset();
   }
 
-  void SetStates(std::vector<std::pair<std::vector<int64_t>, int32_t>> states) {
+  // One stream's state per carried input; on a device, with the models that write, read and
+  // grow the slot arrays (device.py).
+  void SetStates(std::vector<std::pair<std::vector<int64_t>, int32_t>> states, nb::object device_models) {
+    if (device_ && !device_models.is_none()) {
+      DeviceModels models;
+      models.writer = Bytes(device_models["writer"]);
+      models.reader = Bytes(device_models["reader"]);
+      models.grow = Bytes(device_models["grow"]);
+      nb::gil_scoped_release release;
+      device_->SetModels(models);
+    }
     std::vector<TensorLayout> layouts;
     for (auto& [shape, type] : states) {
       TensorLayout t;
@@ -158,6 +158,14 @@ class PyEngine {
     return id;
   }
 
+  // The wrapped model of calls with the states' batch on these axes (device states only).
+  void AddDeviceModel(std::vector<int> axes, nb::bytes model) {
+    if (!device_) throw std::logic_error("add_device_model: this engine keeps its states on the host");
+    const std::string bytes = Bytes(model);
+    nb::gil_scoped_release release;
+    device_->AddModel(axes, bytes);
+  }
+
   int64_t Open(std::vector<nb::bytes> initial) {
     std::vector<std::string> held;
     std::vector<const void*> values;
@@ -187,11 +195,7 @@ class PyEngine {
       Raise(e.failure, e.what());
     }
     nb::list out;
-    for (size_t s = 0; s < values.size(); ++s) {
-      auto* block = new std::vector<char>(std::move(values[s]));
-      nb::capsule owner(block, [](void* p) noexcept { delete static_cast<std::vector<char>*>(p); });
-      out.append(Array(block->data(), state_types_[s].shape, state_types_[s].type, owner));
-    }
+    for (size_t s = 0; s < values.size(); ++s) out.append(Array(values[s].data(), state_types_[s].shape, state_types_[s].type));
     return out;
   }
 
@@ -221,6 +225,7 @@ class PyEngine {
 
   // Several steps, one wait; None where Python must look at one of them first.
   nb::object StepMany(nb::handle pairs, bool return_exceptions) {
+    if (!PyList_CheckExact(pairs.ptr())) return nb::none();
     const Py_ssize_t n = PyList_Size(pairs.ptr());
     std::vector<std::unique_ptr<Step>> steps;
     steps.reserve(static_cast<size_t>(n));
@@ -314,10 +319,8 @@ class PyEngine {
       }
     }
     if (failure != Failure::kNone) Raise(failure, message);
-    auto* held = new std::shared_ptr<void>(std::move(keep));
-    nb::capsule owner(held, [](void* p) noexcept { delete static_cast<std::shared_ptr<void>*>(p); });
     nb::list out;
-    for (const CallOutput& o : outs) out.append(Array(o.data, o.shape, o.type, owner));
+    for (const CallOutput& o : outs) out.append(Array(o.data, o.shape, o.type));
     return out;
   }
 
@@ -331,6 +334,7 @@ class PyEngine {
     d["steps"] = s.steps;
     d["calls"] = s.calls;
     d["failed"] = s.failed;
+    d["rescued"] = s.rescued;
     d["first"] = s.first;
     d["last"] = s.last;
     d["waits"] = s.waits;
@@ -403,18 +407,58 @@ class PyEngine {
     return true;
   }
 
-  nb::object Array(const void* data, const std::vector<int64_t>& shape, int32_t type, nb::handle owner) {
-    std::vector<size_t> dims(shape.begin(), shape.end());
-    return nb::ndarray<nb::numpy>(const_cast<void*>(data), dims.size(), dims.data(), owner, nullptr,
-                                  DlpackType(type))
-        .cast();
+  // A numpy array holding a copy of `data`: numpy.empty(shape, dtype) and a memcpy, about 0.3 us
+  // where numpy.asarray over a buffer object (nanobind's ndarray export) costs 1-2 us an array.
+  nb::object Array(const void* data, const std::vector<int64_t>& shape, int32_t type, nb::handle = nb::handle()) {
+    nb::object dims = nb::steal(PyTuple_New(static_cast<Py_ssize_t>(shape.size())));
+    size_t bytes = ElementSize(type);
+    for (size_t d = 0; d < shape.size(); ++d) {
+      PyTuple_SET_ITEM(dims.ptr(), d, PyLong_FromLongLong(shape[d]));
+      bytes *= static_cast<size_t>(shape[d]);
+    }
+    nb::object array = numpy_empty_(dims, NumpyType(type));
+    if (bytes) {
+      Py_buffer view;
+      if (PyObject_GetBuffer(array.ptr(), &view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) != 0) throw nb::python_error();
+      std::memcpy(view.buf, data, bytes);
+      PyBuffer_Release(&view);
+    }
+    return array;
+  }
+
+  nb::handle NumpyType(int32_t type) {
+    auto it = numpy_types_.find(type);
+    if (it != numpy_types_.end()) return it->second;
+    nb::object numpy = nb::module_::import_("numpy");
+    nb::object dtype = numpy.attr("dtype")(NumpyName(type));
+    return numpy_types_.emplace(type, dtype).first->second;
+  }
+
+  static const char* NumpyName(int32_t type) {
+    switch (type) {
+      case 1: return "float32";
+      case 11: return "float64";
+      case 10: return "float16";
+      case 9: return "bool";
+      case 3: return "int8";
+      case 5: return "int16";
+      case 6: return "int32";
+      case 7: return "int64";
+      case 2: return "uint8";
+      case 4: return "uint16";
+      case 12: return "uint32";
+      case 13: return "uint64";
+      default: throw std::invalid_argument("no numpy type for ONNX element type " + std::to_string(type));
+    }
   }
 
   nb::object Outputs(Step& step) {
-    auto* block = step.result.block.release();
-    nb::capsule owner(block, [](void* p) noexcept { delete[] static_cast<char*>(p); });
-    nb::list out;
-    for (const StepOutputs::Output& o : step.result.outputs) out.append(Array(block + o.offset, o.shape, o.type, owner));
+    const char* block = step.result.block.get();
+    nb::object out = nb::steal(PyList_New(static_cast<Py_ssize_t>(step.result.outputs.size())));
+    for (size_t j = 0; j < step.result.outputs.size(); ++j) {
+      const StepOutputs::Output& o = step.result.outputs[j];
+      PyList_SET_ITEM(out.ptr(), j, Array(block + o.offset, o.shape, o.type).release().ptr());
+    }
     return out;
   }
 
@@ -442,11 +486,14 @@ class PyEngine {
   }
 
   std::unique_ptr<Engine> engine_;
+  OrtDeviceRunner* device_ = nullptr;  // the engine's runner, where it keeps the states on a device
   std::vector<nb::object> input_names_;
   std::vector<int32_t> input_types_;
   std::vector<TensorLayout> state_types_;
   std::unordered_map<std::string, Kind> kinds_;
   nb::object make_error_, settle_;
+  nb::object numpy_empty_;
+  std::unordered_map<int32_t, nb::object> numpy_types_;
 };
 
 }  // namespace
@@ -455,15 +502,17 @@ NB_MODULE(_engine, m) {
   m.doc() = "lstm_ort's native step path for StreamBatcher (custom_ops/streams)";
   nb::class_<PyEngine>(m, "Engine")
       .def(nb::init<uintptr_t, nb::bytes, std::string, nb::dict, nb::list, std::vector<std::pair<std::string, int32_t>>,
-                    std::vector<std::pair<std::string, std::string>>, nb::dict, nb::object, nb::object>())
-      .def("set_states", &PyEngine::SetStates)
+                    std::vector<std::pair<std::string, std::string>>, nb::dict, nb::object, nb::object, bool>())
+      .def("add_device_model", &PyEngine::AddDeviceModel)
+      .def("set_states", &PyEngine::SetStates, nb::arg("states"), nb::arg("device_models").none() = nb::none())
       .def("add_group", &PyEngine::AddGroup)
       .def("open", &PyEngine::Open)
       .def("close", &PyEngine::Close)
       .def("state", &PyEngine::State)
-      .def("step", &PyEngine::StepOne)
-      .def("step_many", &PyEngine::StepMany)
-      .def("submit", &PyEngine::Submit)
+      // None is a value like any other here: the slow path names what is wrong with it.
+      .def("step", &PyEngine::StepOne, nb::arg("stream").none(), nb::arg("feeds").none())
+      .def("step_many", &PyEngine::StepMany, nb::arg("pairs").none(), nb::arg("return_exceptions"))
+      .def("submit", &PyEngine::Submit, nb::arg("stream").none(), nb::arg("feeds").none(), nb::arg("future"))
       .def("step_stacked", &PyEngine::StepStacked)
       .def("stats", &PyEngine::Stats)
       .def("reset_stats", &PyEngine::ResetStats)

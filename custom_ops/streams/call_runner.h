@@ -42,6 +42,8 @@ class CallRunner {
   // written back (only if the whole call succeeds; it throws otherwise, leaving them as they
   // were). Returns what keeps the outputs alive; `outputs` point into it.
   virtual std::shared_ptr<void> Run(const CallInputs& in, std::vector<CallOutput>* outputs) = 0;
+  // Memory to stack a call's inputs in (a runner that copies them to a device gives pinned memory).
+  virtual std::shared_ptr<char> Staging(size_t bytes) { return std::shared_ptr<char>(new char[bytes], std::default_delete<char[]>()); }
 };
 
 }  // namespace lstm_ort::streams

@@ -127,6 +127,10 @@ void Engine::Enqueue(const std::vector<Step*>& steps) {
     if (it == streams_.end()) throw EngineError(Failure::kClosed, ClosedMessage(step->stream_id));
   }
   unfinished_ += static_cast<int64_t>(steps.size());
+  if (!steps.empty() && steps[0]->waiter) {
+    steps[0]->waiter->thread = std::this_thread::get_id();
+    callers_.Submitted(steps[0]->waiter->thread, steps[0]->submitted);
+  }
   for (Step* step : steps) {
     Stream* stream = streams_[step->stream_id];
     step->stream = stream;
@@ -139,8 +143,8 @@ void Engine::Enqueue(const std::vector<Step*>& steps) {
       step->group->ready.push_back(step);
     }
   }
-  // A caller that waits leads its own call where the engine is idle; otherwise a worker takes it.
-  if (running_ > 0 || std::any_of(steps.begin(), steps.end(), [](const Step* s) { return s->waiter == nullptr; }))
+  // A caller alone with an idle engine leads its own call; otherwise a worker takes the steps.
+  if (!CallerLeads() || std::any_of(steps.begin(), steps.end(), [](const Step* s) { return s->waiter == nullptr; }))
     WakeLeader();
 }
 
@@ -161,52 +165,61 @@ void Engine::WakeLeader() {
 
 bool Engine::TakeBatch(Batch* batch, double* wake_at) {
   *wake_at = 0;
-  if (running_ >= config_.max_calls) return false;
-  Group* g = nullptr;
-  for (const auto& candidate : groups_)
-    if (!candidate->ready.empty() && (!g || candidate->ready.front()->submitted < g->ready.front()->submitted))
-      g = candidate.get();
-  if (!g) return false;
-  const int ready = static_cast<int>(g->ready.size());
-  const int limit = std::min(config_.max_batch, g->limit);
-  const int free_slots = config_.max_calls - running_;
-  // Free slots share what is queued, so calls overlap instead of one taking everything.
-  int take = std::min(limit, (ready + free_slots - 1) / free_slots);
-  if (take == ready && take < limit && !stopping_) {
-    const double now = Now();
-    const double cap_left = g->ready.front()->submitted + config_.max_wait - now;
-    const double wait = CompanyWait(g->cost, g->arrivals.PerSecond(now), ready, limit, config_.max_calls, cap_left);
-    if (wait > 0) {
-      *wake_at = now + wait;
-      return false;
+  // Steps of streams closed while they waited leave the queue here; a kind left with none of its
+  // own is passed over for the next, never parking a worker while other steps wait.
+  for (;;) {
+    if (running_ >= config_.max_calls) return false;
+    Group* g = nullptr;
+    for (const auto& candidate : groups_)
+      if (!candidate->ready.empty() && (!g || candidate->ready.front()->submitted < g->ready.front()->submitted))
+        g = candidate.get();
+    if (!g) return false;
+    const int ready = static_cast<int>(g->ready.size());
+    const int limit = std::min(config_.max_batch, g->limit);
+    const int free_slots = config_.max_calls - running_;
+    // Free slots share what is queued, so calls overlap instead of one taking everything.
+    const int take = std::min(limit, (ready + free_slots - 1) / free_slots);
+    if (take == ready && take < limit && !stopping_) {
+      const double now = Now();
+      const double cap_left = g->ready.front()->submitted + config_.max_wait - now;
+      double latest_done = 0;
+      const int returning = callers_.Returning(now, &latest_done);
+      const double wait =
+          std::max(CompanyWait(g->cost, g->arrivals.PerSecond(now), ready, limit, config_.max_calls, cap_left),
+                   ReturningWait(returning, latest_done, callers_.ThinkTime(), g->cost.Fixed(), ready, limit, now,
+                                 cap_left));
+      if (wait > 0) {
+        *wake_at = now + wait;
+        return false;
+      }
     }
-  }
-  batch->group = g;
-  batch->steps.clear();
-  while (!g->ready.empty() && static_cast<int>(batch->steps.size()) < take) {
-    Step* step = g->ready.front();
-    g->ready.pop_front();
-    if (step->stream->closed) {  // closed while it waited: its slot is free once nothing runs on it
-      Stream* stream = step->stream;
-      Fail(step, Failure::kClosed, "stream " + std::to_string(stream->id) + " was closed before this step ran",
-           &handed_back_);
-      stream->active = false;
-      runner_->FreeSlot(stream->slot);
-      Unref(stream);
-      continue;
+    batch->group = g;
+    batch->steps.clear();
+    while (!g->ready.empty() && static_cast<int>(batch->steps.size()) < take) {
+      Step* step = g->ready.front();
+      g->ready.pop_front();
+      if (step->stream->closed) {  // closed while it waited: its slot is free once nothing runs on it
+        Stream* stream = step->stream;
+        Fail(step, Failure::kClosed, "stream " + std::to_string(stream->id) + " was closed before this step ran",
+             &handed_back_);
+        stream->active = false;
+        runner_->FreeSlot(stream->slot);
+        Unref(stream);
+        continue;
+      }
+      batch->steps.push_back(step);
     }
-    batch->steps.push_back(step);
+    if (batch->steps.empty()) continue;
+    ++running_;
+    if (!g->ready.empty()) WakeLeader();  // the rest of the queue for another free slot
+    return true;
   }
-  if (batch->steps.empty()) return false;
-  ++running_;
-  if (!g->ready.empty()) WakeLeader();  // the rest of the queue for another free slot
-  return true;
 }
 
 bool Engine::RunCall(Group& g, const std::vector<Step*>& steps, std::string* error) {
   const int64_t n = static_cast<int64_t>(steps.size());
   CallInputs in;
-  std::vector<std::unique_ptr<char[]>> staging;
+  std::vector<std::shared_ptr<char>> staging;
   std::vector<const void*> rows(n);
   for (size_t k = 0; k < g.inputs.size(); ++k) {
     const TensorLayout& layout = g.inputs[k];
@@ -220,7 +233,7 @@ bool Engine::RunCall(Group& g, const std::vector<Step*>& steps, std::string* err
     if (n == 1) {
       in.data.push_back(rows[0]);
     } else {
-      staging.emplace_back(new char[layout.Bytes() * n]);
+      staging.push_back(runner_->Staging(layout.Bytes() * n));
       Stack(layout, rows.data(), n, staging.back().get());
       in.data.push_back(staging.back().get());
     }
@@ -228,9 +241,8 @@ bool Engine::RunCall(Group& g, const std::vector<Step*>& steps, std::string* err
   }
   std::vector<int64_t> slots(n);
   for (int64_t i = 0; i < n; ++i) slots[i] = steps[i]->stream->slot;
-  std::vector<int> one_stream(g.state_axes.size(), -1);
   in.slots = &slots;
-  in.state_axes = g.limit == 1 ? &one_stream : &g.state_axes;
+  in.state_axes = &g.state_axes;
   try {
     std::vector<CallOutput> outs;
     std::shared_ptr<void> keep = runner_->Run(in, &outs);
@@ -320,7 +332,10 @@ void Engine::Complete(Step* step, std::vector<Step*>* handed_back) {
     for (auto& w : worker_waiters_) w->cv.notify_one();  // shut down: the workers may leave
   if (step->waiter) {
     Waiter* w = step->waiter;
-    if (--w->remaining == 0) w->cv.notify_one();
+    if (--w->remaining == 0) {
+      callers_.Done(w->thread, Now());
+      w->cv.notify_one();
+    }
   } else {
     handed_back->push_back(step);
   }
@@ -350,14 +365,22 @@ void Engine::Unref(Stream* stream) {
   if (--stream->refs == 0 && stream->closed) delete stream;
 }
 
+bool Engine::CallerLeads() const {
+  if (running_ != 0 || leader_called_ || waiting_callers_ != 0) return false;
+  // Another thread stepping lately means steps will keep coming while a call runs: the workers,
+  // who chain calls, serve them better than a caller that leads one call and hands over.
+  return !callers_.OthersLately(std::this_thread::get_id(), Now());
+}
+
 void Engine::Wait(Waiter& waiter) {
   std::unique_lock<std::mutex> lock(mu_);
   while (waiter.remaining > 0) {
-    // The caller leads only an idle engine (one stream alone runs on its own thread, as a plain
-    // `run`); a busy one is the workers', who chain calls without handing over.
-    if (running_ == 0 && !leader_called_) {
+    // The caller leads only an idle engine that no other caller waits on (one stream alone runs on
+    // its own thread, as a plain `run`); a busy one is the workers', who chain calls without
+    // handing over.
+    double wake_at = 0;
+    if (CallerLeads()) {
       Batch batch;
-      double wake_at = 0;
       const bool took = TakeBatch(&batch, &wake_at);
       HandBack(lock);
       if (took) {
@@ -368,7 +391,17 @@ void Engine::Wait(Waiter& waiter) {
       }
     }
     if (waiter.remaining == 0) break;
-    waiter.cv.wait(lock);
+    // Waiting for company ends at its deadline; any other wait ends when the step is done (or a
+    // call ends and the engine falls idle). The cap is a safety net that is never needed: a wait
+    // it ends is counted (stats: rescued), and the tests hold that count at zero.
+    const double deadline = wake_at > 0 ? wake_at : Now() + kRescueSeconds;
+    ++waiting_callers_;
+    const std::cv_status status = waiter.cv.wait_until(lock, Deadline(deadline));
+    --waiting_callers_;
+    if (status == std::cv_status::timeout && wake_at <= 0 && waiter.remaining > 0 && running_ == 0 && AnyReady()) {
+      ++stats_.rescued;
+      WakeLeader();
+    }
   }
 }
 
@@ -489,6 +522,7 @@ StatsSnapshot Engine::Stats() {
   out.steps = stats_.steps;
   out.calls = stats_.calls;
   out.failed = stats_.failed;
+  out.rescued = stats_.rescued;
   out.first = stats_.first;
   out.last = stats_.last;
   const size_t filled = std::min(ring_next_, kWindow);
@@ -499,7 +533,7 @@ StatsSnapshot Engine::Stats() {
 
 void Engine::ResetStats() {
   std::lock_guard<std::mutex> lock(mu_);
-  stats_.steps = stats_.calls = stats_.failed = 0;
+  stats_.steps = stats_.calls = stats_.failed = stats_.rescued = 0;
   stats_.first = -1;
   stats_.last = 0;
   ring_next_ = 0;

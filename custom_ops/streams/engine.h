@@ -3,15 +3,17 @@
 // with no Python and no GIL.
 //
 // Who runs a call: the thread that submits a step runs it itself where the engine is idle (no
-// call in flight), taking with its own step every step of its kind queued then: one stream alone
-// runs on its caller's thread, as a plain `run` would, with no hand-over. Steps that arrive while
+// call in flight), no other caller waits and no other thread stepped in the last 5 ms, taking
+// with its own step every step of its kind queued then: one client alone runs on its own thread,
+// as a plain `run` would, with no hand-over. Steps that arrive while
 // a call runs queue; the engine's worker threads (one per call slot) take them, each call every
 // step of a kind queued by then (continuous batching), and chain call after call without
 // sleeping while steps wait, so a busy engine never pays a thread hand-over per call. (Callers
 // taking turns to lead a busy engine, each waking the next, measured 34k steps/s where one
 // chaining worker made 58k: g2p-id decoder, 8 client threads, 2 cores.) A worker waits for more
 // steps only where the cost model (cost_model.h) says calls of the size at hand cannot keep up
-// with the arrivals; `max_wait` caps that.
+// with the arrivals, or for callers between two steps that come back sooner than the fixed cost
+// of the call their steps would otherwise need (callers.h); `max_wait` caps that.
 #pragma once
 
 #include <condition_variable>
@@ -27,6 +29,7 @@
 #include <vector>
 
 #include "call_runner.h"
+#include "callers.h"
 #include "cost_model.h"
 #include "tensor_layout.h"
 
@@ -78,6 +81,7 @@ struct Waiter {
   std::condition_variable cv;
   int remaining = 0;
   bool asked_to_lead = false;
+  std::thread::id thread;  // the caller's
 };
 
 // A step's outputs: one block, each output a slice of it.
@@ -114,6 +118,7 @@ struct EngineConfig {
 
 struct StatsSnapshot {
   int64_t steps = 0, calls = 0, failed = 0;
+  int64_t rescued = 0;  // waits the safety net ended (a lost wake-up: a bug)
   double first = -1, last = 0;
   std::vector<double> waits, latencies;  // seconds, the last kWindow steps
 };
@@ -121,6 +126,7 @@ struct StatsSnapshot {
 class Engine {
  public:
   static constexpr size_t kWindow = 1 << 16;
+  static constexpr double kRescueSeconds = 0.1;
   using Completion = std::function<void(std::vector<Step*>&)>;
 
   // `completion` receives the finished steps that carry a token, on the thread that finished
@@ -171,6 +177,7 @@ class Engine {
   void Release(Stream* stream);
   void Unref(Stream* stream);
   void WakeLeader();
+  bool CallerLeads() const;
   bool AnyReady() const;
   void Record(const std::vector<double>& submitted, double started, double finished, int failed);
   void WorkerLoop(Waiter* self);
@@ -188,6 +195,8 @@ class Engine {
   bool stopping_ = false;
   bool leader_called_ = false;
   int64_t unfinished_ = 0;  // steps queued and not yet done
+  int waiting_callers_ = 0;  // callers blocked in Wait
+  Callers callers_;
   std::vector<Step*> handed_back_;  // steps TakeBatch failed, to hand back outside the lock
   std::vector<Waiter*> idle_workers_;
   std::vector<std::thread> workers_;

@@ -14,7 +14,7 @@ std::string ShapeText(const std::vector<int64_t>& shape) {
 }
 
 OrtHostRunner::OrtHostRunner(const SessionSpec& spec, std::vector<std::string> step_inputs,
-                             std::vector<std::pair<std::string, std::string>> carry)
+                             std::vector<std::pair<std::string, std::string>> carry, const std::string& single_model)
     : session_(MakeSession(spec)),
       cpu_(Ort::MemoryInfo::CreateCpu(OrtDeviceAllocator, OrtMemTypeDefault)),
       step_inputs_(std::move(step_inputs)),
@@ -31,6 +31,11 @@ OrtHostRunner::OrtHostRunner(const SessionSpec& spec, std::vector<std::string> s
   for (const std::string& name : step_inputs_) input_names_.push_back(name.c_str());
   for (const auto& [out, in] : carry_) input_names_.push_back(in.c_str());
   for (const std::string& name : output_names_) output_ptrs_.push_back(name.c_str());
+  if (!single_model.empty()) {
+    SessionSpec single = spec;
+    single.model = single_model;
+    single_ = MakeSession(single);
+  }
 }
 
 void OrtHostRunner::SetStateLayouts(const std::vector<TensorLayout>& states) {
@@ -89,8 +94,9 @@ std::shared_ptr<void> OrtHostRunner::Run(const CallInputs& in, std::vector<CallO
                                               static_cast<ONNXTensorElementDataType>(states[s].type)));
   }
   auto hold = std::make_shared<CallHold>();
-  hold->outputs = session_.Run(Ort::RunOptions{nullptr}, input_names_.data(), values.data(), values.size(),
-                               output_ptrs_.data(), output_ptrs_.size());
+  Ort::Session& session = n == 1 && single_ ? single_ : session_;
+  hold->outputs = session.Run(Ort::RunOptions{nullptr}, input_names_.data(), values.data(), values.size(),
+                              output_ptrs_.data(), output_ptrs_.size());
   // Every carried output must fit its input's rows before any is written back.
   for (size_t s = 0; s < states.size(); ++s) {
     const Ort::Value& v = hold->outputs[carried_output_[s]];

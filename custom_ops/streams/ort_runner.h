@@ -16,8 +16,10 @@ class OrtHostRunner : public CallRunner {
  public:
   // `step_inputs`: the model inputs a step feeds, in the engine's order; `carry`: each carried
   // (output, input) pair, in the order of the state layouts.
+  // `single_model`: where given, the model calls of one stream run instead (the batched model's
+  // rewrites, such as convolutions over the batch, cost a lone stream more than they save).
   OrtHostRunner(const SessionSpec& spec, std::vector<std::string> step_inputs,
-                std::vector<std::pair<std::string, std::string>> carry);
+                std::vector<std::pair<std::string, std::string>> carry, const std::string& single_model = "");
 
   void SetStateLayouts(const std::vector<TensorLayout>& states) override;
   int64_t AllocateSlot() override { return slots_->Allocate(); }
@@ -28,6 +30,7 @@ class OrtHostRunner : public CallRunner {
 
  private:
   Ort::Session session_{nullptr};
+  Ort::Session single_{nullptr};  // for calls of one stream, where given
   Ort::MemoryInfo cpu_{nullptr};
   std::vector<std::string> step_inputs_, output_names_;
   std::vector<std::pair<std::string, std::string>> carry_;

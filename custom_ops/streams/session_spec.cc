@@ -49,6 +49,7 @@ Ort::Session MakeSession(const SessionSpec& spec) {
   if (!spec.cpu_mem_arena) options.DisableCpuMemArena();
   if (!spec.mem_pattern) options.DisableMemPattern();
   options.SetLogSeverityLevel(spec.log_severity);
+  if (!spec.profile_prefix.empty()) options.EnableProfiling(spec.profile_prefix.c_str());
   for (const auto& [k, v] : spec.config) options.AddConfigEntry(k.c_str(), v.c_str());
   options.RegisterCustomOpsLibrary(spec.library_path.c_str());
   for (const auto& [name, values] : spec.providers) {

@@ -22,6 +22,7 @@ struct SessionSpec {
   bool cpu_mem_arena = true;
   bool mem_pattern = true;
   int log_severity = 2;
+  std::string profile_prefix;  // onnxruntime's profiling, where the caller's options enable it
   KeyValues config;                                         // session config entries
   std::vector<std::pair<std::string, KeyValues>> providers;  // in order, with their options
 };

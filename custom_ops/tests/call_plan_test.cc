@@ -183,7 +183,7 @@ TEST(DescriptionNamesEachRange) {
                        "layers 1-3: wavefront (96 blocks of 8 units x 16 rows, 100 KiB shared memory); "
                        "layer 4: persistent (96 blocks of 8 units x 16 rows, 100 KiB shared memory)"));
   plan.precision = Precision::kAuto;
-  plan.resolved = Precision::kTf32;
+  plan.resolved = Arithmetic::kTf32;
   CHECK(Has(DescribeCallPlan(plan), "; auto runs tf32 at this size"));
 }
 

@@ -21,6 +21,9 @@ Dims Sizes(int64_t B, int64_t H) {
   return d;
 }
 
+// What a mode runs on CUDA at these sizes: the one decision (precision.h) the rules take.
+Arithmetic Runs(Precision p, const Dims& d) { return DecidePrecision(p, Device::kCuda, d).runs; }
+
 }  // namespace
 
 TEST(StepKernelAutoPicksSplitKForSmallBatchesAndUnits) {
@@ -95,21 +98,21 @@ TEST(CallReadsKeptHalvesAsItsWidestLayerDoes) {
   Dims d = Sizes(512, 1024);  // T 10: 5120 rows
   d.L = 2;
   // fp32 splits from kMinRowsForSplit rows on: both halves.
-  CHECK(CallReadsKeptHalves(f32, Precision::kFp32, d) == KeptHalves::kBoth);
+  CHECK(CallReadsKeptHalves(f32, ProjectionMathFor(Runs(Precision::kFp32, d)), d) == KeptHalves::kBoth);
   // tf32 reads hi, from rows x widest layer input (D*H past the first layer) on.
-  CHECK(CallReadsKeptHalves(f32, Precision::kTf32, d) == KeptHalves::kHi);
-  CHECK(CallReadsKeptHalves(f32, Precision::kFp16, d) == KeptHalves::kNone);
-  CHECK(CallReadsKeptHalves(ElementType::kFloat16, Precision::kFp32, d) == KeptHalves::kNone);
+  CHECK(CallReadsKeptHalves(f32, ProjectionMathFor(Runs(Precision::kTf32, d)), d) == KeptHalves::kHi);
+  CHECK(CallReadsKeptHalves(f32, ProjectionMathFor(Runs(Precision::kFp16, d)), d) == KeptHalves::kNone);
+  CHECK(CallReadsKeptHalves(ElementType::kFloat16, ProjectionMathFor(Runs(Precision::kFp32, d)), d) == KeptHalves::kNone);
   d.T = 1;
   d.B = kMinRowsTimesInputForKeptTf32 / 1024;
-  CHECK(CallReadsKeptHalves(f32, Precision::kTf32, d) == KeptHalves::kHi);
+  CHECK(CallReadsKeptHalves(f32, ProjectionMathFor(Runs(Precision::kTf32, d)), d) == KeptHalves::kHi);
   d.H = 1023;  // the first layer's input is 8 wide; a deeper layer's 1023
-  CHECK(CallReadsKeptHalves(f32, Precision::kTf32, d) == KeptHalves::kNone);
+  CHECK(CallReadsKeptHalves(f32, ProjectionMathFor(Runs(Precision::kTf32, d)), d) == KeptHalves::kNone);
   d.D = 2;  // ... and 2046 both ways
-  CHECK(CallReadsKeptHalves(f32, Precision::kTf32, d) == KeptHalves::kHi);
+  CHECK(CallReadsKeptHalves(f32, ProjectionMathFor(Runs(Precision::kTf32, d)), d) == KeptHalves::kHi);
   // auto is tf32 at this batch (AutoRunsAsTf32).
-  CHECK(AutoRunsAsTf32(d));
-  CHECK(CallReadsKeptHalves(f32, Precision::kAuto, d) == KeptHalves::kHi);
+  CHECK(AutoRunsAsTf32(d.H, d.B));
+  CHECK(CallReadsKeptHalves(f32, ProjectionMathFor(Runs(Precision::kAuto, d)), d) == KeptHalves::kHi);
 }
 
 TEST(TiledRowGroupsByBatch) {
@@ -198,31 +201,31 @@ TEST(LargeFp32StepsRunOnCublas) {
 
 TEST(Tf32LargeCallsPreferCublasSteps) {
   const auto f32 = ElementType::kFloat32;
-  CHECK(PrefersGemmSteps(Strategy::kAuto, Precision::kTf32, f32, Sizes(256, 512)));
-  CHECK(PrefersGemmSteps(Strategy::kAuto, Precision::kTf32, f32, Sizes(64, 1024)));
-  CHECK(PrefersGemmSteps(Strategy::kAuto, Precision::kAuto, f32, Sizes(256, 512)));
-  CHECK(PrefersGemmSteps(Strategy::kAuto, Precision::kAuto, f32, Sizes(64, 1024)));
-  CHECK(!PrefersGemmSteps(Strategy::kAuto, Precision::kAuto, f32, Sizes(128, 512)));  // auto is fp32 here
-  CHECK(!PrefersGemmSteps(Strategy::kAuto, Precision::kTf32, f32, Sizes(512, 128)));   // narrow: WMMA wins
-  CHECK(!PrefersGemmSteps(Strategy::kAuto, Precision::kTf32, f32, Sizes(16, 1024)));   // small: persistent wins
+  CHECK(PrefersGemmSteps(Strategy::kAuto, Runs(Precision::kTf32, Sizes(256, 512)), f32, Sizes(256, 512)));
+  CHECK(PrefersGemmSteps(Strategy::kAuto, Runs(Precision::kTf32, Sizes(64, 1024)), f32, Sizes(64, 1024)));
+  CHECK(PrefersGemmSteps(Strategy::kAuto, Runs(Precision::kAuto, Sizes(256, 512)), f32, Sizes(256, 512)));
+  CHECK(PrefersGemmSteps(Strategy::kAuto, Runs(Precision::kAuto, Sizes(64, 1024)), f32, Sizes(64, 1024)));
+  CHECK(!PrefersGemmSteps(Strategy::kAuto, Runs(Precision::kAuto, Sizes(128, 512)), f32, Sizes(128, 512)));  // auto is fp32 here
+  CHECK(!PrefersGemmSteps(Strategy::kAuto, Runs(Precision::kTf32, Sizes(512, 128)), f32, Sizes(512, 128)));   // narrow: WMMA wins
+  CHECK(!PrefersGemmSteps(Strategy::kAuto, Runs(Precision::kTf32, Sizes(16, 1024)), f32, Sizes(16, 1024)));   // small: persistent wins
   // 16-bit weight copies: from H = 768 and B*H = 32K, not for H = 512 or short sequences.
-  CHECK(PrefersGemmSteps(Strategy::kAuto, Precision::kTf32, f32, Sizes(32, 1024)));
-  CHECK(PrefersGemmSteps(Strategy::kAuto, Precision::kAuto, f32, Sizes(32, 1024)));
-  CHECK(PrefersGemmSteps(Strategy::kAuto, Precision::kTf32, f32, Sizes(64, 768)));
-  CHECK(!PrefersGemmSteps(Strategy::kAuto, Precision::kTf32, f32, Sizes(64, 512)));
+  CHECK(PrefersGemmSteps(Strategy::kAuto, Runs(Precision::kTf32, Sizes(32, 1024)), f32, Sizes(32, 1024)));
+  CHECK(PrefersGemmSteps(Strategy::kAuto, Runs(Precision::kAuto, Sizes(32, 1024)), f32, Sizes(32, 1024)));
+  CHECK(PrefersGemmSteps(Strategy::kAuto, Runs(Precision::kTf32, Sizes(64, 768)), f32, Sizes(64, 768)));
+  CHECK(!PrefersGemmSteps(Strategy::kAuto, Runs(Precision::kTf32, Sizes(64, 512)), f32, Sizes(64, 512)));
   Dims short_seq = Sizes(32, 1024);
   short_seq.T = kMinStepsForHalfWeights - 1;
-  CHECK(!PrefersGemmSteps(Strategy::kAuto, Precision::kTf32, f32, short_seq));
-  CHECK(!PrefersGemmSteps(Strategy::kAuto, Precision::kFp32, f32, Sizes(256, 512)));
+  CHECK(!PrefersGemmSteps(Strategy::kAuto, Runs(Precision::kTf32, short_seq), f32, short_seq));
+  CHECK(!PrefersGemmSteps(Strategy::kAuto, Runs(Precision::kFp32, Sizes(256, 512)), f32, Sizes(256, 512)));
   // fp16 and bf16 on their 16-bit copies from H = 512 and 4*B*H^2 = 256M, not below.
-  CHECK(PrefersGemmSteps(Strategy::kAuto, Precision::kFp16, f32, Sizes(256, 512)));
-  CHECK(PrefersGemmSteps(Strategy::kAuto, Precision::kBf16, f32, Sizes(64, 1024)));
-  CHECK(!PrefersGemmSteps(Strategy::kAuto, Precision::kFp16, f32, Sizes(128, 512)));
-  CHECK(!PrefersGemmSteps(Strategy::kAuto, Precision::kFp16, f32, Sizes(32, 1024)));
-  CHECK(!PrefersGemmSteps(Strategy::kAuto, Precision::kFp16, f32, Sizes(1024, 256)));  // H < 512
-  CHECK(!PrefersGemmSteps(Strategy::kAuto, Precision::kFp16, ElementType::kFloat16, Sizes(256, 512)));
-  CHECK(!PrefersGemmSteps(Strategy::kWavefront, Precision::kTf32, f32, Sizes(256, 512)));  // forced stays
-  CHECK(!PrefersGemmSteps(Strategy::kAuto, Precision::kTf32, ElementType::kFloat16, Sizes(256, 512)));
+  CHECK(PrefersGemmSteps(Strategy::kAuto, Runs(Precision::kFp16, Sizes(256, 512)), f32, Sizes(256, 512)));
+  CHECK(PrefersGemmSteps(Strategy::kAuto, Runs(Precision::kBf16, Sizes(64, 1024)), f32, Sizes(64, 1024)));
+  CHECK(!PrefersGemmSteps(Strategy::kAuto, Runs(Precision::kFp16, Sizes(128, 512)), f32, Sizes(128, 512)));
+  CHECK(!PrefersGemmSteps(Strategy::kAuto, Runs(Precision::kFp16, Sizes(32, 1024)), f32, Sizes(32, 1024)));
+  CHECK(!PrefersGemmSteps(Strategy::kAuto, Runs(Precision::kFp16, Sizes(1024, 256)), f32, Sizes(1024, 256)));  // H < 512
+  CHECK(!PrefersGemmSteps(Strategy::kAuto, Runs(Precision::kFp16, Sizes(256, 512)), ElementType::kFloat16, Sizes(256, 512)));
+  CHECK(!PrefersGemmSteps(Strategy::kWavefront, Runs(Precision::kTf32, Sizes(256, 512)), f32, Sizes(256, 512)));  // forced stays
+  CHECK(!PrefersGemmSteps(Strategy::kAuto, Runs(Precision::kTf32, Sizes(256, 512)), ElementType::kFloat16, Sizes(256, 512)));
 }
 
 TEST(PrecisionPicksTheTensorCoreOperand) {
@@ -232,51 +235,33 @@ TEST(PrecisionPicksTheTensorCoreOperand) {
   b256.B = 256;
   const auto f32 = ElementType::kFloat32, f16 = ElementType::kFloat16;
   // fp32 stays on the FMA kernel at every batch (3xTF32 measured slower).
-  CHECK(!MmaOperandFor(Precision::kFp32, f32, b256).has_value());
+  CHECK(!MmaOperandFor(Runs(Precision::kFp32, b256), f32, b256).has_value());
   // Half operands from one 16-row tile on; below it the FMA kernel (more accurate, faster).
-  CHECK(!MmaOperandFor(Precision::kFp16, f32, small).has_value());
-  CHECK(MmaOperandFor(Precision::kFp16, f32, b16) == MmaOperand::kFp16);
-  CHECK(MmaOperandFor(Precision::kBf16, f32, b16) == MmaOperand::kBf16);
+  CHECK(!MmaOperandFor(Runs(Precision::kFp16, small), f32, small).has_value());
+  CHECK(MmaOperandFor(Runs(Precision::kFp16, b16), f32, b16) == MmaOperand::kFp16);
+  CHECK(MmaOperandFor(Runs(Precision::kBf16, b16), f32, b16) == MmaOperand::kBf16);
   // tf32 and auto only where tf32 tiles beat FMA.
-  CHECK(!MmaOperandFor(Precision::kTf32, f32, b16).has_value());
-  CHECK(MmaOperandFor(Precision::kTf32, f32, b256) == MmaOperand::kTf32);
-  CHECK(MmaOperandFor(Precision::kAuto, f32, b256) == MmaOperand::kTf32);
-  CHECK(!MmaOperandFor(Precision::kAuto, f32, b16).has_value());
+  CHECK(!MmaOperandFor(Runs(Precision::kTf32, b16), f32, b16).has_value());
+  CHECK(MmaOperandFor(Runs(Precision::kTf32, b256), f32, b256) == MmaOperand::kTf32);
+  CHECK(MmaOperandFor(Runs(Precision::kAuto, b256), f32, b256) == MmaOperand::kTf32);
+  CHECK(!MmaOperandFor(Runs(Precision::kAuto, b16), f32, b16).has_value());
   // fp16 models: fp16 tensor cores by default, bf16 when asked.
-  CHECK(MmaOperandFor(Precision::kFp32, f16, b16) == MmaOperand::kFp16);
-  CHECK(MmaOperandFor(Precision::kBf16, f16, b16) == MmaOperand::kBf16);
-  CHECK(!MmaOperandFor(Precision::kFp32, f16, small).has_value());
+  CHECK(MmaOperandFor(Runs(Precision::kFp32, b16), f16, b16) == MmaOperand::kFp16);
+  CHECK(MmaOperandFor(Runs(Precision::kBf16, b16), f16, b16) == MmaOperand::kBf16);
+  CHECK(!MmaOperandFor(Runs(Precision::kFp32, small), f16, small).has_value());
 }
 
 TEST(PrecisionPicksTheProjectionMath) {
   Dims b64, b256;
   b64.B = 64;
   b256.B = 256;
-  CHECK(ProjectionMathFor(Precision::kFp32, b256) == ProjectionMath::kFp32);
-  CHECK(ProjectionMathFor(Precision::kTf32, b64) == ProjectionMath::kTf32);
-  CHECK(ProjectionMathFor(Precision::kFp16, b64) == ProjectionMath::kFp16);
-  CHECK(ProjectionMathFor(Precision::kBf16, b64) == ProjectionMath::kBf16);
+  CHECK(ProjectionMathFor(Runs(Precision::kFp32, b256)) == ProjectionMath::kFp32);
+  CHECK(ProjectionMathFor(Runs(Precision::kTf32, b64)) == ProjectionMath::kTf32);
+  CHECK(ProjectionMathFor(Runs(Precision::kFp16, b64)) == ProjectionMath::kFp16);
+  CHECK(ProjectionMathFor(Runs(Precision::kBf16, b64)) == ProjectionMath::kBf16);
   // auto: FP32-accurate where that costs nothing, all tf32 where tf32 is faster.
-  CHECK(ProjectionMathFor(Precision::kAuto, b64) == ProjectionMath::kFp32);
-  CHECK(ProjectionMathFor(Precision::kAuto, b256) == ProjectionMath::kTf32);
-}
-
-TEST(AutoRunsAsTf32WhereFp32LosesToStocksDefault) {
-  CHECK(ResolvedPrecision(Precision::kAuto, Sizes(256, 128)) == Precision::kTf32);   // large batch
-  CHECK(ResolvedPrecision(Precision::kAuto, Sizes(255, 128)) == Precision::kFp32);
-  CHECK(ResolvedPrecision(Precision::kAuto, Sizes(128, 512)) == Precision::kFp32);   // fp32 still wins
-  CHECK(ResolvedPrecision(Precision::kAuto, Sizes(16, 1024)) == Precision::kTf32);   // weights stream: B*H = 16K
-  CHECK(ResolvedPrecision(Precision::kAuto, Sizes(8, 1024)) == Precision::kFp32);
-  CHECK(ResolvedPrecision(Precision::kAuto, Sizes(8, 2048)) == Precision::kTf32);
-  CHECK(ResolvedPrecision(Precision::kAuto, Sizes(4, 2048)) == Precision::kFp32);
-  CHECK(ResolvedPrecision(Precision::kAuto, Sizes(1, 8192)) == Precision::kFp32);
-  for (Precision p : {Precision::kFp32, Precision::kTf32, Precision::kFp16, Precision::kBf16})
-    CHECK(ResolvedPrecision(p, Sizes(512, 2048)) == p);
-  // what auto resolves to decides everything downstream
-  const auto f32 = ElementType::kFloat32;
-  CHECK(MmaOperandFor(Precision::kAuto, f32, Sizes(64, 1024)) == MmaOperandFor(Precision::kTf32, f32, Sizes(64, 1024)));
-  CHECK(ProjectionMathFor(Precision::kAuto, Sizes(64, 1024)) == ProjectionMath::kTf32);
-  CHECK(ProjectionMathFor(Precision::kAuto, Sizes(4, 2048)) == ProjectionMath::kFp32);
+  CHECK(ProjectionMathFor(Runs(Precision::kAuto, b64)) == ProjectionMath::kFp32);
+  CHECK(ProjectionMathFor(Runs(Precision::kAuto, b256)) == ProjectionMath::kTf32);
 }
 
 TEST(SmallBatchStepsStreamTheWeights) {

@@ -1,6 +1,6 @@
-// The CPU kernel tuner (cpu/kernel_tuner.cc): shape classes, candidates in blocks of calls, the median
-// winner, presets, settling and which kernels stay in use; the cpu_kernel names and their `tuned`
-// entries (attribute_parsing.cc).
+// The CPU kernel tuner (cpu/kernel_tuner.cc): shape classes, rounds of blocks, the paired decision
+// with the floor kept where in doubt, the rechecks, presets, settling and which kernels stay in use;
+// the cpu_kernel names and their `tuned` entries (attribute_parsing.cc).
 #include <string>
 #include <vector>
 
@@ -65,72 +65,76 @@ TEST(ShapeClassesBucketStepsByPowersOfTwo) {
   CHECK(!(ClassOf(32, 5) == ClassOf(32, 6)));
 }
 
-TEST(TunerRunsCandidatesInBlocksAndKeepsTheLowestMedian) {
-  KernelTuner t(TunerConfig{1, 3, 64});
-  const ShapeClass shape{32, 8};
+TEST(TheFloorIsStockOnTheSessionsThreads) {
+  CHECK(FloorOf(kThree) == CpuKernel::kStock);
+  CHECK(FloorOf({CpuKernel::kFused, CpuKernel::kStock, CpuKernel::kStockSplit, CpuKernel::kStockThreads}) ==
+        CpuKernel::kStockThreads);
+  CHECK(FloorOf({CpuKernel::kFused}) == CpuKernel::kFused);
+}
+
+TEST(TunerRunsCandidatesInRoundsOfBlocks) {
+  KernelTuner t(TunerConfig{1, 2});
   std::vector<CpuKernel> order;
-  CHECK(t.Choose({2, 2}, kThree).measuring);
-  for (int i = 0; i < 12; ++i) order.push_back(t.Choose(shape, kThree).kernel);
-  const CpuKernel F = CpuKernel::kFused, S = CpuKernel::kStock, P = CpuKernel::kStockSplit;
-  CHECK(order == std::vector<CpuKernel>({F, F, F, S, S, S, P, P, P, F, F, F}));  // 1 untimed + 2 each
-  // A block's first run is not counted: a slow first stock run does not decide.
-  KernelTuner u(TunerConfig{1, 3, 64});
-  const int calls = RunUntilDecided(u, shape, kThree, [](CpuKernel k, int call) {
-    if (call == 3) return 100.0;  // stock's first
-    return k == CpuKernel::kFused ? 2.0 : k == CpuKernel::kStock ? 1.5 : 1.8;
-  });
-  // Blocks of 1 untimed + 2 timed in rounds, until each has 3: split's third comes one call before
-  // the end of the second round.
-  CHECK_EQ(calls, 2 * 3 * 3 - 1);
-  CHECK(u.Report().front().chosen == CpuKernel::kStock);
-  CHECK(u.Choose(shape, kThree).kernel == CpuKernel::kStock);
-  CHECK(!u.Choose(shape, kThree).measuring);
-  // One outlier among three samples does not move the median.
-  KernelTuner v(TunerConfig{1, 3, 64});
-  RunUntilDecided(v, shape, kThree, [](CpuKernel k, int call) {
-    if (k == CpuKernel::kFused && call == 2) return 50.0;
-    return k == CpuKernel::kFused ? 1.0 : 1.2;
-  });
-  CHECK(v.Report().front().chosen == CpuKernel::kFused);
-}
-
-TEST(CloseMediansAreMeasuredAgain) {
-  // Fused 2% faster: three runs each do not decide, nine do (blocks of two: 4 rounds and 3 calls).
-  KernelTuner t(TunerConfig{0, 3, 64, 0.05, 9});
-  const int calls = RunUntilDecided(t, {32, 8}, {CpuKernel::kFused, CpuKernel::kStock},
-                                    [](CpuKernel k, int) { return k == CpuKernel::kFused ? 1.0 : 1.02; });
-  CHECK_EQ(calls, 4 * 4 + 3);
-  CHECK(t.Report().front().chosen == CpuKernel::kFused);
-  // 10% apart: decided once each has three (fused four, from its two blocks).
-  KernelTuner u(TunerConfig{0, 3, 64, 0.05, 9});
-  CHECK_EQ(RunUntilDecided(u, {32, 8}, {CpuKernel::kFused, CpuKernel::kStock},
-                           [](CpuKernel k, int) { return k == CpuKernel::kStock ? 1.0 : 1.1; }), 7);
-  CHECK(u.Report().front().chosen == CpuKernel::kStock);
-}
-
-TEST(EveryBlocksFirstRunIsUntimed) {
-  // Fused 2% faster, and each block's first run slow (the threads of the kernel before still
-  // spinning): blocks of 1 + 2 until nine timed runs each, none of them a first.
-  KernelTuner t(TunerConfig{1, 3, 64, 0.05, 9, 2});
-  const std::vector<CpuKernel> two = {CpuKernel::kFused, CpuKernel::kStock};
-  CpuKernel last = CpuKernel::kAuto;
-  int calls = 0;
-  for (; calls < 1000 && (t.Report().empty() || t.Report().front().chosen == CpuKernel::kAuto); ++calls) {
-    const CpuKernel k = t.Choose({32, 8}, two).kernel;
-    const double base = k == CpuKernel::kFused ? 1.0 : 1.02;
-    t.Record({32, 8}, k, k != last ? 100.0 : base);
-    last = k;
+  for (int i = 0; i < 18; ++i) {
+    const KernelTuner::Pick p = t.Choose({32, 8}, kThree);
+    CHECK(p.measuring);
+    order.push_back(p.kernel);
+    t.Record({32, 8}, p.kernel, 1.0);
   }
-  CHECK_EQ(calls, 4 * 6 + 3 + 2);
-  const ClassReport r = t.Report().front();
-  CHECK(r.chosen == CpuKernel::kFused);
-  CHECK(r.median_ms.at(CpuKernel::kFused) == 1.0 && r.median_ms.at(CpuKernel::kStock) == 1.02);
+  const CpuKernel F = CpuKernel::kFused, S = CpuKernel::kStock, P = CpuKernel::kStockSplit;
+  // 1 untimed + 2 timed each; the next round starts with the next candidate.
+  CHECK(order == std::vector<CpuKernel>({F, F, F, S, S, S, P, P, P, S, S, S, P, P, P, F, F, F}));
 }
 
-TEST(TunerTiesGoToTheFirstCandidate) {
-  KernelTuner t(TunerConfig{0, 1, 64, 0.05, 1});
-  RunUntilDecided(t, {4, 1}, kThree, [](CpuKernel, int) { return 1.0; });
+TEST(AClearlyFasterCandidateDisplacesTheFloor) {
+  KernelTuner t;  // fused 2x faster than stock in every round: decided after the third
+  const int calls = RunUntilDecided(t, {32, 8}, kThree, [](CpuKernel k, int call) {
+    const double noise = 1.0 + 0.01 * (call % 3);
+    return (k == CpuKernel::kFused ? 1.0 : 2.0) * noise;
+  });
+  CHECK_EQ(calls, 3 * 3 * 3);
   CHECK(t.Report().front().chosen == CpuKernel::kFused);
+  CHECK(!t.Choose({32, 8}, kThree).measuring);
+  // The first run of a block is not counted: a slow first run of the floor does not decide.
+  KernelTuner u;
+  RunUntilDecided(u, {32, 8}, kThree, [](CpuKernel k, int call) {
+    if (k == CpuKernel::kStock && call == 3) return 0.01;  // stock's first: untimed
+    return k == CpuKernel::kFused ? 1.0 : 2.0;
+  });
+  CHECK(u.Report().front().chosen == CpuKernel::kFused);
+}
+
+TEST(InDoubtTheFloorStays) {
+  // Fused 1% faster: below min_gain; measured to max_rounds, then the floor.
+  KernelTuner t;
+  const int calls = RunUntilDecided(t, {32, 8}, kThree, [](CpuKernel k, int) { return k == CpuKernel::kFused ? 0.99 : 1.0; });
+  CHECK_EQ(calls, 8 * 3 * 3);
+  CHECK(t.Report().front().chosen == CpuKernel::kStock);
+  // Fused 10% faster on the median, but the rounds disagree (noise as large as the gain): not sure.
+  KernelTuner u;
+  RunUntilDecided(u, {32, 8}, kThree, [](CpuKernel k, int call) {
+    const int round = call / 9;
+    if (k != CpuKernel::kFused) return 1.0;
+    return round % 2 ? 1.25 : 0.6;  // faster in half the rounds, slower in the others
+  });
+  CHECK(u.Report().front().chosen == CpuKernel::kStock);
+  // The floor fastest: decided for it after min_rounds.
+  KernelTuner v;
+  CHECK_EQ(RunUntilDecided(v, {32, 8}, kThree, [](CpuKernel k, int) { return k == CpuKernel::kStock ? 1.0 : 1.5; }),
+           3 * 3 * 3);
+  CHECK(v.Report().front().chosen == CpuKernel::kStock);
+}
+
+TEST(APassingLoadFallsOnEveryCandidateOfARound) {
+  // The machine twice as slow in rounds 2-3 for everyone: the paired ratios see through it (a median
+  // per candidate over different stretches would not).
+  KernelTuner t;
+  RunUntilDecided(t, {32, 8}, kThree, [](CpuKernel k, int call) {
+    const int round = call / 9;
+    const double load = round == 1 || round == 2 ? 2.0 : 1.0;
+    return load * (k == CpuKernel::kStockSplit ? 0.8 : 1.0);
+  });
+  CHECK(t.Report().front().chosen == CpuKernel::kStockSplit);
 }
 
 TEST(OneCandidateIsDecidedAtOnce) {
@@ -144,32 +148,72 @@ TEST(PresetClassesAreNotMeasured) {
   t.Preset({32, 8}, CpuKernel::kStockSplit);
   CHECK(t.Choose({32, 8}, kThree).kernel == CpuKernel::kStockSplit);
   CHECK(!t.Choose({32, 8}, kThree).measuring);
-  t.Record({32, 8}, CpuKernel::kFused, 0.001);
-  CHECK(t.Report().front().chosen == CpuKernel::kStockSplit);
   CHECK(t.Report().front().preset);
-  // A preset the call cannot run gives way to the first candidate.
-  CHECK(t.Choose({32, 8}, {CpuKernel::kFused}).kernel == CpuKernel::kFused);
-  // stock_threads, where the pool was counted as one thread, to stock.
-  t.Preset({16, 8}, CpuKernel::kStockThreads);
-  CHECK(t.Choose({16, 8}, kThree).kernel == CpuKernel::kStock);
-  CHECK(t.Choose({16, 8}, {CpuKernel::kFused}).kernel == CpuKernel::kFused);
+  CHECK(t.Choose({32, 8}, {CpuKernel::kFused}).kernel == CpuKernel::kFused);  // one the call cannot run gives way
+}
+
+TEST(ADecidedChoiceIsRecheckedOnPairedRoundsOnly) {
+  TunerConfig config;
+  config.recheck_after = {10, 20};
+  KernelTuner t(config);
+  const ShapeClass shape{32, 8};
+  // Decided for fused on weak evidence (the third round's gain alone made it sure)...
+  double fused = 0.5;
+  RunUntilDecided(t, shape, kThree, [&](CpuKernel k, int) { return k == CpuKernel::kFused ? fused : 1.0; });
+  CHECK(t.Report().front().chosen == CpuKernel::kFused);
+  CHECK(t.Uses(CpuKernel::kStock));  // the floor stays: a recheck is to come
+  // ... then fused turns out 3x slower than the floor in the rechecks (paired rounds of the two).
+  fused = 3.0;
+  int recheck_calls = 0;
+  for (int call = 0; call < 200; ++call) {
+    const KernelTuner::Pick p = t.Choose(shape, kThree);
+    if (p.measuring) {
+      ++recheck_calls;
+      CHECK(p.kernel == CpuKernel::kFused || p.kernel == CpuKernel::kStock);
+      t.Record(shape, p.kernel, p.kernel == CpuKernel::kFused ? fused : 1.0);
+    }
+  }
+  CHECK_EQ(recheck_calls, 2 * 2 * 3);  // two rechecks, each a block of the choice and of the floor
+  const ClassReport r = t.Report().front();
+  CHECK_EQ(r.rounds, 5);
+  // Three rounds at 2x for fused and two at 3x against it: not surely faster either way, fused stays...
+  CHECK(r.chosen == CpuKernel::kFused);
+  CHECK(!t.Uses(CpuKernel::kStock));  // ... and with no recheck to come, the floor's weights may go
+}
+
+TEST(TheFloorTakesAClassBackWhenThePairedRoundsSaySo) {
+  TunerConfig config;
+  config.recheck_after = {5, 6, 7, 8, 9, 10, 11, 12};
+  config.min_rounds = 2;
+  KernelTuner t(config);
+  const ShapeClass shape{16, 4};
+  const std::vector<CpuKernel> two = {CpuKernel::kFused, CpuKernel::kStock};
+  double fused = 0.9;
+  RunUntilDecided(t, shape, two, [&](CpuKernel k, int) { return k == CpuKernel::kFused ? fused : 1.0; });
+  CHECK(t.Report().front().chosen == CpuKernel::kFused);
+  fused = 2.0;
+  for (int call = 0; call < 400; ++call) {
+    const KernelTuner::Pick p = t.Choose(shape, two);
+    if (p.measuring) t.Record(shape, p.kernel, p.kernel == CpuKernel::kFused ? fused : 1.0);
+  }
+  CHECK(t.Report().front().chosen == CpuKernel::kStock);
 }
 
 TEST(ClassesStillMeasuringCanBeDecidedForOneKernel) {
   // Stock's kernel refused mid-measurement: the open classes run fused, the decided ones keep theirs.
-  KernelTuner t(TunerConfig{0, 1, 2});
+  KernelTuner t(TunerConfig{0, 1});
   RunUntilDecided(t, {8, 4}, kThree, [](CpuKernel k, int) { return k == CpuKernel::kStock ? 1.0 : 2.0; });
   CHECK(t.Choose({16, 4}, kThree).measuring);
   t.DecideOpen(CpuKernel::kFused);
   const KernelTuner::Pick open = t.Choose({16, 4}, kThree);
   CHECK(open.kernel == CpuKernel::kFused && !open.measuring);
   CHECK(t.Choose({8, 4}, kThree).kernel == CpuKernel::kStock);
-  t.Choose({16, 4}, kThree);
-  CHECK(t.Settled());
 }
 
 TEST(TunerSettlesAfterQuietCallsAndSaysWhichKernelsAreUsed) {
-  KernelTuner t(TunerConfig{0, 1, 8});  // decided in 5 calls (F F S S P): settled 8 after the first
+  TunerConfig config{0, 1};
+  config.settle_calls = 12;  // decided in 9 calls (3 rounds of 3): 8 since the class was new
+  KernelTuner t(config);
   const ShapeClass a{32, 8}, b{64, 8};
   RunUntilDecided(t, a, kThree, [](CpuKernel k, int) { return k == CpuKernel::kStock ? 1.0 : 2.0; });
   CHECK(!t.Settled());

@@ -56,7 +56,18 @@ TEST(DebugOptionsRefuseBadValuesByName) {
                        "debug key cpu_threads is process-wide: set LSTM_ORT_CPU_THREADS instead");
   CHECK_THROWS_MESSAGE(ParseDebugOptions("fast=1"),
                        "debug key 'fast' is none of strict, strategy, mma, gemm_step, half_step_weights, cluster_size, "
-                       "cluster_slices, persistent_tile, persistent_chunks, low_rank_stepwise, call_graphs");
+                       "cluster_slices, persistent_tile, persistent_chunks, low_rank_stepwise, call_graphs, mma_step, "
+                       "mma_step_tile, mma_step_pdl, mma_step_layers");
+  CHECK_THROWS_MESSAGE(ParseDebugOptions("mma_step_tile=64"),
+                       "debug key mma_step_tile must be one of 32x64, 32x64k2, 64x64, 64x64k2, 64x128, 128x128, "
+                       "64x128k2, 64x64k4, got '64'");
+  CHECK_EQ(ParseDebugOptions("mma_step_tile=64x128").mma_step_tile, 4);
+  CHECK(!*ParseDebugOptions("mma_step_pdl=0").mma_step_pdl);
+  CHECK(!ParseDebugOptions("").mma_step_pdl);
+  CHECK_EQ(ParseDebugOptions("mma_step_layers=2").mma_step_layers, 2);
+  CHECK(!ParseDebugOptions("").mma_step);
+  CHECK(*ParseDebugOptions("mma_step=1").mma_step);
+  CHECK(!*ParseDebugOptions("mma_step=0").mma_step);
 }
 
 TEST(EnvironmentAliasesParseAlike) {
@@ -74,5 +85,6 @@ TEST(EnvironmentAliasesParseAlike) {
 
 TEST(DebugKeysInTableOrder) {
   CHECK_EQ(DebugKeys(","), std::string("strict,strategy,mma,gemm_step,half_step_weights,cluster_size,cluster_slices,"
-                                       "persistent_tile,persistent_chunks,low_rank_stepwise,call_graphs"));
+                                       "persistent_tile,persistent_chunks,low_rank_stepwise,call_graphs,mma_step,"
+                                       "mma_step_tile,mma_step_pdl,mma_step_layers"));
 }

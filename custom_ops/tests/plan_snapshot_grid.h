@@ -16,9 +16,11 @@
 
 #include "cuda/cluster/plan.h"
 #include "cuda/heuristics.h"
+#include "cuda/mma_step/plan.h"
 #include "cuda/persistent/plan.h"
 #include "fake_devices.h"
 #include "lstm_ort/contract.h"
+#include "snapshot_table.h"
 
 namespace snapshot {
 
@@ -62,6 +64,7 @@ inline const char* PrecisionText(Precision p) {
   const char* names[] = {"fp32", "tf32", "fp16", "bf16", "auto"};
   return names[static_cast<int>(p)];
 }
+inline const char* PrecisionText(Arithmetic a) { return PrecisionText(static_cast<Precision>(a)); }
 inline const char* ProjectionText(ProjectionMath m) {
   const char* names[] = {"fp32", "tf32", "fp16", "bf16"};
   return names[static_cast<int>(m)];
@@ -83,10 +86,18 @@ inline const char* OperandText(MmaOperand op) {
   return names[static_cast<int>(op)];
 }
 
-// Every field of one range's plan that a kernel reads (cluster or persistent plan; neither: v1).
-inline std::string RangeText(int first, int count, const ClusterPlan* cluster, const PersistentPlan* plan) {
+// Every field of one range's plan that a kernel reads (cluster, persistent or tensor-core step
+// plan; none: v1).
+inline std::string RangeText(int first, int count, const ClusterPlan* cluster, const PersistentPlan* plan,
+                             const MmaStepPlan* step = nullptr) {
   std::string out = std::to_string(first) + "+" + std::to_string(count);
-  if (cluster) {
+  if (step) {
+    const MmaStepPlan& m = *step;
+    out += ":s" + std::string(OperandText(m.operand)) + "," + std::to_string(m.tile) + "," +
+           std::to_string(m.layers) + "," + std::to_string(m.D) + "," + std::to_string(m.m_tiles) + "," +
+           std::to_string(m.n_tiles) + "," + std::to_string(m.threads) + "," + std::to_string(m.smem) + "," +
+           std::to_string(m.copies_weights) + "," + std::to_string(m.pdl);
+  } else if (cluster) {
     const ClusterPlan& c = *cluster;
     out += ":c" + std::to_string(c.C) + "," + std::to_string(c.U) + "," + std::to_string(c.S) + "," +
            std::to_string(c.KPT) + "," + std::to_string(c.NB) + "," + std::to_string(c.threads) + "," +
@@ -126,7 +137,10 @@ inline std::vector<Knobs> KnobVariants() {
           {"tile=8,16", "persistent_tile=8,16"},
           {"chunks=3", "persistent_chunks=3"},
           {"half_step_weights=0", "half_step_weights=0"},
-          {"strategy=persistent", "strategy=persistent"}};
+          {"strategy=persistent", "strategy=persistent"},
+          {"mma_step=1", "mma_step=1"},
+          {"mma_step=0", "mma_step=0"},
+          {"mma_step=1,64x64k2,pdl", "mma_step=1;mma_step_tile=64x64k2;mma_step_pdl=1;mma_step_layers=2"}};
 }
 
 inline void AddShapes(std::vector<Case>& out, Case c, const std::vector<int64_t>& Ls, const std::vector<int64_t>& Ts,
@@ -200,38 +214,9 @@ inline std::string CaseLine(const Case& c, const Decisions& d) {
          " scratch=" + std::to_string(d.scratch) + " | " + d.ranges + " | " + d.describe;
 }
 
-inline uint64_t Fnv1a(uint64_t h, const std::string& s) {
-  for (unsigned char ch : s) {
-    h ^= ch;
-    h *= 1099511628211ULL;
-  }
-  return h;
-}
-
 // Groups in the grid's order, each with its lines' hash.
-struct Table {
-  std::vector<std::string> order;
-  std::map<std::string, std::vector<std::string>> lines;
-
-  void Add(const Case& c, const Decisions& d) {
-    const std::string key = GroupKey(c);
-    auto it = lines.find(key);
-    if (it == lines.end()) {
-      order.push_back(key);
-      it = lines.emplace(key, std::vector<std::string>{}).first;
-    }
-    it->second.push_back(CaseLine(c, d));
-  }
-  uint64_t Hash(const std::string& key) const {
-    uint64_t h = 1469598103934665603ULL;
-    for (const std::string& line : lines.at(key)) h = Fnv1a(Fnv1a(h, line), "\n");
-    return h;
-  }
-  void Write(std::FILE* out) const {
-    for (const std::string& key : order)
-      std::fprintf(out, "%s\t%zu\t%016llx\n", key.c_str(), lines.at(key).size(),
-                   static_cast<unsigned long long>(Hash(key)));
-  }
+struct Table : GroupTable {
+  void Add(const Case& c, const Decisions& d) { GroupTable::Add(GroupKey(c), CaseLine(c, d)); }
 };
 
 }  // namespace snapshot

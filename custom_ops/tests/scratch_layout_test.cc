@@ -18,8 +18,12 @@ namespace {
 Dims Sizes(int64_t L, int64_t D, int64_t T, int64_t B, int64_t I, int64_t H) { return MakeDims(L, D, T, B, I, H); }
 
 // The bytes of a call's scratch as PlanCall sizes it: the needs of the mode, then the carve-up.
+ProjectionMath MathOf(Precision precision, const Dims& d) {
+  return ProjectionMathFor(DecidePrecision(precision, Device::kCuda, d).runs);
+}
+
 size_t Bytes(const Dims& d, ElementType type, Precision precision, bool kept) {
-  return ScratchBytes(d, type, ScratchNeedsFor(d, type, precision, kept));
+  return ScratchBytes(d, type, ScratchNeedsFor(d, type, MathOf(precision, d), kept));
 }
 
 int64_t WidestInput(const Dims& d) { return std::max(d.I, d.D * d.H); }
@@ -32,7 +36,7 @@ struct Region {
 
 void CheckLayout(const Dims& d, ElementType type, Precision precision, bool kept) {
   size_t total = 0;
-  const ScratchNeeds needs = ScratchNeedsFor(d, type, precision, kept);
+  const ScratchNeeds needs = ScratchNeedsFor(d, type, MathOf(precision, d), kept);
   CarveScratch(d, type, needs, nullptr, &total);
   CHECK_EQ(total, Bytes(d, type, precision, kept));
   // Only addresses are compared: memory that is never touched costs no page faults.
@@ -61,7 +65,7 @@ void CheckLayout(const Dims& d, ElementType type, Precision precision, bool kept
   // split counters (null otherwise).
   // In the reduced modes, its 16-bit copies of the weights and of h, and the largest weights.
   const bool fp32 = type == ElementType::kFloat32;
-  const StepWeights weights = fp32 ? StepWeightsFor(ProjectionMathFor(precision, d), d) : StepWeights::kFp32;
+  const StepWeights weights = fp32 ? StepWeightsFor(MathOf(precision, d), d) : StepWeights::kFp32;
   const bool streams = fp32 && StepStreamsWeights(d, weights), half = weights != StepWeights::kFp32;
   const size_t copies = streams ? StreamSplitsAtMost(d.H) : 1;
   regions.push_back({"gates", s.gates, fp32 ? copies * f * d.D * d.B * 4 * d.H : 0});
@@ -73,7 +77,7 @@ void CheckLayout(const Dims& d, ElementType type, Precision precision, bool kept
     regions.push_back({"h_half", s.h_half, 2 * d.D * d.B * d.H});
     regions.push_back({"wh_amax", s.wh_amax, sizeof(unsigned) * 2});
   }
-  const bool split = ProjectsWithSplitTf32(type, ProjectionMathFor(precision, d), d.T * d.B, WidestInput(d), kept);
+  const bool split = ProjectsWithSplitTf32(type, MathOf(precision, d), d.T * d.B, WidestInput(d), kept);
   CHECK_EQ(s.x_hi != nullptr, split);
   CHECK_EQ(s.w_hi != nullptr, split && !kept);  // kept halves live outside the scratch
   if (split) {
@@ -115,7 +119,7 @@ TEST(ScratchRegionsAreAlignedAndDisjoint) {
 TEST(ScratchWithoutBaseIsAllNull) {
   const Scratch s =
       CarveScratch(Sizes(3, 2, 2000, 4, 8, 8), ElementType::kFloat32,
-                   ScratchNeedsFor(Sizes(3, 2, 2000, 4, 8, 8), ElementType::kFloat32, Precision::kFp32, false), nullptr,
+                   ScratchNeedsFor(Sizes(3, 2, 2000, 4, 8, 8), ElementType::kFloat32, ProjectionMath::kFp32, false), nullptr,
                    nullptr);
   CHECK(!s.gx && !s.h[0] && !s.layer[0] && !s.hbuf && !s.barrier && !s.x_hi && !s.w_lo && !s.wh_half);
 }

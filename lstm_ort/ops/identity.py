@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from enum import Enum
+
 import numpy as np
 from onnx import TensorProto, helper
 
@@ -20,22 +22,63 @@ TUNABLE_STRATEGIES = STRATEGIES[1:]
 # Values of the `cpu_kernel` attribute, in the order of the C++ enum lstm_ort::CpuKernel: which
 # kernel runs a call on the CPU (docs/cpu.md, "The floor"). auto measures per shape class.
 CPU_KERNELS = ("auto", "fused", "stock", "stock_split", "stock_threads")
+# Values of the `int8_scales` attribute, in the order of the C++ enum lstm_ort::Int8Scales: how
+# the int8 kernel quantizes its activations, one scale per call and step as onnxruntime's
+# DynamicQuantizeLSTM on one thread ("call", the default), or one per batch row ("row": batched rows
+# never change each other's results). docs/ops.md, "int8 weights".
+INT8_SCALES = ("call", "row")
 # The device of a CPU entry of the `tuned` attribute: this prefix and the CPU's name.
 TUNED_CPU_PREFIX = "cpu:"
 
-# Values of the `precision` attribute, in the order of the C++ enum lstm_ort::Precision
-# (docs/ops.md, "Precision modes"). Absent means DEFAULT_PRECISION.
-PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "auto")
+
+
+class Precision(str, Enum):
+    """A value of the `precision` attribute (docs/ops.md, "Precision modes"), in the order of the
+    C++ enum lstm_ort::Precision; absent means DEFAULT_PRECISION. A mode is what a node asks for:
+    what a call computes in for it is decided per device, in one place, by the op library
+    (custom_ops/precision.h, through lstm_ort.runtime.native.decide_precision). Compares equal to
+    its name, which is also what str() and formatting give."""
+
+    FP32 = "fp32"
+    TF32 = "tf32"
+    FP16 = "fp16"
+    BF16 = "bf16"
+    AUTO = "auto"
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
+
+    @classmethod
+    def parse(cls, value, what: str = "precision") -> Precision:
+        """``value`` (a name, bytes as onnx gives them, or a Precision) as a Precision; a ValueError
+        naming ``what`` and every mode otherwise."""
+        if isinstance(value, bytes):
+            value = value.decode(errors="replace")
+        return cls(require_choice(what, value, PRECISIONS))
+
+    @classmethod
+    def written(cls, value=None) -> Precision:
+        """The mode `optimize` writes on the nodes it makes when asked for ``value``: it, or
+        OPTIMIZE_PRECISION where none is given. The one place that default is applied."""
+        return OPTIMIZE_PRECISION if value is None else cls.parse(value)
+
+
+PRECISIONS = tuple(p.value for p in Precision)
 # Keys of the `debug` attribute (custom_ops/overrides.cc, in its table's order): developer
 # overrides of the CUDA kernel's own choices, set per session as config entries lstm_ort.debug.<key>
 # (docs/architecture.md, "Overrides"). strict=1 makes every fallback an error that names it.
 DEBUG_KEYS = ("strict", "strategy", "mma", "gemm_step", "half_step_weights", "cluster_size", "cluster_slices",
-              "persistent_tile", "persistent_chunks", "low_rank_stepwise", "call_graphs")
-DEFAULT_PRECISION = "fp32"
+              "persistent_tile", "persistent_chunks", "low_rank_stepwise", "call_graphs", "mma_step", "mma_step_tile",
+              "mma_step_pdl", "mma_step_layers")
+DEFAULT_PRECISION = Precision.FP32
 # What `lstm-ort optimize` (and lstm_ort.optimize) writes on the nodes it makes unless told
-# otherwise: FP32 accuracy where it costs nothing, stock's own default class (TF32) at the large
-# shapes where FP32 would lose to stock's TF32 default (docs/ops.md, "The default").
-OPTIMIZE_PRECISION = "auto"
+# otherwise (Precision.written): FP32 accuracy where it costs nothing, stock's own default class
+# (TF32) at the large shapes where FP32 would lose to stock's TF32 default (docs/ops.md, "The
+# default").
+OPTIMIZE_PRECISION = Precision.AUTO
 
 
 def require_choice(what: str, value, choices: tuple[str, ...]) -> str:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 from onnx.reference.op_run import OpRun
 
-from lstm_ort.ops.identity import DOMAIN, PRECISIONS, num_directions, require_choice
+from lstm_ort.ops.identity import DOMAIN, Precision, num_directions
 from lstm_ort.ops.packing import (NO_RANKS, PackedWeights, Ranks, input_size_from_weight_count, unpack_int8_layers,
                                   unpack_layers)
 
@@ -66,9 +66,9 @@ class FusedLSTM(OpRun):
     def _run(self, X, W, B=None, sequence_lens=None, initial_h=None, initial_c=None, P=None, factors=None,
              W_scale=None, *, hidden_size=None, num_layers=1, direction="forward", layout=0, clip=None,
              input_forget=0, activations=None, activation_alpha=None, activation_beta=None, strategy=None,
-             tuned=None, rank_input=None, rank_recurrent=None, precision=None):
+             tuned=None, rank_input=None, rank_recurrent=None, precision=None, int8_scales=None):
         if precision is not None:
-            require_choice("attribute precision", _text(precision), PRECISIONS)
+            Precision.parse(_text(precision), "attribute precision")
         H, L = int(hidden_size), int(num_layers)
         direction = _text(direction)
         D = num_directions(direction)
@@ -91,7 +91,8 @@ class FusedLSTM(OpRun):
             if ranks.any:
                 raise ValueError("int8 weights cannot be factored")
             layers = unpack_int8_layers(PackedWeights(W, B, P, scales=W_scale), L, D, I, H)
-            y, y_h, y_c = _int8_stack(x, layers, lens, h0, c0, acts, direction, clip, input_forget)
+            per_row = _text(int8_scales) == "row" if int8_scales is not None else False
+            y, y_h, y_c = _int8_stack(x, layers, lens, h0, c0, acts, direction, clip, input_forget, per_row)
             if layout == 1:
                 y, y_h, y_c = y.transpose(2, 0, 1, 3), y_h.swapaxes(0, 1), y_c.swapaxes(0, 1)
             return y, y_h, y_c
@@ -172,10 +173,17 @@ def _int8_product(x: np.ndarray, range_of: np.ndarray, weights: np.ndarray, scal
     return (levels @ weights.T.astype(np.int64)).astype(np.float32) * (scale * scales.astype(np.float32))
 
 
-def _int8_stack(x, layers, lens, h0, c0, acts, direction, clip, input_forget):
+def _int8_rows(x: np.ndarray, weights: np.ndarray, scales: np.ndarray) -> np.ndarray:
+    """x [n, K], each row quantized with its own scale (int8_scales "row"), times int8 weights."""
+    return np.concatenate([_int8_product(r[None], r, weights, scales) for r in x]) if len(x) \
+        else np.zeros((0, weights.shape[0]), np.float32)
+
+
+def _int8_stack(x, layers, lens, h0, c0, acts, direction, clip, input_forget, per_row=False):
     """Y [T, D, B, H], Y_h and Y_c [L*D, B, H] (layout 0) of int8 layers, every batch entry of a step
     together: h is quantized per step over the rows that ran the step before (every row at the
-    first step), as onnxruntime gives it."""
+    first step), as onnxruntime gives it; ``per_row`` (int8_scales "row"): each row of the input at
+    each step, and each row's h, with its own scale."""
     T, batch, _ = x.shape
     D, H = layers[0].W.shape[0], layers[0].R.shape[2]
     steps = int(lens.max(initial=0))
@@ -190,7 +198,9 @@ def _int8_stack(x, layers, lens, h0, c0, acts, direction, clip, input_forget):
             k = l * D + d
             f, g, h_act = acts[3 * d:3 * d + 3]
             bias = np.zeros(4 * H, np.float32) if layer.B is None else (layer.B[d][:4 * H] + layer.B[d][4 * H:])
-            gx = _int8_product(flat, flat, layer.W[d], layer.W_scale[d]).reshape(steps, batch, 4 * H) + bias
+            product = _int8_rows(flat, layer.W[d], layer.W_scale[d]) if per_row else \
+                _int8_product(flat, flat, layer.W[d], layer.W_scale[d])
+            gx = product.reshape(steps, batch, 4 * H) + bias
             h = np.zeros((batch, H), np.float32) if h0 is None else h0[k].astype(np.float32)
             c = np.zeros((batch, H), np.float32) if c0 is None else c0[k].astype(np.float32)
             pi, po, pf = np.split(layer.P[d], 3) if layer.P is not None else (0, 0, 0)
@@ -201,7 +211,8 @@ def _int8_stack(x, layers, lens, h0, c0, acts, direction, clip, input_forget):
                 t = lens[rows] - 1 - s if reverse else np.full(rows.size, s)
                 gates = gx[t, rows]
                 if s > 0 or h0 is not None:  # rows that ended before step s - 1 count as zeros
-                    gates = gates + _int8_product(h[rows], h[lens >= s], layer.R[d], layer.R_scale[d])
+                    gates = gates + (_int8_rows(h[rows], layer.R[d], layer.R_scale[d]) if per_row else
+                                     _int8_product(h[rows], h[lens >= s], layer.R[d], layer.R_scale[d]))
                 gi, go, gf, gc = np.split(gates, 4, axis=1)
                 c_prev = c[rows]
                 i = f(clipped(gi + pi * c_prev))

@@ -18,7 +18,7 @@ import onnxscript.optimizer
 from onnx_ir.passes.common import NameFixPass
 
 from lstm_ort import progress
-from lstm_ort.ops.identity import DOMAIN, INT8, OPSET_VERSION, OPTIMIZE_PRECISION, PRECISIONS, require_choice
+from lstm_ort.ops.identity import DOMAIN, INT8, OPSET_VERSION, Precision
 from lstm_ort.rewriter import fold_weights, model_writer, passes
 from lstm_ort.rewriter.graph_utils import RewriteContext, const_tensor, iter_graphs, model_names, rewrite_context
 from lstm_ort.rewriter.lazy_weights import is_lazy
@@ -51,8 +51,9 @@ def optimize(model_or_path, *, fold_constants: bool = True, rules: list[Rule] | 
     LSTMs are left, since a caller may feed other weights); the frozen inputs leave the graph's
     inputs, so feeding them is an error rather than silently ignored.
     ``sequence_lens_input``: add a ``sequence_lens`` input wired into the FusedLSTMs (rewriter/sequence_lens.py).
-    ``precision``: one of PRECISIONS, written as the ``precision`` attribute of every FusedLSTM node
-    the rewrite makes (docs/ops.md, "Precision modes"); None writes OPTIMIZE_PRECISION ("auto").
+    ``precision``: a Precision (or its name), written as the ``precision`` attribute of every
+    FusedLSTM node the rewrite makes (docs/ops.md, "Precision modes"); None writes
+    OPTIMIZE_PRECISION ("auto", Precision.written).
     ``low_rank``: factor the weights (an int: that rank for every matrix; or a rewriter.low_rank.LowRank)
     and measure the error against the unfactored model on ``calibration`` (an .npz path or a list of
     feed dicts; default seeded random inputs): ``report.low_rank`` holds every matrix's rank and the
@@ -91,8 +92,7 @@ def _check_arguments(*, rules, report, **flags) -> None:
 def rewrite(model_or_path, *, fold_constants: bool = True, rules: list[Rule] | None = None,
             report: Report | None = None, freeze_inputs: bool = False, precision: str | None = None) -> Rewritten:
     """The rewrite itself, in onnx-ir: what `lstm-ort check` needs, without packing any weight."""
-    if precision is not None:
-        require_choice("precision", precision, PRECISIONS)  # before any work
+    precision = Precision.written(precision)  # checked before any work
     proto = load_model(model_or_path)
     ir_version = proto.ir_version
     with progress.step("building the graph"):
@@ -202,17 +202,16 @@ def _apply(rule: Rule, model: ir.Model, report: Report, by_node: dict[ir.Node, F
     return hit
 
 
-def _set_precision(by_node: dict[ir.Node, Finding], precision: str | None) -> None:
-    """Once every rule has run (so stacks are fused): each FusedLSTM node made gets ``precision``
-    (none: OPTIMIZE_PRECISION), written as its attribute, and its finding says what it runs."""
-    precision = precision or OPTIMIZE_PRECISION
+def _set_precision(by_node: dict[ir.Node, Finding], precision: Precision) -> None:
+    """Once every rule has run (so stacks are fused): each FusedLSTM node made gets ``precision``,
+    written as its attribute, and its finding says what it runs."""
     for node, finding in by_node.items():
         w = const_tensor(node.inputs[1])
         if w is not None and w.dtype == ir.DataType.INT8:  # int8 weights fix the arithmetic (docs/ops.md)
-            finding.precision = "int8"
+            finding.precision = INT8
             continue
-        node.attributes["precision"] = ir.AttrString("precision", precision)
-        finding.precision = precision
+        node.attributes["precision"] = ir.AttrString("precision", precision.value)
+        finding.precision = precision.value
 
 
 def _num_layers(fused: ir.Node) -> int:

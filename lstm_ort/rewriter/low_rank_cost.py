@@ -27,16 +27,11 @@ import onnx
 from onnx import helper
 
 from lstm_ort.ops.factoring import factored_cost, saves_work
-from lstm_ort.ops.identity import DEFAULT_PRECISION, DOMAIN, OP_TYPE, num_directions
+from lstm_ort.ops.identity import DEFAULT_PRECISION, DOMAIN, OP_TYPE, Precision, num_directions
 from lstm_ort.ops.spec import attribute as attr
+from lstm_ort.runtime.native import decide_precision
 
 DEVICES = ("any", "cpu", "cuda")  # any: factored only where it pays on both
-
-# custom_ops/cuda/heuristics.h `AutoRunsAsTf32`: `auto` runs TF32 from B >= 256 rows, and for
-# H >= 1024 from B*H >= 16K (kMinBatchForTf32Mma, kMinHiddenForAutoTf32, kMinCellsForAutoTf32).
-AUTO_TF32_MIN_BATCH = 256
-AUTO_TF32_MIN_HIDDEN = 1024
-AUTO_TF32_MIN_CELLS = 16 * 1024
 
 # Where the CUDA factored path (fp32) beat the whole layer in fp32 (H100, rank H/4, T=100):
 # H >= 1024 from B = 64 (1.61-1.68x), H >= 512 from B = 256 (1.47x); slower everywhere measured below.
@@ -49,11 +44,6 @@ _CUDA_REGION = "H >= 1024 and B >= 64, or H >= 512 and B >= 256"
 class Verdict(NamedTuple):
     pays: bool
     reason: str = ""  # why the matrix is kept whole, when it does not pay
-
-
-def auto_runs_as_tf32(hidden: int, batch: int) -> bool:
-    """Whether precision `auto` runs a call of `batch` rows as TF32 on CUDA (heuristics.h)."""
-    return batch >= AUTO_TF32_MIN_BATCH or (hidden >= AUTO_TF32_MIN_HIDDEN and batch * hidden >= AUTO_TF32_MIN_CELLS)
 
 
 def cuda_factored_wins(hidden: int, batch: int) -> bool:
@@ -76,25 +66,28 @@ def factoring_pays(*, rank: int, width: int, hidden: int, precision: str | None,
                               f"{width * rows} whole")
     if device == "cpu":
         return Verdict(True)
-    why = _cuda_loses(rank, hidden, precision or DEFAULT_PRECISION, batches)
+    why = _cuda_loses(rank, hidden, Precision.parse(precision or DEFAULT_PRECISION), batches)
     if not why:
         return Verdict(True)
     hint = "; --low-rank-device cpu for a model that runs on the CPU only" if device == "any" else ""
     return Verdict(False, f"on CUDA {why}{hint}")
 
 
-def _cuda_loses(rank: int, hidden: int, precision: str, batches: tuple[int, ...]) -> str:
+def _cuda_loses(rank: int, hidden: int, precision: Precision, batches: tuple[int, ...]) -> str:
+    """Why the factored path (fp32) would lose on CUDA; "" where it pays. What the whole layer runs
+    at each batch is the op library's precision decision (decide_precision), as the kernel's."""
     if rank * CUDA_MAX_RANK_DIVISOR > hidden:
         return (f"rank {rank} > H/4 = {hidden / CUDA_MAX_RANK_DIVISOR:g} costs more than the factored path was "
                 f"measured to pay at (rank H/4, H100)")
-    if precision not in ("fp32", "auto"):
-        return (f"the whole layer runs {precision} on tensor cores, the factored path fp32: slower (H100 L4 H1024 "
+    runs = decide_precision("cuda", precision, hidden).runs
+    if precision != Precision.AUTO and runs != Precision.FP32:  # a reduced mode at every size
+        return (f"the whole layer runs {runs} on tensor cores, the factored path fp32: slower (H100 L4 H1024 "
                 f"B64: 7.51 ms factored vs ~4.8 ms tf32)")
     if not batches:
         return (f"factoring pays only at precision fp32 where {_CUDA_REGION} (H100, rank H/4), and this node's batch "
                 f"size is unknown: give it with --shape")
     for b in batches:
-        if precision == "auto" and auto_runs_as_tf32(hidden, b):
+        if decide_precision("cuda", precision, hidden, b).runs != Precision.FP32:
             return (f"at B={b} precision auto runs the whole layer in TF32, faster than the factored path's fp32 "
                     f"(H100 L4 H1024 B64: 7.51 ms factored vs ~4.8 ms auto)")
         if not cuda_factored_wins(hidden, b):

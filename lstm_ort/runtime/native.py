@@ -6,7 +6,7 @@ from __future__ import annotations
 import ctypes
 from dataclasses import dataclass
 
-from lstm_ort.ops.identity import CPU_KERNELS
+from lstm_ort.ops.identity import CPU_KERNELS, Precision
 from lstm_ort.ops.packing import Ranks
 from lstm_ort.runtime.library import call_for_text, cuda_native, native
 from lstm_ort.runtime.nodes import NodeShape
@@ -22,9 +22,47 @@ def precision_names() -> list[str]:
     return call_for_text(native().LstmOrtPrecisionNames).split(",")
 
 
+class PrecisionRefused(ValueError):
+    """The device cannot run the precision mode asked for (e.g. bf16 on a CPU without bf16 units);
+    the message says why."""
+
+
+@dataclass(frozen=True)
+class PrecisionDecision:
+    """What a call computes in on one device for the mode its node asks for."""
+
+    device: str  # "cpu" or "cuda"
+    requested: Precision
+    runs: Precision  # never AUTO
+    words: str  # what runs, in words
+
+
+def decide_precision(device: str, precision, hidden: int = 1, batch: int = 1) -> PrecisionDecision:
+    """The op library's one precision decision (custom_ops/precision.h, DecidePrecision) for a call
+    of ``hidden`` units and ``batch`` rows on ``device`` ("cpu": this CPU, "cuda"), the rule the
+    kernels themselves follow. PrecisionRefused where the device cannot run the mode."""
+    requested = Precision.parse(precision)
+    fn = native().LstmOrtDecidePrecision
+    fn.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_char_p, ctypes.c_int]
+    buf = ctypes.create_string_buffer(1024)
+    code = fn(device.encode(), requested.value.encode(), hidden, batch, buf, len(buf))
+    text = buf.value.decode()
+    if code == 2:
+        raise PrecisionRefused(text)
+    if code != 0:
+        raise ValueError(f"decide_precision({device!r}, {precision!r}, {hidden}, {batch}): {text}")
+    runs, _, words = text.partition("\t")
+    return PrecisionDecision(device, requested, Precision(runs), words)
+
+
 def cpu_kernel_names() -> list[str]:
     """The cpu_kernel names the C++ attribute parser accepts, in the order of its enum."""
     return call_for_text(native().LstmOrtCpuKernelNames).split(",")
+
+
+def int8_scales_names() -> list[str]:
+    """The int8_scales names the C++ attribute parser accepts, in the order of its enum."""
+    return call_for_text(native().LstmOrtInt8ScalesNames).split(",")
 
 
 def debug_keys() -> list[str]:
@@ -87,6 +125,18 @@ def normalize_tuned(text: str) -> str:
     fn = native().LstmOrtNormalizeTuned
     fn.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int]
     return call_for_text(fn, text.encode())
+
+
+def describe_cpu(shape: NodeShape, T: int, B: int, *, weights: str | None = None, precision: str = "",
+                 cpu_kernel: str = "", int8_scales: str = "", tuned: str = "", threads: int = 1) -> str:
+    """What the CPU kernel does for one call of these sizes (its call plan, custom_ops/cpu/call_plan.h)
+    on this machine, for a node with these attribute values ("" where absent), in a session of
+    ``threads`` intra-op threads. ``weights``: "float32", "float16" or "int8" (default: the shape's type)."""
+    fn = native().LstmOrtDescribeCpuCall
+    fn.argtypes = [ctypes.c_int64] * 6 + [ctypes.c_char_p] * 5 + [ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
+    return call_for_text(fn, shape.layers, shape.directions, T, shape.input_size, shape.hidden_size, B,
+                         (weights or shape.dtype).encode(), str(precision).encode(), cpu_kernel.encode(),
+                         int8_scales.encode(), tuned.encode(), threads)
 
 
 def _cuda():

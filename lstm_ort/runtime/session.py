@@ -9,7 +9,7 @@ from typing import Any
 import onnx
 import onnxruntime as ort
 
-from lstm_ort.ops.identity import CPU_KERNELS, DEBUG_KEYS, PRECISIONS, STRATEGIES, require_choice
+from lstm_ort.ops.identity import CPU_KERNELS, DEBUG_KEYS, INT8_SCALES, PRECISIONS, STRATEGIES, Precision, require_choice
 from lstm_ort.runtime.library import cuda_status, get_library_path, preload_cuda_libraries
 from lstm_ort.runtime.model_io import load_model
 from lstm_ort.runtime.nodes import fused_nodes, set_attribute
@@ -27,6 +27,11 @@ PRECISION_KEY = "lstm_ort.precision"
 # faster per shape class of the fused kernel and onnxruntime's own, docs/cpu.md), e.g.
 # so.add_session_config_entry("lstm_ort.cpu_kernel", "fused").
 CPU_KERNEL_KEY = "lstm_ort.cpu_kernel"
+# Session option: how nodes with int8 weights quantize their activations (one of INT8_SCALES;
+# docs/ops.md, "int8 weights"): "row" gives each batch row its own scale, so rows batched together
+# never change each other's results (what a stream batcher needs), e.g.
+# so.add_session_config_entry("lstm_ort.int8_scales", "row").
+INT8_SCALES_KEY = "lstm_ort.int8_scales"
 
 # Session options lstm_ort.debug.<key> (key one of DEBUG_KEYS): developer overrides of the CUDA
 # kernel's own choices, passed to every FusedLSTM node as its `debug` attribute ("key=value;...")
@@ -37,7 +42,7 @@ DEBUG_PREFIX = "lstm_ort.debug."
 # The session options that set one attribute on every FusedLSTM node, subgraphs included:
 # attribute -> (its session config key, the values it takes).
 NODE_OPTIONS = {"strategy": (STRATEGY_KEY, STRATEGIES), "precision": (PRECISION_KEY, PRECISIONS),
-                "cpu_kernel": (CPU_KERNEL_KEY, CPU_KERNELS)}
+                "cpu_kernel": (CPU_KERNEL_KEY, CPU_KERNELS), "int8_scales": (INT8_SCALES_KEY, INT8_SCALES)}
 
 
 def _config_entry(sess_options: ort.SessionOptions, key: str) -> str | None:
@@ -82,7 +87,7 @@ class InferenceSession(ort.InferenceSession):
             path_or_bytes = os.fspath(path_or_bytes)
         own_options = sess_options is None
         if precision is not None:
-            require_choice("precision", precision, PRECISIONS)
+            precision = Precision.parse(precision).value
             sess_options = sess_options if sess_options is not None else ort.SessionOptions()
             if _config_entry(sess_options, PRECISION_KEY) != precision:  # onnxruntime warns on each overwrite
                 sess_options.add_session_config_entry(PRECISION_KEY, precision)

@@ -10,8 +10,9 @@ Winners are kept per precision mode, which changes what each strategy costs: the
 is its shape and, unless it runs fp32, its precision (cache_key). fp32's key is the shape alone,
 so caches written before precision modes keep serving fp32 nodes.
 
-`lstm-ort tune --cpu` keeps the CPU kernel's winners under ``"cpu:<CPU name>"``, per thread count
-(the CPU kernel computes in fp32 whatever the precision, so its key is the shape alone)::
+`lstm-ort tune --cpu` keeps the CPU kernel's winners under ``"cpu:<CPU name>"``, per thread count and
+by what the CPU computes for the node's mode (cpu_cache_key: fp32 for every mode but bf16, whose key
+is the shape alone; bf16 where the CPU runs it)::
 
     {"cpu:AMD EPYC": {"L1 D1 I28 H256 float32": {"T32 B8 threads2": {"strategy": "stock_split", "ms": {...}}}}}
 
@@ -35,7 +36,7 @@ from pathlib import Path
 import onnx
 
 from lstm_ort.ops.identity import (CPU_KERNELS, DEFAULT_PRECISION, PRECISIONS, STRATEGIES, TUNED_CPU_PREFIX,
-                                   require_choice)
+                                   Precision)
 from lstm_ort.ops.spec import attribute
 from lstm_ort.ops.tuned import TunedEntry, format_tuned
 from lstm_ort.runtime.nodes import NodeShape, node_precision, node_shapes, set_attribute
@@ -59,8 +60,20 @@ def cache_file() -> Path:
 
 def cache_key(shape: NodeShape, precision: str = DEFAULT_PRECISION) -> str:
     """Where a node's winners are kept: "L4 D1 I512 H512 float32", then " tf32" etc. unless fp32."""
-    require_choice("precision", precision, PRECISIONS)
+    precision = Precision.parse(precision)
     return shape.key if precision == DEFAULT_PRECISION else f"{shape.key} {precision}"
+
+
+def cpu_cache_key(shape: NodeShape, precision: str = DEFAULT_PRECISION) -> str | None:
+    """Where a node's CPU winners are kept: by what the CPU computes for its mode (the op library's
+    decision: fp32 for every mode but bf16, so fp32's key is the shape alone, as before); None where
+    this CPU refuses the mode."""
+    from lstm_ort.runtime.native import PrecisionRefused, decide_precision
+
+    try:
+        return cache_key(shape, decide_precision("cpu", precision).runs)
+    except PrecisionRefused:
+        return None
 
 
 def read_cache() -> dict:
@@ -177,7 +190,8 @@ def tuned_entries(cache: dict, shape: NodeShape, precision: str = DEFAULT_PRECIS
         cpu = device.startswith(TUNED_CPU_PREFIX)
         if (cpu and cpu_threads is None) or (not cpu and not gpu):
             continue
-        for tb, entry in sorted(shapes.get(shape.key if cpu else cache_key(shape, precision), {}).items()):
+        key = cpu_cache_key(shape, precision) if cpu else cache_key(shape, precision)
+        for tb, entry in sorted(shapes.get(key, {}).items()):
             T, B, threads = _TB.fullmatch(tb).groups()
             if cpu and threads != str(cpu_threads):
                 continue

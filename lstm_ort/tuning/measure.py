@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import statistics
-import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -44,42 +41,34 @@ def tune_shape(shape: NodeShape, T: int, B: int, runs: int = 20, warmup: int = 3
     return TuneResult(shape, T, B, ms, winner, describe(shape, T, B, winner, precision), precision)
 
 
-def cpu_candidates(B: int, threads: int) -> tuple[str, ...]:
-    """The CPU kernels a call of batch B can run on `threads` intra-op threads (0: onnxruntime's
-    default, the cores), as cpu/lstm_cpu.cc lists them for the tuner: stock_split only where the
-    batch can be cut, stock_threads only where the pool has more than one thread."""
-    several = (os.cpu_count() or 1) > 1 and threads != 1
-    return ("fused", "stock") + (("stock_split", ) if B > 1 and (os.cpu_count() or 1) > 1 else ()) + \
-        (("stock_threads", ) if several else ())
-
-
-def tune_cpu_shape(shape: NodeShape, T: int, B: int, threads: int, runs: int = 20) -> TuneResult:
-    """Time FusedLSTM's own CPU kernel and stock's (cpu_kernel fused, stock, stock_split, stock_threads) on a node
-    of this shape with random weights, ``threads`` intra-op threads. The candidates take turns in
-    blocks, as the kernel's own tuner does (cpu/kernel_tuner.h): an untimed run, then two timed,
-    so that a candidate does not pay for the threads of the one before it still spinning, and the
-    machine's noise falls on all of them alike. T is reported as its shape class's bucket, the key
-    the kernel looks the winner up by."""
+def tune_cpu_shape(shape: NodeShape, T: int, B: int, threads: int, runs: int = 20,
+                   precision: str = DEFAULT_PRECISION) -> TuneResult:
+    """The CPU kernel's own choice for a node of this shape, in ``precision``, at T and B on
+    ``threads`` intra-op threads (0: onnxruntime's default): a session of cpu_kernel auto, random
+    weights, runs until the kernel's tuner has decided the class (cpu/kernel_tuner.h: paired rounds
+    of every candidate, a confidence test, the floor where in doubt), and its decision and medians
+    are the result, so `tune --cpu` chooses as the kernel does, in a quiet process of its own. T is
+    reported as its shape class's bucket, the key the kernel looks the winner up by. ``runs``: the
+    calls given to the tuner at least (its rounds decide within a few hundred)."""
     if shape.dtype != "float32":
         raise ValueError(f"{shape.key}: onnxruntime's CPU LSTM has no {shape.dtype} kernel, nothing to choose")
+    from lstm_ort.runtime.native import cpu_kernel_report
+
     rng = np.random.default_rng(0)
     spec = LstmSpec(input_size=shape.input_size, hidden_size=shape.hidden_size, num_layers=shape.layers,
                     direction="bidirectional" if shape.directions == 2 else "forward")
     model = fused_model(spec, random_layers(spec, rng))
+    model.graph.node[0].name = node = f"lstm_ort_tune_{shape.key.replace(' ', '_')}_T{T}_B{B}_{threads}"
     feeds = {"X": rng.standard_normal((T, B, shape.input_size)).astype(np.float32)}
-    kernels = cpu_candidates(B, threads)
-    runners = [OrtRunner(model, feeds, "cpu", fused=True, cpu_kernel=k, threads=threads) for k in kernels]
-    times: dict[str, list[float]] = {k: [] for k in kernels}
-    for r in runners:  # warm-up: buffers, stock's session
-        r(), r()
-    for _ in range(-(-runs // 2)):
-        for kernel, run in zip(kernels, runners):
-            run()  # untimed: the switch from the kernel before
-            for _ in range(2):
-                start = time.perf_counter()
-                run()
-                times[kernel].append((time.perf_counter() - start) * 1e3)
-    ms = {k: statistics.median(v) for k, v in times.items()}
-    winner = min(ms, key=ms.get)
+    runner = OrtRunner(model, feeds, "cpu", fused=True, cpu_kernel="auto", threads=threads, precision=precision)
     bucket = 1 << max(0, T - 1).bit_length()
-    return TuneResult(shape, bucket, B, ms, winner, f"CPU, {threads} thread(s): {winner}", "fp32")
+    choice = None
+    for call in range(max(runs, 2000)):
+        runner()
+        choice = next((c for c in cpu_kernel_report() if c.node == node and c.B == B), None)
+        if choice is not None and choice.chosen != "auto" and call + 1 >= runs:
+            break
+    if choice is None or choice.chosen == "auto":
+        raise RuntimeError(f"{shape.key} T={T} B={B}: the CPU kernel's tuner did not decide")
+    return TuneResult(shape, bucket, B, choice.median_ms, choice.chosen,
+                      f"CPU, {threads or 'default'} thread(s): {choice.chosen}", str(precision))

@@ -29,7 +29,9 @@ from lstm_ort.verify.tolerance import (
     FLOAT32_TOLERANCE,
     INT8_TOLERANCE,
     PRECISION_TOLERANCES,
+    CheckedPrecision,
     Tolerance,
+    checked_precision,
     default_tolerance,
     has_dynamic_quantize_lstm,
     looser,
@@ -38,8 +40,8 @@ from lstm_ort.verify.tolerance import (
 
 __all__ = [
     "CPU", "FLOAT16_TOLERANCE", "FLOAT32_TOLERANCE", "INT8_TOLERANCE", "PRECISION_TOLERANCES", "STOCK_THREADS_INT8",
-    "CheckFailed", "CheckUnavailable", "Comparison", "ParityResult", "Tolerance", "cast_exactly", "chained_parity",
-    "check_carry", "check_shapes", "fed_inputs",
+    "CheckFailed", "CheckUnavailable", "CheckedPrecision", "Comparison", "ParityResult", "Tolerance", "cast_exactly",
+    "chained_parity", "check_carry", "check_shapes", "checked_precision", "fed_inputs",
     "clean_message", "default_tolerance", "has_dynamic_quantize_lstm", "has_layout1_lstm", "input_batch_axes",
     "looser", "max_abs", "optimized_session", "output_names", "parity", "precision_tolerance", "random_feeds",
     "require_values", "run_optimized", "run_stock", "stock_equivalent", "stock_session", "worst_of",

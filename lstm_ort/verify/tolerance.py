@@ -8,8 +8,9 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 
-from lstm_ort.ops.identity import DEFAULT_PRECISION, PRECISIONS, require_choice
+from lstm_ort.ops.identity import DEFAULT_PRECISION, Precision
 from lstm_ort.runtime.model_io import iter_graphs
+from lstm_ort.runtime.native import PrecisionRefused, decide_precision
 
 
 @dataclass(frozen=True)
@@ -77,11 +78,34 @@ def has_dynamic_quantize_lstm(model: onnx.ModelProto) -> bool:
     return any(n.op_type == "DynamicQuantizeLSTM" for g in iter_graphs(model) for n in g.node)
 
 
-def precision_tolerance(precision: str, by_type: Tolerance = FLOAT32_TOLERANCE) -> Tolerance:
+def precision_tolerance(precision, by_type: Tolerance = FLOAT32_TOLERANCE) -> Tolerance:
     """What the outputs of a model whose element type allows ``by_type`` are held to, against FP32
     stock onnxruntime, when its FusedLSTM nodes run in ``precision``: the looser of the two."""
-    require_choice("precision", precision, PRECISIONS)
-    return looser(by_type, PRECISION_TOLERANCES.get(precision, by_type))
+    return looser(by_type, PRECISION_TOLERANCES.get(Precision.parse(precision).value, by_type))
+
+
+@dataclass(frozen=True)
+class CheckedPrecision:
+    """What a check on the CPU computes for FusedLSTM nodes of ``mode``, and what to say about it."""
+
+    mode: Precision
+    runs: Precision  # what the CPU kernel computes for it: the bound the check holds the outputs to
+    note: str  # for the check's line: "" where the CPU runs the mode itself
+    session_precision: Precision | None = None  # the session option the check runs with (None: the nodes' own)
+
+
+def checked_precision(mode) -> CheckedPrecision:
+    """What `--check` (always on the CPU) computes for nodes of ``mode``: the op library's decision
+    for this CPU (decide_precision). Where the CPU cannot run the mode (bf16 without bf16 units),
+    the check runs the nodes in fp32 (optimized_session) and says so."""
+    mode = Precision.parse(mode)
+    try:
+        decision = decide_precision("cpu", mode)
+    except PrecisionRefused as e:
+        return CheckedPrecision(mode, Precision.FP32, f"; this CPU cannot run {mode} ({e}): checked in fp32",
+                                Precision.FP32)
+    note = "" if decision.runs == mode else f"; on the CPU, {mode} runs {decision.words}"
+    return CheckedPrecision(mode, decision.runs, note)
 
 
 def looser(a: Tolerance, b: Tolerance) -> Tolerance:

@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "cpu/cpu_features.h"
 #include "cpu/int8/int8_kernels.h"
 #include "overrides.h"
 
@@ -14,6 +15,9 @@ namespace {
 bool Has(const char* feature) {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_cpu_init();
+  if (std::strcmp(feature, "amx") == 0)  // tiles granted; AVX-512 around them
+    return ThisCpuMath().amx_int8 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
   if (std::strcmp(feature, "vnni512") == 0)
     return __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl") &&
            __builtin_cpu_supports("avx2");
@@ -24,7 +28,7 @@ bool Has(const char* feature) {
 }
 
 // Best first.
-const Table* const kTables[] = {&vnni512::kTable, &avxvnni::kTable, &avx2::kTable, &generic::kTable};
+const Table* const kTables[] = {&amx::kTable, &vnni512::kTable, &avxvnni::kTable, &avx2::kTable, &generic::kTable};
 
 }  // namespace
 
@@ -40,7 +44,7 @@ const Table& Int8Kernels() {
           return t;
         }
       throw std::runtime_error(std::string("LSTM_ORT_CPU_INT8_ISA=") + force +
-                               " is not one of vnni512, avxvnni, avx2, generic");
+                               " is not one of amx, vnni512, avxvnni, avx2, generic");
     }
     for (const Table* t : kTables)
       if (Has(t->isa)) return t;

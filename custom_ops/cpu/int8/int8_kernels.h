@@ -7,6 +7,8 @@
 //   avxvnni  AVX-VNNI (the VEX encoding of the same instruction)
 //   avx2     AVX2 vpmaddwd on int16 pairs (exact: no intermediate saturation, unlike vpmaddubsw)
 //   generic  plain C++ on int16 pairs, for x86-64 CPUs without AVX2
+//   amx      AMX-INT8 tiles (tdpbusd: 16 x 16 int32 sums of 16 x 64 uint8 by 64 x 16 int8) on the
+//            same quads, K padded to 64, for every row count
 //
 // Packed weights: as the float kernel's (cpu/kernels.h), panels of kPanel columns (8 units x 4
 // gates, gate-major), each panel two strips of kStrip columns; a strip is [K / G][kStrip][G]: the
@@ -27,7 +29,8 @@ namespace lstm_ort::cpu::int8 {
 constexpr int64_t kMaxDepth = 65536;
 
 // out[r][col] = (accumulate ? out[r][col] : 0) + float(sum_k a[r][k] w[k][col]) * (a_scale * w_scale[col])
-//               + bias[col]  (bias optional), for rows [r0, r1) and panels [q0, q1).
+//               + bias[col]  (bias optional), for rows [r0, r1) and panels [q0, q1); a_scale (and
+//               the zero point) per row where row_scale is given.
 struct GemmArgs {
   const void* a;            // activation rows (uint8 levels or int16 level - zero point)
   int64_t lda;              // elements per activation row
@@ -43,6 +46,9 @@ struct GemmArgs {
   int64_t ldo;
   float* const* out_rows;   // per row, its output (instead of out + r * ldo), or null
   int64_t n_panels;         // panels in w
+  // Per row, its own scale and zero point (Int8Scales::kRow), instead of a_scale and zero_point.
+  const float* row_scale = nullptr;
+  const int32_t* row_zero_point = nullptr;
 };
 
 struct QuantParams {
@@ -52,12 +58,16 @@ struct QuantParams {
 
 struct Table {
   const char* isa;
-  int group;  // 4: uint8 x int8 quads; 2: int16 pairs
+  int group;      // 4: uint8 x int8 quads; 2: int16 pairs
+  int depth_pad;  // K is padded to a multiple of this (the group; an AMX tile's 64)
+  int row_pad;    // activation buffers hold rows in multiples of this (AMX tiles read 16)
   // Bytes of one panel of K (unpadded) rows.
   size_t (*panel_bytes)(int64_t K);
   // Rows [0, K) of a row-major [K][4H] int8 source in the contract's column order (4j + g) as panels.
   void (*pack)(const int8_t* src, int64_t K, int64_t H, int8_t* dst);
-  // min and max of n floats (NaN ignored as stock's min/max ignore it where they can).
+  // min and max of the finite values among n floats (NaN, +inf and -inf ignored: one inf in the
+  // input would make the scale infinite and every level, of every row, meaningless; it takes the
+  // range's end level instead); +inf and -inf when none is finite.
   void (*min_max)(const float* x, int64_t n, float* lo, float* hi);
   // n floats as activations of this table's kind (q = clamp(round_half_even(x / scale) + zp, 0, 255)).
   void (*quantize)(const float* x, int64_t n, QuantParams p, void* out);
@@ -76,8 +86,11 @@ extern const Table kTable;
 namespace vnni512 {
 extern const Table kTable;
 }
+namespace amx {
+extern const Table kTable;
+}
 
-// The best table this CPU runs; LSTM_ORT_CPU_INT8_ISA=generic|avx2|avxvnni|vnni512 forces one
+// The best table this CPU runs; LSTM_ORT_CPU_INT8_ISA=generic|avx2|avxvnni|vnni512|amx forces one
 // (an instruction set the CPU lacks is refused with the reason, for testing).
 const Table& Int8Kernels();
 
@@ -85,8 +98,11 @@ const Table& Int8Kernels();
 // onnxruntime quantizes the activations of DynamicQuantizeLSTM.
 QuantParams QuantParamsFor(float lo, float hi);
 
-// K padded to the table's group: the row length of activations and packed weights.
-inline int64_t PaddedDepth(const Table& t, int64_t K) { return (K + t.group - 1) / t.group * t.group; }
+// K padded for the table: the row length of activations and packed weights.
+inline int64_t PaddedDepth(const Table& t, int64_t K) { return (K + t.depth_pad - 1) / t.depth_pad * t.depth_pad; }
+
+// Rows an activation buffer of n rows holds.
+inline int64_t PaddedRows(const Table& t, int64_t n) { return (n + t.row_pad - 1) / t.row_pad * t.row_pad; }
 
 // Bytes of one activation element.
 inline int64_t ActivationBytes(const Table& t) { return t.group == 4 ? 1 : 2; }

@@ -56,10 +56,15 @@ enum class Strategy : int32_t { kAuto = 0, kTiled, kSplitK, kPersistent, kWavefr
 // model's element type T is unchanged: fp32 models keep fp32 inputs and outputs. kFp32: fp32
 // arithmetic (on T storage; for T = float16 that is today's fp32 math on fp16 storage).
 // kTf32, kFp16, kBf16: weights and the recurrent operand h in that type, fp32 accumulation, the
-// cell state c in fp32. kAuto: fp32 where that costs nothing, else tf32; the CUDA kernel decides
-// per shape. The CPU kernel computes every mode in fp32, which is within every mode's bound
-// (docs/ops.md, "Precision modes"). Names: custom_ops/precision_names.h.
+// cell state c in fp32. kAuto: fp32 where that costs nothing, else tf32. What a call computes in
+// is decided once per device and call by DecidePrecision (custom_ops/precision.h), which gives an
+// Arithmetic: no kernel reads the mode itself (docs/ops.md, "Precision modes"). Names:
+// custom_ops/enum_names.cc.
 enum class Precision : int32_t { kFp32 = 0, kTf32, kFp16, kBf16, kAuto };
+
+// What a call computes in: a Precision resolved for one device and one call's sizes
+// (DecidePrecision, custom_ops/precision.h); never `auto`. The same numbers as Precision's.
+enum class Arithmetic : int32_t { kFp32 = 0, kTf32, kFp16, kBf16 };
 
 // Which kernel runs a call on the CPU (attribute `cpu_kernel`; the CUDA kernels ignore it).
 // kFused: FusedLSTM's own kernel. kStock: onnxruntime's LSTM kernel on the same weights, the
@@ -69,6 +74,12 @@ enum class Precision : int32_t { kFp32 = 0, kTf32, kFp16, kBf16, kAuto };
 // (cpu/pool.h, PoolThreads). kAuto: measured per shape class on the first calls
 // (cpu/kernel_tuner.h). Names: custom_ops/cpu_kernel_names.h.
 enum class CpuKernel : int32_t { kAuto = 0, kFused, kStock, kStockSplit, kStockThreads };
+
+// How the int8 kernel quantizes its activations (the layer input, and h at each step): one scale
+// per call and per step, as onnxruntime's DynamicQuantizeLSTM on one thread (kCall, the default),
+// or one per batch row (kRow), so that batched rows never change each other's results (what a
+// stream batcher needs). Attribute `int8_scales`; docs/ops.md, "int8 weights".
+enum class Int8Scales : int32_t { kCall = 0, kRow };
 
 // A measured winner from `lstm-ort tune`, for one GPU model and one (T, B) of this node, or for
 // one CPU ("cpu:" + its model name, as LstmOrtCpuName gives it) and a shape class of the CPU
@@ -110,6 +121,7 @@ struct Attributes {
   Strategy strategy = Strategy::kAuto;
   Precision precision = Precision::kFp32;
   CpuKernel cpu_kernel = CpuKernel::kAuto;
+  Int8Scales int8_scales = Int8Scales::kCall;
   bool cpu_kernel_set = false;  // the node names one (else LSTM_ORT_CPU_KERNEL may, docs/cpu.md)
   std::vector<TunedStrategy> tuned;  // attribute `tuned`: "gpu|T|B|strategy;..."; used when strategy is auto
   Ranks ranks;                       // factored parts; none by default

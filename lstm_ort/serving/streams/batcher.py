@@ -26,18 +26,18 @@ import onnx
 import onnxruntime as ort
 
 from lstm_ort.graph.batch_axes import BatchLayout
-from lstm_ort.ops.identity import INT8_WEIGHT_TYPE
 from lstm_ort.runtime.library import get_library_path
 from lstm_ort.runtime.model_io import load_model
 from lstm_ort.runtime.session import InferenceSession
 from lstm_ort.serving.batch.batcher import normalize_providers
 from lstm_ort.serving.streams import _engine
 from lstm_ort.serving.streams.convs import convs_as_2d
+from lstm_ort.serving.streams.device import grow_model, reader_model, state_axes, wrapped_model, writer_model
 from lstm_ort.serving.streams.errors import BatcherShutDown, StreamError, closed, engine_error
 from lstm_ort.serving.streams.feeds import StepInputs
-from lstm_ort.serving.streams.kinds import Kind, Kinds
+from lstm_ort.serving.streams.kinds import Kind, Kinds, with_row_scales
 from lstm_ort.serving.streams.native_session import api_base, engine_model, engine_options, engine_providers
-from lstm_ort.serving.streams.options import check_batcher_options, stream_id, stream_ids
+from lstm_ort.serving.streams.options import check_batcher_options, step_pair, stream_id, stream_ids
 from lstm_ort.serving.streams.stats import StreamStats, snapshot
 
 CUDA = "CUDAExecutionProvider"
@@ -50,16 +50,20 @@ class StreamBatcher:
     the input it feeds on the next step (``{"stateN": "state"}``). ``max_batch``: steps per call at
     most. ``max_wait_ms``: the most a step waits for company before its call runs (it waits only
     while calls of the size at hand cannot keep up with the arrivals: see docs/streams.md, *How
-    steps are batched*). ``workers``: calls in flight at once. ``batch_convs``: run 1-D
-    convolutions as one 2-D convolution over the batch (default: on CPU; convs.py).
+    steps are batched*). ``workers``: calls in flight at once (default 1 on the CPU, 2 on CUDA).
+    ``batch_convs``: run 1-D
+    convolutions as one 2-D convolution over the batch (default: on CPU; convs.py; calls of one
+    stream run the model as it came).
     ``device_states``: keep the states on the session's device (default: with CUDA).
     """
 
     def __init__(self, model, carry: dict[str, str], providers=None, session_options: ort.SessionOptions | None = None,
                  max_batch: int = 256, max_wait_ms: float = 2.0, *, device_states: bool | None = None,
-                 batch_convs: bool | None = None, workers: int = 2):
+                 batch_convs: bool | None = None, workers: int | None = None):
         check_batcher_options(max_batch, max_wait_ms, workers)
-        self.model = load_model(os.fspath(model) if isinstance(model, os.PathLike) else model)
+        # int8 nodes quantize each stream's rows with their own scales: batched, each stream's result
+        # is, bit for bit, its own (kinds.with_row_scales).
+        self.model = with_row_scales(load_model(os.fspath(model) if isinstance(model, os.PathLike) else model))
         self._in = StepInputs(self.model, carry)
         self.carry = self._in.carry
         providers = normalize_providers(providers)
@@ -78,21 +82,30 @@ class StreamBatcher:
         self.session = InferenceSession(model_bytes, session_options, providers=providers)
         self.output_names = [o.name for o in self.session.get_outputs()]
         self.max_batch, self.max_wait = max_batch, max_wait_ms / 1e3
-        self.device_states = (CUDA in self.session.get_providers()) if device_states is None else bool(device_states)
-        if self.device_states:
-            raise NotImplementedError("device states: native path not built yet")
+        on_device = CUDA in self.session.get_providers()
+        self.device_states = on_device if device_states is None else bool(device_states)
+        # One call in flight on the CPU (a second one takes cores its clients' Python needs: 8
+        # client threads made 29k steps/s with two, 58k with one, g2p-id decoder on 2 cores); two
+        # on a GPU, so one call's host work overlaps the other's device work.
+        self.workers = workers if workers is not None else (2 if on_device else 1)
         self._kinds = Kinds(self.model, self._in, lambda full: self.session.run(None, full))
         self.fallback_reasons = self._kinds.fallback_reasons
-        self._one_per_call = _per_call_quantized(self.model)
         self._groups: dict[tuple, int] = {}  # (signature, shared values) -> the engine's group
         self._learn_lock = threading.Lock()
         self._states: dict[str, tuple[int, ...]] | None = None
+        options = engine_options(session_options)
+        if self.convs_rewritten and not self.device_states:  # a lone stream runs the model as it came
+            options["single_model"] = engine_model(self.model.SerializeToString(), session_options)
         self._engine = _engine.Engine(
-            api_base(), engine_model(model_bytes, session_options), get_library_path(), engine_options(session_options),
+            api_base(), engine_model(model_bytes, session_options), get_library_path(), options,
             engine_providers(self.session), [(n, _onnx_type(d)) for n, d in zip(self._in.needed, self._in.needed_dtypes)],
             list(self.carry.items()),
-            {"max_batch": max_batch, "max_wait": self.max_wait, "max_calls": workers, "workers": workers},
-            engine_error, _settle)
+            {"max_batch": max_batch, "max_wait": self.max_wait, "max_calls": self.workers, "workers": self.workers},
+            engine_error, _settle, self.device_states)
+        self._opset = next((o.version for o in session_model.opset_import if o.domain in ("", "ai.onnx")), 0)
+        if self.device_states and self._opset < 11:
+            raise ValueError(f"device states need ScatterND (opset 11), the model imports opset {self._opset}")
+        self._device_axes: set[tuple[int, ...]] = set()
         self._finalizer = weakref.finalize(self, _engine.Engine.shutdown, self._engine, True)
 
     # -- streams ---------------------------------------------------------------------------------
@@ -102,8 +115,7 @@ class StreamBatcher:
         with self._learn_lock:
             values = self._in.initial_states(initial or {}, self._states)
             if self._states is None:
-                self._states = {n: v.shape for n, v in values.items()}
-                self._engine.set_states([(list(v.shape), _onnx_type(v.dtype)) for v in values.values()])
+                self._set_states({n: v.shape for n, v in values.items()})
         return self._engine.open([np.ascontiguousarray(v).tobytes() for v in values.values()])
 
     def close(self, stream: int) -> None:
@@ -165,7 +177,7 @@ class StreamBatcher:
             return []
         out = self._engine.step_many(steps, return_exceptions)
         if out is None:
-            steps = [self._prepare(*_pair(p)) for p in steps]
+            steps = [self._prepare(*step_pair(p)) for p in steps]
             out = self._engine.step_many(steps, return_exceptions)
             if out is None:
                 raise RuntimeError("StreamBatcher: the step path refused feeds it registered")
@@ -183,12 +195,11 @@ class StreamBatcher:
         feeds = self._in.check_stacked(feeds)
         self._require_states()
         kind = self._kinds.stacked(feeds, len(ids), self._states)
-        if not kind.layout.batched or self._one_per_call:
-            reasons = kind.layout.reasons or [self._one_per_call]
-            raise StreamError(f"step_batch: this kind of step runs one stream per call ({'; '.join(reasons)}): "
-                              "use step_many")
+        if not kind.layout.batched:
+            raise StreamError(f"step_batch: this kind of step runs one stream per call ({'; '.join(kind.layout.reasons)}):"
+                              " use step_many")
         group = self._group(kind, kind.values(feeds))
-        return self._engine.step_stacked(ids, group, [np.ascontiguousarray(feeds[n]) for n in self._in.needed])
+        return self._engine.step_stacked(ids, group, [_c_order(feeds[n]) for n in self._in.needed])
 
     # -- counters and life -----------------------------------------------------------------------
     def stats(self) -> StreamStats:
@@ -216,7 +227,7 @@ class StreamBatcher:
             raise BatcherShutDown("the batcher is shut down")
         if not self._engine.is_open(stream):
             raise closed(stream)
-        feeds = {n: np.ascontiguousarray(v) for n, v in self._in.check(feeds).items()}
+        feeds = {n: _c_order(v) for n, v in self._in.check(feeds).items()}
         self._learn(feeds)
         return stream, feeds
 
@@ -234,9 +245,18 @@ class StreamBatcher:
                                   "initial=... first")
             with self._learn_lock:
                 if self._states is None:
-                    self._states = dict(self._in.state_shapes)
-                    self._engine.set_states([(list(s), _onnx_type(self._in.state_dtypes[n]))
-                                             for n, s in self._states.items()])
+                    self._set_states(dict(self._in.state_shapes))
+
+    def _set_states(self, shapes: dict[str, tuple[int, ...]]) -> None:
+        """The streams' state shapes, fixed by the first stream (called under _learn_lock)."""
+        dtypes = self._in.state_dtypes
+        models = None
+        if self.device_states:
+            models = {"writer": writer_model(shapes, dtypes, self._opset).SerializeToString(),
+                      "reader": reader_model(shapes, dtypes, self._opset).SerializeToString(),
+                      "grow": grow_model(shapes, dtypes, self._opset).SerializeToString()}
+        self._engine.set_states([(list(shape), _onnx_type(dtypes[n])) for n, shape in shapes.items()], models)
+        self._states = shapes
 
     def _group(self, kind: Kind, values: tuple[bytes, ...]) -> int:
         key = (kind.signature, values)
@@ -247,14 +267,23 @@ class StreamBatcher:
             if key in self._groups:
                 return self._groups[key]
             layout = kind.layout
-            batched = layout.batched and not self._one_per_call
+            batched = layout.batched
             needed = self._in.needed
             shared = [k for k, n in enumerate(needed) if n in kind.shared]
+            if self.device_states:  # the wrapped model for these state axes (device.py)
+                axes = state_axes(layout, batched, self._states)
+                if axes not in self._device_axes:
+                    wrapped = wrapped_model(self.session_model, self.carry, dict(zip(self._states, axes)), self._states,
+                                            self._opset)
+                    self._engine.add_device_model(list(axes), wrapped.SerializeToString())
+                    self._device_axes.add(axes)
+            else:
+                axes = tuple(_axis(layout.inputs.get(n) if batched else None) for n in self.carry.values())
             group = self._engine.add_group(
                 [list(s) for s in kind.signature],
                 [_axis(layout.inputs.get(n) if batched else None) for n in needed],
                 shared, list(values),
-                [_axis(layout.inputs.get(n) if batched else None) for n in self.carry.values()],
+                list(axes),
                 [_axis(layout.outputs.get(o) if batched else None) for o in self.output_names],
                 [int(layout.rows.get(o, 1)) for o in self.output_names],
                 self.max_batch if batched else 1)
@@ -262,34 +291,9 @@ class StreamBatcher:
             return group
 
 
-def _per_call_quantized(model: onnx.ModelProto) -> str:
-    """Why steps of this model must run one stream per call even where the batch axes allow more:
-    a FusedLSTM with int8 weights quantizes its input and h with one scale per call, so streams
-    batched together would change each other's results (issue 45); '' where none does."""
-    from lstm_ort.ops.identity import is_fused
-
-    int8 = {t.name for t in model.graph.initializer if t.data_type == INT8_WEIGHT_TYPE}
-    for node in _all_nodes(model.graph):
-        if is_fused(node) and len(node.input) > 1 and node.input[1] in int8:
-            return (f"FusedLSTM node {node.name or node.output[0]!r} has int8 weights, which quantize its input and h "
-                    "with one scale per call: streams batched together would change each other's results")
-    return ""
-
-
-def _all_nodes(graph: onnx.GraphProto):
-    for node in graph.node:
-        yield node
-        for a in node.attribute:
-            for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else a.graphs):
-                yield from _all_nodes(g)
-
-
-def _pair(p) -> tuple:
-    try:
-        stream, feeds = p
-    except (TypeError, ValueError):
-        raise StreamError(f"step_many: each step is a (stream, feeds) pair, not {p!r}") from None
-    return stream, feeds
+def _c_order(v: np.ndarray) -> np.ndarray:
+    """``v`` in C order, its rank kept (np.ascontiguousarray makes a 0-d array 1-d)."""
+    return np.require(v, requirements="C")
 
 
 def _axis(axis: int | None) -> int:

@@ -116,7 +116,7 @@ class DeviceRunner:
         session = self._session(self._axes(layout, len(slots)))
         binding = session.io_binding()
         for name in b._needed:
-            binding.bind_cpu_input(name, np.ascontiguousarray(feeds[name]))
+            binding.bind_cpu_input(name, np.require(feeds[name], requirements="C"))
         binding.bind_cpu_input(SLOTS, np.asarray(slots, np.int64))
         for out in b.output_names:
             binding.bind_output(out, "cpu")
@@ -133,15 +133,7 @@ class DeviceRunner:
 
     def _axes(self, layout, n: int) -> tuple[int, ...]:
         """Each carried input's batch axis; for a call of one stream any axis of size 1 will do."""
-        out = []
-        for name, shape in self.states.shapes.items():
-            axis = layout.inputs.get(name) if layout.batched else None
-            if axis is None:
-                if n != 1 or 1 not in shape:
-                    raise ValueError(f"carried input {name!r}: no batch axis to stack the states on")
-                axis = shape.index(1)
-            out.append(axis)
-        return tuple(out)
+        return state_axes(layout, layout.batched, self.states.shapes)
 
     def _flush(self, slots: list[int]) -> None:
         """Writes the pending states of these slots (streams opened since) into the slot arrays."""
@@ -228,6 +220,44 @@ def writer_model(shapes: dict[str, tuple[int, ...]], dtypes: dict[str, np.dtype]
                                       [new_slots_output(name)]))
     graph = helper.make_graph(nodes, "stream_state_writer", inputs, outputs)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
+
+
+def reader_model(shapes: dict[str, tuple[int, ...]], dtypes: dict[str, np.dtype], opset: int) -> onnx.ModelProto:
+    """Reads rows of the slot arrays (``<name>_rows``, [n, *shape]) back to the host."""
+    nodes, inputs, outputs = [], [helper.make_tensor_value_info(SLOTS, TensorProto.INT64, ["n"])], []
+    for name, shape in shapes.items():
+        t = helper.np_dtype_to_tensor_dtype(np.dtype(dtypes[name]))
+        inputs.append(helper.make_tensor_value_info(slots_input(name), t, ["capacity", *shape]))
+        outputs.append(helper.make_tensor_value_info(f"{PREFIX}{name}_rows", t, ["n", *shape]))
+        nodes.append(helper.make_node("Gather", [slots_input(name), SLOTS], [f"{PREFIX}{name}_rows"], axis=0))
+    graph = helper.make_graph(nodes, "stream_state_reader", inputs, outputs)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
+
+
+def grow_model(shapes: dict[str, tuple[int, ...]], dtypes: dict[str, np.dtype], opset: int) -> onnx.ModelProto:
+    """Pads the slot arrays with zero rows (``<name>_pads``, ONNX Pad's pads): more streams' room."""
+    nodes, inputs, outputs = [], [], []
+    for name, shape in shapes.items():
+        t = helper.np_dtype_to_tensor_dtype(np.dtype(dtypes[name]))
+        inputs += [helper.make_tensor_value_info(slots_input(name), t, ["capacity", *shape]),
+                   helper.make_tensor_value_info(f"{PREFIX}{name}_pads", TensorProto.INT64, [2 * (len(shape) + 1)])]
+        outputs.append(helper.make_tensor_value_info(new_slots_output(name), t, ["grown", *shape]))
+        nodes.append(helper.make_node("Pad", [slots_input(name), f"{PREFIX}{name}_pads"], [new_slots_output(name)]))
+    graph = helper.make_graph(nodes, "stream_state_grow", inputs, outputs)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", max(opset, 11))], ir_version=8)
+
+
+def state_axes(layout, batched: bool, shapes: dict[str, tuple[int, ...]]) -> tuple[int, ...]:
+    """Each carried input's batch axis in a call (a call of one stream: any axis of size 1 will do)."""
+    out = []
+    for name, shape in shapes.items():
+        axis = layout.inputs.get(name) if batched else None
+        if axis is None:
+            if 1 not in shape:
+                raise ValueError(f"carried input {name!r}: no batch axis to stack the states on")
+            axis = shape.index(1)
+        out.append(axis)
+    return tuple(out)
 
 
 def _squeeze(x: str, y: str, axes: list[int], opset: int) -> list[onnx.NodeProto]:

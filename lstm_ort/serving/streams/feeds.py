@@ -44,6 +44,9 @@ class StepInputs:
             if dims is not None:
                 if value.ndim != len(dims) or any(d is not None and d != s for d, s in zip(dims, value.shape)):
                     raise StreamError(f"input {name!r} has shape {value.shape}, the model takes {dims_text(dims)}")
+            if 0 in value.shape:  # no stream's step: a batch of none, or a chunk of no time steps
+                raise StreamError(f"input {name!r} has shape {value.shape}: a step takes one stream's feeds, "
+                                  "none of them empty")
             out[name] = value
         return out
 

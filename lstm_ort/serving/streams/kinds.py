@@ -15,7 +15,10 @@ import onnx
 
 from lstm_ort.graph.batch_axes import BatchLayout, batch_layout
 from lstm_ort.graph.trace import TraceFailed
+from lstm_ort.ops.identity import INT8_WEIGHT_TYPE, is_fused
+from lstm_ort.ops.spec import attribute
 from lstm_ort.runtime.messages import clean_message
+from lstm_ort.runtime.nodes import set_attribute
 from lstm_ort.serving.streams.errors import StreamError
 from lstm_ort.serving.streams.feeds import StepInputs
 
@@ -33,8 +36,44 @@ class Kind:
         return tuple(np.ascontiguousarray(feeds[n]).tobytes() for n in self.shared)
 
     def stacks(self, name: str) -> int | None:
-        """The batch axis ``name``'s rows are stacked on in a call (None: fed once)."""
-        return self.layout.inputs.get(name) if self.layout.batched else None
+        """The axis of ``name`` that holds the streams' rows (None: one value for all), as the
+        analysis found it, also where something else keeps this kind from batching."""
+        return self.layout.inputs.get(name)
+
+
+def int8_nodes(model: onnx.ModelProto) -> list[onnx.NodeProto]:
+    """The FusedLSTM nodes with int8 weights, subgraphs included."""
+    int8 = {t.name for t in model.graph.initializer if t.data_type == INT8_WEIGHT_TYPE}
+    return [n for n in _all_nodes(model.graph) if is_fused(n) and len(n.input) > 1 and n.input[1] in int8]
+
+
+def with_row_scales(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` (in place) with its int8 FusedLSTM nodes quantizing each batch row with its own
+    scales (attribute int8_scales="row", docs/ops.md): a stream batched with others then gets, bit
+    for bit, what it gets alone, where one scale per call would let a loud stream move a quiet
+    one's result."""
+    for node in int8_nodes(model):
+        set_attribute(node, "int8_scales", "row")
+    return model
+
+
+def per_call_quantized(model: onnx.ModelProto) -> str:
+    """Why steps of this model must run one stream per call even where the batch axes allow more:
+    a FusedLSTM with int8 weights and one scale per call (int8_scales "call", the default), so
+    streams batched together would change each other's results; '' where none does."""
+    for node in int8_nodes(model):
+        if attribute(node, "int8_scales", "call") != "row":
+            return (f"FusedLSTM node {node.name or node.output[0]!r} quantizes its input and h with one scale per call "
+                    "(int8 weights, int8_scales 'call'): streams batched together would change each other's results")
+    return ""
+
+
+def _all_nodes(graph: onnx.GraphProto):
+    for node in graph.node:
+        yield node
+        for a in node.attribute:
+            for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else a.graphs):
+                yield from _all_nodes(g)
 
 
 class Kinds:
@@ -44,6 +83,7 @@ class Kinds:
     def __init__(self, model: onnx.ModelProto, inputs: StepInputs, run_alone: Callable[[dict], object]):
         self.model, self.inputs, self._run_alone = model, inputs, run_alone
         self._kinds: dict[tuple, list[Kind]] = {}
+        self._per_call = per_call_quantized(model)
         self._lock = threading.Lock()
         self.fallback_reasons: list[str] = []
 
@@ -107,7 +147,7 @@ class Kinds:
                 kind = self._analyze(one, self.signature(one), state_shapes, quiet=True)
             except StreamError:
                 continue
-            if kind.layout.batched and all(kind.stacks(name) == a for name, a in zip(self.inputs.needed, hypothesis)):
+            if all(kind.stacks(name) == a for name, a in zip(self.inputs.needed, hypothesis)):
                 confirmed.append((hypothesis, one))
         if not confirmed:
             raise StreamError("step_batch: cannot tell the batch axes of these stacked feeds (step one stream's feeds "
@@ -149,6 +189,8 @@ class Kinds:
                                                                        f"model: {e}"])
         if layout.batched:
             layout.reasons += self._check_carried(layout)
+        if layout.batched and self._per_call:
+            layout.reasons.append(self._per_call)
         # One stream per call shares nothing: any values of these shapes take that path.
         shared = [n for n in self.inputs.needed if layout.inputs.get(n) is None] if layout.batched else []
         return Kind(signature, layout, {n: feeds[n].copy() for n in shared})

@@ -54,6 +54,8 @@ def engine_options(options: ort.SessionOptions | None) -> dict:
         "enable_mem_pattern": bool(options.enable_mem_pattern),
         "log_severity_level": int(options.log_severity_level),
     }
+    if options.enable_profiling:
+        out["profile_file_prefix"] = f"{options.profile_file_prefix or 'onnxruntime_profile'}_streams"
     config = []
     for key in CONFIG_KEYS:
         try:

@@ -9,20 +9,23 @@ import numbers
 from lstm_ort.serving.streams.errors import StreamError, closed
 
 
+_INT64 = (-(2 ** 63), 2 ** 63 - 1)
+
+
 def check_batcher_options(max_batch, max_wait_ms, workers) -> None:
     if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
         raise ValueError(f"max_batch must be an int >= 1, got {max_batch!r}")
     if isinstance(max_wait_ms, bool) or not isinstance(max_wait_ms, numbers.Real) or not math.isfinite(max_wait_ms) \
             or max_wait_ms < 0:
         raise ValueError(f"max_wait_ms must be a finite number of milliseconds >= 0, got {max_wait_ms!r}")
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise ValueError(f"workers must be an int >= 1, got {workers!r}")
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+        raise ValueError(f"workers must be an int >= 1 (or None: the device's default), got {workers!r}")
 
 
 def stream_id(stream) -> int:
     """An int id; StreamClosed for anything else (a float, a string, a bool)."""
-    if isinstance(stream, bool) or not isinstance(stream, numbers.Integral):
-        raise closed(stream)
+    if isinstance(stream, bool) or not isinstance(stream, numbers.Integral) or not _INT64[0] <= stream <= _INT64[1]:
+        raise closed(stream)  # ids are int64: one past them was never opened
     return int(stream)
 
 
@@ -37,3 +40,12 @@ def stream_ids(streams) -> list[int]:
     if not ids or len(set(ids)) != len(ids):
         raise StreamError("step_batch: streams must be distinct, at least one")
     return ids
+
+
+def step_pair(pair) -> tuple:
+    """step_many's (stream, feeds) pair; StreamError for anything else."""
+    try:
+        stream, feeds = pair
+    except (TypeError, ValueError):
+        raise StreamError(f"step_many: each step is a (stream, feeds) pair, not {pair!r}") from None
+    return stream, feeds

@@ -35,8 +35,8 @@ from lstm_ort.serving.batch.batcher import normalize_providers
 from lstm_ort.serving.streams.convs import convs_as_2d
 from lstm_ort.serving.streams.errors import BatcherShutDown, StreamClosed, StreamError, step_error
 from lstm_ort.serving.streams.feeds import StepInputs
-from lstm_ort.serving.streams.kinds import Kinds
-from lstm_ort.serving.streams.options import check_batcher_options, stream_ids
+from lstm_ort.serving.streams.kinds import Kinds, with_row_scales
+from lstm_ort.serving.streams.options import check_batcher_options, step_pair, stream_id, stream_ids
 from lstm_ort.serving.streams.state import HostSlots
 from lstm_ort.serving.streams.stats import Counters, StreamStats
 
@@ -113,7 +113,9 @@ class ReferenceStreamBatcher:
                  max_batch: int = 256, max_wait_ms: float = 2.0, *, device_states: bool | None = None,
                  batch_convs: bool | None = None, workers: int = 2):
         check_batcher_options(max_batch, max_wait_ms, workers)
-        self.model = load_model(os.fspath(model) if isinstance(model, os.PathLike) else model)
+        # int8 nodes quantize each stream's rows with their own scales: batched, each stream's result
+        # is, bit for bit, its own (kinds.with_row_scales).
+        self.model = with_row_scales(load_model(os.fspath(model) if isinstance(model, os.PathLike) else model))
         self._in = StepInputs(self.model, carry)
         self.carry = self._in.carry
         self._inputs, self._needed, self._needed_dtypes = self._in.types, self._in.needed, self._in.needed_dtypes
@@ -184,7 +186,7 @@ class ReferenceStreamBatcher:
         """Ends a stream: its queued steps fail with StreamClosed; a step already running
         completes and its state is dropped."""
         with self._lock:
-            st = self._streams.pop(stream, None)
+            st = self._streams.pop(stream_id(stream), None)
             if st is None:
                 raise StreamClosed(f"stream {stream!r} is not open")
             st.closed = True
@@ -203,7 +205,7 @@ class ReferenceStreamBatcher:
     def state(self, stream: int) -> dict[str, np.ndarray]:
         """A copy of the stream's carried inputs as its next step will read them."""
         with self._lock:
-            st = self._streams.get(stream)
+            st = self._streams.get(stream_id(stream))
             if st is None:
                 raise StreamClosed(f"stream {stream!r} is not open")
             return self._states.read(st.slot)
@@ -319,16 +321,19 @@ class ReferenceStreamBatcher:
         """Checks every step (raising before any is queued), then queues them."""
         now = time.perf_counter()
         steps = []
-        for stream, feeds in pairs:
-            st = self._streams.get(stream)
+        for pair in pairs:
+            stream, feeds = step_pair(pair)
+            st = self._streams.get(stream_id(stream))
             if st is None:
                 raise StreamClosed(f"stream {stream!r} is not open")
             known = self._known_group(feeds)
             if known is None:
                 feeds = self._in.check(feeds)
-                steps.append(_Step(st, feeds, self._group(feeds), now, done))
+                group = self._group(feeds)
             else:
-                steps.append(_Step(st, known[1], known[0], now, done))
+                group, feeds = known
+            # copied: the caller may reuse its buffers as soon as submit returns
+            steps.append(_Step(st, {n: np.array(v, copy=True) for n, v in feeds.items()}, group, now, done))
         with self._lock:
             if self._stopping:
                 raise BatcherShutDown("the batcher is shut down")

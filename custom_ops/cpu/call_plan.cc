@@ -1,0 +1,330 @@
+#include "cpu/call_plan.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "cpu/kernel_tuner.h"
+#include "cpu/kernels.h"
+#include "enum_names.h"
+
+namespace lstm_ort::cpu {
+
+const char* WeightFormatName(WeightFormat f) {
+  switch (f) {
+    case WeightFormat::kFp32: return "fp32";
+    case WeightFormat::kBf16: return "bf16";
+    case WeightFormat::kInt8: return "int8";
+  }
+  return "?";
+}
+
+CpuPlanKnobs CpuPlanKnobs::From(const CpuOverrides& o) {
+  CpuPlanKnobs k;
+  k.split_min = o.split_min;
+  k.parallel_min = o.parallel_min;
+  k.split = o.split;
+  k.int8_split_min = o.int8_split_min;
+  k.int8_step_split_min = o.int8_step_split_min;
+  return k;
+}
+
+int64_t ProjectSplit::RowStart(int64_t r, int64_t M) const {
+  return std::min(M, 6 * (tiles * r / row_blocks));
+}
+
+// Threads for one layer's recurrence (P threads available); step_flops and weight_bytes are one
+// direction's (less than 2B*H*4H and 4H*H*4 when its recurrence is factored). `rows_coupled`:
+// the format quantizes a step's rows together (int8, one scale per step), so they cannot split.
+Recurrence PlanRecurrence(const Dims& d, int64_t np, int64_t steps, int P, double step_flops, double weight_bytes,
+                          const CpuPlanKnobs& kn, bool rows_coupled) {
+  Recurrence plan;
+  if (P <= 1 || steps == 0) return plan;
+  const int64_t per_dir = std::max<int64_t>(1, P / d.D);
+  if (kn.split == 1) return plan;
+  if (kn.split == 2 && !rows_coupled) {
+    plan.batch_chunks = std::min<int64_t>(per_dir, d.B);
+    return plan;
+  }
+  if (kn.split == 3) {  // with fewer threads than directions: the directions in turn
+    plan.groups_in_turn = per_dir == 1 && d.D > 1;
+    plan.unit_chunks = std::min<int64_t>(plan.groups_in_turn ? P : per_dir, np);
+    return plan;
+  }
+  if (per_dir <= 1) {
+    // One thread per direction, unless the directions' weights together do not stay in cache:
+    // then each step streams them from memory, and the directions are faster in turn, each
+    // streamed by every thread, as stock runs them (H1024 B1 T100 bi, 2 threads: 68-98 -> 50-67
+    // ms). H512's 2 x 4 MiB is faster on a thread each (10-12 ms against 12-13 in turn).
+    if (d.D > 1 && d.D * weight_bytes > kSharedCacheBytes && step_flops >= kn.split_min) {
+      plan.unit_chunks = std::min<int64_t>(P, np);
+      plan.groups_in_turn = true;
+    }
+    return plan;
+  }
+  if (step_flops * steps < kn.parallel_min) return plan;
+  // Batch rows split with no synchronisation while each thread still gets whole row tiles and
+  // the weights stay in cache; else the panels split, which costs a meeting per step.
+  const bool weights_cached = weight_bytes <= (1 << 20);
+  if (!rows_coupled && d.B >= 3 * per_dir && weights_cached) {
+    plan.batch_chunks = per_dir;
+    return plan;
+  }
+  if (step_flops >= kn.split_min) {
+    plan.unit_chunks = std::min<int64_t>(per_dir, np);
+    return plan;
+  }
+  if (!rows_coupled && d.B >= 2 * per_dir) plan.batch_chunks = std::min<int64_t>(per_dir, d.B);
+  return plan;
+}
+
+// About four items per thread (claimed in order, so a slow thread takes fewer). Each row block reads
+// all the weights of its panels and each panel block all the input rows of its row block, so the
+// split minimises row_blocks * weight bytes + panel_blocks * input bytes (pb = sqrt(want * W / A)).
+// The items are of one size and their count a multiple of the threads where the shape allows:
+// 9 items on 2 threads (3 panel blocks of 21 and 22 panels, 3 row blocks) left one thread a ninth
+// of the projection alone at the end.
+ProjectSplit SplitProjection(int64_t M, int64_t K, int64_t Q, int64_t workers) {
+  ProjectSplit sp;
+  sp.workers = workers;
+  sp.tiles = (M + 5) / 6;
+  if (workers <= 1) return sp;
+  const int64_t want = 4 * workers;
+  const double weight_bytes = double(Q) * K * kPanel, input_bytes = double(M) * K;
+  const double best_pb = std::sqrt(want * weight_bytes / std::max(1.0, input_bytes));
+  const int64_t lo = std::min(std::min(Q, want), std::max<int64_t>(1, want / sp.tiles)), hi = std::min(Q, want);
+  sp.panel_blocks = std::clamp<int64_t>(std::llround(best_pb), lo, hi);
+  double best_miss = 1e30;  // a divisor of Q in [lo, hi] nearest best_pb (by ratio): panel blocks of one width
+  for (int64_t pb = lo; pb <= hi; ++pb) {
+    const double miss = std::abs(std::log(pb / best_pb));
+    if (Q % pb == 0 && miss < best_miss) best_miss = miss, sp.panel_blocks = pb;
+  }
+  sp.row_blocks = (want + sp.panel_blocks - 1) / sp.panel_blocks;
+  while ((sp.row_blocks * sp.panel_blocks) % workers) ++sp.row_blocks;
+  sp.row_blocks = std::min(sp.row_blocks, sp.tiles);
+  return sp;
+}
+
+namespace {
+
+// A float (fp32 or bf16) product [M] x [Q panels] of depth K on up to P threads: a thread per
+// parallel_min flops.
+ProjectSplit FloatProduct(int64_t M, int64_t K, int64_t Q, int P, const CpuPlanKnobs& kn) {
+  const double flops = 2.0 * M * K * Q * kPanel;
+  const int64_t workers = std::min<int64_t>(P, std::max<int64_t>(1, static_cast<int64_t>(flops / kn.parallel_min)));
+  return SplitProjection(M, K, Q, workers);
+}
+
+// The int8 product: a thread per int8_split_min multiply-adds; whole panel blocks over all rows
+// where the panels feed every thread (each thread streams only its weights), else row blocks too.
+ProjectSplit Int8Product(int64_t M, int64_t K, int64_t Q, int P, const CpuPlanKnobs& kn) {
+  ProjectSplit sp;
+  sp.tiles = (M + 5) / 6;
+  sp.workers = std::min<int64_t>(P, std::max<int64_t>(1, M * K * Q * kPanel / kn.int8_split_min));
+  if (sp.workers <= 1) return sp;
+  sp.panel_blocks = std::min<int64_t>(Q, 4 * sp.workers);
+  sp.row_blocks = std::min<int64_t>(sp.tiles, std::max<int64_t>(1, 4 * sp.workers / sp.panel_blocks));
+  return sp;
+}
+
+// A step's multiply-adds from which the int8 format splits its panels over threads that meet after
+// every step (LSTM_ORT_CPU_INT8_STEP_SPLIT_MIN, else by the int8 unit): AMX tiles make a step ~8x
+// shorter than VNNI's vectors, and the meeting's cost stays (I131 H203 L2 B8 T50, two threads:
+// 1.18 ms split, 1.02 whole on AMX; H512 B8: 1.19 split, 1.44 whole).
+int64_t Int8StepSplitMin(const CpuMachine& m, const CpuPlanKnobs& kn) {
+  if (kn.int8_step_split_min) return kn.int8_step_split_min;
+  return m.int8_isa == "amx" ? int64_t{4} << 20 : int64_t{1} << 19;
+}
+
+// The int8 recurrence with one scale per step (rows coupled): each direction on a thread of its
+// own where there is work for two; a large step's panels split over more threads meeting after
+// every step.
+Recurrence Int8CallScalesRecurrence(const Dims& d, int64_t np, int64_t steps, int P, const CpuPlanKnobs& kn,
+                                    int64_t step_split_min) {
+  Recurrence r;
+  const int64_t step_macs = d.B * d.H * kGates * d.H;
+  const int64_t per_dir = std::max<int64_t>(1, P / d.D);
+  r.unit_chunks = per_dir > 1 && step_macs >= step_split_min ? std::min<int64_t>(per_dir, np) : 1;
+  r.parallel_groups = r.unit_chunks == 1 && P >= 2 && d.D == 2 && step_macs * steps >= kn.int8_split_min;
+  return r;
+}
+
+const char* KernelLabel(CpuKernel k) { return EnumName(k); }
+
+void PlanKernel(CpuCallPlan& p, const CpuCallInputs& in, const Attributes& attrs, const CpuMachine& m,
+                CpuKernel env_kernel) {
+  const CpuKernel forced = attrs.cpu_kernel_set ? attrs.cpu_kernel : env_kernel;
+  const bool from_env = !attrs.cpu_kernel_set && env_kernel != CpuKernel::kAuto;
+  const int64_t B = in.dims.B;
+  p.stock_pieces = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(B, m.threads)));
+  if (forced == CpuKernel::kFused) {
+    p.kernel = CpuKernel::kFused;
+    p.kernel_why = from_env ? "LSTM_ORT_CPU_KERNEL=fused" : "forced by the node's cpu_kernel";
+    return;
+  }
+  if (in.why_no_stock) {
+    if (forced != CpuKernel::kAuto) {
+      p.refused = std::string("cpu_kernel=") + KernelLabel(forced) + " cannot run this call: " + in.why_no_stock;
+      p.kernel = forced;
+      return;
+    }
+    p.kernel = CpuKernel::kFused;
+    p.kernel_why = std::string("stock's LSTM cannot: ") + in.why_no_stock;
+    return;
+  }
+  if (forced != CpuKernel::kAuto) {
+    p.kernel = forced;
+    p.kernel_why = from_env ? std::string("LSTM_ORT_CPU_KERNEL=") + KernelLabel(forced) : "forced by the node's cpu_kernel";
+    return;
+  }
+  std::vector<CpuKernel> candidates = {CpuKernel::kFused, CpuKernel::kStock};
+  if (p.stock_pieces > 1) candidates.push_back(CpuKernel::kStockSplit);
+  if (m.pool_threads > 1) candidates.push_back(CpuKernel::kStockThreads);
+  const CpuKernel tuned = TunedCpuKernel(attrs, m.name, in.dims.T, B);
+  if (tuned != CpuKernel::kAuto) {
+    auto can = [&](CpuKernel k) { return std::find(candidates.begin(), candidates.end(), k) != candidates.end(); };
+    // A tuned kernel this call cannot run gives way: stock_threads (a pool counted as one thread)
+    // to stock, stock_split (one piece) to stock.
+    p.kernel = can(tuned) ? tuned : tuned == CpuKernel::kStockThreads || tuned == CpuKernel::kStockSplit
+                                        ? CpuKernel::kStock
+                                        : CpuKernel::kFused;
+    p.kernel_why = std::string("tuned (lstm-ort tune --cpu): ") + KernelLabel(tuned);
+    return;
+  }
+  p.kernel = CpuKernel::kAuto;
+  p.candidates = candidates;
+  p.kernel_why = "measured per shape class";
+}
+
+}  // namespace
+
+WeightFormat FormatFor(const Attributes& attrs, bool int8_weights, const CpuMath& math) {
+  if (int8_weights) return WeightFormat::kInt8;
+  const bool bf16 = DecidePrecision(attrs.precision, Device::kCpu, Dims{}, math).runs == Arithmetic::kBf16;
+  return bf16 && !attrs.ranks.Any() ? WeightFormat::kBf16 : WeightFormat::kFp32;
+}
+
+CpuKernel TunedCpuKernel(const Attributes& attrs, const std::string& cpu_name, int64_t T, int64_t B) {
+  const ShapeClass want = ClassOf(T, B);
+  for (const TunedStrategy& t : attrs.tuned)
+    if (t.gpu == std::string(kTunedCpuPrefix) + cpu_name && ClassOf(t.T, t.B) == want) return t.cpu_kernel;
+  return CpuKernel::kAuto;
+}
+
+CpuCallPlan PlanCpuCall(const CpuCallInputs& in, const Attributes& attrs, const CpuMachine& m,
+                        const CpuPlanKnobs& kn, CpuKernel env_kernel) {
+  CpuCallPlan p;
+  p.in = in;
+  const Dims& d = in.dims;
+  p.threads = std::max(1, m.threads);
+  p.factored = attrs.ranks.Any();
+  p.int8_scales = attrs.int8_scales;
+  if (in.int8_weights) {
+    p.format = WeightFormat::kInt8;
+    p.precision.requested = attrs.precision;
+    p.precision.words = "DynamicQuantizeLSTM's arithmetic";
+  } else {
+    p.precision = DecidePrecision(attrs.precision, Device::kCpu, d, m.math);
+    if (!p.precision.refused.empty()) {
+      p.refused = p.precision.refused;
+      return p;
+    }
+    p.format = FormatFor(attrs, false, m.math);
+    if (p.precision.runs == Arithmetic::kBf16 && p.factored) {
+      p.precision.runs = Arithmetic::kFp32;  // factored weights keep their fp32 path (docs/ops.md)
+      p.precision.words = "fp32: factored weights run fp32 (bf16 takes whole weights)";
+    }
+  }
+  PlanKernel(p, in, attrs, m, env_kernel);
+  if (!p.refused.empty()) return p;
+
+  const int P = p.threads;
+  const int64_t np = (d.H + kUnits - 1) / kUnits, M = in.max_len * d.B;
+  const bool int8 = p.format == WeightFormat::kInt8;
+  const bool rows_coupled = int8 && p.int8_scales == Int8Scales::kCall;
+  const double weight_size = p.format == WeightFormat::kFp32 ? 4.0 : p.format == WeightFormat::kBf16 ? 2.0 : 1.0;
+  for (int64_t l = 0; l < d.L; ++l) {
+    LayerPlan lp;
+    const int64_t I = d.LayerInput(l);
+    bool input_factored = false;
+    for (int64_t dir = 0; dir < d.D; ++dir) input_factored = input_factored || attrs.ranks.Input(l * d.D + dir) > 0;
+    if (in.max_len > 0 && !input_factored) {
+      lp.projection.push_back(int8 ? Int8Product(M, I, d.D * np, P, kn) : FloatProduct(M, I, d.D * np, P, kn));
+    } else if (in.max_len > 0) {
+      for (int64_t dir = 0; dir < d.D; ++dir) {
+        const int64_t r = attrs.ranks.Input(l * d.D + dir);
+        if (!r) {
+          lp.projection.push_back(FloatProduct(M, I, np, P, kn));
+          continue;
+        }
+        const int64_t a_panels = (r + kPanel - 1) / kPanel;
+        lp.projection.push_back(FloatProduct(M, I, a_panels, P, kn));
+        lp.projection.push_back(FloatProduct(M, r, np, P, kn));
+      }
+    }
+    // A factored direction's step is two products, h x A then (h A) x B with the cell:
+    // 2B * rank * (H + 4H) flops where the whole R takes 2B * H * 4H.
+    for (int64_t dir = 0; dir < d.D; ++dir) {
+      const int64_t r = attrs.ranks.Recurrent(l * d.D + dir), depth = r ? r * (d.H + kGates * d.H) : kGates * d.H * d.H;
+      lp.step_flops = std::max(lp.step_flops, 2.0 * d.B * depth);
+      lp.weight_bytes = std::max(lp.weight_bytes, weight_size * depth);
+    }
+    lp.recurrence = rows_coupled ? Int8CallScalesRecurrence(d, np, in.max_len, P, kn, Int8StepSplitMin(m, kn))
+                                 : PlanRecurrence(d, np, in.max_len, P, lp.step_flops, lp.weight_bytes, kn, false);
+    const Recurrence& rec = lp.recurrence;
+    if (!rows_coupled && rec.unit_chunks == 1) {
+      const int64_t groups = d.D * rec.batch_chunks;
+      lp.recurrence.parallel_groups =
+          std::min<int64_t>(groups, P) > 1 && lp.step_flops * in.max_len >= kn.parallel_min;
+    }
+    p.layers.push_back(std::move(lp));
+  }
+  return p;
+}
+
+namespace {
+
+std::string ProjectionText(const std::vector<ProjectSplit>& products) {
+  if (products.empty()) return "no steps";
+  std::string out;
+  for (const ProjectSplit& sp : products) {
+    if (!out.empty()) out += " then ";
+    out += sp.workers <= 1 ? std::string("1 thread")
+                           : std::to_string(sp.workers) + " threads (" + std::to_string(sp.Items()) + " items)";
+  }
+  return "projection " + out;
+}
+
+std::string RecurrenceText(const Recurrence& r, int64_t D) {
+  if (r.unit_chunks > 1)
+    return std::string("panels split over ") + std::to_string(r.unit_chunks) + " threads meeting every step" +
+           (r.groups_in_turn ? ", directions in turn" : D > 1 ? ", a group per direction" : "");
+  if (r.batch_chunks > 1)
+    return "batch rows in " + std::to_string(r.batch_chunks) + " groups per direction" +
+           (r.parallel_groups ? ", on separate threads" : ", in turn");
+  if (D > 1) return r.parallel_groups ? "directions on a thread each" : "directions in turn on one thread";
+  return "one thread";
+}
+
+}  // namespace
+
+std::string DescribeCpuCall(const CpuCallPlan& p) {
+  if (!p.refused.empty()) return "refused: " + p.refused;
+  std::string text = std::string(EnumName(p.kernel)) + " (" + p.kernel_why;
+  if (p.kernel == CpuKernel::kAuto) {
+    text += ": ";
+    for (size_t i = 0; i < p.candidates.size(); ++i) text += (i ? ", " : "") + std::string(EnumName(p.candidates[i]));
+  }
+  text += ")";
+  if (p.kernel == CpuKernel::kStockSplit) text += "; stock in " + std::to_string(p.stock_pieces) + " batch pieces";
+  if (p.kernel != CpuKernel::kFused && p.kernel != CpuKernel::kAuto) return text;
+  text += std::string("; fused: ") + WeightFormatName(p.format) + (p.factored ? " factored" : "") + " weights";
+  if (p.format == WeightFormat::kInt8)
+    text += std::string(", activation scales per ") + (p.int8_scales == Int8Scales::kRow ? "row" : "call and step");
+  text += ", " + p.precision.words + ", " + std::to_string(p.threads) + (p.threads == 1 ? " thread" : " threads");
+  for (size_t l = 0; l < p.layers.size(); ++l)
+    text += "; layer " + std::to_string(l) + ": " + ProjectionText(p.layers[l].projection) + ", recurrence " +
+            RecurrenceText(p.layers[l].recurrence, p.in.dims.D);
+  return text;
+}
+
+}  // namespace lstm_ort::cpu

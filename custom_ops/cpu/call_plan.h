@@ -1,0 +1,124 @@
+// One CPU call's plan: every decision a FusedLSTM call on the CPU runs on, made once by one pure
+// function before anything runs, as the CUDA path's PlanCall (cuda/call_plan.h) does: which kernel
+// answers the call (FusedLSTM's own, or onnxruntime's LSTM kernel: the floor, docs/cpu.md), what it
+// computes in (the one precision decision, precision.h) and so the weight format, and per layer how
+// the projection and the recurrence use the threads. The kernel (cpu/lstm_cpu.cc) and the stack
+// runner (cpu/stack_run.h) read it and decide nothing again; DescribeCpuCall words it for
+// `lstm-ort check --seq-len --batch` (C entry point LstmOrtDescribeCpuCall).
+//
+// Plain C++ (no onnxruntime): unit-tested, and held to a snapshot of its decisions
+// (custom_ops/tests/cpu_call_plan_snapshot_test.cc, tests/data/cpu_plan_snapshot.tsv).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "lstm_ort/contract.h"
+#include "overrides.h"
+#include "precision.h"
+
+namespace lstm_ort::cpu {
+
+// How a node's weights are packed and multiplied (a format of the stack runner, cpu/stack_run.h):
+// fp32 panels (factored parts too: Packed::fx/fh), bf16 pairs, int8 quads.
+enum class WeightFormat { kFp32, kBf16, kInt8 };
+const char* WeightFormatName(WeightFormat f);
+
+// What PlanCpuCall knows of the machine, as values (the kernel fills them once; tests fake them).
+struct CpuMachine {
+  int threads = 1;            // threads to plan for (PlanThreads: the cores, or LSTM_ORT_CPU_THREADS)
+  int pool_threads = 0;       // the session pool's threads as counted (PoolThreads); 0: not counted
+  std::string name;           // the CPU's name, as `tuned` entries key it ("cpu:" + name)
+  CpuMath math;               // its reduced-precision units (precision.h)
+  std::string fp32_isa = "v3", int8_isa = "vnni512", bf16_isa = "amx";  // the builds picked (descriptions)
+};
+
+// What one call has besides its sizes.
+struct CpuCallInputs {
+  Dims dims;
+  int64_t max_len = 0;             // steps that run (the longest sequence)
+  bool float16 = false;            // X and the outputs are float16 (the math is fp32 or bf16)
+  bool int8_weights = false;       // W is int8 (with W_scale)
+  const char* why_no_stock = nullptr;  // why stock's LSTM cannot run this call; null: it can
+};
+
+// How one layer's recurrence uses the threads.
+struct Recurrence {
+  int64_t batch_chunks = 1;     // groups of batch rows per direction, never synchronised
+  int64_t unit_chunks = 1;      // threads splitting one group's panels, meeting after every step (phase)
+  bool groups_in_turn = false;  // the groups run one after another, each on all the threads
+  bool parallel_groups = false; // with unit_chunks 1: the groups run on separate threads
+};
+
+// How a product of the layer's input projection ([M rows] x [Q panels], depth K) is cut into items.
+struct ProjectSplit {
+  int64_t workers = 1;  // threads it runs on (1: the calling thread, in order)
+  int64_t row_blocks = 1, panel_blocks = 1, tiles = 1;
+  // Row blocks are whole 6-row tiles, their counts as even as the tiles allow.
+  int64_t RowStart(int64_t r, int64_t M) const;
+  int64_t Items() const { return row_blocks * panel_blocks; }
+};
+
+struct LayerPlan {
+  // One or two products: the layer's whole projection (every direction), or per factored
+  // direction x A then (x A) B (a direction kept whole: its own product).
+  std::vector<ProjectSplit> projection;
+  double step_flops = 0, weight_bytes = 0;  // one direction's step: what the recurrence is planned on
+  Recurrence recurrence;
+};
+
+struct CpuCallPlan {
+  CpuCallInputs in;
+  // The kernel that answers the call: kFused, a stock kernel, or kAuto (the tuner measures this
+  // call's shape class; `candidates` are what it measures).
+  CpuKernel kernel = CpuKernel::kFused;
+  std::string kernel_why;              // "forced by the node", "tuned (lstm-ort tune --cpu)", ...
+  std::vector<CpuKernel> candidates;   // under kAuto
+  int stock_pieces = 1;                // stock_split: batch pieces, one per thread
+  PrecisionDecision precision;         // what the fused kernel computes in
+  WeightFormat format = WeightFormat::kFp32;
+  bool factored = false;
+  Int8Scales int8_scales = Int8Scales::kCall;
+  int threads = 1;                     // the fused kernel's threads
+  std::vector<LayerPlan> layers;
+  std::string refused;                 // non-empty: the node cannot run on this CPU (why)
+};
+
+// The cost model's thresholds (the CPU knobs, docs/cpu.md).
+struct CpuPlanKnobs {
+  int64_t split_min = 400000;          // fp32/bf16: step flops from which a direction's panels split
+  int64_t parallel_min = 400000;       // fp32/bf16: flops worth another thread
+  int64_t split = 0;                   // LSTM_ORT_CPU_SPLIT: 0 planned, 1 one thread, 2 rows, 3 panels
+  int64_t int8_split_min = 1 << 19;    // int8: multiply-adds worth another thread
+  int64_t int8_step_split_min = 0;     // int8: a step's multiply-adds from which its panels split (0: by unit)
+  static CpuPlanKnobs From(const CpuOverrides& o);
+};
+
+// The plan of one call. The kernel: the node's `cpu_kernel` (or, where the node names none,
+// LSTM_ORT_CPU_KERNEL's, `env_kernel`), else a `tuned` entry of this CPU for the call's shape class
+// and thread count, else kAuto: the tuner measures the candidates.
+CpuCallPlan PlanCpuCall(const CpuCallInputs& in, const Attributes& attrs, const CpuMachine& machine,
+                        const CpuPlanKnobs& knobs, CpuKernel env_kernel = CpuKernel::kAuto);
+
+// The weight format the fused kernel runs a node in: int8 for int8 weights, bf16 where the
+// precision decision for this CPU says bf16 and the weights are whole (factored weights keep fp32),
+// else fp32.
+WeightFormat FormatFor(const Attributes& attrs, bool int8_weights, const CpuMath& math);
+
+// The kernel a preset `tuned` entry names for this call's class on this CPU, or kAuto.
+CpuKernel TunedCpuKernel(const Attributes& attrs, const std::string& cpu_name, int64_t T, int64_t B);
+
+// "fused (fp32 weights, AVX2 build); layer 0: projection on 2 threads (8 items); recurrence: ..."
+std::string DescribeCpuCall(const CpuCallPlan& plan);
+
+// Rules the plan is made of, for their unit tests.
+Recurrence PlanRecurrence(const Dims& d, int64_t np, int64_t steps, int P, double step_flops, double weight_bytes,
+                          const CpuPlanKnobs& knobs, bool rows_coupled);
+ProjectSplit SplitProjection(int64_t M, int64_t K, int64_t Q, int64_t workers);
+
+// Recurrent weights that two directions may stream at once, each on its own thread, without
+// evicting each other from the last-level cache.
+constexpr double kSharedCacheBytes = 16 << 20;
+
+}  // namespace lstm_ort::cpu

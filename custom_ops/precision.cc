@@ -1,0 +1,63 @@
+#include "precision.h"
+
+#include "enum_names.h"
+
+namespace lstm_ort {
+
+bool AutoRunsAsTf32(int64_t H, int64_t B) {
+  return B >= kMinBatchForAutoTf32 || (H >= kMinHiddenForAutoTf32 && B * H >= kMinCellsForAutoTf32);
+}
+
+namespace {
+
+PrecisionDecision OnCuda(Precision requested, const Dims& d) {
+  PrecisionDecision out;
+  out.requested = requested;
+  if (requested != Precision::kAuto) {
+    out.runs = static_cast<Arithmetic>(requested);
+    out.words = EnumName(out.runs);
+    return out;
+  }
+  const bool tf32 = AutoRunsAsTf32(d.H, d.B);
+  out.runs = tf32 ? Arithmetic::kTf32 : Arithmetic::kFp32;
+  out.words = tf32 ? "tf32: auto at this size, where fp32 would lose to stock's TF32 default"
+                   : "fp32: auto at this size, where fp32 costs nothing";
+  return out;
+}
+
+PrecisionDecision OnCpu(Precision requested, const CpuMath& cpu) {
+  PrecisionDecision out;
+  out.requested = requested;
+  out.runs = Arithmetic::kFp32;
+  switch (requested) {
+    case Precision::kFp32: out.words = "fp32"; break;
+    case Precision::kAuto:
+      out.words = "fp32: auto on the CPU (no TF32 arithmetic here; bf16 is beyond auto's bound)";
+      break;
+    case Precision::kTf32: out.words = "fp32: the CPU has no TF32 arithmetic, and fp32 is within tf32's bound"; break;
+    case Precision::kFp16:
+      out.words = "fp32: fp16 products are no faster than fp32 ones on the CPU, and fp32 is within fp16's bound";
+      break;
+    case Precision::kBf16:
+      if (!cpu.Bf16()) {
+        out.refused =
+            "precision bf16 on the CPU needs AVX512-BF16 or AMX-BF16, which this CPU lacks (or the OS does not "
+            "grant): give the node precision fp32 (the session option lstm_ort.precision=fp32), or run it on CUDA";
+        out.words = "refused: " + out.refused;
+        break;
+      }
+      out.runs = Arithmetic::kBf16;
+      out.words = std::string("bf16 weights and inputs to the products, fp32 accumulation and cell (") +
+                  (cpu.amx_bf16 ? "AMX-BF16" : "AVX512-BF16") + ")";
+      break;
+  }
+  return out;
+}
+
+}  // namespace
+
+PrecisionDecision DecidePrecision(Precision requested, Device device, const Dims& d, const CpuMath& cpu) {
+  return device == Device::kCuda ? OnCuda(requested, d) : OnCpu(requested, cpu);
+}
+
+}  // namespace lstm_ort

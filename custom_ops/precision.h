@@ -1,0 +1,55 @@
+// The one precision decision: what a call computes in (an Arithmetic) for the mode its node asks
+// for (the `precision` attribute, a Precision), on one device, at one call's sizes. Both kernels
+// ask it once per call plan (cpu/call_plan.h, cuda/call_plan.h) and read only its answer; Python
+// asks the same function through the C entry point LstmOrtDecidePrecision
+// (lstm_ort.runtime.native.decide_precision). Plain C++: the CPU's units come in as values.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "lstm_ort/contract.h"
+
+namespace lstm_ort {
+
+enum class Device : int32_t { kCpu = 0, kCuda };
+
+// The reduced-precision units of a CPU that this process may use (cpu/cpu_features.h finds them
+// at run time; tests fake them).
+struct CpuMath {
+  bool avx512_bf16 = false;  // vdpbf16ps: pairs of bf16 products summed into fp32
+  bool amx_bf16 = false;     // AMX tiles with BF16 products, granted to this process by the OS
+  bool amx_int8 = false;     // AMX tiles with int8 products, likewise
+  bool Bf16() const { return avx512_bf16 || amx_bf16; }
+};
+
+// `auto` on CUDA runs a call as TF32 (stock's own default class) where FP32 measurably loses to
+// stock's TF32 default: from kMinBatchForAutoTf32 rows on, and for H >= kMinHiddenForAutoTf32
+// from kMinCellsForAutoTf32 = B*H on, where the FP32 weights stream from memory every step
+// (H100, T=100, fp32 vs best stock TF32 ms: H512 B256 3.05 vs 2.50, H1024 B32 1.70 vs 1.69,
+// H1024 B64 3.09 vs 2.05, H2048 B8 4.46 vs 3.97, H2048 B32 7.37 vs 4.17; fp32 still wins at
+// H2048 B4 3.74 vs 3.90, H1024 B8, H512 B128 1.64 vs 1.74, H256 B512).
+constexpr int64_t kMinBatchForAutoTf32 = 256;
+constexpr int64_t kMinHiddenForAutoTf32 = 1024;
+constexpr int64_t kMinCellsForAutoTf32 = 16 * 1024;
+bool AutoRunsAsTf32(int64_t H, int64_t B);
+
+struct PrecisionDecision {
+  Precision requested = Precision::kFp32;
+  Arithmetic runs = Arithmetic::kFp32;
+  // Non-empty: this device cannot run the mode, and why (a kernel refuses the node with it).
+  std::string refused;
+  // What runs, in words, for reports ("fp32: the CPU has no TF32 arithmetic ...").
+  std::string words;
+};
+
+// What a call of sizes `d` (H and B are read) computes in on `device` for the `requested` mode;
+// `cpu` is read for the CPU's bf16.
+//   CUDA: auto -> tf32 where AutoRunsAsTf32, else fp32; every other mode as asked.
+//   CPU: fp32 -> fp32; auto, tf32 and fp16 -> fp32 (the CPU has no TF32 arithmetic, fp16 products
+//        would not be faster than the fp32 ones here, and fp32 is within each mode's bound;
+//        auto never takes bf16, whose bound is beyond auto's); bf16 -> bf16 where the CPU has
+//        AVX512-BF16 or AMX-BF16, else refused with the reason.
+PrecisionDecision DecidePrecision(Precision requested, Device device, const Dims& d, const CpuMath& cpu = {});
+
+}  // namespace lstm_ort

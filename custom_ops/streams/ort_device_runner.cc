@@ -1,0 +1,256 @@
+#include "ort_device_runner.h"
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+
+#include "element_types.h"
+#include "ort_runner.h"
+
+namespace lstm_ort::streams {
+
+namespace {
+
+constexpr const char* kPrefix = "__streams_";
+constexpr int64_t kFirstCapacity = 256;
+
+std::string SlotsInput(const std::string& name) { return std::string(kPrefix) + name + "_slots"; }
+std::string NewSlotsOutput(const std::string& name) { return std::string(kPrefix) + name + "_new_slots"; }
+std::string Updates(const std::string& name) { return std::string(kPrefix) + name + "_updates"; }
+std::string Rows(const std::string& name) { return std::string(kPrefix) + name + "_rows"; }
+std::string Pads(const std::string& name) { return std::string(kPrefix) + name + "_pads"; }
+const std::string kSlots = std::string(kPrefix) + "slots";
+
+Ort::Session SessionOf(const SessionSpec& base, const std::string& model) {
+  SessionSpec spec = base;
+  spec.model = model;
+  return MakeSession(spec);
+}
+
+struct DeviceCallHold {
+  std::vector<Ort::Value> outputs;
+};
+
+}  // namespace
+
+OrtDeviceRunner::OrtDeviceRunner(const SessionSpec& spec, std::vector<std::string> step_inputs,
+                                 std::vector<std::pair<std::string, std::string>> carry)
+    : spec_(spec), step_inputs_(std::move(step_inputs)), carry_(std::move(carry)),
+      cpu_(Ort::MemoryInfo::CreateCpu(OrtDeviceAllocator, OrtMemTypeDefault)) {
+  const auto [device, id] = SessionDevice(spec_);
+  if (device == "Cuda") {
+    device_ = Ort::MemoryInfo("Cuda", OrtDeviceAllocator, id, OrtMemTypeDefault);
+    pinned_ = Ort::MemoryInfo("CudaPinned", OrtDeviceAllocator, id, OrtMemTypeCPUOutput);
+  } else {
+    device_ = Ort::MemoryInfo::CreateCpu(OrtDeviceAllocator, OrtMemTypeDefault);
+    pinned_ = Ort::MemoryInfo::CreateCpu(OrtDeviceAllocator, OrtMemTypeDefault);
+  }
+  // The model's own outputs: the spec's model is the unwrapped one.
+  Ort::Session plain = MakeSession(spec_);
+  Ort::AllocatorWithDefaultOptions allocator;
+  for (size_t k = 0; k < plain.GetOutputCount(); ++k)
+    output_names_.push_back(plain.GetOutputNameAllocated(k, allocator).get());
+}
+
+OrtDeviceRunner::~OrtDeviceRunner() = default;
+
+void OrtDeviceRunner::SetModels(const DeviceModels& models) {
+  writer_ = SessionOf(spec_, models.writer);
+  reader_ = SessionOf(spec_, models.reader);
+  grow_ = SessionOf(spec_, models.grow);
+  if (SessionDevice(spec_).first == "Cuda") pinned_alloc_ = std::make_unique<Ort::Allocator>(writer_, pinned_);
+}
+
+void OrtDeviceRunner::AddModel(const std::vector<int>& axes, const std::string& model) {
+  {
+    std::lock_guard<std::mutex> lock(models_mu_);
+    if (sessions_.count(axes)) return;
+  }
+  auto session = std::make_unique<Ort::Session>(SessionOf(spec_, model));  // seconds on a GPU: outside the lock
+  std::lock_guard<std::mutex> lock(models_mu_);
+  sessions_.emplace(axes, std::move(session));
+}
+
+void OrtDeviceRunner::SetStateLayouts(const std::vector<TensorLayout>& states) { states_ = states; }
+
+int64_t OrtDeviceRunner::AllocateSlot() {
+  if (!free_.empty()) {
+    const int64_t slot = free_.back();
+    free_.pop_back();
+    return slot;
+  }
+  return allocated_++;
+}
+
+void OrtDeviceRunner::FreeSlot(int64_t slot) {
+  {
+    std::lock_guard<std::mutex> lock(pending_mu_);
+    pending_.erase(slot);
+  }
+  free_.push_back(slot);
+}
+
+void OrtDeviceRunner::WriteState(int64_t slot, const std::vector<const void*>& values) {
+  std::vector<std::vector<char>> rows;
+  for (size_t s = 0; s < states_.size(); ++s) {
+    const size_t bytes = states_[s].Bytes();
+    if (s < values.size() && values[s]) {
+      const char* v = static_cast<const char*>(values[s]);
+      rows.emplace_back(v, v + bytes);
+    } else {
+      rows.emplace_back(bytes, 0);  // a reused slot holds its last stream's state: zeros, written
+    }
+  }
+  std::lock_guard<std::mutex> lock(pending_mu_);
+  pending_[slot] = std::move(rows);
+}
+
+Ort::Value OrtDeviceRunner::HostTensor(const void* data, const std::vector<int64_t>& shape, int32_t type,
+                                       size_t bytes) const {
+  // onnxruntime reads inputs and never writes them; its API takes them as void*.
+  return Ort::Value::CreateTensor(cpu_, const_cast<void*>(data), bytes, shape.data(), shape.size(),
+                                  static_cast<ONNXTensorElementDataType>(type));
+}
+
+void OrtDeviceRunner::ReadState(int64_t slot, std::vector<std::vector<char>>* values) {
+  {
+    std::lock_guard<std::mutex> lock(pending_mu_);
+    auto it = pending_.find(slot);
+    if (it != pending_.end()) {
+      *values = it->second;
+      return;
+    }
+  }
+  std::shared_lock<std::shared_mutex> arrays(arrays_mu_);
+  values->clear();
+  int64_t row = slot;
+  const std::vector<int64_t> one{1};
+  Ort::IoBinding binding(reader_);
+  binding.BindInput(kSlots.c_str(), HostTensor(&row, one, ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64, sizeof row));
+  for (size_t s = 0; s < states_.size(); ++s) {
+    binding.BindInput(SlotsInput(carry_[s].second).c_str(), arrays_[s]);
+    binding.BindOutput(Rows(carry_[s].second).c_str(), cpu_);
+  }
+  reader_.Run(Ort::RunOptions{nullptr}, binding);
+  std::vector<Ort::Value> out = binding.GetOutputValues();
+  for (size_t s = 0; s < states_.size(); ++s) {
+    const char* data = static_cast<const char*>(out[s].GetTensorRawData());
+    values->emplace_back(data, data + states_[s].Bytes());
+  }
+}
+
+void OrtDeviceRunner::EnsureCapacity(int64_t needed) {
+  std::unique_lock<std::shared_mutex> exclusive(arrays_mu_);
+  if (needed <= capacity_) return;
+  int64_t grown = std::max(capacity_ * 2, kFirstCapacity);
+  while (grown < needed) grown *= 2;
+  Ort::IoBinding binding(grow_);
+  std::vector<std::vector<char>> zeros;
+  std::vector<std::vector<int64_t>> pads(states_.size());
+  for (size_t s = 0; s < states_.size(); ++s) {
+    const std::string& name = carry_[s].second;
+    const size_t rank = states_[s].shape.size() + 1;
+    pads[s].assign(2 * rank, 0);
+    if (capacity_ == 0) {  // the first arrays: zeros from the host
+      std::vector<int64_t> shape{grown};
+      shape.insert(shape.end(), states_[s].shape.begin(), states_[s].shape.end());
+      zeros.emplace_back(states_[s].Bytes() * grown, 0);
+      binding.BindInput(SlotsInput(name).c_str(),
+                        HostTensor(zeros.back().data(), shape, states_[s].type, zeros.back().size()));
+    } else {
+      pads[s][rank] = grown - capacity_;  // rows after the last
+      binding.BindInput(SlotsInput(name).c_str(), arrays_[s]);
+    }
+    const std::vector<int64_t> pads_shape{static_cast<int64_t>(pads[s].size())};
+    binding.BindInput(Pads(name).c_str(), HostTensor(pads[s].data(), pads_shape, ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64,
+                                                     pads[s].size() * sizeof(int64_t)));
+    binding.BindOutput(NewSlotsOutput(name).c_str(), device_);
+  }
+  grow_.Run(Ort::RunOptions{nullptr}, binding);
+  arrays_ = binding.GetOutputValues();
+  capacity_ = grown;
+}
+
+void OrtDeviceRunner::Flush(const std::vector<int64_t>& slots) {
+  std::vector<int64_t> rows;
+  std::vector<std::vector<char>> updates(states_.size());
+  {
+    std::lock_guard<std::mutex> lock(pending_mu_);
+    for (int64_t slot : slots) {
+      auto it = pending_.find(slot);
+      if (it == pending_.end()) continue;
+      rows.push_back(slot);
+      for (size_t s = 0; s < states_.size(); ++s)
+        updates[s].insert(updates[s].end(), it->second[s].begin(), it->second[s].end());
+      pending_.erase(it);
+    }
+  }
+  if (rows.empty()) return;
+  Ort::IoBinding binding(writer_);
+  const std::vector<int64_t> n{static_cast<int64_t>(rows.size())};
+  binding.BindInput(kSlots.c_str(), HostTensor(rows.data(), n, ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64,
+                                               rows.size() * sizeof(int64_t)));
+  for (size_t s = 0; s < states_.size(); ++s) {
+    const std::string& name = carry_[s].second;
+    std::vector<int64_t> shape{static_cast<int64_t>(rows.size())};
+    shape.insert(shape.end(), states_[s].shape.begin(), states_[s].shape.end());
+    binding.BindInput(Updates(name).c_str(), HostTensor(updates[s].data(), shape, states_[s].type, updates[s].size()));
+    binding.BindInput(SlotsInput(name).c_str(), arrays_[s]);
+    binding.BindOutput(NewSlotsOutput(name).c_str(), arrays_[s]);  // in place
+  }
+  writer_.Run(Ort::RunOptions{nullptr}, binding);
+}
+
+std::shared_ptr<void> OrtDeviceRunner::Run(const CallInputs& in, std::vector<CallOutput>* outputs) {
+  const std::vector<int64_t>& slots = *in.slots;
+  const int64_t last = *std::max_element(slots.begin(), slots.end());
+  {
+    std::shared_lock<std::shared_mutex> shared(arrays_mu_);
+    if (last >= capacity_) {
+      shared.unlock();
+      EnsureCapacity(last + 1);
+    }
+  }
+  std::shared_lock<std::shared_mutex> arrays(arrays_mu_);
+  Ort::Session* session = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(models_mu_);
+    auto it = sessions_.find(*in.state_axes);
+    if (it == sessions_.end()) throw std::logic_error("no wrapped model for these state axes");
+    session = it->second.get();
+  }
+  Flush(slots);
+  Ort::IoBinding binding(*session);
+  for (size_t k = 0; k < in.data.size(); ++k) {
+    const size_t bytes = TensorLayout{in.types[k], ElementSize(in.types[k]), in.shapes[k]}.Bytes();
+    binding.BindInput(step_inputs_[k].c_str(), HostTensor(in.data[k], in.shapes[k], in.types[k], bytes));
+  }
+  const std::vector<int64_t> n{static_cast<int64_t>(slots.size())};
+  binding.BindInput(kSlots.c_str(), HostTensor(slots.data(), n, ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64,
+                                               slots.size() * sizeof(int64_t)));
+  for (size_t s = 0; s < states_.size(); ++s) binding.BindInput(SlotsInput(carry_[s].second).c_str(), arrays_[s]);
+  for (const std::string& name : output_names_) binding.BindOutput(name.c_str(), pinned_);
+  for (size_t s = 0; s < states_.size(); ++s) binding.BindOutput(NewSlotsOutput(carry_[s].second).c_str(), arrays_[s]);
+  session->Run(Ort::RunOptions{nullptr}, binding);
+  auto hold = std::make_shared<DeviceCallHold>();
+  hold->outputs = binding.GetOutputValues();
+  outputs->clear();
+  for (size_t k = 0; k < output_names_.size(); ++k) {
+    Ort::Value& v = hold->outputs[k];
+    Ort::TensorTypeAndShapeInfo info = v.GetTensorTypeAndShapeInfo();
+    const int32_t type = info.GetElementType();
+    const size_t size = ElementSize(type);
+    if (size == 0) throw std::invalid_argument("an output of element type " + std::to_string(type) +
+                                               " (the native step path moves numeric tensors only)");
+    outputs->push_back({v.GetTensorRawData(), info.GetShape(), type, size});
+  }
+  return hold;
+}
+
+std::shared_ptr<char> OrtDeviceRunner::Staging(size_t bytes) {
+  if (!pinned_alloc_) return CallRunner::Staging(bytes);
+  Ort::Allocator* alloc = pinned_alloc_.get();
+  return std::shared_ptr<char>(static_cast<char*>(alloc->Alloc(bytes)), [alloc](char* p) { alloc->Free(p); });
+}
+
+}  // namespace lstm_ort::streams

@@ -1,0 +1,74 @@
+// The engine's calls with the streams' states on the session's device (CUDA; on the CPU provider
+// the same path runs on host memory, which is how the CPU tests check it). A step moves only its
+// chunk in and its outputs out: the model runs wrapped (lstm_ort/serving/streams/device.py) in a
+// Gather of the call's rows from each state's slot array and a ScatterND of the new states back
+// into the same array, bound as both input and output so onnxruntime writes in place (its
+// ScatterND copies only when the two differ): a call touches its own rows only, so calls on
+// disjoint streams may run at once. Small models of the same kind write a new stream's first
+// state, read a state back, and grow the arrays.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "call_runner.h"
+#include "session_spec.h"
+
+namespace lstm_ort::streams {
+
+struct DeviceModels {
+  std::string writer;  // (slots, rows, updates) -> slots: rows written
+  std::string reader;  // (slots, rows) -> the rows
+  std::string grow;    // (slots, pads) -> slots padded with zeros
+};
+
+class OrtDeviceRunner : public CallRunner {
+ public:
+  OrtDeviceRunner(const SessionSpec& spec, std::vector<std::string> step_inputs,
+                  std::vector<std::pair<std::string, std::string>> carry);
+  // The writer, reader and grow models, once the states' shapes are known (before any slot).
+  void SetModels(const DeviceModels& models);
+  ~OrtDeviceRunner() override;
+
+  // The wrapped model for calls whose carried inputs have the batch on these axes.
+  void AddModel(const std::vector<int>& axes, const std::string& model);
+
+  void SetStateLayouts(const std::vector<TensorLayout>& states) override;
+  int64_t AllocateSlot() override;
+  void FreeSlot(int64_t slot) override;
+  void WriteState(int64_t slot, const std::vector<const void*>& values) override;
+  void ReadState(int64_t slot, std::vector<std::vector<char>>* values) override;
+  std::shared_ptr<void> Run(const CallInputs& in, std::vector<CallOutput>* outputs) override;
+  std::shared_ptr<char> Staging(size_t bytes) override;
+
+ private:
+  void EnsureCapacity(int64_t slots);
+  void Flush(const std::vector<int64_t>& slots);
+  Ort::Value HostTensor(const void* data, const std::vector<int64_t>& shape, int32_t type, size_t bytes) const;
+
+  SessionSpec spec_;  // its model unused: each session is made from its own
+  std::vector<std::string> step_inputs_;
+  std::vector<std::pair<std::string, std::string>> carry_;
+  std::vector<std::string> output_names_;  // the model's
+  std::vector<TensorLayout> states_;
+  Ort::Session writer_{nullptr}, reader_{nullptr}, grow_{nullptr};
+  Ort::MemoryInfo cpu_{nullptr}, device_{nullptr}, pinned_{nullptr};
+  std::unique_ptr<Ort::Allocator> pinned_alloc_;
+  std::mutex models_mu_;
+  std::map<std::vector<int>, std::unique_ptr<Ort::Session>> sessions_;
+  std::shared_mutex arrays_mu_;    // calls share the slot arrays; growing them is exclusive
+  std::vector<Ort::Value> arrays_;  // each carried input's [capacity, *one stream's state]
+  int64_t capacity_ = 0;
+  // Slots, under the engine's lock.
+  int64_t allocated_ = 0;
+  std::vector<int64_t> free_;
+  std::mutex pending_mu_;  // a stream's first state, written before its first call
+  std::unordered_map<int64_t, std::vector<std::vector<char>>> pending_;
+};
+
+}  // namespace lstm_ort::streams

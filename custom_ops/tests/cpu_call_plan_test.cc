@@ -1,0 +1,121 @@
+// The CPU call plan (cpu/call_plan.cc): the kernel (forced, tuned, measured, refused), the weight
+// format from the precision decision, the int8 scales' constraint on the threads, the description.
+#include <string>
+
+#include "check.h"
+#include "cpu/call_plan.h"
+
+using namespace lstm_ort;
+using namespace lstm_ort::cpu;
+
+namespace {
+
+Attributes Attrs(int64_t H = 64, int64_t L = 1, int D = 1) {
+  Attributes a;
+  a.hidden_size = H;
+  a.num_layers = L;
+  a.num_directions = D;
+  return a;
+}
+
+CpuMachine Machine(int threads = 2, int pool = 2, CpuMath math = CpuMath{true, true, true}) {
+  CpuMachine m;
+  m.threads = threads;
+  m.pool_threads = pool;
+  m.name = "Test CPU";
+  m.math = math;
+  return m;
+}
+
+CpuCallInputs Call(int64_t T, int64_t B, int64_t H = 64, int64_t L = 1, int64_t D = 1, const char* no_stock = nullptr) {
+  return CpuCallInputs{MakeDims(L, D, T, B, 16, H), T, false, false, no_stock};
+}
+
+bool Has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+}  // namespace
+
+TEST(CpuPlanMeasuresUnderAutoAmongTheKernelsThatCanRun) {
+  const CpuCallPlan p = PlanCpuCall(Call(10, 4), Attrs(), Machine(), {});
+  CHECK(p.kernel == CpuKernel::kAuto);
+  CHECK_EQ(p.candidates.size(), size_t(4));  // fused, stock, stock_split, stock_threads
+  CHECK(PlanCpuCall(Call(10, 1), Attrs(), Machine(2, 1), {}).candidates.size() == 2);  // one row, one pool thread
+  const CpuCallPlan no = PlanCpuCall(Call(10, 4, 64, 1, 1, "factored"), Attrs(), Machine(), {});
+  CHECK(no.kernel == CpuKernel::kFused);
+  CHECK(Has(no.kernel_why, "stock's LSTM cannot: factored"));
+}
+
+TEST(CpuPlanForcedKernelsAndTheirRefusals) {
+  Attributes a = Attrs();
+  a.cpu_kernel = CpuKernel::kStockSplit;
+  a.cpu_kernel_set = true;
+  CHECK(PlanCpuCall(Call(10, 4), a, Machine(), {}).kernel == CpuKernel::kStockSplit);
+  CHECK_EQ(PlanCpuCall(Call(10, 4), a, Machine(), {}).stock_pieces, 2);
+  const CpuCallPlan refused = PlanCpuCall(Call(10, 4, 64, 1, 1, "an empty call"), a, Machine(), {});
+  CHECK_EQ(refused.refused, std::string("cpu_kernel=stock_split cannot run this call: an empty call"));
+  // LSTM_ORT_CPU_KERNEL applies to nodes that name none.
+  CHECK(PlanCpuCall(Call(10, 4), Attrs(), Machine(), {}, CpuKernel::kFused).kernel == CpuKernel::kFused);
+  CHECK(PlanCpuCall(Call(10, 4), a, Machine(), {}, CpuKernel::kFused).kernel == CpuKernel::kStockSplit);
+}
+
+TEST(CpuPlanTakesTunedEntriesOfThisCpuForTheClass) {
+  Attributes a = Attrs();
+  a.tuned = {{"cpu:Test CPU", 32, 8, Strategy::kAuto, CpuKernel::kStockThreads},
+             {"cpu:Other CPU", 16, 8, Strategy::kAuto, CpuKernel::kStock}};
+  const CpuCallPlan p = PlanCpuCall(Call(20, 8), a, Machine(), {});  // T 20: the class of 32
+  CHECK(p.kernel == CpuKernel::kStockThreads);
+  CHECK(Has(p.kernel_why, "tuned"));
+  // stock_threads where the pool counts one thread gives way to stock; another CPU's entry is not read.
+  CHECK(PlanCpuCall(Call(20, 8), a, Machine(2, 1), {}).kernel == CpuKernel::kStock);
+  CHECK(PlanCpuCall(Call(16, 8), a, Machine(), {}).kernel == CpuKernel::kAuto);
+  // A tuned stock kernel on a call stock cannot run: fused.
+  CHECK(PlanCpuCall(Call(20, 8, 64, 1, 1, "no"), a, Machine(), {}).kernel == CpuKernel::kFused);
+}
+
+TEST(CpuPlanWeightFormatFollowsThePrecisionDecision) {
+  Attributes a = Attrs();
+  for (Precision p : {Precision::kFp32, Precision::kTf32, Precision::kFp16, Precision::kAuto}) {
+    a.precision = p;
+    CHECK(PlanCpuCall(Call(10, 8), a, Machine(), {}).format == WeightFormat::kFp32);
+  }
+  a.precision = Precision::kBf16;
+  const CpuCallPlan bf16 = PlanCpuCall(Call(10, 8), a, Machine(), {});
+  CHECK(bf16.format == WeightFormat::kBf16);
+  CHECK(bf16.precision.runs == Arithmetic::kBf16);
+  const CpuCallPlan none = PlanCpuCall(Call(10, 8), a, Machine(2, 2, CpuMath{}), {});
+  CHECK(Has(none.refused, "needs AVX512-BF16 or AMX-BF16"));
+  CHECK(Has(DescribeCpuCall(none), "refused: precision bf16"));
+  a.ranks.recurrent = {8};  // factored weights keep their fp32 path
+  const CpuCallPlan factored = PlanCpuCall(Call(10, 8), a, Machine(), {});
+  CHECK(factored.format == WeightFormat::kFp32 && factored.factored);
+  CHECK(factored.precision.runs == Arithmetic::kFp32);
+}
+
+TEST(CpuPlanInt8CallScalesNeverSplitTheBatch) {
+  CpuCallInputs in = Call(50, 64, 64, 1, 1, "int8");
+  in.int8_weights = true;
+  Attributes a = Attrs();
+  const CpuCallPlan call = PlanCpuCall(in, a, Machine(4, 4), {});
+  CHECK(call.format == WeightFormat::kInt8);
+  CHECK_EQ(call.layers[0].recurrence.batch_chunks, int64_t(1));
+  a.int8_scales = Int8Scales::kRow;  // each row its own scale: rows are independent
+  const CpuCallPlan row = PlanCpuCall(in, a, Machine(4, 4), {});
+  CHECK(row.layers[0].recurrence.batch_chunks > 1);
+  CHECK(Has(DescribeCpuCall(row), "activation scales per row"));
+}
+
+TEST(CpuPlanDescribesItself) {
+  const CpuCallPlan p = PlanCpuCall(Call(100, 64, 256, 2, 2), Attrs(256, 2, 2), Machine(2, 2), {});
+  const std::string text = DescribeCpuCall(p);
+  CHECK(Has(text, "auto (measured per shape class: fused, stock, stock_split, stock_threads)"));
+  CHECK(Has(text, "fused: fp32 weights"));
+  CHECK(Has(text, "layer 0: projection 2 threads"));
+  CHECK(Has(text, "layer 1:"));
+  CHECK(Has(text, "recurrence directions on a thread each"));
+}
+
+TEST(CpuPlanWithoutStepsPlansNoProjection) {
+  const CpuCallPlan p = PlanCpuCall(CpuCallInputs{MakeDims(1, 1, 5, 3, 16, 64), 0, false, false, nullptr}, Attrs(),
+                                    Machine(), {});
+  CHECK(p.layers.size() == 1 && p.layers[0].projection.empty());
+}

@@ -1,0 +1,71 @@
+// The one precision decision (precision.cc): what each mode runs on each device.
+#include "check.h"
+#include "enum_names.h"
+#include "precision.h"
+
+using namespace lstm_ort;
+
+namespace {
+
+Dims Sizes(int64_t B, int64_t H) {
+  Dims d;
+  d.T = 10;
+  d.B = B;
+  d.H = H;
+  d.I = 8;
+  return d;
+}
+
+Arithmetic OnCuda(Precision p, int64_t B, int64_t H) { return DecidePrecision(p, Device::kCuda, Sizes(B, H)).runs; }
+
+const Precision kModes[] = {Precision::kFp32, Precision::kTf32, Precision::kFp16, Precision::kBf16, Precision::kAuto};
+
+}  // namespace
+
+TEST(AutoRunsAsTf32OnCudaWhereFp32LosesToStocksDefault) {
+  CHECK(OnCuda(Precision::kAuto, 256, 128) == Arithmetic::kTf32);  // large batch
+  CHECK(OnCuda(Precision::kAuto, 255, 128) == Arithmetic::kFp32);
+  CHECK(OnCuda(Precision::kAuto, 128, 512) == Arithmetic::kFp32);  // fp32 still wins
+  CHECK(OnCuda(Precision::kAuto, 16, 1024) == Arithmetic::kTf32);  // weights stream: B*H = 16K
+  CHECK(OnCuda(Precision::kAuto, 8, 1024) == Arithmetic::kFp32);
+  CHECK(OnCuda(Precision::kAuto, 8, 2048) == Arithmetic::kTf32);
+  CHECK(OnCuda(Precision::kAuto, 4, 2048) == Arithmetic::kFp32);
+  CHECK(OnCuda(Precision::kAuto, 1, 8192) == Arithmetic::kFp32);
+  CHECK(AutoRunsAsTf32(1, 256) && !AutoRunsAsTf32(1023, 255));
+  CHECK(AutoRunsAsTf32(1024, 16) && !AutoRunsAsTf32(1024, 15));
+  // Every other mode runs as asked, at any size.
+  for (Precision p : {Precision::kFp32, Precision::kTf32, Precision::kFp16, Precision::kBf16})
+    for (int64_t B : {1, 512}) CHECK(static_cast<int>(OnCuda(p, B, 2048)) == static_cast<int>(p));
+  CHECK(DecidePrecision(Precision::kAuto, Device::kCuda, Sizes(256, 128)).words.rfind("tf32: auto", 0) == 0);
+}
+
+TEST(CpuRunsFp32ForEveryModeButBf16) {
+  for (const CpuMath cpu : {CpuMath{}, CpuMath{true, false, false}, CpuMath{true, true, true}})
+    for (Precision p : kModes) {
+      if (p == Precision::kBf16) continue;
+      for (int64_t B : {1, 512}) {  // auto on the CPU never takes tf32, whatever the size
+        const PrecisionDecision d = DecidePrecision(p, Device::kCpu, Sizes(B, 2048), cpu);
+        CHECK(d.runs == Arithmetic::kFp32);
+        CHECK(d.refused.empty());
+        CHECK(d.words.rfind("fp32", 0) == 0);
+      }
+    }
+}
+
+TEST(CpuBf16NeedsBf16UnitsElseIsRefusedWithTheReason) {
+  for (const CpuMath cpu : {CpuMath{true, false, false}, CpuMath{false, true, false}, CpuMath{true, true, true}}) {
+    const PrecisionDecision d = DecidePrecision(Precision::kBf16, Device::kCpu, Sizes(8, 64), cpu);
+    CHECK(d.runs == Arithmetic::kBf16);
+    CHECK(d.refused.empty());
+    CHECK(d.words.find(cpu.amx_bf16 ? "AMX-BF16" : "AVX512-BF16") != std::string::npos);
+  }
+  const PrecisionDecision none = DecidePrecision(Precision::kBf16, Device::kCpu, Sizes(8, 64), CpuMath{});
+  CHECK(none.refused.find("needs AVX512-BF16 or AMX-BF16, which this CPU lacks") != std::string::npos);
+  // AMX-INT8 alone is no bf16 unit.
+  CHECK(!DecidePrecision(Precision::kBf16, Device::kCpu, Sizes(8, 64), CpuMath{false, false, true}).refused.empty());
+}
+
+TEST(ArithmeticNamesFollowPrecisionNames) {
+  for (Arithmetic a : {Arithmetic::kFp32, Arithmetic::kTf32, Arithmetic::kFp16, Arithmetic::kBf16})
+    CHECK_EQ(std::string(EnumName(a)), std::string(EnumName(static_cast<Precision>(a))));
+}

@@ -1,0 +1,310 @@
+// The StreamBatcher's native step path without onnxruntime (custom_ops/streams): stacking and
+// splitting rows, the cost model and the callers' think time, and the engine over a fake model
+// (y = x + state, state += x) from many threads: each stream's results as if alone, in order,
+// a failing step failing alone, close and shutdown semantics, and no wait ever rescued.
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "check.h"
+#include "streams/callers.h"
+#include "streams/cost_model.h"
+#include "streams/engine.h"
+#include "streams/host_slots.h"
+#include "streams/tensor_layout.h"
+
+using namespace lstm_ort::streams;
+
+namespace {
+
+TensorLayout FloatLayout(std::vector<int64_t> shape, int axis) {
+  TensorLayout t;
+  t.type = 1;
+  t.elem_size = 4;
+  t.shape = std::move(shape);
+  t.batch_axis = axis;
+  return t;
+}
+
+// The fake model: one step input x [1, W] (batch axis 0), one carried state [1, W]; outputs
+// y = x + state and the new state. A step whose x[0] is NaN makes the whole call fail.
+constexpr int kWidth = 3;
+
+class FakeRunner : public CallRunner {
+ public:
+  void SetStateLayouts(const std::vector<TensorLayout>& states) override { slots_ = std::make_unique<HostSlots>(states); }
+  int64_t AllocateSlot() override { return slots_->Allocate(); }
+  void FreeSlot(int64_t slot) override { slots_->Free(slot); }
+  void WriteState(int64_t slot, const std::vector<const void*>& values) override {
+    if (!values.empty() && values[0]) std::memcpy(slots_->Row(0, slot), values[0], kWidth * sizeof(float));
+  }
+  void ReadState(int64_t slot, std::vector<std::vector<char>>* values) override {
+    const char* row = slots_->Row(0, slot);
+    values->assign(1, std::vector<char>(row, row + kWidth * sizeof(float)));
+  }
+  std::shared_ptr<void> Run(const CallInputs& in, std::vector<CallOutput>* outputs) override {
+    const int64_t n = static_cast<int64_t>(in.slots->size());
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      threads_.push_back(std::this_thread::get_id());
+      batches_.push_back(n);
+    }
+    const float* x = static_cast<const float*>(in.data[0]);
+    for (int64_t i = 0; i < n; ++i)
+      if (std::isnan(x[i * kWidth])) throw std::runtime_error("a NaN step");
+    auto out = std::make_shared<std::vector<float>>(2 * n * kWidth);
+    for (int64_t i = 0; i < n; ++i) {
+      float* state = reinterpret_cast<float*>(slots_->Row(0, (*in.slots)[i]));
+      for (int k = 0; k < kWidth; ++k) {
+        (*out)[i * kWidth + k] = x[i * kWidth + k] + state[k];
+        state[k] += x[i * kWidth + k];
+        (*out)[n * kWidth + i * kWidth + k] = state[k];
+      }
+    }
+    outputs->assign({{out->data(), {n, kWidth}, 1, 4}, {out->data() + n * kWidth, {n, kWidth}, 1, 4}});
+    return out;
+  }
+  std::vector<std::thread::id> threads() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return threads_;
+  }
+  std::vector<int64_t> batches() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return batches_;
+  }
+
+ private:
+  std::unique_ptr<HostSlots> slots_;
+  std::mutex mu_;
+  std::vector<std::thread::id> threads_;
+  std::vector<int64_t> batches_;
+};
+
+struct Fixture {
+  explicit Fixture(EngineConfig config = {}) {
+    auto runner = std::make_unique<FakeRunner>();
+    fake = runner.get();
+    engine = std::make_unique<Engine>(config, std::move(runner), [this](std::vector<Step*>& steps) {
+      std::lock_guard<std::mutex> lock(mu);
+      for (Step* s : steps) handed_back.emplace_back(s);
+    });
+    engine->SetStateLayouts({FloatLayout({1, kWidth}, -1)});
+    GroupSpec spec;
+    spec.inputs = {FloatLayout({1, kWidth}, 0)};
+    spec.state_axes = {0};
+    spec.output_axes = {0, 0};
+    spec.output_rows = {1, 1};
+    spec.limit = 64;
+    group = engine->AddGroup(spec);
+  }
+  std::unique_ptr<Step> MakeStep(int64_t stream, const float* x) {
+    auto step = std::make_unique<Step>();
+    step->stream_id = stream;
+    step->group = engine->group(group);
+    step->submitted = Now();
+    step->feeds.reset(new char[kWidth * sizeof(float)]);
+    std::memcpy(step->feeds.get(), x, kWidth * sizeof(float));
+    return step;
+  }
+  // One step, waited for: its y.
+  std::vector<float> StepOne(int64_t stream, const float* x, Failure* failure = nullptr) {
+    auto step = MakeStep(stream, x);
+    Waiter w;
+    w.remaining = 1;
+    step->waiter = &w;
+    engine->Enqueue({step.get()});
+    engine->Wait(w);
+    if (failure) *failure = step->failure;
+    if (step->failure != Failure::kNone) return {};
+    const float* y = reinterpret_cast<const float*>(step->result.block.get());
+    return std::vector<float>(y, y + kWidth);
+  }
+  FakeRunner* fake = nullptr;
+  std::unique_ptr<Engine> engine;
+  int group = 0;
+  std::mutex mu;
+  std::vector<std::unique_ptr<Step>> handed_back;
+};
+
+}  // namespace
+
+TEST(streams_stack_and_unstack_round_trip_on_a_middle_axis) {
+  TensorLayout t = FloatLayout({2, 1, 3}, 1);  // [D, B, H]: the batch in the middle
+  std::vector<std::vector<float>> rows(4, std::vector<float>(6));
+  for (int i = 0; i < 4; ++i)
+    for (int k = 0; k < 6; ++k) rows[i][k] = static_cast<float>(10 * i + k);
+  std::vector<const void*> src;
+  for (auto& r : rows) src.push_back(r.data());
+  std::vector<float> stacked(24);
+  Stack(t, src.data(), 4, stacked.data());
+  CHECK(t.Stacked(4) == (std::vector<int64_t>{2, 4, 3}));
+  CHECK_EQ(stacked[(1 * 4 + 2) * 3 + 1], rows[2][1 * 3 + 1]);  // [d=1, b=2, h=1]
+  std::vector<std::vector<float>> back(4, std::vector<float>(6, -1));
+  std::vector<void*> dst;
+  for (auto& r : back) dst.push_back(r.data());
+  Unstack(t, stacked.data(), 4, dst.data());
+  CHECK(back == rows);
+}
+
+TEST(streams_output_layout_refuses_a_batch_that_does_not_fit) {
+  CHECK(OutputLayout({5, 6, 7}, 1, 4, 1, 2, 3).shape == (std::vector<int64_t>{5, 2, 7}));
+  CHECK_THROWS_MESSAGE(OutputLayout({5, 7, 7}, 1, 4, 1, 2, 3), "an output has 7 on its batch axis for 3 streams of 2 rows");
+}
+
+TEST(streams_call_cost_fits_fixed_and_per_step_costs) {
+  CallCost cost;
+  for (int r = 0; r < 20; ++r)
+    for (int n : {1, 2, 4, 8}) cost.Record(n, 20e-6 + 5e-6 * n);
+  CHECK(std::abs(cost.Fixed() - 20e-6) < 1e-7);
+  CHECK(std::abs(cost.PerStep() - 5e-6) < 1e-8);
+  CallCost one_size;
+  one_size.Record(1, 30e-6);
+  CHECK(std::abs(one_size.Predict(1) - 30e-6) < 1e-9);  // the prior splits the one size seen
+}
+
+TEST(streams_company_wait_only_where_calls_cannot_keep_up) {
+  CallCost cost;
+  for (int r = 0; r < 20; ++r)
+    for (int n : {1, 2, 4, 8}) cost.Record(n, 20e-6 + 5e-6 * n);
+  // 10k steps/s against calls of 1 step at 25 us: they keep up, run now.
+  CHECK_EQ(CompanyWait(cost, 1e4, 1, 64, 1, 1e-3), 0.0);
+  // 100k steps/s: calls of 1 serve 40k/s; size n keeps up where n (1 - 0.5) >= 2: n = 4, 3 more
+  // arrivals away (30 us).
+  const double w = CompanyWait(cost, 1e5, 1, 64, 1, 1e-3);
+  CHECK(w > 30e-6 - 1e-9 && w < 40e-6 + 1e-9);  // 4 steps (5 where the fit rounds up)
+  CHECK_EQ(CompanyWait(cost, 1e5, 1, 64, 1, 10e-6), 10e-6);  // the cap
+  CHECK_EQ(CompanyWait(CallCost(), 1e9, 1, 64, 1, 1e-3), 0.0);  // nothing measured yet: run now
+}
+
+TEST(streams_returning_callers_are_waited_for_only_while_cheaper_than_a_call) {
+  // think 10 us, call fixed cost 20 us: wait until 2 x think after the latest result
+  CHECK(std::abs(ReturningWait(3, 1.0, 10e-6, 20e-6, 2, 64, 1.0 + 5e-6, 1e-3) - 15e-6) < 1e-12);
+  CHECK_EQ(ReturningWait(3, 1.0, 30e-6, 20e-6, 2, 64, 1.0, 1e-3), 0.0);  // slower than a call
+  CHECK_EQ(ReturningWait(0, 1.0, 10e-6, 20e-6, 2, 64, 1.0, 1e-3), 0.0);  // nobody to wait for
+  CHECK_EQ(ReturningWait(3, 1.0, 10e-6, 20e-6, 64, 64, 1.0, 1e-3), 0.0);  // full already
+  Callers callers;
+  const std::thread::id a = std::this_thread::get_id(), b{};
+  callers.Submitted(a, 1.0);
+  callers.Done(a, 1.0001);
+  callers.Submitted(a, 1.00012);  // back 20 us after its result
+  CHECK(std::abs(callers.ThinkTime() - 20e-6) < 1e-9);
+  CHECK(!callers.OthersLately(a, 1.0002));
+  callers.Submitted(b, 1.0002);
+  CHECK(callers.OthersLately(a, 1.0003));
+  CHECK(!callers.OthersLately(a, 1.1));  // long ago
+  callers.Done(b, 1.0004);
+  double latest = 0;
+  CHECK_EQ(callers.Returning(1.0005, &latest), 1);
+  CHECK_EQ(latest, 1.0004);
+}
+
+TEST(streams_a_lone_caller_runs_its_own_steps) {
+  Fixture f;
+  const int64_t s = f.engine->Open({});
+  const float x[kWidth] = {1, 2, 3};
+  for (int r = 1; r <= 5; ++r) {
+    const std::vector<float> y = f.StepOne(s, x);
+    CHECK_EQ(y[2], 3.0f * r);  // x + the state so far (r - 1) x
+  }
+  // All but perhaps the first: a worker just started looks at the queue once before it sleeps.
+  const std::vector<std::thread::id> threads = f.fake->threads();
+  for (size_t k = 1; k < threads.size(); ++k) CHECK(threads[k] == std::this_thread::get_id());
+}
+
+TEST(streams_many_threads_each_stream_as_alone) {
+  EngineConfig config;
+  config.max_wait = 0.0005;
+  Fixture f(config);
+  constexpr int kStreams = 24, kThreads = 6, kSteps = 40;
+  std::vector<int64_t> ids;
+  for (int s = 0; s < kStreams; ++s) ids.push_back(f.engine->Open({}));
+  std::atomic<int> wrong{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&, t] {
+      for (int r = 0; r < kSteps; ++r)
+        for (int s = t; s < kStreams; s += kThreads) {
+          const float x[kWidth] = {static_cast<float>(s), 1, static_cast<float>(r)};
+          const std::vector<float> y = f.StepOne(ids[s], x);
+          // state after r steps: (r s, r, r (r - 1) / 2); y = x + that
+          if (y.size() != kWidth || y[0] != s * (r + 1.0f) || y[1] != r + 1.0f || y[2] != r + r * (r - 1) / 2.0f)
+            ++wrong;
+        }
+    });
+  for (auto& t : threads) t.join();
+  CHECK_EQ(wrong.load(), 0);
+  int batched = 0;
+  for (int64_t n : f.fake->batches()) batched += n > 1;
+  CHECK(batched > 0);  // several threads' steps shared calls
+  CHECK_EQ(f.engine->Stats().rescued, 0);
+}
+
+TEST(streams_a_failing_step_fails_alone_and_keeps_its_state) {
+  Fixture f;
+  const int64_t good = f.engine->Open({}), bad = f.engine->Open({});
+  const float x[kWidth] = {1, 1, 1}, nan[kWidth] = {NAN, 0, 0};
+  auto a = f.MakeStep(good, x), b = f.MakeStep(bad, nan), c = f.MakeStep(good, x);
+  Waiter w;
+  w.remaining = 3;
+  for (Step* s : {a.get(), b.get(), c.get()}) s->waiter = &w;
+  f.engine->Enqueue({a.get(), b.get(), c.get()});
+  f.engine->Wait(w);
+  CHECK(a->failure == Failure::kNone && c->failure == Failure::kNone);
+  CHECK(b->failure == Failure::kStep);
+  CHECK(b->message.find("NaN") != std::string::npos);
+  CHECK_EQ(reinterpret_cast<const float*>(c->result.block.get())[0], 2.0f);  // in order after a
+  std::vector<std::vector<char>> state;
+  f.engine->ReadState(bad, &state);
+  CHECK_EQ(reinterpret_cast<const float*>(state[0].data())[0], 0.0f);  // untouched
+  Failure again = Failure::kNone;
+  const std::vector<float> y = f.StepOne(bad, x, &again);
+  CHECK(again == Failure::kNone);
+  CHECK(y.size() == kWidth && y[0] == 1.0f);  // and usable
+}
+
+TEST(streams_close_fails_queued_steps_and_frees_the_stream) {
+  Fixture f;
+  const int64_t s = f.engine->Open({});
+  const float x[kWidth] = {1, 1, 1};
+  std::vector<std::unique_ptr<Step>> steps;
+  std::vector<Step*> raw;
+  for (int k = 0; k < 50; ++k) {  // handed back through the completion: none is waited for
+    steps.push_back(f.MakeStep(s, x));
+    raw.push_back(steps.back().release());
+  }
+  f.engine->Enqueue(raw);
+  f.engine->Close(s);
+  CHECK_THROWS_MESSAGE(f.engine->Close(s), "stream 1 is not open");
+  f.engine->Shutdown(true);
+  std::lock_guard<std::mutex> lock(f.mu);
+  CHECK_EQ(f.handed_back.size(), static_cast<size_t>(50));
+  bool closed_seen = false, ran_after_closed = false;
+  for (const auto& step : f.handed_back) {
+    if (step->failure == Failure::kClosed) closed_seen = true;
+    else if (closed_seen) ran_after_closed = true;
+  }
+  CHECK(closed_seen && !ran_after_closed);
+  CHECK_EQ(f.engine->open_streams(), static_cast<size_t>(0));
+}
+
+TEST(streams_shutdown_runs_what_was_queued_and_refuses_more) {
+  Fixture f;
+  const int64_t s = f.engine->Open({});
+  const float x[kWidth] = {1, 1, 1};
+  auto step = f.MakeStep(s, x);
+  f.engine->Enqueue({step.release()});
+  f.engine->Shutdown(true);
+  {
+    std::lock_guard<std::mutex> lock(f.mu);
+    CHECK_EQ(f.handed_back.size(), static_cast<size_t>(1));
+    CHECK(f.handed_back[0]->failure == Failure::kNone);
+  }
+  auto late = f.MakeStep(s, x);
+  CHECK_THROWS_MESSAGE(f.engine->Enqueue({late.get()}), "the batcher is shut down");
+  CHECK_THROWS_MESSAGE(f.engine->Open({}), "the batcher is shut down");
+}

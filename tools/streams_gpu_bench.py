@@ -1,0 +1,195 @@
+#!/usr/bin/env python3
+"""StreamBatcher on CUDA (issue 44's GPU targets), silero-vad 16k from the corpus, one process:
+
+  one      one stream's step(): p50/p99 us, against the same step as a plain `run` (numpy in/out)
+  tick     step_batch of S streams' stacked chunks (a server's tick): p50/p99/p99.9 ms, against the
+           same call as one plain `run` of the model on the stacked chunks and states
+  clients  S streams stepped with step() by K client threads, each stepping its streams in turn:
+           steps/s and per-step latency p50/p99/p99.9 (measured around each call)
+
+    python tools/streams_gpu_bench.py --stages one,tick,clients --ticks 1024,4096,10000,25000 \\
+        --clients 256x16,1024x16,4096x32,10000x32 --seconds 5 --json streams_gpu.json
+
+Without a CUDA GPU it runs on the CPU provider (for trying it out); the numbers it prints say which.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "models"))
+
+CHUNK = 576
+
+
+def percentiles(samples) -> dict:
+    a = np.asarray(samples, np.float64)
+    return {q: float(np.percentile(a, p)) for q, p in (("p50", 50), ("p99", 99), ("p999", 99.9))} if a.size else {}
+
+
+def silero():
+    import corpus
+
+    from lstm_ort.rewriter import optimize
+
+    entry = next(e for e in corpus.ENTRIES if e.name == "silero_vad 16k")
+    return optimize(entry.build()), dict(entry.carry)
+
+
+def chunk(rng, n=1):
+    return (0.1 * rng.standard_normal((n, CHUNK))).astype(np.float32)
+
+
+def stage_one(batcher, session, rng, steps=2000) -> dict:
+    sid = batcher.open()
+    feeds = {"input": chunk(rng), "sr": np.array(16000, np.int64)}
+    for _ in range(200):
+        batcher.step(sid, feeds)
+    ours = []
+    for _ in range(steps):
+        t = time.perf_counter()
+        batcher.step(sid, feeds)
+        ours.append(time.perf_counter() - t)
+    state = np.zeros((2, 1, 128), np.float32)
+    for _ in range(200):
+        state = session.run(None, {**feeds, "state": state})[1]
+    plain = []
+    for _ in range(steps):
+        t = time.perf_counter()
+        state = session.run(None, {**feeds, "state": state})[1]
+        plain.append(time.perf_counter() - t)
+    batcher.close(sid)
+    return {"step_us": {k: v * 1e6 for k, v in percentiles(ours).items()},
+            "plain_run_us": {k: v * 1e6 for k, v in percentiles(plain).items()}}
+
+
+def stage_tick(batcher, session, rng, streams: int, ticks: int) -> dict:
+    ids = [batcher.open() for _ in range(streams)]
+    sr = np.array(16000, np.int64)
+    x = chunk(rng, streams)
+    for _ in range(3):
+        batcher.step_batch(ids, {"input": x, "sr": sr})
+    ours = []
+    for _ in range(ticks):
+        x = chunk(rng, streams)
+        t = time.perf_counter()
+        batcher.step_batch(ids, {"input": x, "sr": sr})
+        ours.append(time.perf_counter() - t)
+    state = np.zeros((2, streams, 128), np.float32)
+    for _ in range(3):
+        state = session.run(None, {"input": x, "sr": sr, "state": state})[1]
+    plain = []
+    for _ in range(ticks):
+        t = time.perf_counter()
+        state = session.run(None, {"input": x, "sr": sr, "state": state})[1]
+        plain.append(time.perf_counter() - t)
+    for i in ids:
+        batcher.close(i)
+    o, p = percentiles(ours), percentiles(plain)
+    return {"streams": streams, "tick_ms": {k: v * 1e3 for k, v in o.items()},
+            "plain_call_ms": {k: v * 1e3 for k, v in p.items()}, "tick_over_plain_p50": o["p50"] / p["p50"],
+            "real_time_streams_at_p99": int(streams * 0.032 / o["p99"])}
+
+
+def stage_clients(batcher, rng, streams: int, clients: int, seconds: float) -> dict:
+    ids = [batcher.open() for _ in range(streams)]
+    chunks = [{"input": chunk(rng), "sr": np.array(16000, np.int64)} for _ in range(32)]
+    stop = threading.Event()
+    lat: list[list[float]] = [[] for _ in range(clients)]
+    counts = [0] * clients
+
+    def client(k):
+        mine = ids[k::clients]
+        i = 0
+        mine_lat = lat[k]
+        while not stop.is_set():
+            for s in mine:
+                t = time.perf_counter()
+                batcher.step(s, chunks[i & 31])
+                mine_lat.append(time.perf_counter() - t)
+                i += 1
+            counts[k] = i
+
+    threads = [threading.Thread(target=client, args=(k,), daemon=True) for k in range(clients)]
+    for t in threads:
+        t.start()
+    time.sleep(1.0)
+    for k in range(clients):
+        lat[k].clear()
+    c0, t0 = sum(counts), time.perf_counter()
+    time.sleep(seconds)
+    c1, t1 = sum(counts), time.perf_counter()
+    stop.set()
+    for t in threads:
+        t.join(timeout=30)
+    st = batcher.stats()
+    for i in ids:
+        batcher.close(i)
+    allv = [v for part in lat for v in part]
+    return {"streams": streams, "clients": clients, "steps_per_s": (c1 - c0) / (t1 - t0),
+            "real_time_streams": int((c1 - c0) / (t1 - t0) * 0.032),
+            "latency_ms": {k: v * 1e3 for k, v in percentiles(allv).items()}, "mean_batch": st.mean_batch}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--stages", default="one,tick,clients")
+    p.add_argument("--ticks", default="1024,4096,10000,25000")
+    p.add_argument("--tick-count", type=int, default=50)
+    p.add_argument("--clients", default="256x16,1024x16,4096x32,10000x32")
+    p.add_argument("--seconds", type=float, default=5.0)
+    p.add_argument("--json")
+    args = p.parse_args(argv)
+    warnings.simplefilter("ignore")
+    import onnxruntime as ort
+
+    from lstm_ort.runtime.session import InferenceSession
+    from lstm_ort.serving.streams import StreamBatcher
+
+    cuda = "CUDAExecutionProvider" in ort.get_available_providers()
+    providers = ["CUDAExecutionProvider", "CPUExecutionProvider"] if cuda else ["CPUExecutionProvider"]
+    model, carry = silero()
+    rng = np.random.default_rng(0)
+    session = InferenceSession(model.SerializeToString(), providers=providers)
+    out = {"device": "cuda" if cuda else "cpu", "stages": {}}
+    with StreamBatcher(model, carry, providers=providers) as b:
+        stages = args.stages.split(",")
+        if "one" in stages:
+            r = stage_one(b, session, rng)
+            out["stages"]["one"] = r
+            print(f"one stream: step p50 {r['step_us']['p50']:.0f} us p99 {r['step_us']['p99']:.0f}; "
+                  f"plain run p50 {r['plain_run_us']['p50']:.0f} us", flush=True)
+        if "tick" in stages:
+            out["stages"]["tick"] = []
+            for s in (int(v) for v in args.ticks.split(",")):
+                r = stage_tick(b, session, rng, s, args.tick_count)
+                out["stages"]["tick"].append(r)
+                print(f"tick {s:>6} streams: p50 {r['tick_ms']['p50']:.2f} p99 {r['tick_ms']['p99']:.2f} "
+                      f"p99.9 {r['tick_ms']['p999']:.2f} ms; plain call p50 {r['plain_call_ms']['p50']:.2f} ms; "
+                      f"x{r['tick_over_plain_p50']:.2f}; real time for {r['real_time_streams_at_p99']} streams",
+                      flush=True)
+        if "clients" in stages:
+            out["stages"]["clients"] = []
+            for spec in args.clients.split(","):
+                s, k = (int(v) for v in spec.split("x"))
+                r = stage_clients(b, rng, s, k, args.seconds)
+                out["stages"]["clients"].append(r)
+                lat = r["latency_ms"]
+                print(f"step() {s:>6} streams x {k} clients: {r['steps_per_s']:,.0f} steps/s (real time for "
+                      f"{r['real_time_streams']}), latency p50 {lat['p50']:.2f} p99 {lat['p99']:.2f} "
+                      f"p99.9 {lat['p999']:.2f} ms, mean batch {r['mean_batch']:.1f}", flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps(out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

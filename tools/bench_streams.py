@@ -72,7 +72,10 @@ def streams_bench_argv(name: str, directory: Path) -> list[str]:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--corpus", choices=sorted(CORPUS), required=True)
+    p.add_argument("--no-baseline", action="store_true", help="the batcher alone (streams-bench --systems batcher)")
     args, rest = p.parse_known_args(argv)
+    if args.no_baseline:
+        rest += ["--systems", "batcher"]
     from lstm_ort.cli import main as lstm_ort_main
 
     with tempfile.TemporaryDirectory() as tmp:

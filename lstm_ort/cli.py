@@ -654,6 +654,13 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def _optimized_in_memory(model: onnx.ModelProto) -> onnx.ModelProto:
+    """streams-bench's optimizer: the rewrite with its default rules and no pass after it."""
+    from lstm_ort.rewriter import optimize
+
+    return optimize(model)
+
+
 def main(argv=None) -> int:
     """The exit code; SIGINT and SIGTERM end with one line and 130 / 143, partial outputs removed."""
     return run_command(lambda: _main(argv))
@@ -693,7 +700,7 @@ def _main(argv) -> int:
     if args.command == "batch":
         return cmd_batch(args)
     if args.command == "streams-bench":
-        return cmd_streams_bench(args)
+        return cmd_streams_bench(args, _optimized_in_memory)
     progress.enable()
     try:
         return cmd_optimize(args) if args.command == "optimize" else cmd_check(args)

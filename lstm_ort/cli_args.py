@@ -39,6 +39,26 @@ def number(*, at_least: float | None = None, above: float | None = None):
     return parse
 
 
+def integers(at_least: int):
+    """``N,N,...``: a non-empty list of ints >= ``at_least``."""
+    one = integer(at_least)
+
+    def parse(text: str) -> list[int]:
+        try:
+            return [one(t) for t in text.split(",")]
+        except argparse.ArgumentTypeError:
+            raise argparse.ArgumentTypeError(f"must be comma-separated integers >= {at_least}, not {text!r}") from None
+    return parse
+
+
+def finite(text: str) -> float:
+    """A finite float; a ValueError otherwise (for ``named`` values)."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(text)
+    return value
+
+
 def named(flag: str, form: str, convert=None):
     """An argparse type for ``NAME=...`` options: ``convert`` turns the text after ``=`` into the
     value (a ValueError is a usage error naming ``flag`` and ``form``)."""

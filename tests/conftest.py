@@ -53,7 +53,8 @@ SMOKE = {
     "tests/test_axes.py": 2, "tests/test_streams_axes.py": 2, "tests/test_serving.py": 2,
     "tests/test_serving_safety.py": 4, "tests/test_serving_cli.py": 1, "tests/test_streams.py": 4,
     "tests/test_streams_bad_input.py": 4, "tests/test_streams_batchify.py": 3, "tests/test_streams_cli.py": 5,
-    "tests/test_streams_device.py": 3, "tests/test_pipeline.py": 4,
+    "tests/test_streams_device.py": 3, "tests/test_streams_fuzz.py::test_fuzz": 3, "tests/test_streams_bench.py": 3,
+    "tests/test_pipeline.py": 4,
     # GPU (marked gpu: skipped without the CUDA EP)
     "tests/test_gpu_parity.py::test_shapes": 40, "tests/test_gpu_parity.py::test_features": 20,
     "tests/test_gpu_parity.py::test_cluster_kernel": 7, "tests/test_gpu_parity.py::test_split_tf32_projection": 10,

@@ -6,7 +6,7 @@ import sys
 import onnx
 import pytest
 
-from lstm_ort.builders import LstmSpec, fused_model, random_layers
+from lstm_ort.builders import LstmSpec, fused_model, random_layers, stock_model
 from lstm_ort.cli import main
 from lstm_ort.serving.streams.cli import print_table
 
@@ -14,12 +14,16 @@ ARGS = ["--carry", "Y_h=initial_h", "--carry", "Y_c=initial_c", "--chunk", "X=2,
         "--threads", "3", "--seconds", "0.3", "--warmup", "0.1"]
 
 
+def lstm_file(tmp_path, rng, build, name):
+    spec = LstmSpec(6, 8)
+    path = tmp_path / name
+    onnx.save(build(spec, random_layers(spec, rng), initial_states=True), path)
+    return path
+
+
 @pytest.fixture
 def model_path(tmp_path, rng):
-    spec = LstmSpec(6, 8)
-    path = tmp_path / "m.onnx"
-    onnx.save(fused_model(spec, random_layers(spec, rng), initial_states=True), path)
-    return path
+    return lstm_file(tmp_path, rng, fused_model, "m.onnx")
 
 
 def test_streams_bench_table_and_json(model_path, tmp_path, capsys):
@@ -41,7 +45,7 @@ def test_streams_bench_real_time(model_path, capsys):
 
 
 @pytest.mark.parametrize("extra, code, message", [
-    (["--streams", "0"], 2, "--streams must be >= 1"),
+    (["--streams", "0"], 2, "argument --streams: must be an integer >= 1"),
     (["--chunk", "nope=1,2"], 1, "not step inputs"),
     (["--value", "X=1"], 0, None),  # a fixed value for a batched input is allowed (every stream the same)
     (["--value", "X=1,2"], 1, "2 values for shape [2, 1, 6]"),
@@ -84,3 +88,112 @@ def test_plain_table_without_rich(monkeypatch, capsys):
     print_table("title", [("steps/s", "1,000"), ("mean batch", "4.0")])
     out = capsys.readouterr().out
     assert out.splitlines() == ["title", "  steps/s     1,000", "  mean batch  4.0"]
+
+
+# -- the comparison: the batcher against one run per stream per step, client-measured ---------------
+QUICK = ["--carry", "Y_h=initial_h", "--carry", "Y_c=initial_c", "--chunk", "X=2,1,6", "--streams", "6",
+         "--clients", "2", "--seconds", "0.2", "--warmup", "0.05"]
+
+
+@pytest.fixture
+def original_path(tmp_path, rng):
+    """An original export (ONNX LSTM): streams-bench optimizes it and runs stock on it."""
+    return lstm_file(tmp_path, rng, stock_model, "original.onnx")
+
+
+def run_json(args, tmp_path, capsys):
+    out = tmp_path / "out.json"
+    code = main(["streams-bench", *args, "--json", str(out)])
+    captured = capsys.readouterr()
+    return code, (json.loads(out.read_text()) if out.exists() else None), captured
+
+
+def test_three_systems_on_an_original_export(original_path, tmp_path, capsys):
+    code, doc, captured = run_json([str(original_path), *QUICK, "--repeats", "2"], tmp_path, capsys)
+    assert code == 0, captured.err
+    assert [r["system"] for r in doc["summary"]] == ["batcher", "run ours", "run stock"]
+    assert len(doc["phases"]) == 6 and doc["notes"] == []
+    for phase in doc["phases"]:
+        assert phase["steps"] > 0 and phase["measured_steps"] > 0 and phase["failed"] == 0
+        assert 0 < phase["latency_p50_ms"] <= phase["latency_p99_ms"] <= phase["latency_p999_ms"]
+        assert (phase["counters"] is not None) == (phase["system"] == "batcher")
+    batcher = doc["summary"][0]
+    assert batcher["counters"]["steps"] > 0 and doc["summary"][1]["batcher_speedup"] > 0
+    for column in ("steps/s", "p50 ms", "p99 ms", "p99.9 ms", "run stock", "run ours"):
+        assert column in captured.out
+
+
+def test_an_optimized_model_runs_without_stock(model_path, tmp_path, capsys):
+    code, doc, captured = run_json([str(model_path), *QUICK], tmp_path, capsys)
+    assert code == 0
+    assert [r["system"] for r in doc["summary"]] == ["batcher", "run ours"]
+    assert "no stock baseline" in captured.err and doc["notes"]
+
+
+def test_optimized_given_beside_the_original(original_path, model_path, tmp_path, capsys):
+    """--optimized FILE: the batcher and ours run it, stock the original (here a model of other
+    weights: the two need not be the same model to be timed)."""
+    code, doc, _ = run_json([str(original_path), "--optimized", str(model_path), *QUICK, "--systems", "stock,batcher"],
+                            tmp_path, capsys)
+    assert code == 0 and doc["optimized"] == str(model_path)
+    assert [r["system"] for r in doc["summary"]] == ["run stock", "batcher"]
+
+
+def test_open_loop(model_path, tmp_path, capsys):
+    code, doc, captured = run_json([str(model_path), *QUICK, "--pattern", "open", "--period-ms", "10"], tmp_path,
+                                   capsys)
+    assert code == 0 and doc["pattern"] == "open" and doc["period_ms"] == 10
+    for phase in doc["phases"]:  # 6 streams, a chunk each 10 ms, 0.2 s measured
+        assert 0 < phase["ticks"] <= 6 * 0.2 / 0.01 + 6 and 0 <= phase["late"] <= phase["ticks"]
+        assert phase["measured_steps"] == phase["ticks"]
+    assert "behind real time" in captured.out and "late: chunks sent more than 1 ms" in captured.out
+
+
+def test_stacked_rounds_and_a_ladder(model_path, tmp_path, capsys):
+    code, doc, _ = run_json([str(model_path), *QUICK, "--stacked", "--ladder", "2,4"], tmp_path, capsys)
+    assert code == 0 and doc["pattern"] == "rounds" and doc["stacked"] and doc["ladder"] == [2, 4]
+    assert sorted({(r["streams"], r["system"]) for r in doc["summary"]}) == [
+        (2, "batcher"), (2, "run ours"), (4, "batcher"), (4, "run ours")]
+
+
+def test_plot(model_path, tmp_path, capsys):
+    pytest.importorskip("matplotlib", reason="the bench extra draws the plot")
+    png = tmp_path / "latency.png"
+    assert main(["streams-bench", str(model_path), *QUICK, "--ladder", "2,4", "--plot", str(png)]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_plot_without_matplotlib_is_refused_first(model_path, tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    assert main(["streams-bench", str(model_path), *QUICK, "--plot", str(tmp_path / "p.png")]) == 2
+    err = capsys.readouterr().err
+    assert "pip install 'lstm-ort[bench]'" in err and "streams-bench:" in err
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--stacked", "--pattern", "open"], "--stacked goes with --pattern rounds"),
+    (["--systems", "batcher,gpu"], "argument --systems"), (["--systems", "ours,ours"], "argument --systems"),
+    (["--pattern", "sideways"], "argument --pattern"),
+])
+def test_bad_combinations_are_usage_errors(model_path, capsys, extra, message):
+    assert main(["streams-bench", str(model_path), *QUICK, *extra]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_outputs_never_overwrite_the_model(model_path, capsys):
+    assert main(["streams-bench", str(model_path), *QUICK, "--json", str(model_path)]) == 2
+    assert "is the model" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flag, value", [
+    ("--clients", "0"), ("--clients", "-2"), ("--threads", "1.5"), ("--streams", "nan"), ("--streams", "-1"),
+    ("--period-ms", "nan"), ("--period-ms", "inf"), ("--period-ms", "0"), ("--period-ms", "-5"),
+    ("--interval-ms", "-inf"), ("--repeats", "0"), ("--repeats", "inf"), ("--ladder", "0,4"), ("--ladder", "4,nan"),
+    ("--ladder", ""), ("--ladder", "4,-1"), ("--seed", "-1"), ("--max-batch", "0"), ("--workers", "0"),
+    ("--workers", "nan"), ("--value", "X=nan"), ("--value", "X=inf"), ("--chunk", "X=2,-1,6"),
+])
+def test_every_number_is_checked(model_path, capsys, flag, value):
+    """NaN, infinity, negatives and zero counts: usage errors (exit 2) naming the option, before any session."""
+    assert main(["streams-bench", str(model_path), *QUICK, f"{flag}={value}"]) == 2
+    err = capsys.readouterr().err
+    assert f"argument {flag}" in err and "Traceback" not in err

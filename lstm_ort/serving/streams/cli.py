@@ -1,101 +1,238 @@
-"""`lstm-ort streams-bench MODEL --carry OUT=IN --streams N --chunk NAME=D0,D1,...`: many streams
-of a stateful model through a StreamBatcher, fed by client threads; prints the batcher's counters
-(a rich table where rich is installed) and writes them with ``--json FILE``.
+"""`lstm-ort streams-bench MODEL --carry OUT=IN [--pattern closed|open|rounds] [--clients K]
+[--period-ms P] [--streams N | --ladder N,N,...]`: many streams of a stateful model through a
+StreamBatcher against what it replaces, one ``run`` per stream per step with the state carried by
+hand, by stock onnxruntime on the original model and by lstm_ort's session on the optimized one:
+the same client threads (load.py) drive each system (systems.py) in turn, in one process,
+interleaved and repeated (``--repeats``), and time every step around the call. Prints steps/s,
+per-step latency p50/p99/p99.9 and late ticks per system (a rich table where rich is installed),
+the batcher's own counters; ``--json FILE`` writes every phase, ``--plot FILE.png`` the latency
+against the streams (matplotlib: ``pip install 'lstm-ort[bench]'``).
 
-Each client thread owns streams/threads of the streams; a round submits one step of each of its
-streams (``step_many``) and waits for their results (with ``--interval-ms``, a round starts at most every that
-long: real time, e.g. 32 for silero-vad's 512-sample chunks). The load generator and the baseline
-(one ``run`` per stream per step, states kept by the caller) are shared with tools/bench_streams.py.
+MODEL is the original export; it is optimized here (``optimize`` from lstm_ort/cli.py), or
+``--optimized FILE`` gives the optimized one. A MODEL that is already optimized (it holds
+FusedLSTM nodes) is served as it is, without the stock baseline, which cannot run it.
+tools/bench_streams.py adds shortcuts to corpus models on top of this command.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
+import statistics
 import sys
-import threading
-import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
-from lstm_ort.cli_args import dims, integer, named, number
+from lstm_ort.cli_args import dims, finite, integer, integers, named, number
 
 EXIT_OK, EXIT_INPUT, EXIT_USAGE = 0, 1, 2
 POOL = 16  # distinct chunks per input, reused round-robin
+OPEN_PERIOD_MS = 32.0  # the open loop's default period: silero-vad's 512 samples at 16 kHz
+# what --systems names -> the name tables and JSON give it
+SYSTEMS = {"batcher": "batcher", "ours": "run ours", "stock": "run stock"}
 
 
 def add_streams_bench_parser(sub) -> None:
-    s = sub.add_parser("streams-bench", help="many concurrent streams of a stateful model through a StreamBatcher: "
-                                             "steps/s, batch sizes, queue wait and latency percentiles")
-    s.add_argument("model")
+    s = sub.add_parser("streams-bench", help="many concurrent streams of a stateful model through a StreamBatcher, "
+                                             "against one run per stream per step (stock and lstm_ort): steps/s, "
+                                             "latency p50/p99/p99.9, late ticks")
+    s.add_argument("model", help="the original export (optimized here; see --optimized)")
     s.add_argument("--carry", action="append", type=_pair, default=[], required=True, metavar="OUTPUT=INPUT",
                    help="a state output and the input it feeds on the next step (repeatable)")
+    s.add_argument("--optimized", metavar="FILE", help="the optimized model (default: MODEL optimized in memory)")
     s.add_argument("--chunk", action="append", type=_shape, default=[], metavar="NAME=D0,D1,...",
                    help="one stream's feed shape for input NAME, batch axis 1 (repeatable; unknown dims default 1)")
     s.add_argument("--value", action="append", type=_value, default=[], metavar="NAME=V[,V...]",
                    help="a fixed value for input NAME (e.g. sr=16000)")
-    s.add_argument("--streams", type=int, default=256)
-    s.add_argument("--threads", type=int, default=8, help="client threads feeding the streams")
-    s.add_argument("--seconds", type=number(above=0), default=5.0, help="measured time (after --warmup)")
+    s.add_argument("--pattern", choices=("closed", "open", "rounds"), default=None,
+                   help="closed (default): each client steps its streams one after another with step(); open: every "
+                        "stream sends a chunk every --period-ms, at a random phase, through submit(); rounds: each "
+                        "client steps all its streams at once (step_many, or step_batch with --stacked)")
+    s.add_argument("--streams", type=integer(1), default=256)
+    s.add_argument("--ladder", type=integers(1), metavar="N,N,...",
+                   help="stream counts to measure in turn (replaces --streams; with --plot, the latency against them)")
+    s.add_argument("--clients", type=integer(1), default=8,
+                   help="client threads feeding the streams (closed loop: steps in flight at most)")
+    s.add_argument("--threads", dest="clients", type=integer(1), default=argparse.SUPPRESS, help="the same as --clients")
+    s.add_argument("--period-ms", type=number(above=0), default=None,
+                   help=f"open: each stream's chunk period (default {OPEN_PERIOD_MS:g}); closed, rounds: a client's "
+                        "pass over its streams starts at most once per period (real time; late passes are counted)")
+    s.add_argument("--interval-ms", dest="period_ms", type=number(above=0), default=argparse.SUPPRESS,
+                   help="the same as --period-ms")
+    s.add_argument("--seconds", type=number(above=0), default=5.0, help="measured time of each phase (after --warmup)")
     s.add_argument("--warmup", type=number(at_least=0), default=1.0)
-    s.add_argument("--interval-ms", type=number(above=0), default=None,
-                   help="real time: each stream steps at most once per interval (default: as fast as it can)")
-    s.add_argument("--max-batch", type=int, default=256)
+    s.add_argument("--repeats", type=integer(1), default=1, help="phases of each system, interleaved (medians)")
+    s.add_argument("--systems", type=_systems, default=list(SYSTEMS), metavar="batcher,ours,stock",
+                   help="what to measure (default all): the StreamBatcher, one run per stream per step by lstm_ort's "
+                        "session on the optimized model, by stock onnxruntime on the original")
+    s.add_argument("--seed", type=integer(0), default=0, help="the open loop's phases and the chunks' values")
+    s.add_argument("--max-batch", type=integer(1), default=256)
     s.add_argument("--max-wait-ms", type=number(at_least=0), default=2.0)
-    s.add_argument("--workers", type=int, default=2, help="threads running calls (default 2)")
+    s.add_argument("--workers", type=integer(1), default=2, help="the batcher's calls in flight at once (default 2)")
     s.add_argument("--providers", help="comma-separated: cuda,cpu (default: onnxruntime's)")
     s.add_argument("--intra-op-threads", type=integer(0, "0: onnxruntime's default"), default=0,
-                   help="onnxruntime intra-op threads (0: its default)")
+                   help="onnxruntime intra-op threads of every session (0: its default)")
     s.add_argument("--stacked", action="store_true",
-                   help="each client round is one step_batch of its streams' chunks stacked (a server's tick)")
-    s.add_argument("--json", metavar="FILE", help="write the counters and settings as JSON")
+                   help="rounds: each client round is one step_batch of its streams' chunks stacked (a server's tick)")
+    s.add_argument("--json", metavar="FILE", help="write the settings, every phase and the medians as JSON")
+    s.add_argument("--plot", metavar="FILE.png", help="plot latency p50/p99 and steps/s against the streams")
 
 
-def cmd_streams_bench(args) -> int:
-    for name in ("streams", "threads", "max_batch", "workers"):
-        if getattr(args, name) < 1:
-            print(f"lstm-ort: --{name.replace('_', '-')} must be >= 1", file=sys.stderr)
-            return EXIT_USAGE
-    from lstm_ort.runtime.model_io import ModelError
-    from lstm_ort.serving.streams import StreamBatcher, StreamError
+def cmd_streams_bench(args, optimize=None) -> int:
+    """``optimize(model) -> model``: how MODEL is optimized (lstm_ort/cli.py passes the rewriter's)."""
+    from lstm_ort.runtime.model_io import ModelError, load_model
+    from lstm_ort.runtime.output_files import OutputRefused
+    from lstm_ort.serving.streams.load import Load, Stalled
+
+    pattern = args.pattern or ("rounds" if args.stacked else "closed")
+    if args.stacked and pattern != "rounds":
+        return _usage(f"--stacked goes with --pattern rounds, not {pattern}")
+    try:
+        targets = _targets(args)
+    except OutputRefused as e:
+        return _usage(str(e))
+    period = args.period_ms if args.period_ms is not None else OPEN_PERIOD_MS if pattern == "open" else None
+    counts = args.ladder or [args.streams]
+    load = Load(pattern, counts[0], args.clients, args.seconds, args.warmup, None if period is None else period / 1e3,
+                args.stacked, args.seed)
+    try:
+        original = load_model(args.model)
+    except (ModelError, OSError) as e:
+        return _fail(f"{args.model}: {e}")
+    try:
+        optimized = load_model(args.optimized) if args.optimized else None
+    except (ModelError, OSError) as e:
+        return _fail(f"{args.optimized}: {e}")
+    notes = []
+    systems_wanted = list(args.systems)
+    if _is_optimized(original):
+        optimized, original = optimized or original, None
+        if "stock" in systems_wanted:
+            systems_wanted.remove("stock")
+            notes.append("MODEL is already optimized (it holds FusedLSTM nodes): no stock baseline, which cannot run "
+                         "it; give the original export for one")
+    if optimized is None:
+        if optimize is None:
+            return _fail("no optimizer given: pass --optimized FILE")
+        try:
+            optimized = optimize(original)
+        except Exception as e:  # noqa: BLE001 - the rewriter's refusal, named
+            return _fail(f"{args.model}: optimize failed: {e}")
+    from lstm_ort.runtime.messages import clean_message
 
     try:
-        batcher = StreamBatcher(args.model, dict(args.carry), providers=args.providers,
-                                session_options=session_options(args.intra_op_threads), max_batch=args.max_batch,
-                                max_wait_ms=args.max_wait_ms, workers=args.workers)
-    except (ModelError, ValueError, OSError) as e:
-        print(f"lstm-ort: {args.model}: {e}", file=sys.stderr)
-        return EXIT_INPUT
-    with batcher:
+        bench = _Bench(args, original, optimized, systems_wanted)
+    except Exception as e:  # noqa: BLE001 - a model, carry or chunk that cannot run: named, exit 1
+        return _fail(f"{args.model}: {clean_message(e)}")
+    with bench.batcher:
         try:
-            pool = chunk_pool(batcher.model, batcher.carry, dict(args.chunk), dict(args.value))
-            result = run_streams(batcher, pool, args.streams, args.threads, args.seconds, args.warmup,
-                                 None if args.interval_ms is None else args.interval_ms / 1e3, args.stacked)
-        except (StreamError, ValueError) as e:
-            print(f"lstm-ort: {e}", file=sys.stderr)
-            return EXIT_INPUT
-    doc = {"model": str(args.model), "streams": args.streams, "threads": args.threads, "stacked": args.stacked,
-           "interval_ms": args.interval_ms, "max_batch": args.max_batch, "max_wait_ms": args.max_wait_ms,
-           "workers": args.workers, "providers": batcher.session.get_providers(), "batched": batcher.batched,
-           "fallback_reasons": batcher.fallback_reasons, **result}
-    print_table(f"StreamBatcher: {Path(args.model).name}, {args.streams} streams, {args.threads} client threads",
-                [*result["stats_rows"], ("behind real time", f"{result['late_rounds']} rounds")
-                 if args.interval_ms else ("mode", "as fast as possible")])
-    if args.json:
-        from lstm_ort.runtime.output_files import OutputRefused
-
-        try:
-            write_json(args.json, {k: v for k, v in doc.items() if k != "stats_rows"}, model=args.model)
-        except OutputRefused as e:
-            print(f"lstm-ort: {e}", file=sys.stderr)
-            return EXIT_USAGE
-        except OSError as e:
-            print(f"lstm-ort: cannot write {args.json}: {e.strerror or e}", file=sys.stderr)
-            return EXIT_INPUT
+            phases = bench.measure(load, counts, args.repeats)
+        except Stalled as e:
+            return _fail(str(e))
+        except Exception as e:  # noqa: BLE001 - a system failed a step of valid chunks: named, exit 1
+            return _fail(f"{bench.current}: {clean_message(e)}")
+    summary = summarize(phases)
+    for note in notes:
+        print(f"lstm-ort: {note}", file=sys.stderr)
+    _print_report(args, bench, load, summary, phases)
+    doc = _document(args, bench, load, counts, phases, summary, notes)
+    try:
+        if targets.get("json"):
+            write_json(targets["json"], doc)
+        if targets.get("plot"):
+            plot_latency(targets["plot"], summary, title=f"{Path(args.model).name}: {_describe(load)}")
+    except OSError as e:
+        return _fail(f"cannot write {e.filename or ''}: {e.strerror or e}")
     return EXIT_OK
 
 
-# -- load generation (tools/bench_streams.py uses these too) ----------------------------------------
+# -- what is measured ------------------------------------------------------------------------------
+class _Bench:
+    """The systems of one command, made once and measured phase after phase."""
+
+    current = ""  # the phase running (for an error's message)
+
+    def __init__(self, args, original, optimized, wanted: list[str]):
+        import onnxruntime as ort
+
+        from lstm_ort.runtime.session import InferenceSession
+        from lstm_ort.serving.streams import StreamBatcher
+        from lstm_ort.serving.streams.systems import BatcherSystem, RunSystem
+
+        self.batcher = StreamBatcher(optimized, dict(args.carry), providers=args.providers,
+                                     session_options=session_options(args.intra_op_threads),
+                                     max_batch=args.max_batch, max_wait_ms=args.max_wait_ms, workers=args.workers)
+        try:
+            self.pool = chunk_pool(self.batcher.model, self.batcher.carry, dict(args.chunk), dict(args.value),
+                                   seed=args.seed)
+            probe = self.batcher.open()
+            initial = self.batcher.state(probe)  # one stream's first carried inputs
+            self.batcher.step(probe, self.pool[0])  # bad chunks fail here, named, before anything is timed
+            self.batcher.close(probe)
+        except Exception:
+            self.batcher.shutdown()
+            raise
+        # The baselines run on the providers the batcher's session resolved, each session with
+        # options of its own (lstm_ort's session registers its op library in the options it gets).
+        providers = self.batcher.session.get_providers()
+        self.systems = []
+        for name in wanted:
+            if name == "batcher":
+                self.systems.append(BatcherSystem(self.batcher, SYSTEMS[name]))
+                continue
+            so = session_options(args.intra_op_threads)
+            if name == "ours":
+                session = InferenceSession(optimized.SerializeToString(), so, providers=providers)
+            elif original is not None:
+                session = ort.InferenceSession(original.SerializeToString(), so, providers=providers)
+            else:
+                continue
+            self.systems.append(RunSystem(SYSTEMS[name], session, self.batcher.carry, initial))
+
+    def measure(self, load, counts: list[int], repeats: int) -> list:
+        """Every system at every stream count, ``repeats`` times, the order turned each repeat."""
+        from lstm_ort.serving.streams.load import run_phase
+
+        phases = []
+        for n in counts:
+            for r in range(repeats):
+                turn = r % len(self.systems)
+                for system in self.systems[turn:] + self.systems[:turn]:
+                    self.current = f"{system.name}, {n} streams"
+                    phase = run_phase(system, replace(load, streams=n), self.pool)
+                    phases.append(phase)
+                    s = phase.summary()
+                    print(f"streams-bench: {n} streams, {system.name}: {s['steps_per_s']:,.0f} steps/s, latency p50 "
+                          f"{s['latency_p50_ms']:.3f} p99 {s['latency_p99_ms']:.3f} ms", file=sys.stderr, flush=True)
+        return phases
+
+
+def summarize(phases: list) -> list[dict]:
+    """Per stream count and system, the medians over its repeats (and the worst late count)."""
+    groups: dict = {}
+    for p in phases:
+        groups.setdefault((p.load.streams, p.system), []).append(p.summary())
+    out = []
+    for (n, system), runs in groups.items():
+        row = {"streams": n, "system": system, "repeats": len(runs)}
+        for key in ("steps_per_s", "latency_p50_ms", "latency_p99_ms", "latency_p999_ms"):
+            row[key] = statistics.median(r[key] for r in runs)
+        row["late"] = max(r["late"] for r in runs)
+        row["ticks"] = max(r["ticks"] for r in runs)
+        row["unanswered"] = max(r["unanswered"] for r in runs)
+        row["failed"] = sum(r["failed"] for r in runs)
+        mid = sorted(runs, key=lambda r: r["steps_per_s"])[len(runs) // 2]
+        row["counters"] = mid["counters"]
+        out.append(row)
+    for row in out:
+        batcher = next((r for r in out if r["streams"] == row["streams"] and r["counters"] is not None), None)
+        row["batcher_speedup"] = batcher["steps_per_s"] / row["steps_per_s"] if batcher and row["steps_per_s"] else None
+    return out
+
+
+# -- load generation's inputs (tools/bench_streams.py uses these too) -----------------------------
 def session_options(intra_op_threads: int = 0):
     import onnxruntime as ort
 
@@ -139,120 +276,102 @@ def chunk_pool(model, carry: dict[str, str], chunks: dict[str, list[int]], value
     return pool
 
 
-def run_streams(batcher, pool, streams: int, threads: int, seconds: float, warmup: float = 1.0,
-                interval: float | None = None, stacked: bool = False) -> dict:
-    """Client threads drive ``streams`` streams of ``batcher`` for ``warmup + seconds``; the counters
-    cover the measured part. A round of a client: ``step_many`` of its streams' chunks, or with
-    ``stacked`` one ``step_batch`` of them stacked (as a server gathering a tick's chunks would)."""
-    ids = [batcher.open() for _ in range(streams)]
-    if stacked:
-        layout = batcher.layout(pool[0])
-        blocks = {}
-
-        def block(mine, k):  # the round's chunks of these streams, stacked (made once per pool offset)
-            key = (mine[0], len(mine), k % len(pool))
-            if key not in blocks:
-                rows = [pool[(k + j) % len(pool)] for j in range(len(mine))]
-                blocks[key] = {n: v if layout.inputs.get(n) is None else
-                               np.concatenate([r[n] for r in rows], axis=layout.inputs[n]) for n, v in rows[0].items()}
-            return blocks[key]
-
-        def round_of(mine, k):
-            batcher.step_batch(mine, block(mine, k))
-    else:
-        def round_of(mine, k):
-            batcher.step_many([(s, pool[(k + j) % len(pool)]) for j, s in enumerate(mine)])
-    try:
-        late = _drive(round_of, ids, threads, warmup, interval, on_measure=batcher.reset_stats, seconds=seconds)
-        stats = batcher.stats()
-    finally:
-        for s in ids:
-            batcher.close(s)
-    return {"stats": stats.as_dict(), "stats_rows": stats.rows(), "steps_per_s": stats.steps_per_s,
-            "late_rounds": late}
-
-
-def run_baseline(session, carry: dict[str, str], initial: dict[str, np.ndarray], pool, streams: int, threads: int,
-                 seconds: float, warmup: float = 1.0) -> dict:
-    """One ``run`` per stream per step, each stream's state kept by its client thread."""
-    names = [o.name for o in session.get_outputs()]
-    where = {inp: names.index(out) for out, inp in carry.items()}
-    states = [dict(initial) for _ in range(streams)]
-    counted = [0]
-    lock = threading.Lock()
-
-    def round_of(mine, k):
-        for j, s in enumerate(mine):
-            outs = session.run(None, {**pool[(k + j) % len(pool)], **states[s]})
-            states[s] = {inp: outs[i] for inp, i in where.items()}
-        with lock:
-            counted[0] += len(mine)
-
-    t0 = [0.0]
-
-    def measure():
-        with lock:
-            counted[0] = 0
-        t0[0] = time.perf_counter()
-    _drive(round_of, list(range(streams)), threads, warmup, None, on_measure=measure, seconds=seconds)
-    elapsed = time.perf_counter() - t0[0]
-    return {"steps": counted[0], "seconds": elapsed, "steps_per_s": counted[0] / elapsed}
-
-
-def _drive(round_of, ids, threads: int, warmup: float, interval: float | None, *, on_measure, seconds: float) -> int:
-    """Runs ``round_of(my_streams, round)`` on each client thread until warmup + seconds pass."""
-    groups = [ids[k::threads] for k in range(threads) if ids[k::threads]]
-    start = time.perf_counter()
-    measure_at, stop_at = start + warmup, start + warmup + seconds
-    late = [0]
-    errors = []
-
-    def client(mine):
-        k, next_round = 0, time.perf_counter()
-        try:
-            while time.perf_counter() < stop_at:
-                round_of(mine, k)
-                k += 1
-                if interval is not None:
-                    next_round += interval
-                    wait = next_round - time.perf_counter()
-                    if wait > 0:
-                        time.sleep(wait)
-                    else:
-                        late[0] += 1
-        except Exception as e:  # noqa: BLE001 - reported by the caller
-            errors.append(e)
-
-    workers = [threading.Thread(target=client, args=(mine,), daemon=True) for mine in groups]
-    for w in workers:
-        w.start()
-    time.sleep(max(0.0, measure_at - time.perf_counter()))
-    on_measure()
-    for w in workers:
-        w.join()
-    if errors:
-        raise errors[0]
-    return late[0]
-
-
 # -- output ----------------------------------------------------------------------------------------
-def print_table(title: str, rows: list[tuple[str, str]], file=None) -> None:
+def print_table(title: str, rows: list[tuple], file=None, columns: tuple[str, ...] = ("counter", "value")) -> None:
+    """A table (rich where installed, else plain text): the first column left-aligned, the rest right."""
     try:
         from rich.console import Console
         from rich.table import Table
     except ImportError:
         out = file or sys.stdout
-        width = max(len(k) for k, _ in rows)
         print(title, file=out)
-        for k, v in rows:
-            print(f"  {k:<{width}}  {v}", file=out)
+        if len(columns) > 2:
+            rows = [columns, *rows]
+        widths = [max(len(str(r[k])) for r in rows) for k in range(len(columns))]
+        for r in rows:
+            cells = [f"{r[0]:<{widths[0]}}", *(f"{c:>{w}}" for c, w in zip(r[1:-1], widths[1:-1]))]
+            print("  " + "  ".join([*cells, str(r[-1]) if len(columns) == 2 else f"{r[-1]:>{widths[-1]}}"]), file=out)
         return
     table = Table(title=title)
-    table.add_column("counter")
-    table.add_column("value", justify="right")
-    for k, v in rows:
-        table.add_row(k, v)
+    for k, name in enumerate(columns):
+        table.add_column(name, justify="left" if k == 0 else "right")
+    for r in rows:
+        table.add_row(*(str(c) for c in r))
     Console(file=file).print(table)
+
+
+def _describe(load) -> str:
+    text = f"{load.pattern + ' loop' if load.pattern != 'rounds' else 'rounds'}, {load.clients} client " \
+           f"thread{'s' * (load.clients > 1)}"
+    if load.period:
+        text += f", every {load.period * 1e3:g} ms"
+    return text
+
+
+def _print_report(args, bench, load, summary: list[dict], phases: list) -> None:
+    name = Path(args.model).name
+    last = summary[-1]["streams"]
+    batcher_rows = [r for r in summary if r["streams"] == last and r["counters"] is not None]
+    if batcher_rows:
+        from lstm_ort.serving.streams.stats import StreamStats
+
+        stats = StreamStats(**batcher_rows[0]["counters"])
+        extra = [("behind real time", f"{batcher_rows[0]['late']} of {batcher_rows[0]['ticks']} "
+                                      f"{'chunks' if load.pattern == 'open' else 'passes'}")] if load.period else []
+        print_table(f"StreamBatcher's counters: {name}, {last} streams, {_describe(load)}", [*stats.rows(), *extra])
+    rows = []
+    for r in summary:
+        late = f"{r['late']} / {r['ticks']}" if load.period else "-"
+        speedup = "" if r["counters"] is not None or r["batcher_speedup"] is None else f"{r['batcher_speedup']:.2f}x"
+        rows.append((f"{r['streams']}", r["system"], f"{r['steps_per_s']:,.0f}", f"{r['latency_p50_ms']:.3f}",
+                     f"{r['latency_p99_ms']:.3f}", f"{r['latency_p999_ms']:.3f}", late, speedup))
+    print_table(f"{name}: {_describe(load)}, medians of {args.repeats}", rows,
+                columns=("streams", "system", "steps/s", "p50 ms", "p99 ms", "p99.9 ms", "late", "batcher x"))
+    print("batcher: the StreamBatcher; run ours / run stock: one run per stream per step, lstm_ort's session on the "
+          "optimized model / stock onnxruntime on the original; latency: per step, as the client threads measured it"
+          + ("; late: chunks sent more than 1 ms after their time, of those due" if load.pattern == "open" else
+             "; late: passes that began after their time" if load.period else "") +
+          "; batcher x: its steps/s over the system's")
+
+
+def _document(args, bench, load, counts, phases, summary, notes) -> dict:
+    from lstm_ort.serving.streams.load import LATE_S
+
+    batcher_last = next((r for r in reversed(summary) if r["counters"] is not None), None)
+    return {"model": str(args.model), "optimized": args.optimized, "pattern": load.pattern, "clients": load.clients,
+            "threads": load.clients, "period_ms": None if load.period is None else load.period * 1e3,
+            "streams": counts[-1], "ladder": counts, "seconds": load.seconds, "warmup": load.warmup,
+            "repeats": args.repeats, "stacked": load.stacked, "seed": load.seed, "max_batch": args.max_batch,
+            "max_wait_ms": args.max_wait_ms, "workers": args.workers, "intra_op_threads": args.intra_op_threads,
+            "providers": bench.batcher.session.get_providers(), "batched": bench.batcher.batched,
+            "fallback_reasons": bench.batcher.fallback_reasons, "notes": notes,
+            "late_threshold_ms": LATE_S * 1e3,
+            "stats": batcher_last["counters"] if batcher_last else None,
+            "steps_per_s": batcher_last["steps_per_s"] if batcher_last else None,
+            "summary": summary, "phases": [p.summary() for p in phases]}
+
+
+def _targets(args) -> dict:
+    """The output files, checked before anything runs (never the model)."""
+    from lstm_ort.runtime.output_files import output_target
+
+    inputs = [(args.model, "the model")] + ([(args.optimized, "the optimized model")] if args.optimized else [])
+    out = {}
+    for option, path in (("--json", args.json), ("--plot", args.plot)):
+        if path:
+            out[option[2:]] = output_target(path, inputs, option=option)
+    if out.get("json") and out.get("plot") and out["json"] == out["plot"]:
+        from lstm_ort.runtime.output_files import OutputRefused
+
+        raise OutputRefused("--json and --plot name the same file")
+    if out.get("plot"):
+        try:
+            import matplotlib  # noqa: F401 - only whether it is there, before anything is measured
+        except ImportError as e:
+            from lstm_ort.runtime.output_files import OutputRefused
+
+            raise OutputRefused(f"--plot needs matplotlib (pip install 'lstm-ort[bench]'): {e}") from None
+    return out
 
 
 def write_json(path, doc, model=None) -> None:
@@ -261,9 +380,79 @@ def write_json(path, doc, model=None) -> None:
     from lstm_ort.runtime.output_files import output_target, write_file
 
     target = output_target(path, [(model, "the model")] if model is not None else [], option="--json")
-    write_file(target, lambda p: p.write_text(json.dumps(doc, indent=2, default=str)))
+    write_file(target, lambda p: p.write_text(json.dumps(doc, indent=2, default=_plain)))
+
+
+def plot_latency(path, summary: list[dict], title: str = "") -> None:
+    """Latency p50 (solid) and p99 (dashed) and steps/s against the streams, a line per system."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullLocator
+
+    from lstm_ort.runtime.output_files import write_file
+
+    fig, (lat, thr) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for k, system in enumerate(dict.fromkeys(r["system"] for r in summary)):
+        rows = sorted((r for r in summary if r["system"] == system), key=lambda r: r["streams"])
+        n = [r["streams"] for r in rows]
+        color = f"C{k}"
+        lat.plot(n, [r["latency_p50_ms"] for r in rows], "-o", color=color, label=f"{system} p50")
+        lat.plot(n, [r["latency_p99_ms"] for r in rows], "--o", color=color, label=f"{system} p99")
+        thr.plot(n, [r["steps_per_s"] for r in rows], "-o", color=color, label=system)
+    counts = sorted({r["streams"] for r in summary})
+    for ax, label in ((lat, "per-step latency (ms)"), (thr, "steps/s")):
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xticks(counts, [str(n) for n in counts])
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.set_xlabel("streams")
+        ax.set_ylabel(label)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    write_file(path, lambda p: fig.savefig(p, format="png", dpi=120))
+    plt.close(fig)
+
+
+def _plain(value):
+    if isinstance(value, (np.integer, np.floating)):
+        return value.item()
+    return str(value)
+
+
+def _is_optimized(model) -> bool:
+    from lstm_ort.ops.identity import is_fused
+
+    def nodes(graph):
+        for node in graph.node:
+            yield node
+            for a in node.attribute:
+                for g in ([a.g] if a.HasField("g") else a.graphs):
+                    yield from nodes(g)
+    return any(is_fused(n) for n in nodes(model.graph))
+
+
+def _usage(message: str) -> int:
+    print(f"lstm-ort streams-bench: {message}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def _fail(message: str) -> int:
+    print(f"lstm-ort: {message}", file=sys.stderr)
+    return EXIT_INPUT
+
+
+def _systems(text: str) -> list[str]:
+    names = [t.strip() for t in text.split(",") if t.strip()]
+    bad = [n for n in names if n not in SYSTEMS]
+    if not names or bad or len(set(names)) != len(names):
+        raise argparse.ArgumentTypeError(f"must be distinct names of {', '.join(SYSTEMS)}, not {text!r}")
+    return names
 
 
 _pair = named("--carry", "OUTPUT=INPUT")
 _shape = named("--chunk", "NAME=D0,D1,... with dims >= 0", dims)
-_value = named("--value", "NAME=V[,V...]", lambda text: [float(v) for v in text.split(",")])
+_value = named("--value", "NAME=V[,V...] of finite numbers", lambda text: [finite(v) for v in text.split(",")])

@@ -70,7 +70,8 @@ def add_streams_bench_parser(sub) -> None:
     s.add_argument("--seed", type=integer(0), default=0, help="the open loop's phases and the chunks' values")
     s.add_argument("--max-batch", type=integer(1), default=256)
     s.add_argument("--max-wait-ms", type=number(at_least=0), default=2.0)
-    s.add_argument("--workers", type=integer(1), default=2, help="the batcher's calls in flight at once (default 2)")
+    s.add_argument("--workers", type=integer(1), default=None,
+                   help="the batcher's calls in flight at once (default: 1 on the CPU, 2 on CUDA)")
     s.add_argument("--providers", help="comma-separated: cuda,cpu (default: onnxruntime's)")
     s.add_argument("--intra-op-threads", type=integer(0, "0: onnxruntime's default"), default=0,
                    help="onnxruntime intra-op threads of every session (0: its default)")

@@ -24,7 +24,8 @@ constexpr NamedValue<Precision> kPrecisions[] = {
 constexpr NamedValue<Arithmetic> kArithmetics[] = {
     {"fp32", Arithmetic::kFp32}, {"tf32", Arithmetic::kTf32}, {"fp16", Arithmetic::kFp16}, {"bf16", Arithmetic::kBf16},
 };
-constexpr NamedValue<Int8Scales> kInt8Scales[] = {{"call", Int8Scales::kCall}, {"row", Int8Scales::kRow}};
+constexpr NamedValue<Int8Scales> kInt8Scales[] = {{"call", Int8Scales::kCall}, {"row", Int8Scales::kRow},
+                                                  {"slices", Int8Scales::kSlices}};
 constexpr NamedValue<CpuKernel> kCpuKernels[] = {
     {"auto", CpuKernel::kAuto}, {"fused", CpuKernel::kFused},
     {"stock", CpuKernel::kStock}, {"stock_split", CpuKernel::kStockSplit},

@@ -40,10 +40,8 @@ SEED = int(os.environ.get("LSTM_ORT_FUZZ_SEED", "0"))
 # thousands, where one float32 step is ~1e-4).
 FLOAT32_TOL = 1e-5
 
-# Softplus is left out: the CPU kernel's overflows past 88 (NaN where stock gives a number), a kernel
-# bug: test_softplus_overflow_matches_stock xfails until it is fixed, then holds the fix.
 VALID_ACTS = ["Sigmoid", "Tanh", "Relu", "HardSigmoid", "LeakyRelu", "Softsign", "ScaledTanh", "Elu", "Affine",
-              "ThresholdedRelu"]
+              "ThresholdedRelu", "Softplus"]
 
 
 def _pick(rng, options, weights=None):
@@ -504,10 +502,8 @@ def test_fuzz_optimize_check(tmp_path):
 
 
 def test_softplus_overflow_matches_stock():
-    """Found by this fuzz: the CPU kernel's Softplus overflows past ~88 (NaN where stock's LSTM
-    gives 1.0 through tanh), so the fuzz leaves Softplus out until the kernel is fixed."""
-    import pytest
-
+    """Found by this fuzz: Softplus overflows past ~88 (as stock's does), and the cell's peephole
+    of 0 times c = inf gave NaN where stock's LSTM, without peepholes, gives 1.0 through tanh."""
     from lstm_ort.rewriter import optimize
     from lstm_ort.testing import run
 
@@ -517,8 +513,6 @@ def test_softplus_overflow_matches_stock():
     model = stock_model(spec, layers)
     x = np.array([50, 89, 100], np.float32).reshape(3, 1, 1)
     stock, ours = run(model, {"X": x}, fused=False)[0], run(optimize(model), {"X": x})[0]
-    if not np.isfinite(ours).all():
-        pytest.xfail("FusedLSTM's CPU Softplus overflows past 88 (custom_ops/cpu): NaN where stock gives 1.0")
     np.testing.assert_allclose(ours, stock, atol=1e-6)
 
 

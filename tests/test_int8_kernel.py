@@ -79,6 +79,39 @@ def test_each_instruction_set_gives_stocks_results(isa, tmp_path):
         assert max_abs([np.array(o, np.float32) for o in outputs], _stock(stock_model, feeds)) <= 1e-5, case
 
 
+_SLICES_PROBE = """
+import sys, numpy as np, onnxruntime as ort
+from lstm_ort.runtime.session import InferenceSession
+for k in range(int(sys.argv[1])):
+    feeds = dict(np.load(f"feeds{k}.npz"))
+    for threads in (1, 2):
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        out = InferenceSession(f"m{k}.onnx", options, providers=["CPUExecutionProvider"]).run(None, feeds)
+        np.savez(f"out{k}_{threads}.npz", *out)
+"""
+
+
+@pytest.mark.parametrize("plan_threads", [2, 3, 4])
+def test_slices_scales_give_stocks_results_on_as_many_threads(plan_threads, tmp_path):
+    """int8_scales=slices: h quantized per slice of the batch as stock's LSTM cuts it on the threads
+    the kernel plans for (LSTM_ORT_CPU_THREADS here), i.e. stock's DynamicQuantizeLSTM on that many
+    intra-op threads, whatever threads the session itself has."""
+    for k, case in enumerate(CASES):
+        _, fused, feeds = _case(case)
+        (tmp_path / f"m{k}.onnx").write_bytes(_with_scales(fused, "slices").SerializeToString())
+        np.savez(tmp_path / f"feeds{k}.npz", **feeds)
+    argv, env = child_python(_SLICES_PROBE, str(len(CASES)), env={"LSTM_ORT_CPU_THREADS": str(plan_threads)})
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    for k, case in enumerate(CASES):
+        stock_model, _, feeds = _case(case)
+        ref = _stock(stock_model, feeds, plan_threads)
+        for threads in (1, 2):
+            got = [a for _, a in sorted(np.load(tmp_path / f"out{k}_{threads}.npz").items())]
+            assert max_abs(got, ref) <= 1e-5, (case, threads)
+
+
 def test_threads_do_not_change_the_results():
     """h is quantized over the whole batch whatever the threads (stock's per-thread slices are not)."""
     _, fused, feeds = _case((24, 64, 1, "forward", 16, 12), seed=4)
@@ -266,5 +299,5 @@ def test_bad_int8_scales_name_the_values(rng):
     for a in node.attribute:
         if a.name == "int8_scales":
             a.s = b"rows"
-    with pytest.raises(Exception, match="attribute int8_scales must be call or row, got 'rows'"):
+    with pytest.raises(Exception, match="attribute int8_scales must be call, row or slices, got 'rows'"):
         _ours(model, make_feeds(spec, 3, 2, rng))

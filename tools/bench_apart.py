@@ -169,8 +169,17 @@ def corpus_rows(only: list[str], int8: bool, batches: list[int], scales: str | N
     from lstm_ort.verify import random_feeds
 
     corpus = load_corpus()
+
+    def scaled(optimized):
+        if not scales:
+            return optimized
+        import onnx
+
+        return onnx.load_from_string(with_attributes(optimized.SerializeToString(), {"int8_scales": scales}))
+
     if int8:
-        yield from torch_quantized_rows(corpus, only, batches)
+        for name, model, optimized, feeds, precision in torch_quantized_rows(corpus, only, batches):
+            yield name, model, scaled(optimized), feeds, precision
     for entry in corpus.ENTRIES:
         if bool(entry.stock_threads) != int8 or (only and not any(s in entry.name for s in only)):
             continue
@@ -181,11 +190,7 @@ def corpus_rows(only: list[str], int8: bool, batches: list[int], scales: str | N
         except corpus.Unavailable as e:
             print(f"{entry.name}: skipped ({e})", file=sys.stderr)
             continue
-        optimized = optimize(model)
-        if scales:
-            import onnx
-
-            optimized = onnx.load_from_string(with_attributes(optimized.SerializeToString(), {"int8_scales": scales}))
+        optimized = scaled(optimize(model))
         for B in batches or [None]:
             feeds = entry.feeds(np.random.default_rng(B or 0))
             if B:
@@ -266,7 +271,7 @@ def main(argv=None) -> int:
     p.add_argument("--odd-rows", type=int, default=None, help="the first N rows of the odd grid only")
     p.add_argument("--only", action="append", default=[], help="corpus/int8 rows whose name holds this")
     p.add_argument("--int8-batch", type=int, nargs="+", default=[8, 32])
-    p.add_argument("--int8-scales", choices=["call", "row"], default=None)
+    p.add_argument("--int8-scales", choices=["call", "row", "slices"], default=None)
     p.add_argument("--budget-ms", type=float, default=600.0, help="timed milliseconds per side and row, roughly")
     p.add_argument("--lock", default=None, help="flock -x this file around each row (e.g. /work/quiet.lock)")
     p.add_argument("--env", action="append", default=[], help="NAME=VALUE for the optimized side's process")

@@ -104,6 +104,11 @@ ProjectSplit SplitProjection(int64_t M, int64_t K, int64_t Q, int64_t workers) {
   return sp;
 }
 
+int64_t StockSliceRows(int64_t B, int64_t H, int P) {
+  const bool batch_parallel = P > 1 && (B > 4 || (B >= 2 && H <= 256));
+  return batch_parallel ? (B + P - 1) / P : B;
+}
+
 namespace {
 
 // A float (fp32 or bf16) product [M] x [Q panels] of depth K on up to P threads: a thread per
@@ -145,6 +150,20 @@ Recurrence Int8CallScalesRecurrence(const Dims& d, int64_t np, int64_t steps, in
   const int64_t per_dir = std::max<int64_t>(1, P / d.D);
   r.unit_chunks = per_dir > 1 && step_macs >= step_split_min ? std::min<int64_t>(per_dir, np) : 1;
   r.parallel_groups = r.unit_chunks == 1 && P >= 2 && d.D == 2 && step_macs * steps >= kn.int8_split_min;
+  return r;
+}
+
+// The int8 recurrence with h quantized per slice of the batch as stock's LSTM cuts it on P
+// threads: a group per slice and direction, the groups on separate threads where there is work
+// for more than one; one slice: as one scale per call.
+Recurrence Int8SlicesRecurrence(const Dims& d, int64_t np, int64_t steps, int P, const CpuPlanKnobs& kn,
+                                int64_t step_split_min) {
+  const int64_t rows = StockSliceRows(d.B, d.H, P), slices = (d.B + rows - 1) / rows;
+  if (slices <= 1) return Int8CallScalesRecurrence(d, np, steps, P, kn, step_split_min);
+  Recurrence r;
+  r.batch_chunks = slices;
+  r.rows_per_group = rows;
+  r.parallel_groups = d.B * d.H * kGates * d.H * steps * d.D >= kn.int8_split_min;
   return r;
 }
 
@@ -268,10 +287,12 @@ CpuCallPlan PlanCpuCall(const CpuCallInputs& in, const Attributes& attrs, const 
       lp.step_flops = std::max(lp.step_flops, 2.0 * d.B * depth);
       lp.weight_bytes = std::max(lp.weight_bytes, weight_size * depth);
     }
+    const bool slices = int8 && p.int8_scales == Int8Scales::kSlices;
     lp.recurrence = rows_coupled ? Int8CallScalesRecurrence(d, np, in.max_len, P, kn, Int8StepSplitMin(m, kn))
+                    : slices     ? Int8SlicesRecurrence(d, np, in.max_len, P, kn, Int8StepSplitMin(m, kn))
                                  : PlanRecurrence(d, np, in.max_len, P, lp.step_flops, lp.weight_bytes, kn, false);
     const Recurrence& rec = lp.recurrence;
-    if (!rows_coupled && rec.unit_chunks == 1) {
+    if (!rows_coupled && !slices && rec.unit_chunks == 1) {
       const int64_t groups = d.D * rec.batch_chunks;
       lp.recurrence.parallel_groups =
           std::min<int64_t>(groups, P) > 1 && lp.step_flops * in.max_len >= kn.parallel_min;
@@ -300,6 +321,7 @@ std::string RecurrenceText(const Recurrence& r, int64_t D) {
            (r.groups_in_turn ? ", directions in turn" : D > 1 ? ", a group per direction" : "");
   if (r.batch_chunks > 1)
     return "batch rows in " + std::to_string(r.batch_chunks) + " groups per direction" +
+           (r.rows_per_group ? " (stock's slices of " + std::to_string(r.rows_per_group) + ")" : "") +
            (r.parallel_groups ? ", on separate threads" : ", in turn");
   if (D > 1) return r.parallel_groups ? "directions on a thread each" : "directions in turn on one thread";
   return "one thread";
@@ -319,7 +341,11 @@ std::string DescribeCpuCall(const CpuCallPlan& p) {
   if (p.kernel != CpuKernel::kFused && p.kernel != CpuKernel::kAuto) return text;
   text += std::string("; fused: ") + WeightFormatName(p.format) + (p.factored ? " factored" : "") + " weights";
   if (p.format == WeightFormat::kInt8)
-    text += std::string(", activation scales per ") + (p.int8_scales == Int8Scales::kRow ? "row" : "call and step");
+    text += std::string(", activation scales per ") +
+            (p.int8_scales == Int8Scales::kRow      ? "row"
+             : p.int8_scales == Int8Scales::kSlices ? "call and step, h's per slice of the batch as stock's on " +
+                                                          std::to_string(p.threads) + " threads"
+                                                    : "call and step");
   text += ", " + p.precision.words + ", " + std::to_string(p.threads) + (p.threads == 1 ? " thread" : " threads");
   for (size_t l = 0; l < p.layers.size(); ++l)
     text += "; layer " + std::to_string(l) + ": " + ProjectionText(p.layers[l].projection) + ", recurrence " +

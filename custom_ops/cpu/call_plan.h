@@ -46,6 +46,7 @@ struct CpuCallInputs {
 // How one layer's recurrence uses the threads.
 struct Recurrence {
   int64_t batch_chunks = 1;     // groups of batch rows per direction, never synchronised
+  int64_t rows_per_group = 0;   // > 0: groups of this many rows, the last fewer (stock's slices); 0: even
   int64_t unit_chunks = 1;      // threads splitting one group's panels, meeting after every step (phase)
   bool groups_in_turn = false;  // the groups run one after another, each on all the threads
   bool parallel_groups = false; // with unit_chunks 1: the groups run on separate threads
@@ -116,6 +117,10 @@ std::string DescribeCpuCall(const CpuCallPlan& plan);
 Recurrence PlanRecurrence(const Dims& d, int64_t np, int64_t steps, int P, double step_flops, double weight_bytes,
                           const CpuPlanKnobs& knobs, bool rows_coupled);
 ProjectSplit SplitProjection(int64_t M, int64_t K, int64_t Q, int64_t workers);
+// The rows of each slice of the batch that onnxruntime's LSTM runs on a thread of its own (each
+// slice's h quantized alone by DynamicQuantizeLSTM) on P threads: ceil(B / P) where B > 4, or
+// B >= 2 and H <= 256 (UniDirectionalLstm::SetNumThreads), else B (one slice).
+int64_t StockSliceRows(int64_t B, int64_t H, int P);
 
 // Recurrent weights that two directions may stream at once, each on its own thread, without
 // evicting each other from the last-level cache.

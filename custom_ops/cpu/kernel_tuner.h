@@ -24,9 +24,9 @@ struct ShapeClass {
 };
 ShapeClass ClassOf(int64_t T, int64_t B);
 
-// The floor: the candidate that runs a call as the original model does, onnxruntime's LSTM on the
-// session's threads (stock_threads where the pool has more than one thread, else stock); the first
-// candidate where stock is none of them.
+// A class's floor before it is measured (what a recheck pairs with until the decision names one):
+// stock_threads where it is a candidate, else stock; the first candidate where stock is none of
+// them. At the decision the floor is the fastest of stock's kernels as measured.
 CpuKernel FloorOf(const std::vector<CpuKernel>& candidates);
 
 // How a class is measured (docs/cpu.md, "The floor"). A round is one block of calls of every
@@ -40,9 +40,9 @@ struct TunerConfig {
   int block = 2;
   int min_rounds = 3;  // rounds before any decision
   int max_rounds = 8;  // rounds at most: then, in doubt, the floor
-  // A candidate displaces the floor only where it is faster by at least `min_gain` (the mean of the
-  // paired log ratios) and the paired ratios' t statistic is at least `confidence` (one-sided; two
-  // samples alike: any gain above min_gain).
+  // The floor is the fastest of stock's kernels; the fused kernel displaces it only where it is
+  // faster by at least `min_gain` (the mean of the paired log ratios) and the paired ratios' t
+  // statistic is at least `confidence` (one-sided; samples all alike: any gain above min_gain).
   double min_gain = 0.03;
   double confidence = 2.0;
   // Calls with no new class after which a settled tuner lets the caller drop the kernel no class

@@ -9,8 +9,10 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <map>
 #include <mutex>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "attribute_parsing.h"
@@ -103,6 +105,34 @@ struct CpuLstm<T>::State {
   std::string stock_refused;
   std::atomic<bool> stock_failed{false};
   KernelTuner tuner;
+
+  // Plans per call shape (a plan is a function of the node, the machine and the call's sizes): the
+  // plan's own cost (its vectors and words) was 10% of a call of H40 B5 T7.
+  struct PlanKey {
+    int64_t steps, batch, input, max_len;  // T, B, I
+    const char* why_no_stock;
+    int pool_threads;
+    bool operator<(const PlanKey& o) const {
+      return std::tie(steps, batch, input, max_len, why_no_stock, pool_threads) <
+             std::tie(o.steps, o.batch, o.input, o.max_len, o.why_no_stock, o.pool_threads);
+    }
+  };
+  static constexpr size_t kMaxPlans = 64;  // beyond, the kept plans are dropped and made again
+  std::mutex plans_mutex;
+  std::map<PlanKey, std::shared_ptr<const cpu::CpuCallPlan>> plans;
+
+  std::shared_ptr<const cpu::CpuCallPlan> PlanFor(const cpu::CpuCallInputs& in, int pool_threads) {
+    const PlanKey key{in.dims.T, in.dims.B, in.dims.I, in.max_len, in.why_no_stock, pool_threads};
+    std::lock_guard<std::mutex> lock(plans_mutex);
+    auto it = plans.find(key);
+    if (it != plans.end()) return it->second;
+    if (plans.size() >= kMaxPlans) plans.clear();
+    cpu::CpuMachine machine = ThisMachine();
+    machine.pool_threads = pool_threads;
+    auto plan = std::make_shared<const cpu::CpuCallPlan>(cpu::PlanCpuCall(in, attrs, machine, knobs, env_kernel));
+    plans.emplace(key, plan);
+    return plan;
+  }
 
   std::shared_ptr<const cpu::FloatPacked> PackedWeights() {
     std::lock_guard<std::mutex> lock(weights_mutex);
@@ -289,12 +319,11 @@ const char* CpuLstm<T>::WhyNotStock(const CallIO& io) const {
 template <typename T>
 void CpuLstm<T>::Compute(OrtKernelContext* ctx, const CallIO& io) {
   State& st = *state_;
-  cpu::CpuMachine machine = ThisMachine();
   const cpu::CpuCallInputs in{io.dims, io.max_len, !std::is_same_v<T, float>, st.int8, WhyNotStock(io)};
   const CpuKernel asked = st.attrs.cpu_kernel_set ? st.attrs.cpu_kernel : st.env_kernel;
-  if (!in.why_no_stock && (asked == CpuKernel::kAuto || asked == CpuKernel::kStockThreads))
-    machine.pool_threads = st.PoolSize(ctx);
-  const cpu::CpuCallPlan plan = cpu::PlanCpuCall(in, st.attrs, machine, st.knobs, st.env_kernel);
+  const bool counts_pool = !in.why_no_stock && (asked == CpuKernel::kAuto || asked == CpuKernel::kStockThreads);
+  const std::shared_ptr<const cpu::CpuCallPlan> held = st.PlanFor(in, counts_pool ? st.PoolSize(ctx) : 0);
+  const cpu::CpuCallPlan& plan = *held;
   if (!plan.refused.empty()) Fail(plan.refused);
   KernelTuner::Pick pick{plan.kernel, false};
   const ShapeClass shape = ClassOf(io.dims.T, io.dims.B);

@@ -166,7 +166,9 @@ void RunStack(OrtKernelContext* ctx, const CpuCallPlan& plan, const CallIO& io, 
     const int64_t groups = D * rec.batch_chunks, chunks = rec.unit_chunks;
     auto step_args = [&](int64_t g) {
       const int64_t dir = g / rec.batch_chunks, bc = g % rec.batch_chunks;
-      const int64_t b0 = B * bc / rec.batch_chunks, b1 = B * (bc + 1) / rec.batch_chunks;
+      const int64_t n = rec.rows_per_group;
+      const int64_t b0 = n ? std::min(B, bc * n) : B * bc / rec.batch_chunks;
+      const int64_t b1 = n ? std::min(B, (bc + 1) * n) : B * (bc + 1) / rec.batch_chunks;
       const int64_t k = l * D + dir;
       StepArgs a{};
       a.H = H;

@@ -28,7 +28,9 @@ Attributes AttributesOf(const Case& c) {
   a.cpu_kernel = k;
   a.cpu_kernel_set = k != CpuKernel::kAuto;
   a.precision = c.format == Format::kBf16 ? Precision::kBf16 : Precision::kAuto;
-  a.int8_scales = c.format == Format::kInt8Row ? Int8Scales::kRow : Int8Scales::kCall;
+  a.int8_scales = c.format == Format::kInt8Row      ? Int8Scales::kRow
+                  : c.format == Format::kInt8Slices ? Int8Scales::kSlices
+                                                    : Int8Scales::kCall;
   if (c.format == Format::kFactored) {
     for (int64_t l = 0; l < c.L; ++l)
       for (int64_t dir = 0; dir < c.D; ++dir) {
@@ -47,7 +49,7 @@ Decisions DecisionsOf(const Case& c) {
   m.math = CpuMath{true, true, true};
   cpu::CpuPlanKnobs kn;
   kn.split = c.split;
-  const bool int8 = c.format == Format::kInt8 || c.format == Format::kInt8Row;
+  const bool int8 = c.format == Format::kInt8 || c.format == Format::kInt8Row || c.format == Format::kInt8Slices;
   const bool no_stock = !c.kernel.stock_can || int8 || c.format == Format::kFactored;
   const cpu::CpuCallInputs in{MakeDims(c.L, c.D, c.T, c.B, c.I, c.H), c.T, false, int8, no_stock ? "no" : nullptr};
   const cpu::CpuCallPlan plan = cpu::PlanCpuCall(in, AttributesOf(c), m, kn);
@@ -65,6 +67,7 @@ Decisions DecisionsOf(const Case& c) {
       l.products.push_back({sp.workers, sp.workers > 1 ? sp.row_blocks : 1, sp.workers > 1 ? sp.panel_blocks : 1});
     l.batch_chunks = lp.recurrence.batch_chunks;
     l.unit_chunks = lp.recurrence.unit_chunks;
+    l.rows_per_group = lp.recurrence.rows_per_group;
     l.in_turn = lp.recurrence.groups_in_turn;
     l.parallel = lp.recurrence.parallel_groups;
     out.layers.push_back(l);

@@ -104,6 +104,26 @@ TEST(CpuPlanInt8CallScalesNeverSplitTheBatch) {
   CHECK(Has(DescribeCpuCall(row), "activation scales per row"));
 }
 
+TEST(CpuPlanInt8SlicesAreStocks) {
+  // Stock's LSTM on P threads runs slices of ceil(B / P) rows where B > 4, or B >= 2 and H <= 256.
+  CHECK_EQ(StockSliceRows(8, 512, 2), int64_t(4));
+  CHECK_EQ(StockSliceRows(5, 512, 2), int64_t(3));
+  CHECK_EQ(StockSliceRows(4, 512, 2), int64_t(4));  // B <= 4 with H > 256: one slice
+  CHECK_EQ(StockSliceRows(4, 256, 2), int64_t(2));
+  CHECK_EQ(StockSliceRows(7, 64, 4), int64_t(2));
+  CHECK_EQ(StockSliceRows(32, 64, 1), int64_t(32));
+  CpuCallInputs in = Call(50, 5, 64, 1, 1, "int8");
+  in.int8_weights = true;
+  Attributes a = Attrs();
+  a.int8_scales = Int8Scales::kSlices;
+  const CpuCallPlan p = PlanCpuCall(in, a, Machine(2, 2), {});
+  CHECK_EQ(p.layers[0].recurrence.batch_chunks, int64_t(2));  // rows 0-2 and 3-4, as stock's
+  CHECK_EQ(p.layers[0].recurrence.rows_per_group, int64_t(3));
+  CHECK(Has(DescribeCpuCall(p), "stock's slices of 3"));
+  const CpuCallPlan one = PlanCpuCall(in, a, Machine(1, 1), {});  // one thread: one slice, as call
+  CHECK_EQ(one.layers[0].recurrence.batch_chunks, int64_t(1));
+}
+
 TEST(CpuPlanDescribesItself) {
   const CpuCallPlan p = PlanCpuCall(Call(100, 64, 256, 2, 2), Attrs(256, 2, 2), Machine(2, 2), {});
   const std::string text = DescribeCpuCall(p);

@@ -1,7 +1,8 @@
 // The grid of CPU calls whose planning decisions data/cpu_plan_snapshot.tsv holds (issue 47: the CPU
 // call plan must decide as the code before it did; the fp32, factored and int8 rows were written by
 // a replica of that code, commit 6c41dc9's RunFused, CpuLstmInt8::Compute and CpuLstm::Compute; the
-// bf16 and int8 per-row rows, formats that code did not have, by PlanCpuCall when they were added),
+// bf16, int8 per-row and int8 per-slice rows, formats that code did not have, by PlanCpuCall when
+// they were added),
 // and the text the decisions are compared as. Rows are groups of calls (format, knob, threads,
 // kernel, L, D, T, I) over a grid of H x B, each with an FNV-1a hash of its calls' decision lines.
 #pragma once
@@ -15,9 +16,9 @@
 
 namespace cpu_snapshot {
 
-enum class Format { kFp32, kFactored, kInt8, kInt8Row, kBf16 };
+enum class Format { kFp32, kFactored, kInt8, kInt8Row, kBf16, kInt8Slices };
 inline const char* FormatText(Format f) {
-  const char* names[] = {"fp32", "factored", "int8", "int8row", "bf16"};
+  const char* names[] = {"fp32", "factored", "int8", "int8row", "bf16", "int8slices"};
   return names[static_cast<int>(f)];
 }
 // Formats the code before the plan had: their rows come from it.
@@ -46,7 +47,7 @@ struct Product {
 };
 struct Layer {
   std::vector<Product> products;
-  int64_t batch_chunks = 1, unit_chunks = 1;
+  int64_t batch_chunks = 1, unit_chunks = 1, rows_per_group = 0;
   bool in_turn = false, parallel = false;
 };
 struct Decisions {
@@ -64,7 +65,8 @@ inline std::string Line(const Case& c, const Decisions& d) {
     out += " [";
     for (const Product& p : l.products)
       out += std::to_string(p.workers) + (p.workers > 1 ? "/" + std::to_string(p.row_blocks) + "x" + std::to_string(p.panel_blocks) : "") + ",";
-    out += " rec " + std::to_string(l.batch_chunks) + "/" + std::to_string(l.unit_chunks) + (l.in_turn ? " turn" : "") +
+    out += " rec " + std::to_string(l.batch_chunks) + "/" + std::to_string(l.unit_chunks) +
+           (l.rows_per_group ? " n" + std::to_string(l.rows_per_group) : "") + (l.in_turn ? " turn" : "") +
            (l.parallel ? " par" : "") + "]";
   }
   return out;
@@ -81,7 +83,7 @@ inline std::vector<Case> Grid() {
                                        {"auto-nostock", "auto", false, 1}, {"fused", "fused", true, 1},
                                        {"stock_split", "stock_split", true, 1}};
   std::vector<Case> out;
-  for (Format f : {Format::kFp32, Format::kFactored, Format::kInt8, Format::kInt8Row, Format::kBf16})
+  for (Format f : {Format::kFp32, Format::kFactored, Format::kInt8, Format::kInt8Row, Format::kBf16, Format::kInt8Slices})
     for (int split : {0, 1, 2, 3}) {
       if (split && f != Format::kFp32) continue;
       for (int threads : {1, 2, 4, 16})

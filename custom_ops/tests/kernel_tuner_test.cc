@@ -65,7 +65,7 @@ TEST(ShapeClassesBucketStepsByPowersOfTwo) {
   CHECK(!(ClassOf(32, 5) == ClassOf(32, 6)));
 }
 
-TEST(TheFloorIsStockOnTheSessionsThreads) {
+TEST(TheFloorBeforeTheDecisionIsStockOnTheSessionsThreads) {
   CHECK(FloorOf(kThree) == CpuKernel::kStock);
   CHECK(FloorOf({CpuKernel::kFused, CpuKernel::kStock, CpuKernel::kStockSplit, CpuKernel::kStockThreads}) ==
         CpuKernel::kStockThreads);
@@ -123,6 +123,24 @@ TEST(InDoubtTheFloorStays) {
   CHECK_EQ(RunUntilDecided(v, {32, 8}, kThree, [](CpuKernel k, int) { return k == CpuKernel::kStock ? 1.0 : 1.5; }),
            3 * 3 * 3);
   CHECK(v.Report().front().chosen == CpuKernel::kStock);
+}
+
+TEST(TheFloorIsTheFastestOfStocksKernels) {
+  // stock_threads slow (a session within a session), stock_split fast, fused 1% faster than it:
+  // in doubt, stock_split, not stock_threads nor fused.
+  const std::vector<CpuKernel> four = {CpuKernel::kFused, CpuKernel::kStock, CpuKernel::kStockSplit,
+                                       CpuKernel::kStockThreads};
+  KernelTuner t;
+  RunUntilDecided(t, {64, 16}, four, [](CpuKernel k, int) {
+    return k == CpuKernel::kFused ? 0.99 : k == CpuKernel::kStockSplit ? 1.0 : k == CpuKernel::kStock ? 1.4 : 1.2;
+  });
+  CHECK(t.Report().front().chosen == CpuKernel::kStockSplit);
+  // fused surely faster than the fastest of stock's: fused.
+  KernelTuner u;
+  RunUntilDecided(u, {64, 16}, four, [](CpuKernel k, int) {
+    return k == CpuKernel::kFused ? 0.8 : k == CpuKernel::kStockSplit ? 1.0 : k == CpuKernel::kStock ? 1.4 : 1.2;
+  });
+  CHECK(u.Report().front().chosen == CpuKernel::kFused);
 }
 
 TEST(APassingLoadFallsOnEveryCandidateOfARound) {

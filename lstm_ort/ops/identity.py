@@ -25,8 +25,10 @@ CPU_KERNELS = ("auto", "fused", "stock", "stock_split", "stock_threads")
 # Values of the `int8_scales` attribute, in the order of the C++ enum lstm_ort::Int8Scales: how
 # the int8 kernel quantizes its activations, one scale per call and step as onnxruntime's
 # DynamicQuantizeLSTM on one thread ("call", the default), or one per batch row ("row": batched rows
-# never change each other's results). docs/ops.md, "int8 weights".
-INT8_SCALES = ("call", "row")
+# never change each other's results), or h per slice of the batch as DynamicQuantizeLSTM cuts it on
+# as many threads as the CPU kernel plans for ("slices": stock's result on those threads, the slices
+# on threads of their own). docs/ops.md, "int8 weights".
+INT8_SCALES = ("call", "row", "slices")
 # The device of a CPU entry of the `tuned` attribute: this prefix and the CPU's name.
 TUNED_CPU_PREFIX = "cpu:"
 

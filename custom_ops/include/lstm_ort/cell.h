@@ -52,11 +52,13 @@ LSTM_ORT_HD float ClipTo(const CellParams& p, float x) {
 LSTM_ORT_HD float CellUpdate(const CellParams& p, float gi, float go, float gf, float gc,
                              float pi, float po, float pf, float& c) {
   const float c_prev = c;
-  const float i = Apply(p.act[0], ClipTo(p, gi + pi * c_prev));
-  const float f = p.input_forget ? 1.f - i : Apply(p.act[0], ClipTo(p, gf + pf * c_prev));
+  // A peephole of 0 (none given) adds nothing, even where c is inf (Softplus past 88: stock's
+  // expf overflows too, and stock, without peepholes, gives h = o * tanh(inf) = o, not NaN).
+  const float i = Apply(p.act[0], ClipTo(p, pi != 0.f ? gi + pi * c_prev : gi));
+  const float f = p.input_forget ? 1.f - i : Apply(p.act[0], ClipTo(p, pf != 0.f ? gf + pf * c_prev : gf));
   const float g = Apply(p.act[1], ClipTo(p, gc));
   c = f * c_prev + i * g;
-  const float o = Apply(p.act[0], ClipTo(p, go + po * c));
+  const float o = Apply(p.act[0], ClipTo(p, po != 0.f ? go + po * c : go));
   return o * Apply(p.act[2], c);
 }
 

@@ -78,8 +78,11 @@ enum class CpuKernel : int32_t { kAuto = 0, kFused, kStock, kStockSplit, kStockT
 // How the int8 kernel quantizes its activations (the layer input, and h at each step): one scale
 // per call and per step, as onnxruntime's DynamicQuantizeLSTM on one thread (kCall, the default),
 // or one per batch row (kRow), so that batched rows never change each other's results (what a
-// stream batcher needs). Attribute `int8_scales`; docs/ops.md, "int8 weights".
-enum class Int8Scales : int32_t { kCall = 0, kRow };
+// stream batcher needs), or h with one scale per slice of the batch that onnxruntime's LSTM cuts
+// for its threads, as DynamicQuantizeLSTM on as many threads as the CPU kernel plans for (kSlices:
+// the slices run on threads of their own, no meeting per step). Attribute `int8_scales`;
+// docs/ops.md, "int8 weights".
+enum class Int8Scales : int32_t { kCall = 0, kRow, kSlices };
 
 // A measured winner from `lstm-ort tune`, for one GPU model and one (T, B) of this node, or for
 // one CPU ("cpu:" + its model name, as LstmOrtCpuName gives it) and a shape class of the CPU

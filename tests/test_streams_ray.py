@@ -3,6 +3,7 @@ stream's steps reach the shard that holds its state, and every stream gets what 
 gives it."""
 
 import asyncio
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -63,3 +64,28 @@ def test_streams_on_two_shards(tmp_path, rng):
         for g, w in zip(g_stream, w_stream):
             for a, b in zip(g, w):
                 np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_a_replica_without_the_extension_finds_the_drivers(tmp_path, monkeypatch):
+    """A replica may import lstm_ort from a source tree in the driver's directory (CI runs the tests
+    in the clone, against an install elsewhere): its streams package has no built _engine, and the
+    shard looks in the driver's folder for it; a package that has its own keeps it."""
+    pytest.importorskip("ray", reason="Ray is not installed (pip install 'lstm-ort[serving]')")
+    pytest.importorskip("ray.serve", reason="Ray Serve is not installed (pip install 'lstm-ort[serving]')")
+    import importlib.util
+
+    import lstm_ort.serving.streams as streams
+    from lstm_ort.serving.streams import ray as streams_ray
+
+    monkeypatch.setattr(streams, "__path__", list(streams.__path__))
+    streams_ray._find_engine_in(str(tmp_path))  # this install has its extension: nothing added
+    assert str(tmp_path) not in streams.__path__
+    streams_ray._find_engine_in(str(tmp_path / "absent"))
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name.endswith("._engine") else real_find_spec(name, *a))
+    streams_ray._find_engine_in(str(tmp_path / "absent"))  # not on this node: nothing added
+    assert str(tmp_path / "absent") not in streams.__path__
+    streams_ray._find_engine_in(str(tmp_path))
+    assert streams.__path__[-1] == str(tmp_path)
+    assert Path(streams_ray._engine_dir()).is_dir()

@@ -33,9 +33,13 @@ SHARD_BITS = 32
 class StreamShard:
     """One StreamBatcher in one replica; ids it hands out carry its shard number."""
 
-    def __init__(self, model, carry: dict[str, str], shard: int, library: str | None = None, **batcher_kwargs: Any):
-        if library and Path(library).is_file() and not os.environ.get(LIBRARY_ENV):  # as serving/batch/ray.py
+    def __init__(self, model, carry: dict[str, str], shard: int, library: str | None = None,
+                 engine_dir: str | None = None, **batcher_kwargs: Any):
+        # As serving/batch/ray.py: a replica may import lstm_ort from a source tree in the driver's
+        # directory, without the built op library or step-path extension; use the driver's.
+        if library and Path(library).is_file() and not os.environ.get(LIBRARY_ENV):
             os.environ[LIBRARY_ENV] = library
+        _find_engine_in(engine_dir)
         from lstm_ort.serving.streams import StreamBatcher
 
         self.shard = shard
@@ -57,6 +61,26 @@ class StreamShard:
         batcher = getattr(self, "batcher", None)
         if batcher is not None:
             batcher.shutdown(wait=False)
+
+
+def _engine_dir() -> str:
+    """The folder of this process's step-path extension (lstm_ort.serving.streams._engine)."""
+    from lstm_ort.serving.streams import _engine
+
+    return str(Path(_engine.__file__).parent)
+
+
+def _find_engine_in(engine_dir: str | None) -> None:
+    """Where this process's lstm_ort.serving.streams has no _engine, look for it in engine_dir too
+    (the driver's, where this node has that folder); else the import names what is missing."""
+    if not engine_dir or not Path(engine_dir).is_dir():
+        return
+    import importlib.util
+
+    import lstm_ort.serving.streams as streams
+
+    if importlib.util.find_spec("lstm_ort.serving.streams._engine") is None and engine_dir not in streams.__path__:
+        streams.__path__.append(engine_dir)
 
 
 class StreamRouter:
@@ -96,5 +120,5 @@ def streams_app(model, carry: dict[str, str], *, shards: int = 1, ray_actor_opti
         raise ValueError(f"shards must be >= 1, got {shards}")
     shard_deployment = serve.deployment(StreamShard, num_replicas=1, ray_actor_options=ray_actor_options or {})
     bound = [shard_deployment.options(name=f"{name}_shard{k}").bind(model, carry, k, library=get_library_path(),
-                                                                     **batcher_kwargs) for k in range(shards)]
+                                                                     engine_dir=_engine_dir(), **batcher_kwargs) for k in range(shards)]
     return serve.deployment(StreamRouter, name=f"{name}_router").bind(*bound)

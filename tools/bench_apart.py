@@ -269,7 +269,7 @@ def main(argv=None) -> int:
     p.add_argument("--rows", nargs="+", choices=["odd", "corpus", "bf16", "int8"], default=["odd"])
     p.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     p.add_argument("--odd-rows", type=int, default=None, help="the first N rows of the odd grid only")
-    p.add_argument("--only", action="append", default=[], help="corpus/int8 rows whose name holds this")
+    p.add_argument("--only", action="append", default=[], help="rows whose name holds this (any kind; e.g. 'H100 B16 T150')")
     p.add_argument("--int8-batch", type=int, nargs="+", default=[8, 32])
     p.add_argument("--int8-scales", choices=["call", "row", "slices"], default=None)
     p.add_argument("--budget-ms", type=float, default=600.0, help="timed milliseconds per side and row, roughly")
@@ -280,10 +280,9 @@ def main(argv=None) -> int:
 
     def rows():
         for kind in args.rows:
-            if kind == "odd":
-                yield from odd_rows(args.odd_rows)
-            elif kind == "bf16":
-                yield from bf16_rows(args.odd_rows)
+            if kind in ("odd", "bf16"):
+                grid = odd_rows(args.odd_rows) if kind == "odd" else bf16_rows(args.odd_rows)
+                yield from (row for row in grid if not args.only or any(s in row[0] for s in args.only))
             elif kind == "corpus":
                 yield from corpus_rows(args.only or ["torch", "silero", "g2p", "Keras", "LSTMCell"], False, [], None)
             else:

@@ -112,8 +112,17 @@ __device__ __noinline__ inline float2 OtherCellUpdate(CellParams p, float gi, fl
 // Programmatic dependent launch (PTX griddepcontrol; no-ops where the launch did not ask for it):
 // the next launch may start once every block of this one has started, and waits at
 // WaitForPrevious() for this one to finish and its writes to be visible.
-__device__ __forceinline__ void LetNextStart() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
-__device__ __forceinline__ void WaitForPrevious() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+// Before sm_90 there is no such launch (EnqueueMmaStep asks for it only from 9.0): nothing to do.
+__device__ __forceinline__ void LetNextStart() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void WaitForPrevious() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
 
 template <typename T, typename S, int BM, int BN, int WARPS_M, int WARPS_N, int KSPLIT>
 __global__ void __launch_bounds__(WARPS_M* WARPS_N* KSPLIT * 32) MmaStepKernel(MmaStepArgs<T> a) {

@@ -75,6 +75,18 @@ void AllowSmem(const void* kernel, size_t smem) {
   });
 }
 
+// Programmatic dependent launch needs compute capability 9.0 (the kernel's griddepcontrol is
+// compiled for sm_90 and later only).
+bool DeviceOverlapsLaunches() {
+  int device = 0;
+  Check(cudaGetDevice(&device), "current device");
+  return ProcessCached(std::make_pair(device, "pdl"), [&] {
+    int major = 0;
+    Check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), "compute capability");
+    return major >= 9;
+  });
+}
+
 // Each segment's elements over the grid's x; blockIdx.y = segment.
 dim3 SegmentGrid(const mma_step::OperandSegments& s, int count) {
   long long widest = 0;
@@ -163,11 +175,12 @@ void EnqueueMmaStep(const MmaStepArgs<T>& a, const MmaStepPlan& plan, cudaStream
   config.blockDim = block;
   config.dynamicSmemBytes = plan.smem;
   config.stream = stream;
+  const bool pdl = plan.pdl && DeviceOverlapsLaunches();
   ClearPending();
   for (int s = 0; s < a.max_len + a.layers - 1; ++s) {
     args.interval = s;
-    config.attrs = plan.pdl && s > 0 ? &overlap : nullptr;
-    config.numAttrs = plan.pdl && s > 0 ? 1 : 0;
+    config.attrs = pdl && s > 0 ? &overlap : nullptr;
+    config.numAttrs = pdl && s > 0 ? 1 : 0;
     Check(cudaLaunchKernelExC(&config, kernel, params), "tensor-core step");
   }
 }

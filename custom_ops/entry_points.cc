@@ -12,6 +12,7 @@
 #include "lstm_ort/contract.h"
 #include "overrides.h"
 #include "precision.h"
+#include "session_keys.h"
 
 // The strategy names in enum order, comma-separated: "auto,tiled,splitk,persistent,wavefront,cluster".
 LSTM_ORT_C_ENTRY int LstmOrtStrategyNames(char* out, int size) {
@@ -54,9 +55,17 @@ LSTM_ORT_C_ENTRY int LstmOrtCpuKernelNames(char* out, int size) {
   return lstm_ort::CopyOutWhole(lstm_ort::EnumNames<lstm_ort::CpuKernel>(","), out, size);
 }
 
-// The int8_scales names in enum order, comma-separated: "call,row".
+// The int8_scales names in enum order, comma-separated: "call,row,slices".
 LSTM_ORT_C_ENTRY int LstmOrtInt8ScalesNames(char* out, int size) {
   return lstm_ort::CopyOutWhole(lstm_ort::EnumNames<lstm_ort::Int8Scales>(","), out, size);
+}
+
+// The session config keys lstm_ort reads, after "lstm_ort.", comma-separated (session_keys.h):
+// "strategy,precision,cpu_kernel,int8_scales,library_registered,debug.strict,...".
+LSTM_ORT_C_ENTRY int LstmOrtSessionKeys(char* out, int size) {
+  std::string keys;
+  for (const std::string& k : lstm_ort::SessionKeys()) keys += (keys.empty() ? "" : ",") + k;
+  return lstm_ort::CopyOutWhole(keys, out, size);
 }
 
 // The per-node debug override keys in table order, comma-separated: "strict,strategy,mma,...",

@@ -11,6 +11,7 @@
 #include "cpu/cpu_kernel.h"
 #include "cuda_plugin.h"
 #include "fused_lstm_op.h"
+#include "session_keys.h"
 
 namespace {
 
@@ -24,6 +25,33 @@ std::atomic<const OrtApiBase*> g_api_base{nullptr};
 const lstm_ort::FusedLstmOp<lstm_ort::CpuOpKernel<float>> g_cpu_f32;
 const lstm_ort::FusedLstmOp<lstm_ort::CpuOpKernel<Ort::Float16_t>> g_cpu_f16;
 const lstm_ort::FusedLstmOp<lstm_ort::CpuInt8Kernel> g_cpu_int8;  // int8 W (docs/ops.md, "int8 weights")
+
+// The keys of a session's config entries, from onnxruntime 1.23 on (C API version 23); nothing
+// before. This build's headers (1.21) do not declare those functions; OrtApi only ever grows at its
+// end, so their slots are fixed for good: offsetof(OrtApi, f) / sizeof(void*) in onnxruntime_c_api.h
+// of 1.23.2 (GetKeyValuePairs and ReleaseKeyValuePairs since 1.22).
+std::vector<std::string> SessionConfigKeys(const OrtSessionOptions* options, const OrtApiBase* api_base) {
+  constexpr size_t kGetKeyValuePairs = 298, kReleaseKeyValuePairs = 300, kGetSessionOptionsConfigEntries = 379;
+  // OrtKeyValuePairs (opaque, undeclared before 1.22) travels as void*.
+  using GetEntries = OrtStatus*(ORT_API_CALL*)(const OrtSessionOptions*, void**);
+  using GetPairs = void(ORT_API_CALL*)(const void*, const char* const**, const char* const**, size_t*);
+  using ReleasePairs = void(ORT_API_CALL*)(void*);
+  const OrtApi* api23 = api_base->GetApi(23);
+  if (!api23) return {};
+  void* const* slots = reinterpret_cast<void* const*>(api23);
+  void* pairs = nullptr;
+  if (OrtStatus* status = reinterpret_cast<GetEntries>(slots[kGetSessionOptionsConfigEntries])(options, &pairs)) {
+    api23->ReleaseStatus(status);
+    return {};
+  }
+  const char* const* keys = nullptr;
+  const char* const* values = nullptr;
+  size_t count = 0;
+  reinterpret_cast<GetPairs>(slots[kGetKeyValuePairs])(pairs, &keys, &values, &count);
+  std::vector<std::string> out(keys, keys + count);
+  reinterpret_cast<ReleasePairs>(slots[kReleaseKeyValuePairs])(pairs);
+  return out;
+}
 
 // onnxruntime dlcloses a custom-op library with the session options that loaded it. Unloading
 // this one would unregister its CUDA kernels and leave cached cuBLAS handles dangling for the
@@ -41,6 +69,10 @@ RegisterCustomOps(OrtSessionOptions* options, const OrtApiBase* api_base) {
     return v1->CreateStatus(ORT_FAIL, "lstm_ort needs onnxruntime >= 1.21 (ORT API version 21)");
   }
   Ort::InitApi(api);
+  // An entry under "lstm_ort." that nothing reads is a misspelt option: refused, naming it (the
+  // entries set before the library is registered, as lstm_ort.InferenceSession registers it).
+  const std::string unknown = lstm_ort::UnknownSessionKey(SessionConfigKeys(options, api_base));
+  if (!unknown.empty()) return api->CreateStatus(ORT_INVALID_ARGUMENT, lstm_ort::UnknownSessionKeyMessage(unknown).c_str());
   g_api_base.store(api_base);
   PinLibrary();
   try {

@@ -3,6 +3,7 @@ config entries lstm_ort.debug.<key> reach every FusedLSTM node as its `debug` at
 parser checks them (and their environment aliases) when a kernel is made, and strict mode turns a
 CUDA fallback into an error that names it."""
 
+import re
 import subprocess
 
 import onnxruntime as ort
@@ -84,6 +85,40 @@ def test_a_bad_value_fails_a_cpu_session_by_every_way_in(key, value, takes, monk
         InferenceSession(model, providers=["CPUExecutionProvider"])
     monkeypatch.delenv(alias)
     InferenceSession(model, providers=["CPUExecutionProvider"])
+
+
+_LISTS_ENTRIES = tuple(int(v) for v in ort.__version__.split(".")[:2]) >= (1, 23)
+
+
+@pytest.mark.skipif(not _LISTS_ENTRIES, reason="onnxruntime lists a session's config entries from 1.23")
+@pytest.mark.parametrize("key", ["lstm_ort.debug.stirct", "lstm_ort.cpu_kernal", "lstm_ort.precison",
+                                 "lstm_ort.debug.", "lstm_ort.", "lstm_ort.debug.cpu_threads"])
+def test_a_session_entry_nothing_reads_is_refused_naming_it(key, rng):
+    """Raw entries under "lstm_ort." (issue 45 row 7): a misspelt key fails the session through
+    lstm_ort.InferenceSession and through onnxruntime's own registration alike."""
+    from lstm_ort.runtime.library import get_library_path
+
+    model = fused_model(SPEC, random_layers(SPEC, rng)).SerializeToString()
+    so = ort.SessionOptions()
+    so.add_session_config_entry(key, "1")
+    with pytest.raises(Exception, match=f"session config entry '{re.escape(key)}' is none of lstm_ort's"):
+        InferenceSession(model, so, providers=["CPUExecutionProvider"])
+    raw = ort.SessionOptions()
+    raw.add_session_config_entry(key, "1")
+    with pytest.raises(Exception, match=re.escape(key)):
+        raw.register_custom_ops_library(get_library_path())
+
+
+def test_session_entries_lstm_ort_reads_and_others_pass(rng):
+    layers = random_layers(SPEC, rng)
+    model = fused_model(SPEC, layers)
+    so = options(strict="0")
+    so.add_session_config_entry("lstm_ort.cpu_kernel", "auto")
+    so.add_session_config_entry("lstm_ortx.anything", "1")  # not lstm_ort's prefix
+    so.add_session_config_entry("session.intra_op.allow_spinning", "1")
+    feeds = make_feeds(SPEC, 3, 2, rng)
+    got = InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None, feeds)
+    assert max_abs(got, run_fused(SPEC, layers, feeds)) == 0
 
 
 def test_every_key_has_a_session_entry():

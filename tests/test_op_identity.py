@@ -29,6 +29,16 @@ def test_debug_keys_are_the_kernels():
     assert native.debug_keys() == list(DEBUG_KEYS)
 
 
+def test_session_keys_are_the_ones_registration_accepts():
+    """What lstm_ort.InferenceSession reads (runtime/session.py) is what RegisterCustomOps lets by."""
+    from lstm_ort.runtime import session
+
+    ours = [key.removeprefix("lstm_ort.") for key, _ in session.NODE_OPTIONS.values()]
+    ours += [session._REGISTERED_KEY.removeprefix("lstm_ort."), *(session.DEBUG_PREFIX.removeprefix("lstm_ort.") + k
+                                                                   for k in DEBUG_KEYS)]
+    assert native.session_keys() == ours
+
+
 def test_int8_scales_names_are_the_kernels():
     assert native.int8_scales_names() == list(INT8_SCALES)
 

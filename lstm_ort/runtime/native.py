@@ -70,6 +70,12 @@ def debug_keys() -> list[str]:
     return call_for_text(native().LstmOrtDebugKeys).split(",")
 
 
+def session_keys() -> list[str]:
+    """The session config keys (after "lstm_ort.") that registering the library accepts; any other
+    key under "lstm_ort." is refused, naming it (custom_ops/session_keys.h; onnxruntime >= 1.23)."""
+    return call_for_text(native().LstmOrtSessionKeys).split(",")
+
+
 def cpu_name() -> str:
     """This CPU's name as the kernels key their `tuned` entries ("cpu:" + it)."""
     return call_for_text(native().LstmOrtCpuName)

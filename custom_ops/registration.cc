@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 
 #include <atomic>
+#include <cstdio>
 
 #include <mutex>
 #include <string>
@@ -36,6 +37,9 @@ std::vector<std::string> SessionConfigKeys(const OrtSessionOptions* options, con
   using GetEntries = OrtStatus*(ORT_API_CALL*)(const OrtSessionOptions*, void**);
   using GetPairs = void(ORT_API_CALL*)(const void*, const char* const**, const char* const**, size_t*);
   using ReleasePairs = void(ORT_API_CALL*)(void*);
+  // Asked only of onnxruntime >= 1.23: an older one prints an error for an API version it lacks.
+  int major = 0, minor = 0;
+  if (std::sscanf(api_base->GetVersionString(), "%d.%d", &major, &minor) != 2 || major * 1000 + minor < 1023) return {};
   const OrtApi* api23 = api_base->GetApi(23);
   if (!api23) return {};
   void* const* slots = reinterpret_cast<void* const*>(api23);

@@ -243,15 +243,7 @@ std::shared_ptr<void> OrtDeviceRunner::Run(const CallInputs& in, std::vector<Cal
   auto hold = std::make_shared<DeviceCallHold>();
   hold->outputs = binding.GetOutputValues();
   outputs->clear();
-  for (size_t k = 0; k < output_names_.size(); ++k) {
-    Ort::Value& v = hold->outputs[k];
-    Ort::TensorTypeAndShapeInfo info = v.GetTensorTypeAndShapeInfo();
-    const int32_t type = info.GetElementType();
-    const size_t size = ElementSize(type);
-    if (size == 0) throw std::invalid_argument("an output of element type " + std::to_string(type) +
-                                               " (the native step path moves numeric tensors only)");
-    outputs->push_back({v.GetTensorRawData(), info.GetShape(), type, size});
-  }
+  for (size_t k = 0; k < output_names_.size(); ++k) outputs->push_back(OutputOf(hold->outputs[k]));
   return hold;
 }
 

@@ -7,6 +7,15 @@
 
 namespace lstm_ort::streams {
 
+CallOutput OutputOf(const Ort::Value& v) {
+  const auto info = v.GetTensorTypeAndShapeInfo();
+  const int32_t type = info.GetElementType();
+  const size_t size = ElementSize(type);
+  if (size == 0) throw std::invalid_argument("an output of element type " + std::to_string(type) +
+                                             " (the native step path moves numeric tensors only)");
+  return {v.GetTensorRawData(), info.GetShape(), type, size};
+}
+
 std::string ShapeText(const std::vector<int64_t>& shape) {
   std::string out = "(";
   for (size_t k = 0; k < shape.size(); ++k) out += (k ? ", " : "") + std::to_string(shape[k]);
@@ -116,14 +125,7 @@ std::shared_ptr<void> OrtHostRunner::Run(const CallInputs& in, std::vector<CallO
     Unstack(stacked[s], src, n, dst.data());
   }
   outputs->clear();
-  for (Ort::Value& v : hold->outputs) {
-    Ort::TensorTypeAndShapeInfo info = v.GetTensorTypeAndShapeInfo();
-    const int32_t type = info.GetElementType();
-    const size_t size = ElementSize(type);
-    if (size == 0) throw std::invalid_argument("an output of element type " + std::to_string(type) +
-                                               " (the native step path moves numeric tensors only)");
-    outputs->push_back({v.GetTensorRawData(), info.GetShape(), type, size});
-  }
+  for (const Ort::Value& v : hold->outputs) outputs->push_back(OutputOf(v));
   return hold;
 }
 

@@ -39,7 +39,11 @@ class OrtHostRunner : public CallRunner {
   std::unique_ptr<HostSlots> slots_;
 };
 
-// "[1, 2, 3]"
+// A call's output as the engine reads it (its bytes, shape and element type); std::invalid_argument
+// for a type the native step path does not move.
+CallOutput OutputOf(const Ort::Value& value);
+
+// "(1, 2, 3)", as numpy writes a shape
 std::string ShapeText(const std::vector<int64_t>& shape);
 
 }  // namespace lstm_ort::streams

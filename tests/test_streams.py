@@ -5,6 +5,7 @@ carried), groups by chunk length and by the value of inputs without a batch axis
 one stream per call, the counters."""
 
 import asyncio
+import gc
 import importlib.util
 import sys
 import warnings
@@ -220,6 +221,34 @@ def test_step_batch_stacked(torch_hc, rng):
         with pytest.raises(StreamClosed):
             b.step_batch(ids, {"x": np.zeros((3, 5, 40), np.float32)})
     assert support.worst_difference(got, want) <= TOL
+
+
+def test_step_batch_large_outputs_outlive_the_next_call_and_the_batcher(torch_hc, rng):
+    """A tick's large outputs are lent, not copied (binding.cc, kLendBytes): each array keeps its
+    values through the next call, after the batcher is gone, and writing into it changes nothing
+    the streams carry."""
+    carry = {"hn": "h", "cn": "c"}
+    n = 300  # hn: 2 x 300 x 64 floats, 150 KB: lent
+    zero = {"h": np.zeros((2, 1, 64), np.float32), "c": np.zeros((2, 1, 64), np.float32)}
+    xs = [rng.standard_normal((2, n, 40)).astype(np.float32) for _ in range(3)]
+    with StreamBatcher(torch_hc, carry) as b:
+        ids = [b.open() for _ in range(n)]
+        first = b.step_batch(ids, {"x": xs[0]})
+        assert first[1].nbytes >= 64 * 1024
+        kept = [o.copy() for o in first]
+        second = b.step_batch(ids, {"x": xs[1]})
+        assert not np.shares_memory(first[1], second[1])
+        for o in second:
+            o[...] = np.nan
+        third = b.step_batch(ids, {"x": xs[2]})
+    del b
+    gc.collect()
+    for o, k in zip(first, kept):
+        np.testing.assert_array_equal(o, k)
+    for k in (0, 151, n - 1):
+        want = support.alone(torch_hc, carry, [{"x": x[:, k:k + 1]} for x in xs], zero)
+        np.testing.assert_allclose(kept[0][:, k:k + 1], want[0][0], atol=TOL, rtol=0)
+        np.testing.assert_allclose(third[1][:, k:k + 1], want[2][1], atol=TOL, rtol=0)
 
 
 def test_step_batch_first_of_its_kind(torch_hc, rng):

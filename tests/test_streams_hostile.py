@@ -117,9 +117,13 @@ def test_ids_that_are_not_ints_name_no_stream(batcher, bad, rng):
             b.step_batch([ids[0], bad, ids[2]], {"X": rng.standard_normal((3, 3, I)).astype(np.float32)})
         with pytest.raises(StreamClosed, match="not open"):
             b.step_batch([1.9, 2.2, 3.5], {"X": rng.standard_normal((3, 3, I)).astype(np.float32)})
-        # numpy ints are ints
+        # numpy ints are ints, and an integer array of ids is a list of them (a float one is not)
         out = b.step(np.int64(ids[0]), feeds)
         assert len(out) == 3
+        stacked = {"X": rng.standard_normal((3, 3, I)).astype(np.float32)}
+        assert len(b.step_batch(np.asarray(ids, np.int64), stacked)) == 3
+        with pytest.raises(StreamClosed, match="not open"):
+            b.step_batch(np.asarray(ids, np.float64), stacked)
 
 
 @pytest.mark.parametrize("batcher", BATCHERS)

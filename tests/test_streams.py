@@ -8,6 +8,7 @@ import asyncio
 import gc
 import importlib.util
 import sys
+import time
 import warnings
 from pathlib import Path
 
@@ -191,6 +192,26 @@ def test_model_as_path_bytes_or_proto(tmp_path, rng):
     for o in outs[1:]:
         for a, c in zip(o, outs[0]):
             np.testing.assert_array_equal(a, c)
+
+
+def test_a_lone_submit_runs_before_it_returns(torch_hc, rng):
+    """A submit to an idle engine, with no other step expected during its call, runs on the
+    submitting thread: its Future is done when submit returns (no hand-over, engine.h).
+    run_here=False leaves it to the workers. Either way each result is the stream's own, in order."""
+    carry = {"hn": "h", "cn": "c"}
+    zero = {"h": np.zeros((2, 1, 64), np.float32), "c": np.zeros((2, 1, 64), np.float32)}
+    chunks = [{"x": rng.standard_normal((1, 1, 40)).astype(np.float32)} for _ in range(7)]
+    want = support.alone(torch_hc, carry, chunks, zero)
+    with StreamBatcher(torch_hc, carry) as b:
+        s = b.open()
+        got = [b.step(s, chunks[0])]  # a measured call
+        for c in chunks[1:4]:
+            time.sleep(0.01)  # steps spread in time: no company to expect
+            f = b.submit(s, c)
+            assert f.done()
+            got.append(f.result())
+        got += [b.submit(s, c, run_here=False).result(10) for c in chunks[4:]]
+    assert support.worst_difference([got], [want]) <= TOL
 
 
 def test_step_batch_stacked(torch_hc, rng):

@@ -197,12 +197,12 @@ def test_close_fails_every_queued_step(model, rng):
                 held.set()
                 release.wait(10)
         for _ in range(50):  # until a callback runs on the worker (not at once, on a done future)
-            b.submit(b.open(), x(rng)).add_done_callback(hold)
+            b.submit(b.open(), x(rng), run_here=False).add_done_callback(hold)
             if held.wait(0.2):
                 break
         assert held.is_set()
         s = b.open()
-        queued = [b.submit(s, x(rng)) for _ in range(10)]
+        queued = [b.submit(s, x(rng), run_here=False) for _ in range(10)]
         b.close(s)
         release.set()
         for f in queued:

@@ -621,13 +621,13 @@ def test_a_closed_streams_queued_step_strands_no_other(cls):
                 worker_held.set()
                 release.wait(WAIT)
         for _ in range(50):  # until the callback runs on the worker (not at once, here, on a done future)
-            b.submit(b.open(), feeds_of(1)).add_done_callback(hold)
+            b.submit(b.open(), feeds_of(1), run_here=False).add_done_callback(hold)
             if worker_held.wait(0.5):
                 break
         assert worker_held.is_set()
-        doomed = b.submit(closing, feeds_of(1))  # queued while the worker is held, then its stream closed
+        doomed = b.submit(closing, feeds_of(1), run_here=False)  # queued while the worker is held, then closed
         b.close(closing)
-        stranded = b.submit(other, feeds_of(2))  # queued behind it: another kind
+        stranded = b.submit(other, feeds_of(2), run_here=False)  # queued behind it: another kind
         release.set()
         with pytest.raises(StreamClosed):
             doomed.result(WAIT)

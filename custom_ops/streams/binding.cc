@@ -271,17 +271,19 @@ class PyEngine {
   }
 
   // One step whose result goes to `future` (through Python's settle(future, outputs or error)):
-  // False where Python must look at it first.
-  bool Submit(nb::handle stream, nb::handle feeds, nb::object future) {
+  // False where Python must look at it first. `run_here`: the step may run on this thread before
+  // Submit returns (Engine::Enqueue decides).
+  bool Submit(nb::handle stream, nb::handle feeds, nb::object future, bool run_here) {
     auto step = std::make_unique<Step>();
     if (!Prepare(stream, feeds, step.get())) return false;
     step->token = future.release().ptr();
     Failure failure = Failure::kNone;
     std::string message;
+    bool lead = false;
     {
       nb::gil_scoped_release release;
       try {
-        engine_->Enqueue({step.get()});
+        lead = engine_->Enqueue({step.get()}, run_here);
       } catch (const EngineError& e) {
         failure = e.failure;
         message = e.what();
@@ -292,6 +294,10 @@ class PyEngine {
       Raise(failure, message);
     }
     step.release();  // the engine's until Settle
+    if (lead) {  // the future is done (Settle, on this thread) when Lead returns
+      nb::gil_scoped_release release;
+      engine_->Lead();
+    }
     return true;
   }
 
@@ -543,7 +549,8 @@ NB_MODULE(_engine, m) {
       // None is a value like any other here: the slow path names what is wrong with it.
       .def("step", &PyEngine::StepOne, nb::arg("stream").none(), nb::arg("feeds").none())
       .def("step_many", &PyEngine::StepMany, nb::arg("pairs").none(), nb::arg("return_exceptions"))
-      .def("submit", &PyEngine::Submit, nb::arg("stream").none(), nb::arg("feeds").none(), nb::arg("future"))
+      .def("submit", &PyEngine::Submit, nb::arg("stream").none(), nb::arg("feeds").none(), nb::arg("future"),
+           nb::arg("run_here"))
       .def("step_stacked", &PyEngine::StepStacked)
       .def("stats", &PyEngine::Stats)
       .def("reset_stats", &PyEngine::ResetStats)

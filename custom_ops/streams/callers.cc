@@ -33,6 +33,12 @@ void Callers::Submitted(std::thread::id who, double now) {
 
 void Callers::Done(std::thread::id who, double now) { Find(who).done = now; }
 
+double Callers::LastSubmitted(std::thread::id who) const {
+  for (const Caller& c : callers_)
+    if (c.id == who) return c.submitted;
+  return -1;
+}
+
 bool Callers::OthersLately(std::thread::id me, double now) const {
   for (const Caller& c : callers_)
     if (c.id != me && c.submitted >= now - kLately) return true;

@@ -17,6 +17,8 @@ class Callers {
   static constexpr size_t kTracked = 64;
 
   void Submitted(std::thread::id who, double now);
+  // When `who` last submitted a step (-1: never, or no longer tracked).
+  double LastSubmitted(std::thread::id who) const;
   void Done(std::thread::id who, double now);
   // Another thread than `me` stepped lately.
   bool OthersLately(std::thread::id me, double now) const;

@@ -140,18 +140,19 @@ bool Engine::stopping() {
   return stopping_;
 }
 
-void Engine::Enqueue(const std::vector<Step*>& steps) {
+bool Engine::Enqueue(const std::vector<Step*>& steps, bool may_lead) {
   std::unique_lock<std::mutex> lock(mu_);
   if (stopping_) throw EngineError(Failure::kShutDown, "the batcher is shut down");
   for (Step* step : steps) {
     auto it = streams_.find(step->stream_id);
     if (it == streams_.end()) throw EngineError(Failure::kClosed, ClosedMessage(step->stream_id));
   }
+  if (steps.empty()) return false;
   unfinished_ += static_cast<int64_t>(steps.size());
-  if (!steps.empty() && steps[0]->waiter) {
-    steps[0]->waiter->thread = std::this_thread::get_id();
-    callers_.Submitted(steps[0]->waiter->thread, steps[0]->submitted);
-  }
+  const std::thread::id me = std::this_thread::get_id();
+  const double now = steps[0]->submitted, own_last = callers_.LastSubmitted(me);
+  if (steps[0]->waiter) steps[0]->waiter->thread = me;
+  callers_.Submitted(me, now);
   for (Step* step : steps) {
     Stream* stream = streams_[step->stream_id];
     step->stream = stream;
@@ -164,9 +165,31 @@ void Engine::Enqueue(const std::vector<Step*>& steps) {
       step->group->ready.push_back(step);
     }
   }
-  // A caller alone with an idle engine leads its own call; otherwise a worker takes the steps.
-  if (!CallerLeads() || std::any_of(steps.begin(), steps.end(), [](const Step* s) { return s->waiter == nullptr; }))
+  // A caller alone with an idle engine leads its own call, and so does a submitter whose step
+  // expects no company; otherwise a worker takes the steps.
+  const bool submitted = std::any_of(steps.begin(), steps.end(), [](const Step* s) { return s->waiter == nullptr; });
+  if (submitted) {
+    const Group& g = *steps[0]->group;
+    if (may_lead && steps.size() == 1 && running_ == 0 && !leader_called_ && waiting_callers_ == 0 &&
+        SubmitterRunsAlone(g.cost, g.arrivals.PerSecond(now), own_last < 0 ? -1 : now - own_last))
+      return true;
     WakeLeader();
+  } else if (!CallerLeads()) {
+    WakeLeader();
+  }
+  return false;
+}
+
+void Engine::Lead() {
+  std::unique_lock<std::mutex> lock(mu_);
+  Batch batch;
+  double wake_at = 0;
+  const bool took = running_ == 0 && !leader_called_ && TakeBatch(&batch, &wake_at);
+  if (!took) WakeLeader();  // another thread got there first, or the steps wait for company: the workers'
+  HandBack(lock);
+  if (!took) return;
+  lock.unlock();
+  RunBatch(batch);
 }
 
 bool Engine::AnyReady() const {

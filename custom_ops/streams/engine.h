@@ -2,10 +2,12 @@
 // grouping by kind of step, stacking feeds, the call, splitting outputs and waking the callers,
 // with no Python and no GIL.
 //
-// Who runs a call: the thread that submits a step runs it itself where the engine is idle (no
-// call in flight), no other caller waits and no other thread stepped in the last 5 ms, taking
-// with its own step every step of its kind queued then: one client alone runs on its own thread,
-// as a plain `run` would, with no hand-over. Steps that arrive while
+// Who runs a call: the thread that steps runs it itself where the engine is idle (no call in
+// flight), no other caller waits and no other thread stepped in the last 5 ms, taking with its own
+// step every step of its kind queued then: one client alone runs on its own thread, as a plain
+// `run` would, with no hand-over. A step submitted for a future runs on the submitting thread
+// where the engine is idle and the arrivals make company during its call unlikely
+// (SubmitterRunsAlone): steps spread in time do not pay a hand-over each. Steps that arrive while
 // a call runs queue; the engine's worker threads (one per call slot) take them, each call every
 // step of a kind queued by then (continuous batching), and chain call after call without
 // sleeping while steps wait, so a busy engine never pays a thread hand-over per call. (Callers
@@ -153,8 +155,11 @@ class Engine {
 
   // Queues steps (their stream_id, group, submitted and feeds set), in order per stream: all or
   // none (EngineError: a stream not open, or shut down). Steps with a token are owned by the engine
-  // until completion hands them back.
-  void Enqueue(const std::vector<Step*>& steps);
+  // until completion hands them back. True where the caller should run them itself with Lead: one
+  // step with a token, `may_lead`, an idle engine, and no company to expect (SubmitterRunsAlone).
+  bool Enqueue(const std::vector<Step*>& steps, bool may_lead = false);
+  // Runs a call of what is ready on this thread, if the engine is still idle (else the workers do).
+  void Lead();
   // Returns when every step of `waiter` is done, leading calls meanwhile where it may.
   void Wait(Waiter& waiter);
   // One call of these idle streams on inputs already stacked (step_batch): the outputs as the

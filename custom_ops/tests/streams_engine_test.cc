@@ -3,6 +3,7 @@
 // (y = x + state, state += x) from many threads: each stream's results as if alone, in order,
 // a failing step failing alone, close and shutdown semantics, and no wait ever rescued.
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -184,6 +185,16 @@ TEST(streams_company_wait_only_where_calls_cannot_keep_up) {
   CHECK_EQ(CompanyWait(CallCost(), 1e9, 1, 64, 1, 1e-3), 0.0);  // nothing measured yet: run now
 }
 
+TEST(streams_a_submitter_runs_alone_only_without_company) {
+  CallCost cost;
+  cost.Record(1, 40e-6);  // a call of one step: 40 us
+  CHECK(SubmitterRunsAlone(cost, 20000, -1));            // 20k steps/s: 0.8 expected in a call
+  CHECK(SubmitterRunsAlone(cost, 8000, 500e-6));         // its own last step 0.5 ms ago
+  CHECK(!SubmitterRunsAlone(cost, 30000, -1));           // 1.2 expected: the workers batch them
+  CHECK(!SubmitterRunsAlone(cost, 100, 50e-6));          // its thread is bursting (last step 50 us ago)
+  CHECK(!SubmitterRunsAlone(CallCost(), 0, -1));         // nothing measured yet
+}
+
 TEST(streams_returning_callers_are_waited_for_only_while_cheaper_than_a_call) {
   // think 10 us, call fixed cost 20 us: wait until 2 x think after the latest result
   CHECK(std::abs(ReturningWait(3, 1.0, 10e-6, 20e-6, 2, 64, 1.0 + 5e-6, 1e-3) - 15e-6) < 1e-12);
@@ -217,6 +228,32 @@ TEST(streams_a_lone_caller_runs_its_own_steps) {
   // All but perhaps the first: a worker just started looks at the queue once before it sleeps.
   const std::vector<std::thread::id> threads = f.fake->threads();
   for (size_t k = 1; k < threads.size(); ++k) CHECK(threads[k] == std::this_thread::get_id());
+}
+
+TEST(streams_submits_spread_in_time_run_on_the_submitting_thread) {
+  Fixture f;
+  const int64_t s = f.engine->Open({});
+  const float x[kWidth] = {1, 0, 0};
+  f.StepOne(s, x);  // a measured call
+  int led = 0;
+  for (int r = 0; r < 10; ++r) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    auto step = f.MakeStep(s, x);
+    Step* raw = step.release();
+    if (f.engine->Enqueue({raw}, true)) {
+      f.engine->Lead();
+      ++led;
+      std::lock_guard<std::mutex> lock(f.mu);  // done when Lead returns, on this thread
+      CHECK(!f.handed_back.empty() && f.handed_back.back().get() == raw);
+      CHECK(f.fake->threads().back() == std::this_thread::get_id());
+    }
+  }
+  CHECK_EQ(led, 10);
+  f.engine->Shutdown(true);
+  std::lock_guard<std::mutex> lock(f.mu);
+  CHECK_EQ(f.handed_back.size(), static_cast<size_t>(10));
+  const float* y = reinterpret_cast<const float*>(f.handed_back.back()->result.block.get());
+  CHECK_EQ(y[0], 11.0f);  // x + the state of the 10 steps before it
 }
 
 static void ManyThreadsEachStreamAsAlone(bool pads) {

@@ -154,19 +154,23 @@ class StreamBatcher:
                 raise RuntimeError(f"StreamBatcher: the step path refused feeds it registered ({_describe(feeds)})")
         return out
 
-    def submit(self, stream: int, feeds: dict[str, np.ndarray]) -> Future:
+    def submit(self, stream: int, feeds: dict[str, np.ndarray], *, run_here: bool = True) -> Future:
         """Queues one step of ``stream``; the Future gives its outputs (a list, in output order).
         Steps of one stream run in the order submitted, one at a time. Bad feeds raise here.
-        The feeds are copied: the caller may reuse its arrays at once."""
+        The feeds are copied: the caller may reuse its arrays at once. ``run_here``: where the
+        engine is idle and no other step is expected during the call, the step runs on this
+        thread and the Future is done when submit returns (no hand-over to a worker,
+        docs/streams.md); False: always the workers' (``astep`` passes False, so an event loop
+        never runs a call)."""
         future = Future()
-        if not self._engine.submit(stream, feeds, future):
+        if not self._engine.submit(stream, feeds, future, run_here):
             stream, feeds = self._prepare(stream, feeds)
-            if not self._engine.submit(stream, feeds, future):
+            if not self._engine.submit(stream, feeds, future, run_here):
                 raise RuntimeError(f"StreamBatcher: the step path refused feeds it registered ({_describe(feeds)})")
         return future
 
     async def astep(self, stream: int, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-        return await asyncio.wrap_future(self.submit(stream, feeds))
+        return await asyncio.wrap_future(self.submit(stream, feeds, run_here=False))
 
     def step_many(self, steps, return_exceptions: bool = False) -> list:
         """Several steps (``[(stream, feeds), ...]``, a stream may appear more than once: in order)

@@ -227,9 +227,10 @@ class ReferenceStreamBatcher:
         return self._kinds.batched
 
     # -- steps -----------------------------------------------------------------------------------
-    def submit(self, stream: int, feeds: dict[str, np.ndarray]) -> Future:
+    def submit(self, stream: int, feeds: dict[str, np.ndarray], *, run_here: bool = True) -> Future:
         """Queues one step of ``stream``; the Future gives its outputs (a list, in output order).
-        Steps of one stream run in the order submitted, one at a time. Bad feeds raise here."""
+        Steps of one stream run in the order submitted, one at a time. Bad feeds raise here.
+        ``run_here`` is accepted for StreamBatcher's signature: the reference always queues."""
         future = Future()
         self._enqueue([(stream, feeds)], lambda step: _settle(future, step.result), None)
         return future

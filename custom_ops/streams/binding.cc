@@ -329,7 +329,8 @@ class PyEngine {
     if (failure != Failure::kNone) Raise(failure, message);
     nb::list out;
     for (const CallOutput& o : outs)
-      out.append(OutputBytes(o) >= kLendBytes ? Lent(o, keep) : Array(o.data, o.shape, o.type));
+      out.append(TensorLayout{o.type, o.elem_size, o.shape}.Bytes() >= kLendBytes ? Lent(o, keep)
+                                                                                  : Array(o.data, o.shape, o.type));
     return out;
   }
 
@@ -439,12 +440,6 @@ class PyEngine {
   // its fresh pages cost ~1-2 ms of a 7 ms call on the H100. Above this size the array is lent
   // instead: it reads the call's own output, which the call's hold keeps alive as long as the array.
   static constexpr size_t kLendBytes = 64 * 1024;
-
-  static size_t OutputBytes(const CallOutput& o) {
-    size_t bytes = o.elem_size;
-    for (int64_t d : o.shape) bytes *= static_cast<size_t>(d);
-    return bytes;
-  }
 
   static nb::object Lent(const CallOutput& o, const std::shared_ptr<void>& hold) {
     nb::capsule owner(new std::shared_ptr<void>(hold),

@@ -1,6 +1,7 @@
-// The threads that step through the engine and wait for their results (callers): who stepped
-// lately, who is between two steps (has its result, is not back yet), and how long a caller
-// takes from its result to its next step. In a closed loop (a pool of client threads, each
+// The threads that step through the engine (callers): who stepped lately and when each last
+// did, whether waiting for its results or submitting for a future; and of those that wait, who is
+// between two steps (has its result, is not back yet) and how long a caller takes from its result
+// to its next step. In a closed loop (a pool of client threads, each
 // stepping as soon as it has its last result) the callers between steps are the company a call
 // can wait for: they come back within their think time. Pure bookkeeping: the engine calls it
 // under its lock.

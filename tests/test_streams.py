@@ -8,6 +8,7 @@ import asyncio
 import gc
 import importlib.util
 import sys
+import threading
 import time
 import warnings
 from pathlib import Path
@@ -211,6 +212,49 @@ def test_a_lone_submit_runs_before_it_returns(torch_hc, rng):
             assert f.done()
             got.append(f.result())
         got += [b.submit(s, c, run_here=False).result(10) for c in chunks[4:]]
+    assert support.worst_difference([got], [want]) <= TOL
+
+
+def _stack_depth() -> int:
+    depth, frame = 0, sys._getframe()
+    while frame is not None:
+        depth, frame = depth + 1, frame.f_back
+    return depth
+
+
+def test_steps_chained_from_callbacks_do_not_nest(torch_hc, rng):
+    """A client that submits each next step from the done-callback of the last (its callback slower
+    than two calls, so each step alone would run on the spot): the steps are queued from inside
+    callbacks, so the stack stays flat instead of one call deeper per step, and the chain ends with
+    each step's result right."""
+    carry = {"hn": "h", "cn": "c"}
+    zero = {"h": np.zeros((2, 1, 64), np.float32), "c": np.zeros((2, 1, 64), np.float32)}
+    chunks = [{"x": rng.standard_normal((1, 1, 40)).astype(np.float32)} for _ in range(400)]
+    want = support.alone(torch_hc, carry, chunks, zero)
+    got, depths, done, errors = [], [], threading.Event(), []
+    with StreamBatcher(torch_hc, carry) as b:
+        s = b.open()
+        b.step(s, chunks[0])  # a measured call
+        b.close(s)
+        s = b.open()
+
+        def on_done(f):
+            try:
+                got.append(f.result())
+                depths.append(_stack_depth())
+                time.sleep(0.001)  # the client's own work: longer than two calls
+                if len(got) < len(chunks):
+                    b.submit(s, chunks[len(got)]).add_done_callback(on_done)
+                else:
+                    done.set()
+            except BaseException as e:  # noqa: BLE001 - reported below
+                errors.append(e)
+                done.set()
+
+        b.submit(s, chunks[0]).add_done_callback(on_done)
+        assert done.wait(60)
+    assert not errors, errors[0]
+    assert max(depths) < 200, max(depths)  # nested, 400 steps go past Python's recursion limit
     assert support.worst_difference([got], [want]) <= TOL
 
 

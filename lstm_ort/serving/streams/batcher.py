@@ -161,8 +161,9 @@ class StreamBatcher:
         engine is idle and no other step is expected during the call, the step runs on this
         thread and the Future is done when submit returns (no hand-over to a worker,
         docs/streams.md); False: always the workers' (``astep`` passes False, so an event loop
-        never runs a call)."""
-        future = Future()
+        never runs a call; a step submitted from a step's done-callback is always queued too)."""
+        future = _StepFuture()
+        run_here = run_here and not _in_a_callback()
         if not self._engine.submit(stream, feeds, future, run_here):
             stream, feeds = self._prepare(stream, feeds)
             if not self._engine.submit(stream, feeds, future, run_here):
@@ -329,12 +330,41 @@ def _describe(feeds: dict) -> str:
     return ", ".join(f"{n}: {getattr(v, 'dtype', '?')}{getattr(v, 'shape', '')}" for n, v in feeds.items())
 
 
+# How deep this thread is in the done-callbacks of steps' Futures. A step submitted from inside one
+# is queued for the workers, never run on the spot: a client that submits each stream's next step
+# from the callback of its last would otherwise nest one call deeper per step (a Future done when
+# submit returns runs a callback added to it at once, inside add_done_callback).
+_in_callbacks = threading.local()
+
+
+class _CallbackDepth:
+    def __enter__(self):
+        _in_callbacks.depth = getattr(_in_callbacks, "depth", 0) + 1
+
+    def __exit__(self, *exc):
+        _in_callbacks.depth -= 1
+
+
+def _in_a_callback() -> bool:
+    return getattr(_in_callbacks, "depth", 0) > 0
+
+
+class _StepFuture(Future):
+    """A step's Future: a callback added once it is done runs at once, as Future's does, counted in
+    `_in_callbacks` (see there)."""
+
+    def add_done_callback(self, fn):
+        with _CallbackDepth():
+            super().add_done_callback(fn)
+
+
 def _settle(future: Future, result) -> None:
     """Hands a step's result to its Future (from the engine's thread); a cancelled one drops it."""
     try:
-        if isinstance(result, BaseException):
-            future.set_exception(result)
-        else:
-            future.set_result(result)
+        with _CallbackDepth():
+            if isinstance(result, BaseException):
+                future.set_exception(result)
+            else:
+                future.set_result(result)
     except concurrent.futures.InvalidStateError:
         pass

@@ -22,22 +22,18 @@ Callers::Caller& Callers::Find(std::thread::id who) {
   return oldest;
 }
 
-void Callers::Submitted(std::thread::id who, double now) {
+double Callers::Submitted(std::thread::id who, double now) {
   Caller& c = Find(who);
   if (c.done > c.submitted && c.done >= 0) {  // back from its last result: a think time
     const double think = now - c.done;
     think_ = samples_++ == 0 ? think : think_ + kThinkDecay * (think - think_);
   }
+  const double before = c.submitted;
   c.submitted = now;
+  return before;
 }
 
 void Callers::Done(std::thread::id who, double now) { Find(who).done = now; }
-
-double Callers::LastSubmitted(std::thread::id who) const {
-  for (const Caller& c : callers_)
-    if (c.id == who) return c.submitted;
-  return -1;
-}
 
 bool Callers::OthersLately(std::thread::id me, double now) const {
   for (const Caller& c : callers_)

@@ -17,9 +17,8 @@ class Callers {
   static constexpr double kLately = 0.005;  // seconds: a caller that stepped within this is active
   static constexpr size_t kTracked = 64;
 
-  void Submitted(std::thread::id who, double now);
-  // When `who` last submitted a step (-1: never, or no longer tracked).
-  double LastSubmitted(std::thread::id who) const;
+  // Returns when `who` submitted its step before this one (-1: never, or no longer tracked).
+  double Submitted(std::thread::id who, double now);
   void Done(std::thread::id who, double now);
   // Another thread than `me` stepped lately.
   bool OthersLately(std::thread::id me, double now) const;

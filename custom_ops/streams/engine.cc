@@ -150,9 +150,8 @@ bool Engine::Enqueue(const std::vector<Step*>& steps, bool may_lead) {
   if (steps.empty()) return false;
   unfinished_ += static_cast<int64_t>(steps.size());
   const std::thread::id me = std::this_thread::get_id();
-  const double now = steps[0]->submitted, own_last = callers_.LastSubmitted(me);
+  const double now = steps[0]->submitted, own_last = callers_.Submitted(me, now);
   if (steps[0]->waiter) steps[0]->waiter->thread = me;
-  callers_.Submitted(me, now);
   for (Step* step : steps) {
     Stream* stream = streams_[step->stream_id];
     step->stream = stream;

@@ -137,10 +137,11 @@ const std::vector<Key>& Keys() {
          if (v != "amx" && v != "avx512bf16" && v != "none") throw BadValue{};
          c.bf16_isa = v;
        }},
-      {"cpu_isa", "LSTM_ORT_CPU_ISA", false, [] { return Text("v2 or auto"); },
+      {"cpu_isa", "LSTM_ORT_CPU_ISA", false,
+       [] { return Text("v2, v3, v4 or auto (checked against the CPU when the kernel is picked)"); },
        [](const std::string& v, Overrides&, CpuOverrides& c) {
-         if (v != "v2" && v != "auto") throw BadValue{};
-         c.baseline_isa = v == "v2";
+         if (v != "v2" && v != "v3" && v != "v4" && v != "auto") throw BadValue{};
+         c.fp32_isa = v == "auto" ? "" : v;
        }},
   };
   return keys;
@@ -212,11 +213,11 @@ const CpuOverrides& CpuOverridesFromEnvironment() {
   return cpu;
 }
 
-bool BaselineIsaForced() noexcept {
+std::string ForcedFp32Isa() noexcept {
   try {
-    return CpuOverridesFromEnvironment().baseline_isa;
+    return CpuOverridesFromEnvironment().fp32_isa;
   } catch (...) {
-    return false;
+    return {};
   }
 }
 

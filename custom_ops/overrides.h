@@ -48,7 +48,7 @@ struct CpuOverrides {
   bool verbose = false;             // report packing at kernel creation
   int64_t split = 0;                // 0 as planned, 1 one thread, 2 batch rows split, 3 unit panels split
   std::string cpu_kernel;           // the cpu_kernel of nodes that name none; empty: none
-  bool baseline_isa = false;        // the x86-64-v2 build of the hot loops
+  std::string fp32_isa;             // fp32 hot loops: v2, v3 or v4 forced (empty: the best)
   int64_t int8_split_min = 1 << 19;       // int8 kernel: multiply-adds worth another thread
   int64_t int8_step_split_min = 0;        // int8 kernel: a step's multiply-adds from which its panels split
                                           // (0: the int8 unit's own, cpu/call_plan.cc)
@@ -72,9 +72,9 @@ inline Overrides OverridesForNode(const std::string& debug) {
 // bad value.
 const CpuOverrides& CpuOverridesFromEnvironment();
 
-// LSTM_ORT_CPU_ISA=v2, for the kernel table's one-time choice; never throws (a bad value is
-// reported by CpuOverridesFromEnvironment when a kernel is created).
-bool BaselineIsaForced() noexcept;
+// LSTM_ORT_CPU_ISA (v2, v3 or v4; empty: auto), for the kernel table's one-time choice; never
+// throws (a bad value is reported by CpuOverridesFromEnvironment when a kernel is created).
+std::string ForcedFp32Isa() noexcept;
 
 // The per-node keys, in table order, joined by `separator` (Python's identity.DEBUG_KEYS).
 std::string DebugKeys(const char* separator);

@@ -1,5 +1,6 @@
 // The CPU kernel's hot loops, compiled once per instruction set (kernels_v2.cc: x86-64-v2,
-// kernels_v3.cc: x86-64-v3 = AVX2 + FMA) and chosen once at run time by the CPU's features.
+// kernels_v3.cc: x86-64-v3 = AVX2 + FMA, kernels_v4.cc: x86-64-v4 = AVX-512) and chosen once at
+// run time by the CPU's features.
 //
 // Packed weights (built once per kernel from the contract's [K, 4H] blocks, see lstm_cpu.cc):
 // hidden units are grouped in panels of kUnits; a panel's kPanel columns are gate-major (i x8, o x8,
@@ -99,8 +100,12 @@ extern const KernelTable kTable;
 namespace v3 {
 extern const KernelTable kTable;
 }
+namespace v4 {
+extern const KernelTable kTable;
+}
 
-// The best table this CPU runs (LSTM_ORT_CPU_ISA=v2 forces the baseline, for testing).
+// The best table this CPU runs (LSTM_ORT_CPU_ISA=v2|v3|v4 forces one, for testing; a forced one the
+// CPU lacks throws).
 const KernelTable& Kernels();
 
 // The cell alone, from a step's gates, for panels [p0, p1) of the step's rows: what the formats

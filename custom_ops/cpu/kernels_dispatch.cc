@@ -1,30 +1,52 @@
+#include <stdexcept>
+#include <string>
+
 #include "cpu/kernels.h"
 #include "overrides.h"
 
 namespace lstm_ort::cpu {
+namespace {
+
+// Whether this CPU runs the build named v2, v3 or v4.
+bool Runs(const std::string& level) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_cpu_init();
+  if (level == "v4")
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+           __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw") && Runs("v3");
+  if (level == "v3") return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#endif
+  return level == "v2";
+}
+
+struct Build {
+  const char* level;
+  const KernelTable* table;
+};
+// Best first.
+const Build kBuilds[] = {{"v4", &v4::kTable}, {"v3", &v3::kTable}, {"v2", &v2::kTable}};
+
+}  // namespace
 
 const KernelTable& Kernels() {
   static const KernelTable* table = [] {
-    if (BaselineIsaForced()) return &v2::kTable;  // LSTM_ORT_CPU_ISA=v2
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return &v3::kTable;
-#endif
+    const std::string forced = ForcedFp32Isa();  // LSTM_ORT_CPU_ISA, for testing each build
+    for (const Build& b : kBuilds) {
+      if (!forced.empty() && forced != b.level) continue;
+      if (Runs(b.level)) return b.table;
+      if (!forced.empty())
+        throw std::runtime_error("LSTM_ORT_CPU_ISA=" + forced + ": this CPU lacks that instruction set");
+    }
     return &v2::kTable;
   }();
   return *table;
 }
 
 void CellFromGates(const StepArgs& a, int64_t p0, int64_t p1, const float* const* products) {
+  // 16 lanes where the CPU has AVX-512, unless a narrower build is forced.
   static const bool wide = [] {
-    if (BaselineIsaForced()) return false;
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
-           __builtin_cpu_supports("avx512dq");
-#else
-    return false;
-#endif
+    const std::string forced = ForcedFp32Isa();
+    return (forced.empty() || forced == "v4") && Runs("v4");
   }();
   if (wide && a.default_acts) return avx512::CellFromGates(a, p0, p1, products);
   for (int64_t r = 0; products && r < a.rows; ++r) {  // the products into the running rows' gates

@@ -40,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 ROUNDS = 6
 PAUSE_S = 0.06
-WARMUP_RUNS = 100  # most runs auto may take to decide a class: 8 rounds of 4 blocks of 3 (cpu/kernel_tuner.h)
+WARMUP_RUNS = 120  # most runs auto may take to decide a class: a cold round and 8 of 4 blocks of 3 (cpu/kernel_tuner.h)
 
 _WORKER = r"""
 import json, sys, time

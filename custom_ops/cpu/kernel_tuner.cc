@@ -72,7 +72,7 @@ void KernelTuner::Preset(ShapeClass shape, CpuKernel kernel) {
 void KernelTuner::StartRound(ClassState& s, const std::vector<CpuKernel>& kernels) const {
   const size_t n = kernels.size();
   s.round.clear();
-  for (size_t i = 0; i < n; ++i) s.round.push_back(kernels[(i + s.rounds) % n]);  // rotating who goes first
+  for (size_t i = 0; i < n; ++i) s.round.push_back(kernels[(i + s.rounds + s.cold) % n]);  // rotating who goes first
   s.position = 0;
   s.block_left = std::max(0, config_.warmup) + std::max(1, config_.block);
   s.untimed = std::max(0, config_.warmup);
@@ -140,6 +140,11 @@ void KernelTuner::Record(ShapeClass shape, CpuKernel kernel, double ms) {
 }
 
 void KernelTuner::EndRound(ClassState& s) const {
+  if (s.chosen == CpuKernel::kAuto && s.cold < config_.cold_rounds) {
+    ++s.cold;
+    s.round.clear();
+    return;
+  }
   for (CpuKernel k : s.candidates) {
     auto got = s.round_samples.find(k);
     s.samples[k].push_back(got == s.round_samples.end() ? std::numeric_limits<double>::quiet_NaN() : got->second);
@@ -174,7 +179,9 @@ void KernelTuner::Decide(ClassState& s) const {
   if (floor == CpuKernel::kAuto) floor = s.floor;
   s.floor = floor;
   if (best == floor || best == CpuKernel::kAuto) {
-    s.chosen = floor;
+    const bool sure = !Has(s.candidates, CpuKernel::kFused) ||
+                      SurelyFaster(LogRatios(s.samples[floor], s.samples[CpuKernel::kFused]), 0, config_.confidence);
+    if (sure || s.rounds >= config_.max_rounds) s.chosen = floor;
     return;
   }
   if (SurelyFaster(LogRatios(s.samples[best], s.samples[floor]), config_.min_gain, config_.confidence)) {

@@ -1,6 +1,7 @@
 // The CPU kernel tuner (cpu/kernel_tuner.cc): shape classes, rounds of blocks, the paired decision
 // with the floor kept where in doubt, the rechecks, presets, settling and which kernels stay in use;
 // the cpu_kernel names and their `tuned` entries (attribute_parsing.cc).
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -87,12 +88,12 @@ TEST(TunerRunsCandidatesInRoundsOfBlocks) {
 }
 
 TEST(AClearlyFasterCandidateDisplacesTheFloor) {
-  KernelTuner t;  // fused 2x faster than stock in every round: decided after the third
+  KernelTuner t;  // fused 2x faster than stock in every round: decided after the cold one and three
   const int calls = RunUntilDecided(t, {32, 8}, kThree, [](CpuKernel k, int call) {
     const double noise = 1.0 + 0.01 * (call % 3);
     return (k == CpuKernel::kFused ? 1.0 : 2.0) * noise;
   });
-  CHECK_EQ(calls, 3 * 3 * 3);
+  CHECK_EQ(calls, 4 * 3 * 3);
   CHECK(t.Report().front().chosen == CpuKernel::kFused);
   CHECK(!t.Choose({32, 8}, kThree).measuring);
   // The first run of a block is not counted: a slow first run of the floor does not decide.
@@ -108,7 +109,7 @@ TEST(InDoubtTheFloorStays) {
   // Fused 1% faster: below min_gain; measured to max_rounds, then the floor.
   KernelTuner t;
   const int calls = RunUntilDecided(t, {32, 8}, kThree, [](CpuKernel k, int) { return k == CpuKernel::kFused ? 0.99 : 1.0; });
-  CHECK_EQ(calls, 8 * 3 * 3);
+  CHECK_EQ(calls, 9 * 3 * 3);
   CHECK(t.Report().front().chosen == CpuKernel::kStock);
   // Fused 10% faster on the median, but the rounds disagree (noise as large as the gain): not sure.
   KernelTuner u;
@@ -118,11 +119,35 @@ TEST(InDoubtTheFloorStays) {
     return round % 2 ? 1.25 : 0.6;  // faster in half the rounds, slower in the others
   });
   CHECK(u.Report().front().chosen == CpuKernel::kStock);
-  // The floor fastest: decided for it after min_rounds.
+  // The floor surely fastest: decided for it after min_rounds.
   KernelTuner v;
   CHECK_EQ(RunUntilDecided(v, {32, 8}, kThree, [](CpuKernel k, int) { return k == CpuKernel::kStock ? 1.0 : 1.5; }),
-           3 * 3 * 3);
+           4 * 3 * 3);
   CHECK(v.Report().front().chosen == CpuKernel::kStock);
+}
+
+TEST(TheColdRoundDecidesNothing) {
+  // Each kernel's first calls on the class are slow, fused's slowest (its weights packed, its
+  // scratch first touched), and fused is 20% faster from then on: the cold round is not counted.
+  KernelTuner t;
+  RunUntilDecided(t, {32, 32}, kThree, [](CpuKernel k, int call) {
+    const double steady = k == CpuKernel::kFused ? 0.2 : 0.25;
+    return call < 9 ? steady * (k == CpuKernel::kFused ? 3.0 : 1.5) : steady;
+  });
+  CHECK(t.Report().front().chosen == CpuKernel::kFused);
+}
+
+TEST(TheFloorNeedsEvidenceToo) {
+  // After three counted rounds the floor's mean is ahead by a hair (fused 10% slower in one, 3%
+  // faster in two): not sure, so measured on; then fused is 26% faster and is taken.
+  KernelTuner t;
+  const int calls = RunUntilDecided(t, {32, 8}, kThree, [](CpuKernel k, int call) {
+    const int round = call / 9;  // round 0 is the cold one
+    if (k != CpuKernel::kFused) return 1.0;
+    return std::exp(round == 1 ? 0.1 : round <= 3 ? -0.03 : -0.3);
+  });
+  CHECK(calls > 4 * 3 * 3);
+  CHECK(t.Report().front().chosen == CpuKernel::kFused);
 }
 
 TEST(TheFloorIsTheFastestOfStocksKernels) {
@@ -230,7 +255,7 @@ TEST(ClassesStillMeasuringCanBeDecidedForOneKernel) {
 
 TEST(TunerSettlesAfterQuietCallsAndSaysWhichKernelsAreUsed) {
   TunerConfig config{0, 1};
-  config.settle_calls = 12;  // decided in 9 calls (3 rounds of 3): 8 since the class was new
+  config.settle_calls = 15;  // decided in 12 calls (a cold round and 3 rounds of 3): 11 since the class was new
   KernelTuner t(config);
   const ShapeClass a{32, 8}, b{64, 8};
   RunUntilDecided(t, a, kThree, [](CpuKernel k, int) { return k == CpuKernel::kStock ? 1.0 : 2.0; });

@@ -127,9 +127,9 @@ void KernelTuner::Record(ShapeClass shape, CpuKernel kernel, double ms) {
   }
   s.block_times.push_back(ms);
   if (static_cast<int>(s.block_times.size()) < std::max(1, config_.block)) return;
-  double sum = 0;
-  for (double t : s.block_times) sum += t;
-  s.round_samples[kernel] = sum / s.block_times.size();
+  // The block's fastest call: a call preempted or slowed by a passing load is slow, never fast, so
+  // one such call does not sink the block (a mean let one decide a class for good).
+  s.round_samples[kernel] = *std::min_element(s.block_times.begin(), s.block_times.end());
   if (++s.position < s.round.size()) {
     s.block_left = std::max(0, config_.warmup) + std::max(1, config_.block);
     s.untimed = std::max(0, config_.warmup);

@@ -32,7 +32,7 @@ CpuKernel FloorOf(const std::vector<CpuKernel>& candidates);
 // How a class is measured (docs/cpu.md, "The floor"). A round is one block of calls of every
 // candidate, back to back, in an order that rotates from round to round; a block's first `warmup`
 // calls are untimed (the switch from the kernel before: its pool threads still spinning), its
-// sample the mean of the next `block`. Candidates are compared on the rounds they share: the
+// sample the fastest of the next `block`. Candidates are compared on the rounds they share: the
 // per-round ratio of two candidates' samples (the same stretch of time: a passing load falls on
 // both alike) is the evidence, not each one's median over different stretches.
 struct TunerConfig {

@@ -77,6 +77,14 @@ Recurrence PlanRecurrence(const Dims& d, int64_t np, int64_t steps, int P, doubl
   return plan;
 }
 
+Recurrence MergeGroupsForPool(Recurrence r, const Dims& d, int pool_threads) {
+  if (pool_threads <= 0 || r.unit_chunks != 1 || r.rows_per_group != 0 || r.batch_chunks <= 1) return r;
+  const int64_t at_once = std::max<int64_t>(1, pool_threads / d.D);  // groups per direction the pool runs together
+  if (at_once >= r.batch_chunks || d.B / r.batch_chunks < 3) return r;
+  r.batch_chunks = at_once;
+  return r;
+}
+
 // About four items per thread (claimed in order, so a slow thread takes fewer). Each row block reads
 // all the weights of its panels and each panel block all the input rows of its row block, so the
 // split minimises row_blocks * weight bytes + panel_blocks * input bytes (pb = sqrt(want * W / A)).
@@ -291,6 +299,7 @@ CpuCallPlan PlanCpuCall(const CpuCallInputs& in, const Attributes& attrs, const 
     lp.recurrence = rows_coupled ? Int8CallScalesRecurrence(d, np, in.max_len, P, kn, Int8StepSplitMin(m, kn))
                     : slices     ? Int8SlicesRecurrence(d, np, in.max_len, P, kn, Int8StepSplitMin(m, kn))
                                  : PlanRecurrence(d, np, in.max_len, P, lp.step_flops, lp.weight_bytes, kn, false);
+    if (p.format == WeightFormat::kFp32) lp.recurrence = MergeGroupsForPool(lp.recurrence, d, m.pool_threads);
     const Recurrence& rec = lp.recurrence;
     if (!rows_coupled && !slices && rec.unit_chunks == 1) {
       const int64_t groups = d.D * rec.batch_chunks;

@@ -96,8 +96,8 @@ struct CpuLstm<T>::State {
   std::shared_ptr<const cpu::Bf16Packed> packed16;
   std::shared_ptr<const cpu::Int8Packed> packed8;
   std::shared_ptr<const StockStack> stock, stock_threads;
-  // Threads of the session's pool (PoolThreads), counted at the first call that can run stock's
-  // kernel; 0 before.
+  // Threads of the session's pool (PoolThreads), counted at the first call that may run
+  // stock_threads or the fused kernel; 0 before.
   std::once_flag pool_counted;
   int pool_threads = 0;
   // Why onnxruntime could not make stock's session: the fused kernel runs every call from then on.
@@ -321,7 +321,9 @@ void CpuLstm<T>::Compute(OrtKernelContext* ctx, const CallIO& io) {
   State& st = *state_;
   const cpu::CpuCallInputs in{io.dims, io.max_len, !std::is_same_v<T, float>, st.int8, WhyNotStock(io)};
   const CpuKernel asked = st.attrs.cpu_kernel_set ? st.attrs.cpu_kernel : st.env_kernel;
-  const bool counts_pool = !in.why_no_stock && (asked == CpuKernel::kAuto || asked == CpuKernel::kStockThreads);
+  // The pool's size sizes stock_threads and merges the fused kernel's row groups the pool would run
+  // in turn (MergeGroupsForPool): counted wherever either may run.
+  const bool counts_pool = asked != CpuKernel::kStock && asked != CpuKernel::kStockSplit;
   const std::shared_ptr<const cpu::CpuCallPlan> held = st.PlanFor(in, counts_pool ? st.PoolSize(ctx) : 0);
   const cpu::CpuCallPlan& plan = *held;
   if (!plan.refused.empty()) Fail(plan.refused);

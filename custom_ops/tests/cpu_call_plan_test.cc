@@ -139,3 +139,24 @@ TEST(CpuPlanWithoutStepsPlansNoProjection) {
                                     Machine(), {});
   CHECK(p.layers.size() == 1 && p.layers[0].projection.empty());
 }
+
+TEST(RowGroupsThePoolWouldRunInTurnRunAsOne) {
+  // The g2p-id decoder's call, B8 H256 T1, planned for two cores: two groups of four rows.
+  const auto chunks = [](int pool, int64_t B, int64_t D = 1, int threads = 2, int64_t H = 256, int64_t T = 1) {
+    return PlanCpuCall(Call(T, B, H, 1, D), Attrs(H, 1, static_cast<int>(D)), Machine(threads, pool), {})
+        .layers[0]
+        .recurrence.batch_chunks;
+  };
+  CHECK_EQ(chunks(2, 8), 2);  // a pool thread per group
+  CHECK_EQ(chunks(0, 8), 2);  // the pool not counted: as planned
+  CHECK_EQ(chunks(1, 8), 1);  // one thread: one group, the weights read once per step
+  CHECK_EQ(chunks(1, 4, 1, 2, 32, 20), 2);  // groups of two rows run other arithmetic than one of four: kept
+  CHECK_EQ(chunks(2, 12, 2, 4), 1);  // two directions on two of four cores' threads: a group each
+  // The rule alone: merged only where every group keeps three rows or more.
+  Recurrence r;
+  r.batch_chunks = 4;
+  CHECK_EQ(MergeGroupsForPool(r, MakeDims(1, 1, 1, 12, 16, 64), 2).batch_chunks, 2);
+  CHECK_EQ(MergeGroupsForPool(r, MakeDims(1, 1, 1, 11, 16, 64), 2).batch_chunks, 4);
+  r.unit_chunks = 2;
+  CHECK_EQ(MergeGroupsForPool(r, MakeDims(1, 1, 1, 12, 16, 64), 1).batch_chunks, 4);
+}

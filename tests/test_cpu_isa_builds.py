@@ -12,8 +12,9 @@ import pytest
 
 from lstm_ort.testing import child_python
 
-# (direction, T, B, I, H, L, features): odd widths and row counts that reach every tile size (1 to 6
-# rows, the lone-row product, several row tiles), several k-blocks (H 300 > 256) and panel tails.
+# (direction, T, B, I, H, L, features): odd widths and row counts that reach every tile size (1 to 12
+# rows, the lone-row product, several row tiles), several k-blocks (H 300 > 256), panel tails, and
+# the cell's paths (peepholes, clip, input_forget, lengths, other activations) on 8 and 16 lanes.
 GRID = [
     ("forward", 7, 1, 28, 200, 1, ""),
     ("forward", 5, 2, 13, 40, 2, "states"),
@@ -21,6 +22,7 @@ GRID = [
     ("bidirectional", 6, 5, 7, 13, 2, "states,lens"),
     ("forward", 4, 8, 32, 256, 1, "states"),
     ("forward", 3, 13, 80, 300, 1, "peep,clip"),
+    ("reverse", 4, 1, 24, 120, 1, "peep,clip,if,lens"),
     ("bidirectional", 2, 64, 19, 33, 1, "states"),
     ("forward", 1, 6, 257, 129, 3, "acts"),
 ]
@@ -35,7 +37,7 @@ for n, (direction, T, B, I, H, L, feats) in enumerate(grid):
     rng = np.random.default_rng(n)
     kw = dict(NON_DEFAULT_ACTS[2 if direction == "bidirectional" else 1]) if "acts" in feats else {}
     spec = LstmSpec(input_size=I, hidden_size=H, num_layers=L, direction=direction, peepholes="peep" in feats,
-                    clip=0.9 if "clip" in feats else None, **kw)
+                    clip=0.9 if "clip" in feats else None, input_forget=int("if" in feats), **kw)
     layers = random_layers(spec, rng)
     model_kw = dict(seq_lens="lens" in feats, initial_states="states" in feats)
     feeds = make_feeds(spec, T, B, rng, **model_kw)

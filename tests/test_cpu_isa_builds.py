@@ -14,7 +14,7 @@ from lstm_ort.testing import child_python
 
 # (direction, T, B, I, H, L, features): odd widths and row counts that reach every tile size (1 to 12
 # rows, the lone-row product, several row tiles), several k-blocks (H 300 > 256), panel tails, and
-# the cell's paths (peepholes, clip, input_forget, lengths, other activations) on 8 and 16 lanes.
+# and the cell's paths (peepholes, clip, input_forget, lengths, other activations).
 GRID = [
     ("forward", 7, 1, 28, 200, 1, ""),
     ("forward", 5, 2, 13, 40, 2, "states"),

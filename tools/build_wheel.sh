@@ -9,7 +9,7 @@
 #
 #   tools/build_wheel.sh [--cpu-only] [--out DIR]      (default DIR: dist/)
 #
-# Needs python3 >= 3.10 with venv and its headers, a C++17 compiler (g++ >= 9) and PyPI. PYTHON
+# Needs python3 >= 3.10 with venv and its headers, a C++17 compiler (g++ >= 11: the CPU loops are built with -march=x86-64-v3 and -v4) and PyPI. PYTHON
 # names the interpreter the wheel is for (default python3; the GPU machines run 3.12). nvcc, the CUDA headers,
 # cudart and cuBLAS come from NVIDIA's pip packages, pinned to CUDA 13.0 (the oldest CUDA 13: its
 # PTX JITs on every CUDA 13 driver, >= 580), into $LSTM_ORT_CACHE (default ~/.cache/lstm-ort),

@@ -120,10 +120,10 @@ ProjectSplit SplitProjection(int64_t M, int64_t K, int64_t Q, int64_t workers);
 // Row groups the pool would run one after another anyway (it has fewer threads than the plan's
 // groups; pool_threads 0: not counted, nothing merged) run as one group: a step then reads the
 // weights once, not once per group (the g2p-id decoder, B8 H256 T1 at one thread of two cores:
-// 107-114 -> 97-98 us a call, stock 98-104). The plan is made for the cores so that results never depend on
-// the pool, and merging keeps that: a group of three rows or more runs the same arithmetic per row
-// whatever its size (the fp32 tile products of kernels_impl.inc), so only such groups are merged,
-// and only in the fp32 format.
+// 107-114 -> 97-98 us a call, stock 98-104). The plan is made for the cores so that results never
+// depend on the pool, and merging keeps that: a group of three rows or more runs the same
+// arithmetic per row whatever its size (the fp32 tile products of kernels_impl.inc), so only such
+// groups are merged, and only in the fp32 format.
 Recurrence MergeGroupsForPool(Recurrence r, const Dims& d, int pool_threads);
 // The rows of each slice of the batch that onnxruntime's LSTM runs on a thread of its own (each
 // slice's h quantized alone by DynamicQuantizeLSTM) on P threads: ceil(B / P) where B > 4, or

@@ -43,11 +43,8 @@ const KernelTable& Kernels() {
 }
 
 void CellFromGates(const StepArgs& a, int64_t p0, int64_t p1, const float* const* products) {
-  // 16 lanes where the CPU has AVX-512, unless a narrower build is forced.
-  static const bool wide = [] {
-    const std::string forced = ForcedFp32Isa();
-    return (forced.empty() || forced == "v4") && Runs("v4");
-  }();
+  // 16 lanes where the AVX-512 build of the loops is the one chosen.
+  static const bool wide = &Kernels() == &v4::kTable;
   if (wide && a.default_acts) return avx512::CellFromGates(a, p0, p1, products);
   for (int64_t r = 0; products && r < a.rows; ++r) {  // the products into the running rows' gates
     if (!products[r]) continue;

@@ -24,20 +24,23 @@ LSTM_ORT_C_ENTRY int LstmOrtPrecisionNames(char* out, int size) {
   return lstm_ort::CopyOutWhole(lstm_ort::EnumNames<lstm_ort::Precision>(","), out, size);
 }
 
-// The precision decision (precision.h, DecidePrecision) for a call of H and B on `device` ("cpu":
-// this CPU, "cuda"): "<what runs>\t<in words>". 1 for bad arguments, 2 where the device refuses the
-// mode (the reason in `out`).
-LSTM_ORT_C_ENTRY int LstmOrtDecidePrecision(const char* device, const char* precision, int64_t H, int64_t B, char* out,
-                                            int size) {
+// The precision decision (precision.h, DecidePrecision) for a call of H units, B rows, L layers of
+// D directions and T steps on `device` ("cpu": this CPU, "cuda"): "<what runs>\t<in words>". 1 for
+// bad arguments, 2 where the device refuses the mode (the reason in `out`).
+LSTM_ORT_C_ENTRY int LstmOrtDecidePrecision(const char* device, const char* precision, int64_t H, int64_t B, int64_t L,
+                                            int64_t D, int64_t T, char* out, int size) {
   lstm_ort::Precision p;
   if (!precision || !lstm_ort::ParseEnum(precision, &p))
     return lstm_ort::Failure("precision must be " + lstm_ort::EnumChoices<lstm_ort::Precision>(), out, size);
   const std::string on = device ? device : "";
   if (on != "cpu" && on != "cuda") return lstm_ort::Failure("device must be cpu or cuda", out, size);
-  if (H < 1 || B < 0) return lstm_ort::Failure("invalid sizes", out, size);
+  if (H < 1 || B < 0 || L < 1 || D < 1 || D > 2 || T < 0) return lstm_ort::Failure("invalid sizes", out, size);
   lstm_ort::Dims d;
   d.H = H;
   d.B = B;
+  d.L = L;
+  d.D = D;
+  d.T = T;
   try {
     const lstm_ort::PrecisionDecision decision =
         on == "cpu" ? lstm_ort::DecidePrecision(p, lstm_ort::Device::kCpu, d, lstm_ort::cpu::ThisCpuMath())

@@ -4,8 +4,9 @@
 
 namespace lstm_ort {
 
-bool AutoRunsAsTf32(int64_t H, int64_t B) {
-  return B >= kMinBatchForAutoTf32 || (H >= kMinHiddenForAutoTf32 && B * H >= kMinCellsForAutoTf32);
+bool AutoRunsAsTf32(const Dims& d) {
+  return d.B >= kMinBatchForAutoTf32 || (d.H >= kMinHiddenForAutoTf32 && d.B * d.H >= kMinCellsForAutoTf32) ||
+         MmaStepTakesStack(d, /*tf32x3=*/false);
 }
 
 namespace {
@@ -18,10 +19,14 @@ PrecisionDecision OnCuda(Precision requested, const Dims& d) {
     out.words = EnumName(out.runs);
     return out;
   }
-  const bool tf32 = AutoRunsAsTf32(d.H, d.B);
+  const bool tf32 = AutoRunsAsTf32(d);
   out.runs = tf32 ? Arithmetic::kTf32 : Arithmetic::kFp32;
-  out.words = tf32 ? "tf32: auto at this size, where fp32 would lose to stock's TF32 default"
-                   : "fp32: auto at this size, where fp32 costs nothing";
+  if (!tf32)
+    out.words = "fp32: auto at this size, where fp32 costs nothing";
+  else if (MmaStepTakesStack(d, /*tf32x3=*/false))
+    out.words = "tf32: auto on this stack, which the tensor-core step runs in tf32 faster than any fp32 path";
+  else
+    out.words = "tf32: auto at this size, where fp32 would lose to stock's TF32 default";
   return out;
 }
 

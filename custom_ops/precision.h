@@ -9,6 +9,7 @@
 #include <string>
 
 #include "lstm_ort/contract.h"
+#include "mma_step_region.h"
 
 namespace lstm_ort {
 
@@ -23,16 +24,20 @@ struct CpuMath {
   bool Bf16() const { return avx512_bf16 || amx_bf16; }
 };
 
-// `auto` on CUDA runs a call as TF32 (stock's own default class) where FP32 measurably loses to
-// stock's TF32 default: from kMinBatchForAutoTf32 rows on, and for H >= kMinHiddenForAutoTf32
-// from kMinCellsForAutoTf32 = B*H on, where the FP32 weights stream from memory every step
-// (H100, T=100, fp32 vs best stock TF32 ms: H512 B256 3.05 vs 2.50, H1024 B32 1.70 vs 1.69,
-// H1024 B64 3.09 vs 2.05, H2048 B8 4.46 vs 3.97, H2048 B32 7.37 vs 4.17; fp32 still wins at
-// H2048 B4 3.74 vs 3.90, H1024 B8, H512 B128 1.64 vs 1.74, H256 B512).
+// `auto` on CUDA runs a call as TF32 (stock's own default class) where FP32 costs time:
+// - where FP32 measurably loses to stock's TF32 default: from kMinBatchForAutoTf32 rows on, and for
+//   H >= kMinHiddenForAutoTf32 from kMinCellsForAutoTf32 = B*H on, where the FP32 weights stream
+//   from memory every step (H100, T=100, fp32 vs best stock TF32 ms: H512 B256 3.05 vs 2.50, H1024
+//   B32 1.70 vs 1.69, H1024 B64 3.09 vs 2.05, H2048 B8 4.46 vs 3.97, H2048 B32 7.37 vs 4.17; fp32
+//   still wins at H2048 B4 3.74 vs 3.90, H1024 B8, H512 B128 1.64 vs 1.74, H256 B512);
+// - on the stacks the tensor-core step takes in its 16-bit operands (MmaStepTakesStack,
+//   mma_step_region.h), where our tf32 ran 1.5-2.2x our fastest fp32 (H100, T=100: L4 H512 B64
+//   1.93 vs 3.75 ms, L8 H512 B64 2.65 vs 5.86, L3 H512 B128 2.35 vs 4.85).
+// Both within auto's stated bound, which is tf32's (docs/ops.md).
 constexpr int64_t kMinBatchForAutoTf32 = 256;
 constexpr int64_t kMinHiddenForAutoTf32 = 1024;
 constexpr int64_t kMinCellsForAutoTf32 = 16 * 1024;
-bool AutoRunsAsTf32(int64_t H, int64_t B);
+bool AutoRunsAsTf32(const Dims& d);
 
 struct PrecisionDecision {
   Precision requested = Precision::kFp32;
@@ -43,7 +48,7 @@ struct PrecisionDecision {
   std::string words;
 };
 
-// What a call of sizes `d` (H and B are read) computes in on `device` for the `requested` mode;
+// What a call of sizes `d` (H and B; on CUDA also L, D and T) computes in on `device` for the `requested` mode;
 // `cpu` is read for the CPU's bf16.
 //   CUDA: auto -> tf32 where AutoRunsAsTf32, else fp32; every other mode as asked.
 //   CPU: fp32 -> fp32; auto, tf32 and fp16 -> fp32 (the CPU has no TF32 arithmetic, fp16 products

@@ -183,13 +183,20 @@ def test_reference_op_refuses_an_unknown_mode(rng):
 
 def test_the_library_decides_what_each_mode_runs_on_each_device():
     """decide_precision is the op library's DecidePrecision (custom_ops/precision.h), the rule the
-    kernels follow: on CUDA auto runs tf32 from B >= 256 (or H >= 1024 and B*H >= 16K), every other
-    mode as asked; on the CPU every mode runs fp32 but bf16, which runs bf16 or is refused."""
+    kernels follow: on CUDA auto runs tf32 from B >= 256 (or H >= 1024 and B*H >= 16K) and on the
+    stacks the tensor-core step takes, every other mode as asked; on the CPU every mode runs fp32 but bf16, which runs bf16 or is refused."""
     from lstm_ort.runtime.native import PrecisionRefused, decide_precision
 
     assert decide_precision("cuda", "auto", 128, 255).runs == "fp32"
     assert decide_precision("cuda", "auto", 128, 256).runs == "tf32"
     assert decide_precision("cuda", "auto", 1024, 16).runs == "tf32"
+    # ... and on the stacks the tensor-core step takes (the seed's L4 T100 H512 B64), not one layer of them.
+    assert decide_precision("cuda", "auto", 512, 64, layers=4, steps=100).runs == "tf32"
+    assert decide_precision("cuda", "auto", 512, 64, layers=4, directions=2, steps=100).runs == "fp32"
+    assert decide_precision("cuda", "auto", 512, 64, steps=100).runs == "fp32"
+    assert decide_precision("cpu", "auto", 512, 64, layers=4, steps=100).runs == "fp32"
+    with pytest.raises(ValueError, match="invalid sizes"):
+        decide_precision("cuda", "auto", 512, 64, directions=3)
     for mode in ("fp32", "tf32", "fp16", "bf16"):
         assert decide_precision("cuda", mode, 8, 1).runs == mode
     for mode in ("fp32", "tf32", "fp16", "auto"):
@@ -203,3 +210,21 @@ def test_the_library_decides_what_each_mode_runs_on_each_device():
         decide_precision("cpu", "fp64")
     with pytest.raises(ValueError, match="device must be cpu or cuda"):
         decide_precision("gpu", "fp32")
+
+
+@pytest.mark.parametrize("hidden, layers, direction, precision, expected", [
+    (512, 4, "forward", "auto", 64),          # the tensor-core step's stacks: tf32 from B 64
+    (512, 4, "bidirectional", "auto", 256),   # not a stack it takes: the batch rule alone
+    (128, 1, "forward", "auto", 256),
+    (512, 4, "forward", "fp32", 0),           # a node not in auto never changes class
+])
+def test_stream_padding_stays_below_the_batch_where_auto_turns_tf32(hidden, layers, direction, precision, expected):
+    """The streams batcher pads calls only below the smallest batch at which a node's auto runs tf32
+    on CUDA (at any call length), so padding never moves a stream's result to another class."""
+    from lstm_ort.serving.streams.batcher import _tf32_from
+
+    spec = LstmSpec(input_size=8, hidden_size=hidden, num_layers=layers, direction=direction)
+    model = fused_model(spec, random_layers(spec, np.random.default_rng(0)))
+    for node in model.graph.node:
+        node.attribute.append(helper.make_attribute("precision", precision))
+    assert _tf32_from(model, 300) == expected

@@ -96,13 +96,7 @@ std::optional<MmaOperand> MmaStepOperandFor(Arithmetic runs, ElementType type) {
 
 bool PrefersMmaStep(Arithmetic runs, ElementType type, const Dims& d) {
   const std::optional<MmaOperand> op = MmaStepOperandFor(runs, type);
-  if (!op || type != ElementType::kFloat32 || d.D != 1) return false;
-  const bool fp32 = *op == MmaOperand::kTf32x3;
-  // 16-bit weight copies per call (6 bytes per weight) pay from as many steps as v1's do.
-  if (MmaStepCopiesWeights(*op, false) && d.T < kMinStepsForHalfWeights) return false;
-  return d.L >= (fp32 ? kMinLayersForMmaStepTf32x3 : kMinLayersForMmaStep) && d.H >= kMinHiddenForMmaStep &&
-         d.H <= kMaxHiddenForMmaStep && (d.B * d.H >= kMinCellsForMmaStep || d.H == kMaxHiddenForMmaStep) &&
-         d.B >= (fp32 ? kMinBatchForMmaStepTf32x3 : kMinBatchForMmaStep);
+  return op && type == ElementType::kFloat32 && MmaStepTakesStack(d, *op == MmaOperand::kTf32x3);
 }
 
 StepWeights StepWeightsFor(ProjectionMath math, const Dims& d) {

@@ -13,6 +13,7 @@
 #include "cuda/element_type.h"
 #include "cuda/persistent/mma_operand.h"
 #include "lstm_ort/contract.h"
+#include "mma_step_region.h"
 #include "precision.h"
 
 namespace lstm_ort {
@@ -100,9 +101,8 @@ constexpr int kStreamTileCols = 128;  // columns of 4H per block: a warp's float
 // by reading R (H100, T=100, tf32: H2048 B8 3.65 -> 2.42 ms, B32 4.35 -> 1.98; docs/ops.md). tf32
 // takes fp16 with a power-of-two scale per direction, which keeps TF32's 10-bit significand and
 // puts the largest weight just under 2^15; bf16 takes bf16. Not for sequences shorter than
-// kMinStepsForHalfWeights, where the copy (6 bytes per weight) would not pay for itself.
+// kMinStepsForHalfWeights (mma_step_region.h), where the copy would not pay for itself.
 enum class StepWeights { kFp32, kFp16, kBf16 };
-constexpr int64_t kMinStepsForHalfWeights = 8;
 StepWeights StepWeightsFor(ProjectionMath math, const Dims& d);
 
 // With 16-bit weights the streaming step serves one row too (H2048 B1 tf32 1.44 ms, against
@@ -166,28 +166,10 @@ std::optional<MmaOperand> MmaOperandFor(Arithmetic runs, ElementType type, const
 
 // The tensor-core step (mma_step/plan.h) takes the recurrence under strategy auto where
 // PrefersMmaStep says so, in the operand type MmaStepOperandFor gives for what the call `runs`
-// (its Arithmetic, from DecidePrecision): 3xTF32 for fp32
-// (FP32-accurate), fp16 for tf32 (the power-of-two scaled copy v1's cuBLAS step reads: TF32's
-// significand) and fp16, bf16 for bf16; fp16 models take fp16 (bf16 in bf16). Under auto only
-// where it beat the persistent kernels and v1's cuBLAS step on the H100 (T=100, ms, tensor-core
-// step vs before; docs/ops.md, "The tensor-core step"): fp32 models' unidirectional stacks (one
-// wavefront: the layers above the first multiply their input in the step) with kMinHiddenForMmaStep
-// <= H <= kMaxHiddenForMmaStep, B >= kMinBatchForMmaStep and B*H >= kMinCellsForMmaStep (or H at
-// kMaxHiddenForMmaStep); in the 16-bit operand types from kMinLayersForMmaStep layers (tf32: L4
-// H512 B64 1.88 vs 2.93, L8 H512
-// B64 2.59 vs 5.92, L3 H512 B128 2.35 vs 2.69, L4 H512 B256 3.39 vs 4.23, L4 H256 B512 2.43 vs 3.78;
-// fp16 L4 H512 B64 1.93 vs 2.00; but L2 H512 B256 2.64 vs 2.17, L4 H256 B64 1.32 vs 1.18), in
-// 3xTF32 from kMinLayersForMmaStepTf32x3 layers and kMinBatchForMmaStepTf32x3 rows (L4 H512 B256
-// 11.05 vs 12.16, L4 H256 B512 6.67 vs 8.46; but L4 H512 B64 3.79 vs 3.75, L3 H512 B128 6.63 vs
-// 4.85, L2 H512 B256 11.5 vs 6.1). A step of one layer reads its weights and h from L2 at a rate
-// cuBLAS's GEMM beats (L1 H512 B256 tf32 1.92 vs 1.09) and the persistent kernels keep on chip.
-constexpr int64_t kMinLayersForMmaStep = 3;
-constexpr int64_t kMinLayersForMmaStepTf32x3 = 4;
-constexpr int64_t kMinBatchForMmaStep = 64;
-constexpr int64_t kMinBatchForMmaStepTf32x3 = 256;
-constexpr int64_t kMinHiddenForMmaStep = 256;
-constexpr int64_t kMaxHiddenForMmaStep = 512;
-constexpr int64_t kMinCellsForMmaStep = 64 * 1024;
+// (its Arithmetic, from DecidePrecision): 3xTF32 for fp32 (FP32-accurate), fp16 for tf32 (the
+// power-of-two scaled copy v1's cuBLAS step reads: TF32's significand) and fp16, bf16 for bf16;
+// fp16 models take fp16 (bf16 in bf16). Under auto only for fp32 models, on the stacks
+// MmaStepTakesStack (mma_step_region.h, with its measurements) names for that operand.
 std::optional<MmaOperand> MmaStepOperandFor(Arithmetic runs, ElementType type);
 bool PrefersMmaStep(Arithmetic runs, ElementType type, const Dims& d);
 

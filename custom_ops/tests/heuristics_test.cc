@@ -111,7 +111,7 @@ TEST(CallReadsKeptHalvesAsItsWidestLayerDoes) {
   d.D = 2;  // ... and 2046 both ways
   CHECK(CallReadsKeptHalves(f32, ProjectionMathFor(Runs(Precision::kTf32, d)), d) == KeptHalves::kHi);
   // auto is tf32 at this batch (AutoRunsAsTf32).
-  CHECK(AutoRunsAsTf32(d.H, d.B));
+  CHECK(AutoRunsAsTf32(d));
   CHECK(CallReadsKeptHalves(f32, ProjectionMathFor(Runs(Precision::kAuto, d)), d) == KeptHalves::kHi);
 }
 

@@ -141,7 +141,10 @@ TEST(AutoTakesTheMmaStepInsideItsRuleOnly) {
   // fp32 (auto where it runs fp32): 3xTF32 from 4 layers and 256 rows.
   CHECK(AllOnMmaStep(Plan(MakeDims(4, 1, 100, 256, 512, 512), Precision::kFp32, "", dev)));
   CHECK(!AllOnMmaStep(Plan(MakeDims(4, 1, 100, 64, 512, 512), Precision::kFp32, "", dev)));
-  CHECK(!AllOnMmaStep(Plan(MakeDims(4, 1, 100, 64, 512, 512), Precision::kAuto, "", dev)));  // the seed: fp32
+  // auto runs tf32 on the stacks the step takes in 16 bits (AutoRunsAsTf32), the seed's among them.
+  CHECK(AllOnMmaStep(Plan(MakeDims(4, 1, 100, 64, 512, 512), Precision::kAuto, "", dev)));
+  CHECK(Plan(MakeDims(4, 1, 100, 64, 512, 512), Precision::kAuto, "", dev).resolved == Arithmetic::kTf32);
+  CHECK(Plan(MakeDims(2, 1, 100, 64, 512, 512), Precision::kAuto, "", dev).resolved == Arithmetic::kFp32);
   CHECK(!AllOnMmaStep(Plan(MakeDims(3, 1, 100, 256, 512, 512), Precision::kFp32, "", dev)));
   // Never for fp16 models, forced strategies, the persistent planner's overrides, or mma_step=0.
   CHECK(!AllOnMmaStep(Plan(MakeDims(4, 1, 100, 256, 512, 512), Precision::kTf32, "", dev, ElementType::kFloat16)));

@@ -31,12 +31,40 @@ TEST(AutoRunsAsTf32OnCudaWhereFp32LosesToStocksDefault) {
   CHECK(OnCuda(Precision::kAuto, 8, 2048) == Arithmetic::kTf32);
   CHECK(OnCuda(Precision::kAuto, 4, 2048) == Arithmetic::kFp32);
   CHECK(OnCuda(Precision::kAuto, 1, 8192) == Arithmetic::kFp32);
-  CHECK(AutoRunsAsTf32(1, 256) && !AutoRunsAsTf32(1023, 255));
-  CHECK(AutoRunsAsTf32(1024, 16) && !AutoRunsAsTf32(1024, 15));
+  CHECK(AutoRunsAsTf32(Sizes(256, 1)) && !AutoRunsAsTf32(Sizes(255, 1023)));
+  CHECK(AutoRunsAsTf32(Sizes(16, 1024)) && !AutoRunsAsTf32(Sizes(15, 1024)));
   // Every other mode runs as asked, at any size.
   for (Precision p : {Precision::kFp32, Precision::kTf32, Precision::kFp16, Precision::kBf16})
     for (int64_t B : {1, 512}) CHECK(static_cast<int>(OnCuda(p, B, 2048)) == static_cast<int>(p));
   CHECK(DecidePrecision(Precision::kAuto, Device::kCuda, Sizes(256, 128)).words.rfind("tf32: auto", 0) == 0);
+}
+
+TEST(AutoRunsAsTf32OnCudaOnTheStacksTheTensorCoreStepTakes) {
+  Dims seed = Sizes(64, 512);  // L4 T100 H512 B64: tf32 1.93 ms against fp32's 3.75 (H100)
+  seed.L = 4;
+  seed.T = 100;
+  CHECK(OnCuda(Precision::kAuto, 64, 512) == Arithmetic::kFp32);  // one layer: fp32 still costs nothing
+  CHECK(DecidePrecision(Precision::kAuto, Device::kCuda, seed).runs == Arithmetic::kTf32);
+  CHECK(DecidePrecision(Precision::kAuto, Device::kCuda, seed).words.find("tensor-core step") != std::string::npos);
+  CHECK(MmaStepTakesStack(seed, false) && !MmaStepTakesStack(seed, /*tf32x3=*/true));
+  // The edges of the step's 16-bit region, one size at a time.
+  auto changed = [&seed](auto edit) {
+    Dims d = seed;
+    edit(d);
+    return d;
+  };
+  CHECK(!AutoRunsAsTf32(changed([](Dims& d) { d.L = kMinLayersForMmaStep - 1; })));
+  CHECK(AutoRunsAsTf32(changed([](Dims& d) { d.L = kMinLayersForMmaStep; })));
+  CHECK(!AutoRunsAsTf32(changed([](Dims& d) { d.D = 2; })));
+  CHECK(!AutoRunsAsTf32(changed([](Dims& d) { d.T = kMinStepsForHalfWeights - 1; })));
+  CHECK(!AutoRunsAsTf32(changed([](Dims& d) { d.B = kMinBatchForMmaStep - 1; })));
+  CHECK(!AutoRunsAsTf32(changed([](Dims& d) { d.H = kMaxHiddenForMmaStep + 32; })));
+  CHECK(!AutoRunsAsTf32(changed([](Dims& d) { d.H = 256; })));  // B*H 16K < kMinCellsForMmaStep
+  CHECK(AutoRunsAsTf32(changed([](Dims& d) { d.H = 256, d.B = 255; })) ==
+        (255 * 256 >= kMinCellsForMmaStep));
+  CHECK(!AutoRunsAsTf32(changed([](Dims& d) { d.H = kMinHiddenForMmaStep - 32, d.B = 255; })));
+  // The CPU never takes it.
+  CHECK(DecidePrecision(Precision::kAuto, Device::kCpu, seed).runs == Arithmetic::kFp32);
 }
 
 TEST(CpuRunsFp32ForEveryModeButBf16) {

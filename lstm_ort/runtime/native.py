@@ -37,20 +37,25 @@ class PrecisionDecision:
     words: str  # what runs, in words
 
 
-def decide_precision(device: str, precision, hidden: int = 1, batch: int = 1) -> PrecisionDecision:
+def decide_precision(device: str, precision, hidden: int = 1, batch: int = 1, *, layers: int = 1,
+                     directions: int = 1, steps: int = 1) -> PrecisionDecision:
     """The op library's one precision decision (custom_ops/precision.h, DecidePrecision) for a call
-    of ``hidden`` units and ``batch`` rows on ``device`` ("cpu": this CPU, "cuda"), the rule the
-    kernels themselves follow. PrecisionRefused where the device cannot run the mode."""
+    of ``hidden`` units, ``batch`` rows, ``layers`` x ``directions`` and ``steps`` on ``device``
+    ("cpu": this CPU, "cuda"), the rule the kernels themselves follow (on CUDA, auto also reads the
+    stack: it runs tf32 on the stacks the tensor-core step takes). PrecisionRefused where the device
+    cannot run the mode."""
     requested = Precision.parse(precision)
     fn = native().LstmOrtDecidePrecision
-    fn.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_char_p, ctypes.c_int]
+    i64 = ctypes.c_int64
+    fn.argtypes = [ctypes.c_char_p, ctypes.c_char_p, i64, i64, i64, i64, i64, ctypes.c_char_p, ctypes.c_int]
     buf = ctypes.create_string_buffer(1024)
-    code = fn(device.encode(), requested.value.encode(), hidden, batch, buf, len(buf))
+    code = fn(device.encode(), requested.value.encode(), hidden, batch, layers, directions, steps, buf, len(buf))
     text = buf.value.decode()
     if code == 2:
         raise PrecisionRefused(text)
     if code != 0:
-        raise ValueError(f"decide_precision({device!r}, {precision!r}, {hidden}, {batch}): {text}")
+        raise ValueError(f"decide_precision({device!r}, {precision!r}, {hidden}, {batch}, layers={layers}, "
+                         f"directions={directions}, steps={steps}): {text}")
     runs, _, words = text.partition("\t")
     return PrecisionDecision(device, requested, Precision(runs), words)
 

@@ -305,17 +305,23 @@ def _c_order(v: np.ndarray) -> np.ndarray:
 def _tf32_from(model: onnx.ModelProto, max_batch: int) -> int:
     """The smallest batch size at which one of the model's FusedLSTM nodes computes auto as tf32 on
     CUDA (0: none up to max_batch): calls padded to a batch-size bucket stay below it where their
-    steps do (the engine's PaddedSize), so padding never moves a stream's result to another class."""
+    steps do (the engine's PaddedSize), so padding never moves a stream's result to another class.
+    Asked for calls of any length (auto also takes tf32 on long calls of some stacks), so the
+    bound holds whatever the chunks' lengths."""
     from lstm_ort.runtime.native import decide_precision
-    from lstm_ort.runtime.nodes import fused_nodes, node_precision, node_shapes
+    from lstm_ort.runtime.nodes import node_precision, node_shapes
 
-    hidden = sorted({shape.hidden_size for _, shape in node_shapes(model) if shape is not None})
-    if not hidden or not any(node_precision(n) == "auto" for n in fused_nodes(model)):
-        return 0
+    stacks = sorted({(shape.hidden_size, shape.layers, shape.directions)
+                     for node, shape in node_shapes(model) if shape is not None and node_precision(node) == "auto"})
     for batch in range(1, max_batch + 1):
-        if any(decide_precision("cuda", "auto", h, batch).runs == "tf32" for h in hidden):
+        if any(decide_precision("cuda", "auto", h, batch, layers=layers, directions=d, steps=_ANY_STEPS).runs == "tf32"
+               for h, layers, d in stacks):
             return batch
     return 0
+
+
+# More steps than any call has: the precision decision at its longest calls.
+_ANY_STEPS = 1 << 30
 
 
 def _axis(axis: int | None) -> int:

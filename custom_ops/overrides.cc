@@ -104,6 +104,8 @@ const std::vector<Key>& Keys() {
        }},
       {"mma_step_pdl", "LSTM_ORT_MMA_STEP_PDL", true, [] { return Text("0 or 1"); },
        [](const std::string& v, Overrides& o, CpuOverrides&) { o.mma_step_pdl = Flag(v); }},
+      {"mma_step_resident", "LSTM_ORT_MMA_STEP_RESIDENT", true, [] { return Text("0 or 1"); },
+       [](const std::string& v, Overrides& o, CpuOverrides&) { o.mma_step_resident = Flag(v); }},
       {"mma_step_layers", "LSTM_ORT_MMA_STEP_LAYERS", true, [] { return Text("a layer count from 1 to 8"); },
        [](const std::string& v, Overrides& o, CpuOverrides&) {
          o.mma_step_layers = static_cast<int>(Integer(v, 1, kMaxMmaStepLayers));

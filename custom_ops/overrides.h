@@ -37,6 +37,7 @@ struct Overrides {
   std::optional<bool> mma_step;       // the tensor-core step (mma_step/): forced on, off; empty: per shape
   int mma_step_tile = -1;             // >= 0: its planner's tile (index of kMmaStepTileTable)
   std::optional<bool> mma_step_pdl;   // its launches overlap (programmatic dependent launch); empty: per shape
+  std::optional<bool> mma_step_resident;  // its weights resident, one cooperative launch; empty: where it fits
   int mma_step_layers = 0;            // > 0: at most this many layers per range of it
 };
 

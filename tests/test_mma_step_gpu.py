@@ -44,12 +44,13 @@ def test_forced_step_within_its_bound(direction, L, H, B, T, precision, rng):
 
 @pytest.mark.parametrize("tile", ["32x64", "32x64k2", "64x64", "64x64k2", "64x128", "128x128", "64x128k2"])
 @pytest.mark.parametrize("precision,pdl", [("fp32", "0"), ("tf32", "1"), ("bf16", "0")])
-def test_every_tile_and_overlap(tile, precision, pdl, rng):
+@pytest.mark.parametrize("resident", ["1", "0"])  # at these sizes every tile's weights fit on chip
+def test_every_tile_and_overlap(tile, precision, pdl, resident, rng):
     spec = LstmSpec(input_size=16, hidden_size=64, num_layers=3, direction="forward")
     layers = random_layers(spec, rng)
     feeds = make_feeds(spec, 8, 40, rng, seq_lens=True, initial_states=True)
     kw = dict(seq_lens=True, initial_states=True)
-    debug = {"mma_step": "1", "mma_step_tile": tile, "mma_step_pdl": pdl, "strict": "1"}
+    debug = {"mma_step": "1", "mma_step_tile": tile, "mma_step_pdl": pdl, "mma_step_resident": resident, "strict": "1"}
     got = run_fused(spec, layers, feeds, providers=CUDA, precision=precision, debug=debug, **kw)
     assert max_abs(got, run_stock(spec, layers, feeds, **kw)) <= bound(precision)
 
@@ -99,7 +100,10 @@ def test_auto_takes_the_step_inside_its_rule_and_says_so(rng):
     spec = LstmSpec(input_size=64, hidden_size=512, num_layers=4, direction="forward")
     shape = NodeShape(4, 1, 64, 512, "float32")
     assert "tensor-core step (fp16, 4 layers a launch" in native.describe(shape, 100, 64, "auto", "tf32")
-    assert "tensor-core step" not in native.describe(shape, 100, 64, "auto", "fp32")  # the seed: fp32 stays
+    assert "tensor-core step" not in native.describe(shape, 100, 64, "auto", "fp32")  # 3xTF32 loses at B64
+    # precision auto runs the seed's stack in tf32 (AutoRunsAsTf32), its weights resident on chip
+    assert ("tensor-core step (fp16, 4 layers a launch, one cooperative launch for every interval, weights resident"
+            in native.describe(shape, 100, 64, "auto", "auto"))
     assert "tensor-core step (3xtf32" in native.describe(shape, 100, 256, "auto", "fp32")
     layers = random_layers(spec, rng)
     feeds = make_feeds(spec, 12, 64, rng)

@@ -390,14 +390,23 @@ int CheckAll() {
       if (cs.h0_scale > 1e4f && p == Precision::kFp16) continue;
       failures += CheckCase<float>(cs, seed++, p, "", true);
     }
-  std::printf("check: every tile\n");
-  for (int tile = 0; tile < kMmaStepTiles; ++tile) {
-    const std::string extra = std::string(";mma_step_tile=") + kMmaStepTileTable[tile].name;
-    for (Precision p : {Precision::kFp32, Precision::kTf32, Precision::kBf16}) {
-      const MmaOperand op = p == Precision::kFp32 ? MmaOperand::kTf32x3 : MmaOperand::kFp16;
-      if (MmaStepTileTakes(op, tile)) failures += CheckCase<float>(cases[0], seed++, p, extra, false);
+  std::printf("check: every tile, resident (where it fits) and streamed\n");
+  for (int tile = 0; tile < kMmaStepTiles; ++tile)
+    for (const char* resident : {"", ";mma_step_resident=0"}) {
+      const std::string extra = std::string(";mma_step_tile=") + kMmaStepTileTable[tile].name + resident;
+      for (Precision p : {Precision::kFp32, Precision::kTf32, Precision::kBf16}) {
+        const MmaOperand op = p == Precision::kFp32 ? MmaOperand::kTf32x3 : MmaOperand::kFp16;
+        if (MmaStepTileTakes(op, tile)) failures += CheckCase<float>(cases[0], seed++, p, extra, false);
+      }
+      if (MmaStepTileTakes(MmaOperand::kFp16, tile))
+        failures += CheckCase<float>(cases[2], seed++, Precision::kFp16, extra, false);
     }
-    if (MmaStepTileTakes(MmaOperand::kFp16, tile)) failures += CheckCase<float>(cases[2], seed++, Precision::kFp16, extra, false);
+  std::printf("check: the seed's stack, resident and streamed\n");
+  for (const char* resident : {"", ";mma_step_resident=0"}) {
+    Case seed_stack{4, 1, 30, 512, 512, 64};
+    seed_stack.lens = seed_stack.init = true;
+    failures += CheckCase<float>(seed_stack, seed++, Precision::kTf32, resident, false);
+    failures += CheckCase<float>(seed_stack, seed++, Precision::kBf16, resident, false);
   }
   std::printf("check: float16 models\n");
   for (const Case& cs : {cases[0], cases[1], cases[2]})
@@ -417,8 +426,9 @@ int Sanitize() {
     for (Precision p : {Precision::kFp32, Precision::kTf32, Precision::kBf16})
       for (int tile : {1, 3, 5}) {
         const std::string extra = std::string(";mma_step_tile=") + kMmaStepTileTable[tile].name;
-        failures += CheckCase<float>(cs, 7, p, extra, false);
-        failures += CheckCase<float>(cs, 7, p, extra + ";mma_step_pdl=0", false);
+        failures += CheckCase<float>(cs, 7, p, extra, false);  // resident where it fits
+        failures += CheckCase<float>(cs, 7, p, extra + ";mma_step_resident=0", false);
+        failures += CheckCase<float>(cs, 7, p, extra + ";mma_step_resident=0;mma_step_pdl=0", false);
       }
     failures += CheckCase<__half>(cs, 8, Precision::kFp16, "", false);
   }
@@ -476,10 +486,13 @@ void TimeRow(const Case& c, Precision precision, int runs, bool tiles) {
   std::string best = "-";
   double best_ms = 1e30, best_err = 0;
   std::string line;
-  // -3: the planner's choice one layer per range; -2: with overlapping launches; -1: the
-  // planner's choice; then each tile.
-  for (int tile = c.L > 1 ? -3 : -2; tile < (tiles ? kMmaStepTiles : 0); ++tile) {
-    std::string debug = tile == -2 ? "mma_step=1;mma_step_pdl=1" : tile == -3 ? "mma_step=1;mma_step_layers=1" : "mma_step=1";
+  // -4: the planner's choice streamed (never resident); -3: one layer per range; -2: with
+  // overlapping launches; -1: the planner's choice; then each tile.
+  for (int tile = c.L > 1 ? -4 : -2; tile < (tiles ? kMmaStepTiles : 0); ++tile) {
+    std::string debug = tile == -2   ? "mma_step=1;mma_step_pdl=1;mma_step_resident=0"
+                        : tile == -3 ? "mma_step=1;mma_step_layers=1"
+                        : tile == -4 ? "mma_step=1;mma_step_resident=0"
+                                     : "mma_step=1";
     if (tile >= 0) debug += std::string(";mma_step_tile=") + kMmaStepTileTable[tile].name;
     CallPlan plan = PlanFor(call, attrs, debug);
     if (!OnMmaStep(plan)) {
@@ -498,6 +511,8 @@ void TimeRow(const Case& c, Precision precision, int runs, bool tiles) {
       std::snprintf(buf, sizeof buf, " pdl %.3f", ms);
     } else if (tile == -3) {
       std::snprintf(buf, sizeof buf, " 1layer %.3f", ms);
+    } else if (tile == -4) {
+      std::snprintf(buf, sizeof buf, " streamed %.3f", ms);
     } else {
       std::snprintf(buf, sizeof buf, " %s:%.3f", kMmaStepTileTable[tile].name, ms);
     }

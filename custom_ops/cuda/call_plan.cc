@@ -92,7 +92,7 @@ bool PlanMmaStepRanges(CallPlan& p, const Attributes& attrs, const CallDevice& d
     const bool copies = MmaStepCopiesWeights(*op, p.in.type == ElementType::kFloat16);
     stack = PlanMmaStepStack(static_cast<int>(d.L), static_cast<int>(d.D), p.in.max_len, static_cast<int>(d.I),
                              static_cast<int>(d.H), static_cast<int>(d.B), *op, copies, device.mma_step(),
-                             o.mma_step_tile, o.mma_step_layers);
+                             o.mma_step_tile, o.mma_step_layers, o.mma_step_resident);
     if (stack.empty()) why = "no tile fits this device at " + SizesText(d);
   }
   if (!why.empty()) {
@@ -291,10 +291,13 @@ std::string DescribeRanges(const CallPlan& plan) {
              " rows, " + std::to_string(p->smem / 1024) + " KiB shared memory)";
     } else if (const MmaStepPlan* m = r.mma_step()) {
       const MmaStepTile& t = kMmaStepTileTable[m->tile];
+      const std::string each = r.count > 1 ? "interval" : "step";
       out += std::string("tensor-core step (") + EnumName(m->operand) + ", " +
-             (r.count > 1 ? std::to_string(r.count) + " layers a launch, " : std::string()) + "one launch per " +
-             (r.count > 1 ? "interval" : "step") + " of " + std::to_string(m->blocks()) + " blocks of " +
-             std::to_string(t.bm) + "x" + std::to_string(t.bn) + ", the cell in its epilogue)";
+             (r.count > 1 ? std::to_string(r.count) + " layers a launch, " : std::string()) +
+             (m->resident ? "one cooperative launch for every " + each + ", weights resident in shared memory, "
+                          : "one launch per " + each + " of ") +
+             std::to_string(m->blocks()) + " blocks of " + std::to_string(t.bm) + "x" + std::to_string(t.bn) +
+             ", the cell in its epilogue)";
     } else if (const LowRankPlan* lr = r.low_rank()) {
       out += "low rank (every step in one launch of " + std::to_string(lr->blocks) + " blocks)";
     } else if (r.backend == Backend::kLowRank) {

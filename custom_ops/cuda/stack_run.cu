@@ -350,12 +350,13 @@ class StackRun {
     in.copies = s_.step_w;
     in.h0 = io_.in[kInitialH] ? s_.h0 : nullptr;
     in.exps = s_.step_exps;
+    in.barrier = s_.step_barrier;
     PrepareMmaStep<T>(a, plan, in, stream_);
     auto enqueue = [&a, &plan](cudaStream_t on) { EnqueueMmaStep<T>(a, plan, on); };
     if (graphs_ && io_.max_len >= kMinStepsForStepGraph) {
       LaunchKey key;
       key.Add(device_).Add(plan.tile).Add(static_cast<int>(plan.operand)).Add(plan.m_tiles).Add(plan.n_tiles);
-      key.Add(plan.threads).Add(static_cast<long long>(plan.smem));
+      key.Add(plan.threads).Add(static_cast<long long>(plan.smem)).Add(static_cast<int>(plan.resident));
       const unsigned char* bytes = reinterpret_cast<const unsigned char*>(&a);
       for (size_t i = 0; i < sizeof a; i += sizeof(uint64_t)) {
         uint64_t word = 0;

@@ -70,11 +70,40 @@ TEST(MmaStepPlansAreKernelsTheTableBuilt) {
             CHECK_EQ(p->m_tiles, (B + t.bm - 1) / t.bm);
             CHECK_EQ(p->n_tiles * t.bn, 4 * H);
             CHECK_EQ(p->threads, MmaStepThreads(t));
-            CHECK_EQ(p->smem, MmaStepSmem(op, p->tile));
+            CHECK_EQ(p->smem, p->resident ? MmaStepResidentSmem(op, p->tile, layers, H) : MmaStepSmem(op, p->tile));
             CHECK(p->smem <= nd.dev.smem_per_block);
+            // Resident only where every block fits at once, and then never with overlapped launches.
+            if (p->resident) {
+              CHECK(p->blocks() <= nd.dev.sm_count * nd.dev.blocks_per_sm(p->smem, MmaStepKernelKey(op, p->tile, true)));
+              CHECK(!p->pdl);
+            }
+            CHECK_EQ(p->resident, MmaStepResidentFits(*p, H, nd.dev));
             CHECK_EQ(p->blocks(), p->m_tiles * p->n_tiles * layers);
             CHECK_EQ(p->layers, layers);
           }
+}
+
+TEST(MmaStepWeightsStayResidentWhereTheGridFitsTheDevice) {
+  const DeviceLimits dev = unit::H100();
+  // The seed's stack (L4 H512 B64, 64x64): 128 blocks of 20 KiB of rows + 1024 x 72 fp16 weights.
+  const auto seed = PlanMmaStepRange(4, 1, 512, 64, MmaOperand::kFp16, true, dev);
+  CHECK(seed->resident);
+  CHECK_EQ(std::string(kMmaStepTileTable[seed->tile].name), std::string("64x64"));
+  CHECK_EQ(seed->blocks(), 128);
+  CHECK_EQ(seed->smem, size_t{4 * 64 * 40 * 2 + 1024 * 72 * 2});
+  // The tile with the most blocks that fit at once: two layers at B64 take 32-row tiles.
+  const auto two = PlanMmaStepRange(2, 1, 512, 64, MmaOperand::kFp16, true, dev);
+  CHECK(two->resident && two->blocks() == 128);
+  CHECK_EQ(std::string(kMmaStepTileTable[two->tile].name), std::string("32x64k2"));
+  // Not where the grid outgrows the SMs (L8: 256 blocks) or the weights a block (3xTF32: 4 bytes).
+  CHECK(!PlanMmaStepRange(8, 1, 512, 64, MmaOperand::kFp16, true, dev)->resident);
+  CHECK(!PlanMmaStepRange(4, 1, 512, 256, MmaOperand::kFp16, true, dev)->resident);
+  CHECK(!PlanMmaStepRange(4, 1, 512, 64, MmaOperand::kTf32x3, false, dev)->resident);
+  // The debug key turns it off; the streamed plan is then what it was.
+  const auto off = PlanMmaStepRange(4, 1, 512, 64, MmaOperand::kFp16, true, dev, -1, false);
+  CHECK(!off->resident);
+  CHECK_EQ(off->smem, MmaStepSmem(MmaOperand::kFp16, off->tile));
+  CHECK_EQ(std::string(kMmaStepTileTable[off->tile].name), std::string("64x64k2"));  // the streamed rule's
 }
 
 TEST(MmaStepShapesItDoesNotServe) {
@@ -89,14 +118,14 @@ TEST(MmaStepShapesItDoesNotServe) {
 
 TEST(MmaStepTilesAndOverlapFollowTheMeasurements) {
   const DeviceLimits dev = unit::H100();
-  CHECK_EQ(std::string(kMmaStepTileTable[PlanMmaStepRange(4, 1, 512, 64, MmaOperand::kFp16, true, dev)->tile].name),
+  CHECK_EQ(std::string(kMmaStepTileTable[PlanMmaStepRange(4, 1, 512, 64, MmaOperand::kFp16, true, dev, -1, false)->tile].name),
            std::string("64x64k2"));
-  CHECK_EQ(std::string(kMmaStepTileTable[PlanMmaStepRange(4, 1, 512, 256, MmaOperand::kFp16, true, dev)->tile].name),
+  CHECK_EQ(std::string(kMmaStepTileTable[PlanMmaStepRange(4, 1, 512, 256, MmaOperand::kFp16, true, dev, -1, false)->tile].name),
            std::string("64x128"));
   CHECK_EQ(std::string(kMmaStepTileTable[PlanMmaStepRange(4, 1, 512, 256, MmaOperand::kTf32x3, false, dev)->tile].name),
            std::string("64x64"));
   CHECK(PlanMmaStepRange(4, 1, 512, 256, MmaOperand::kFp16, true, dev)->pdl);
-  CHECK(!PlanMmaStepRange(4, 1, 512, 64, MmaOperand::kFp16, true, dev)->pdl);
+  CHECK(!PlanMmaStepRange(4, 1, 512, 64, MmaOperand::kFp16, true, dev, -1, false)->pdl);
   CHECK(!PlanMmaStepRange(4, 1, 512, 256, MmaOperand::kTf32x3, false, dev)->pdl);
 }
 
@@ -166,7 +195,11 @@ TEST(ForcedMmaStepRunsWhereItPlansAndSaysHow) {
   const MmaStepPlan& m = *plan.ranges[0].mma_step();
   CHECK(m.operand == MmaOperand::kTf32x3);
   CHECK(!m.copies_weights);
-  CHECK(Has(DescribeCallPlan(plan), "layers 0-2: tensor-core step (3xtf32, 3 layers a launch, one launch per interval"));
+  CHECK(Has(DescribeCallPlan(plan), "layers 0-2: tensor-core step (3xtf32, 3 layers a launch, one cooperative launch "
+                                    "for every interval, weights resident in shared memory"));
+  CHECK(Has(DescribeCallPlan(Plan(MakeDims(3, 1, 20, 40, 16, 128), Precision::kFp32,
+                                  "mma_step=1;mma_step_resident=0", dev)),
+            "layers 0-2: tensor-core step (3xtf32, 3 layers a launch, one launch per interval of"));
   CHECK(plan.scratch.step_exps);
   CHECK_EQ(plan.scratch.step_weight_bytes, int64_t{0});
   CHECK_EQ(plan.scratch_bytes, ScratchBytes(plan.in.dims, plan.in.type, plan.scratch));
@@ -174,9 +207,9 @@ TEST(ForcedMmaStepRunsWhereItPlansAndSaysHow) {
   const CallPlan half = Plan(MakeDims(3, 1, 20, 40, 16, 128), Precision::kTf32, "mma_step=1", dev);
   CHECK_EQ(half.scratch.step_weight_bytes, MmaStepWeightCopyBytes(3, 1, 128));
   const Scratch s = CarveScratch(half.in.dims, half.in.type, half.scratch, reinterpret_cast<void*>(4096), nullptr);
-  CHECK(s.step_w != nullptr && s.step_exps != nullptr);
+  CHECK(s.step_w != nullptr && s.step_exps != nullptr && s.step_barrier != nullptr);
   CHECK(Has(DescribeCallPlan(Plan(MakeDims(1, 2, 20, 40, 16, 128), Precision::kBf16, "mma_step=1", dev)),
-            "layer 0: tensor-core step (bf16, one launch per step"));
+            "layer 0: tensor-core step (bf16, one cooperative launch for every step"));
 }
 
 TEST(ForcedMmaStepThatCannotRunIsAFallback) {

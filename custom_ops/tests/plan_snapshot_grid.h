@@ -96,7 +96,7 @@ inline std::string RangeText(int first, int count, const ClusterPlan* cluster, c
     out += ":s" + std::string(OperandText(m.operand)) + "," + std::to_string(m.tile) + "," +
            std::to_string(m.layers) + "," + std::to_string(m.D) + "," + std::to_string(m.m_tiles) + "," +
            std::to_string(m.n_tiles) + "," + std::to_string(m.threads) + "," + std::to_string(m.smem) + "," +
-           std::to_string(m.copies_weights) + "," + std::to_string(m.pdl);
+           std::to_string(m.copies_weights) + "," + std::to_string(m.pdl) + "," + std::to_string(m.resident);
   } else if (cluster) {
     const ClusterPlan& c = *cluster;
     out += ":c" + std::to_string(c.C) + "," + std::to_string(c.U) + "," + std::to_string(c.S) + "," +

@@ -23,6 +23,7 @@ struct MmaStepArgs {
   float* h_fin;                          // [layers][D][B][H]: h at each sequence's last step
   T* y;                                  // the range's last layer; element (t,d,b,j) as in StepArgs
   long long y_st, y_sd, y_sb;
+  unsigned* barrier;                     // the resident kernel's grid barrier (zeroed before it), else null
   bool skip_h0;                          // initial h is zero: step 0 multiplies no recurrent rows
   bool reverse[2];
   CellParams cell[2];

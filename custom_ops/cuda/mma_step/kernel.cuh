@@ -20,6 +20,7 @@
 
 #include "cuda/element_access.cuh"
 #include "cuda/mma_step/args.h"
+#include "cuda/persistent/grid_barrier.cuh"
 #include "cuda/v1/half_scale.h"
 #include "lstm_ort/cell.h"
 
@@ -124,8 +125,12 @@ __device__ __forceinline__ void WaitForPrevious() {
 #endif
 }
 
-template <typename T, typename S, int BM, int BN, int WARPS_M, int WARPS_N, int KSPLIT>
-__global__ void __launch_bounds__(WARPS_M* WARPS_N* KSPLIT * 32) MmaStepKernel(MmaStepArgs<T> a) {
+// One block's tile of one interval, for both kernels below. kResident: the block's weight columns
+// (every K row) stay in shared memory at `w_res` for the whole call, loaded once by
+// MmaStepResidentKernel; else they stream from L2 through the pipeline's stages with the rows.
+template <typename T, typename S, int BM, int BN, int WARPS_M, int WARPS_N, int KSPLIT, bool kResident>
+__device__ __forceinline__ void StepTile(const MmaStepArgs<T>& a, const int interval, unsigned char* mma_step_smem,
+                                         const S* w_res) {
   constexpr int kWarpsMN = WARPS_M * WARPS_N;
   constexpr int kThreads = kWarpsMN * KSPLIT * 32;
   constexpr int WM = BM / WARPS_M, WN = BN / WARPS_N;
@@ -148,15 +153,14 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N* KSPLIT * 32) MmaStepKernel(M
   constexpr bool kEveryACopies = (BM * kRowCopies) % kThreads == 0;
   constexpr bool kEveryWCopies = (kChunk * kColCopies) % kThreads == 0;
 
-  extern __shared__ __align__(16) unsigned char mma_step_smem[];
   S* const a_s = reinterpret_cast<S*>(mma_step_smem);  // [stages][BM][kAS]
-  S* const w_s = a_s + kStages * BM * kAS;               // [stages][kChunk][kWS]
+  S* const w_s = a_s + kStages * BM * kAS;               // [stages][kChunk][kWS]; not kResident
 
   const int H = a.H, B = a.B, G = 4 * H;
   const int r = blockIdx.y / a.D, d = blockIdx.y - r * a.D;
-  const int step = a.interval - r;
+  const int step = interval - r;
   if (step < 0 || step >= a.max_len) return;  // this layer is not in this interval
-  LetNextStart();
+  if constexpr (!kResident) LetNextStart();
   const int n_tiles = G / BN;
   const int m0 = (blockIdx.x / n_tiles) * BM, n0 = (blockIdx.x % n_tiles) * BN;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -166,8 +170,8 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N* KSPLIT * 32) MmaStepKernel(M
 
   const long long plane = static_cast<long long>(B) * H;
   const long long parity_plane = static_cast<long long>(a.layers) * a.D * plane;
-  const S* const hop_in = static_cast<const S*>(a.hop) + ((a.interval + 1) & 1) * parity_plane;
-  S* const hop_out = static_cast<S*>(a.hop) + (a.interval & 1) * parity_plane + (r * a.D + d) * plane;
+  const S* const hop_in = static_cast<const S*>(a.hop) + ((interval + 1) & 1) * parity_plane;
+  S* const hop_out = static_cast<S*>(a.hop) + (interval & 1) * parity_plane + (r * a.D + d) * plane;
   const S* const h_src = hop_in + (r * a.D + d) * plane;
   const S* const x_src = r > 0 ? hop_in + (r - 1) * plane : h_src;  // above the first layer D == 1
   const S* const w = static_cast<const S*>(a.w[r][d]) + n0;
@@ -201,6 +205,7 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N* KSPLIT * 32) MmaStepKernel(M
   const bool copies_a = kEveryACopies || tid < BM * kRowCopies;
   const bool copies_w = kEveryWCopies || tid < kChunk * kColCopies;
   auto load_weights = [&](int kc, int stage) {
+    if constexpr (kResident) return;
     const S* src = w + static_cast<long long>(kc) * kChunk * G;
     S* ws = w_s + stage * kChunk * kWS;
 #pragma unroll
@@ -240,7 +245,7 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N* KSPLIT * 32) MmaStepKernel(M
                                                        4LL * (unit0 + nt * 2));
     }
   }
-  WaitForPrevious();  // h and c of the previous interval
+  if constexpr (!kResident) WaitForPrevious();  // h and c of the previous interval (resident: the grid barrier)
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt) {
     const int b = m0 + row0 + mt * 16;
@@ -286,7 +291,7 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N* KSPLIT * 32) MmaStepKernel(M
           for (int e = 0; e < 4; ++e) acc[mt][nt][e] = scale(acc[mt][nt][e]);
     }
     const S* as = a_s + (kc % kStages) * BM * kAS + (wm * WM) * kAS;
-    const S* ws = w_s + (kc % kStages) * kChunk * kWS + wn * WN;
+    const S* ws = (kResident ? w_res + kc * kChunk * kWS : w_s + (kc % kStages) * kChunk * kWS) + wn * WN;
     if constexpr (kTf32) {
 #pragma unroll
       for (int i = 0; i < kChunk / (kKStep * KSPLIT); ++i) {
@@ -429,6 +434,43 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N* KSPLIT * 32) MmaStepKernel(M
       if (writes_y) a.y[t * a.y_st + d * a.y_sd + b * a.y_sb + u] = FromF<T>(h);
       if (step == len[mt] - 1) a.h_fin[state + at] = h;
     }
+  }
+}
+
+// One launch per interval: the weights stream from L2 with the rows.
+template <typename T, typename S, int BM, int BN, int WARPS_M, int WARPS_N, int KSPLIT>
+__global__ void __launch_bounds__(WARPS_M* WARPS_N* KSPLIT * 32) MmaStepKernel(MmaStepArgs<T> a) {
+  extern __shared__ __align__(16) unsigned char mma_step_smem[];
+  StepTile<T, S, BM, BN, WARPS_M, WARPS_N, KSPLIT, false>(a, a.interval, mma_step_smem, nullptr);
+}
+
+// One cooperative launch for every interval (MmaStepPlan::resident): each block loads its weight
+// columns into shared memory once, then runs its tile of each interval, the grid meeting at a
+// barrier between intervals instead of at a launch boundary. Its reads of h then are the rows
+// alone: half what a block of the seed's stack (L4 H512 B64) reads per interval.
+template <typename T, typename S, int BM, int BN, int WARPS_M, int WARPS_N, int KSPLIT>
+__global__ void __launch_bounds__(WARPS_M* WARPS_N* KSPLIT * 32) MmaStepResidentKernel(MmaStepArgs<T> a) {
+  extern __shared__ __align__(16) unsigned char mma_step_smem[];
+  constexpr int kThreads = WARPS_M * WARPS_N * KSPLIT * 32;
+  constexpr int kBytes = sizeof(S);
+  constexpr int kVec = 16 / kBytes, kColCopies = BN / kVec, kWS = MmaStepWStride(BN);
+  S* const w_res = reinterpret_cast<S*>(mma_step_smem + MmaStepResidentRowBytes(kBytes, BM, BN, KSPLIT));
+  const int G = 4 * a.H, r = blockIdx.y / a.D, d = blockIdx.y - r * a.D;
+  const int n0 = (blockIdx.x % (G / BN)) * BN;
+  const S* const w = static_cast<const S*>(a.w[r][d]) + n0;
+  const int pieces = (a.in_rows[r] + a.H) * kColCopies;
+  for (int i = threadIdx.x; i < pieces; i += kThreads) {
+    const int row = i / kColCopies, v = i - row * kColCopies;
+    CpAsync16(w_res + row * kWS + v * kVec, w + static_cast<long long>(row) * G + v * kVec, true);
+  }
+  CpAsyncCommit();
+  CpAsyncWait<0>();
+  __syncthreads();
+  const unsigned blocks = gridDim.x * gridDim.y;
+  const int intervals = a.max_len + a.layers - 1;
+  for (int s = 0; s < intervals; ++s) {
+    StepTile<T, S, BM, BN, WARPS_M, WARPS_N, KSPLIT, true>(a, s, mma_step_smem, w_res);
+    if (s + 1 < intervals) GridBarrier(a.barrier, blocks * (s + 1));
   }
 }
 

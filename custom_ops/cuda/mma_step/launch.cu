@@ -22,54 +22,62 @@ namespace {
 // The kernel of tile kTile for operand storage S; null where the tile splits a chunk into more k
 // steps than S has (MmaStepTileTakes).
 template <typename T, typename S, int kTile>
-const void* TileKernel() {
+const void* TileKernel(bool resident) {
   constexpr MmaStepTile t = kMmaStepTileTable[kTile];
   constexpr int k_steps = kMmaStepChunk / (std::is_same_v<S, float> ? 8 : 16);
   if constexpr (k_steps % t.ksplit != 0) {
     return nullptr;
+  } else if (resident) {
+    return reinterpret_cast<const void*>(
+        mma_step::MmaStepResidentKernel<T, S, t.bm, t.bn, t.warps_m, t.warps_n, t.ksplit>);
   } else {
     return reinterpret_cast<const void*>(mma_step::MmaStepKernel<T, S, t.bm, t.bn, t.warps_m, t.warps_n, t.ksplit>);
   }
 }
 
 template <typename T, typename S>
-const void* TileKernel(int tile) {
+const void* TileKernel(int tile, bool resident) {
   static_assert(kMmaStepTiles == 8, "one case per tile");
   switch (tile) {
-    case 0: return TileKernel<T, S, 0>();
-    case 1: return TileKernel<T, S, 1>();
-    case 2: return TileKernel<T, S, 2>();
-    case 3: return TileKernel<T, S, 3>();
-    case 4: return TileKernel<T, S, 4>();
-    case 5: return TileKernel<T, S, 5>();
-    case 6: return TileKernel<T, S, 6>();
-    case 7: return TileKernel<T, S, 7>();
+    case 0: return TileKernel<T, S, 0>(resident);
+    case 1: return TileKernel<T, S, 1>(resident);
+    case 2: return TileKernel<T, S, 2>(resident);
+    case 3: return TileKernel<T, S, 3>(resident);
+    case 4: return TileKernel<T, S, 4>(resident);
+    case 5: return TileKernel<T, S, 5>(resident);
+    case 6: return TileKernel<T, S, 6>(resident);
+    case 7: return TileKernel<T, S, 7>(resident);
   }
   return nullptr;
 }
 
-// The kernel of (operand, tile), or null where T has none (3xTF32 reads fp32 weights: float
-// storage only).
+// The kernel of (operand, tile), per interval or resident, or null where T has none (3xTF32 reads
+// fp32 weights: float storage only).
 template <typename T>
-const void* KernelFor(MmaOperand op, int tile) {
+const void* KernelFor(MmaOperand op, int tile, bool resident) {
   switch (op) {
-    case MmaOperand::kFp16: return TileKernel<T, __half>(tile);
-    case MmaOperand::kBf16: return TileKernel<T, __nv_bfloat16>(tile);
+    case MmaOperand::kFp16: return TileKernel<T, __half>(tile, resident);
+    case MmaOperand::kBf16: return TileKernel<T, __nv_bfloat16>(tile, resident);
     case MmaOperand::kTf32x3:
-      if constexpr (std::is_same_v<T, float>) return TileKernel<T, float>(tile);
+      if constexpr (std::is_same_v<T, float>) return TileKernel<T, float>(tile, resident);
       return nullptr;
     case MmaOperand::kTf32: break;
   }
   return nullptr;
 }
 
-// The kernel's dynamic shared memory limit raised to what it uses, once per device and kernel
-// (before any capture: the first call of a shape launches directly).
-void AllowSmem(const void* kernel, size_t smem) {
+// The kernel's dynamic shared memory limit raised, once per device and kernel (before any capture:
+// the first call of a shape launches directly): to what it uses, which is one size per kernel, or
+// for the resident kernels, whose blocks hold as many weight rows as the range's layers have, to
+// what a block may have (the first call's size would refuse a later range's larger one).
+void AllowSmem(const void* kernel, size_t smem, bool resident) {
   int device = 0;
   Check(cudaGetDevice(&device), "current device");
   ProcessCached(std::make_pair(device, kernel), [&] {
-    Check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
+    int limit = static_cast<int>(smem);
+    if (resident)
+      Check(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device), "shared memory per block");
+    Check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, limit),
           "raise the tensor-core step's shared memory limit");
     return 0;
   });
@@ -111,6 +119,7 @@ void Prepare(MmaStepArgs<T>& a, const MmaStepPlan& plan, const MmaStepInputs& in
   int* exps = scaled ? in.exps : nullptr;
   unsigned* amax = scaled ? reinterpret_cast<unsigned*>(in.exps + kMmaStepExps) : nullptr;
   a.exps = exps;
+  a.barrier = plan.resident ? in.barrier : nullptr;
   if (amax) Check(cudaMemsetAsync(amax, 0, sizeof(unsigned) * kMmaStepExps, stream), "zero the operands' maxima");
   const long long G = 4LL * a.H, plane = static_cast<long long>(a.B) * a.H;
   mma_step::OperandSegments w{}, h{};
@@ -146,7 +155,7 @@ void Prepare(MmaStepArgs<T>& a, const MmaStepPlan& plan, const MmaStepInputs& in
 
 template <typename T>
 void PrepareMmaStep(MmaStepArgs<T>& a, const MmaStepPlan& plan, const MmaStepInputs& in, cudaStream_t stream) {
-  AllowSmem(KernelFor<T>(plan.operand, plan.tile), plan.smem);
+  AllowSmem(KernelFor<T>(plan.operand, plan.tile, plan.resident), plan.smem, plan.resident);
   a.skip_h0 = in.h0 == nullptr;
   switch (plan.operand) {
     case MmaOperand::kFp16: return Prepare<T, __half>(a, plan, in, stream);
@@ -161,10 +170,16 @@ void PrepareMmaStep(MmaStepArgs<T>& a, const MmaStepPlan& plan, const MmaStepInp
 
 template <typename T>
 void EnqueueMmaStep(const MmaStepArgs<T>& a, const MmaStepPlan& plan, cudaStream_t stream) {
-  const void* kernel = KernelFor<T>(plan.operand, plan.tile);
+  const void* kernel = KernelFor<T>(plan.operand, plan.tile, plan.resident);
   const dim3 grid(plan.m_tiles * plan.n_tiles, a.layers * a.D), block(plan.threads);
   MmaStepArgs<T> args = a;
   void* params[] = {&args};
+  if (plan.resident) {  // one launch for every interval; its blocks meet at a.barrier
+    Check(cudaMemsetAsync(a.barrier, 0, sizeof(unsigned), stream), "zero the tensor-core step's barrier");
+    ClearPending();
+    Check(cudaLaunchCooperativeKernel(kernel, grid, block, params, plan.smem, stream), "resident tensor-core step");
+    return;
+  }
   // The first launch waits for everything before it (the weight copies among it); each later one
   // may start while the one before runs (kernel.cuh, LetNextStart / WaitForPrevious).
   cudaLaunchAttribute overlap{};
@@ -189,21 +204,23 @@ template <typename T>
 const DeviceLimits& MmaStepLimits(int device) {
   return ProcessCached(device, [device] {
     const SmAttributes sm = ReadSmAttributes(device);
-    std::vector<int> by_key(kMmaStepTiles * 4, 0);  // MmaOperand's four values
-    for (MmaOperand op : {MmaOperand::kFp16, MmaOperand::kBf16, MmaOperand::kTf32x3}) {
-      for (int tile = 0; tile < kMmaStepTiles; ++tile) {
-        const void* kernel = KernelFor<T>(op, tile);
-        const size_t smem = MmaStepSmem(op, tile);
-        if (!kernel || smem > static_cast<size_t>(sm.smem_per_block)) continue;
-        const MmaStepTile& t = kMmaStepTileTable[tile];
-        int n = 0;
-        Check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
-              "raise the tensor-core step's shared memory limit");
-        Check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, MmaStepThreads(t), smem),
-              "occupancy of the tensor-core step");
-        by_key[MmaStepKernelKey(op, tile)] = n;
+    std::vector<int> by_key(kMmaStepKernelKeys, 0);
+    for (bool resident : {false, true})
+      for (MmaOperand op : {MmaOperand::kFp16, MmaOperand::kBf16, MmaOperand::kTf32x3}) {
+        for (int tile = 0; tile < kMmaStepTiles; ++tile) {
+          const void* kernel = KernelFor<T>(op, tile, resident);
+          // The resident kernel's blocks hold up to a block's whole shared memory (plan.h).
+          const size_t smem = resident ? static_cast<size_t>(sm.smem_per_block) : MmaStepSmem(op, tile);
+          if (!kernel || smem > static_cast<size_t>(sm.smem_per_block)) continue;
+          const MmaStepTile& t = kMmaStepTileTable[tile];
+          int n = 0;
+          Check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
+                "raise the tensor-core step's shared memory limit");
+          Check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, MmaStepThreads(t), smem),
+                "occupancy of the tensor-core step");
+          by_key[MmaStepKernelKey(op, tile, resident)] = n;
+        }
       }
-    }
     DeviceLimits dev;
     dev.sm_count = sm.sm_count;
     dev.smem_per_block = static_cast<size_t>(sm.smem_per_block);

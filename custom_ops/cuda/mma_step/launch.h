@@ -18,6 +18,7 @@ struct MmaStepInputs {
   void* copies = nullptr;               // room for their operand-type copies (plan.copies_weights)
   const float* h0 = nullptr;            // fp32 initial h [layers][D][B][H]; null: zero (a.skip_h0)
   int* exps = nullptr;                  // kMmaStepExps ints, then kMmaStepExps unsigned (scaled fp16 only)
+  unsigned* barrier = nullptr;          // the resident kernel's grid barrier (plan.resident)
 };
 
 // Sets a.w (the copies, or the weights as stored), a.exps and the first step's h: the copies and
@@ -26,7 +27,8 @@ struct MmaStepInputs {
 template <typename T>
 void PrepareMmaStep(MmaStepArgs<T>& a, const MmaStepPlan& plan, const MmaStepInputs& in, cudaStream_t stream);
 
-// The range's launches, one per interval: max_len + layers - 1 of them.
+// The range's launches: one per interval (max_len + layers - 1 of them), or where the plan is
+// resident one cooperative launch for them all.
 template <typename T>
 void EnqueueMmaStep(const MmaStepArgs<T>& a, const MmaStepPlan& plan, cudaStream_t stream);
 

@@ -29,7 +29,22 @@ size_t MmaStepSmem(MmaOperand op, int tile) {
   return static_cast<size_t>(MmaStepSmemBytes(OperandBytes(op), t.bm, t.bn, t.ksplit));
 }
 
-int MmaStepKernelKey(MmaOperand op, int tile) { return static_cast<int>(op) * kMmaStepTiles + tile; }
+int MmaStepKernelKey(MmaOperand op, int tile, bool resident) {
+  return (resident ? 4 * kMmaStepTiles : 0) + static_cast<int>(op) * kMmaStepTiles + tile;
+}
+
+size_t MmaStepResidentSmem(MmaOperand op, int tile, int layers, int H) {
+  const MmaStepTile& t = kMmaStepTileTable[tile];
+  const int k_rows = layers > 1 ? 2 * H : H;  // above a range's first layer, [x | h]
+  return static_cast<size_t>(MmaStepResidentSmemBytes(OperandBytes(op), t.bm, t.bn, t.ksplit, k_rows));
+}
+
+bool MmaStepResidentFits(const MmaStepPlan& p, int H, const DeviceLimits& dev) {
+  const size_t smem = MmaStepResidentSmem(p.operand, p.tile, p.layers, H);
+  if (smem > dev.smem_per_block || !dev.blocks_per_sm) return false;
+  const int per_sm = dev.blocks_per_sm(smem, MmaStepKernelKey(p.operand, p.tile, true));
+  return per_sm >= 1 && p.blocks() <= per_sm * dev.sm_count;
+}
 
 bool MmaStepTileTakes(MmaOperand op, int tile) {
   const int k_steps = kMmaStepChunk / (op == MmaOperand::kTf32x3 ? 8 : 16);
@@ -57,8 +72,11 @@ bool MmaStepOverlapsLaunches(MmaOperand op, int B) { return op != MmaOperand::kT
 
 bool MmaStepFits(int64_t H, int64_t B) { return H >= kMmaStepChunk && H % kMmaStepChunk == 0 && B >= kMmaStepMinBatch; }
 
-std::optional<MmaStepPlan> PlanMmaStepRange(int layers, int D, int H, int B, MmaOperand op, bool copies_weights,
-                                            const DeviceLimits& dev, int only_tile) {
+namespace {
+
+// The tile and grid of one launch per interval (the weights streamed with the rows).
+std::optional<MmaStepPlan> PlanStreamedRange(int layers, int D, int H, int B, MmaOperand op, bool copies_weights,
+                                             const DeviceLimits& dev, int only_tile) {
   if (layers < 1 || layers > kMaxMmaStepLayers || (layers > 1 && D != 1) || !MmaStepFits(H, B) ||
       !MmaStepTakes(op) || dev.sm_count < 1)
     return std::nullopt;
@@ -100,18 +118,48 @@ std::optional<MmaStepPlan> PlanMmaStepRange(int layers, int D, int H, int B, Mma
   return best;
 }
 
+// Resident blocks each keep their weight columns, so the grid's work spreads over as many SMs as it
+// has blocks: the tile with the most blocks that still fit at once, of four warps where two tiles
+// tie (H100/H200, T=100, resident, ms: L2 H512 B64 tf32 32x64k2 (128 blocks) 1.20 vs 64x64 (64)
+// 1.48; L4 H256 B64 32x64k2 0.98 vs 64x64 1.16; L4 H512 B64 64x64 (128) 1.58 vs 64x64k2 (128,
+// eight warps) 1.70; L4 H128 B256 fp16 64x64 (128) 0.96 vs 64x128 (64) 1.25).
+bool BetterResidentTile(const MmaStepPlan& a, const MmaStepPlan& b) {
+  if (a.blocks() != b.blocks()) return a.blocks() > b.blocks();
+  return (a.threads == 128) > (b.threads == 128);
+}
+
+}  // namespace
+
+std::optional<MmaStepPlan> PlanMmaStepRange(int layers, int D, int H, int B, MmaOperand op, bool copies_weights,
+                                            const DeviceLimits& dev, int only_tile, std::optional<bool> resident) {
+  if (resident.value_or(true)) {
+    std::optional<MmaStepPlan> best;
+    for (int tile = 0; tile < kMmaStepTiles; ++tile) {
+      if (only_tile >= 0 && tile != only_tile) continue;
+      std::optional<MmaStepPlan> p = PlanStreamedRange(layers, D, H, B, op, copies_weights, dev, tile);
+      if (!p || !MmaStepResidentFits(*p, H, dev)) continue;
+      p->resident = true;
+      p->pdl = false;
+      p->smem = MmaStepResidentSmem(op, tile, layers, H);
+      if (!best || BetterResidentTile(*p, *best)) best = p;
+    }
+    if (best) return best;
+  }
+  return PlanStreamedRange(layers, D, H, B, op, copies_weights, dev, only_tile);
+}
+
 int64_t MmaStepWeightCopyBytes(int layers, int D, int64_t H) {
   return 2 * D * (H + static_cast<int64_t>(layers - 1) * 2 * H) * 4 * H;
 }
 
 std::vector<MmaStepRange> PlanMmaStepStack(int L, int D, int T, int I, int H, int B, MmaOperand op,
                                            bool copies_weights, const DeviceLimits& dev, int only_tile,
-                                           int most_layers) {
+                                           int most_layers, std::optional<bool> resident) {
   const int widest = most_layers > 0 ? std::min(most_layers, kMaxMmaStepLayers) : kMaxMmaStepLayers;
   std::vector<MmaStepRange> ranges;
   for (int first = 0; first < L;) {
     const int n = D == 1 ? std::min(L - first, widest) : 1;
-    const auto plan = PlanMmaStepRange(n, D, H, B, op, copies_weights, dev, only_tile);
+    const auto plan = PlanMmaStepRange(n, D, H, B, op, copies_weights, dev, only_tile, resident);
     if (!plan) return {};
     ranges.push_back(MmaStepRange{first, n, *plan});
     first += n;

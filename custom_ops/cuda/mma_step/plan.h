@@ -61,6 +61,17 @@ LSTM_ORT_HOST_DEVICE constexpr int MmaStepSmemBytes(int bytes, int bm, int bn, i
              : (ksplit - 1) * bm * bn * 4;
 }
 
+// The resident kernel's shared memory (MmaStepPlan::resident): the rows' pipeline stages (or the
+// warp groups' sums where larger), then the block's weight columns for every K row of its layer.
+LSTM_ORT_HOST_DEVICE constexpr int MmaStepResidentRowBytes(int bytes, int bm, int bn, int ksplit) {
+  return MmaStepStages(bytes) * bm * MmaStepAStride(bytes) * bytes > (ksplit - 1) * bm * bn * 4
+             ? MmaStepStages(bytes) * bm * MmaStepAStride(bytes) * bytes
+             : (ksplit - 1) * bm * bn * 4;
+}
+LSTM_ORT_HOST_DEVICE constexpr int MmaStepResidentSmemBytes(int bytes, int bm, int bn, int ksplit, int k_rows) {
+  return MmaStepResidentRowBytes(bytes, bm, bn, ksplit) + k_rows * MmaStepWStride(bn) * bytes;
+}
+
 // The operand types the kernel takes: 16-bit (fp16 scaled by a power of two for fp32 storage, as
 // v1's 16-bit weights; bf16) and 3xTF32 (fp32 h and weights, FP32-accurate).
 bool MmaStepTakes(MmaOperand op);
@@ -75,6 +86,8 @@ struct MmaStepPlan {
   bool copies_weights = false;     // the range's weights copied to the 16-bit operand type per call
   bool pdl = false;                // launches after the first overlap the one before (programmatic
                                    // dependent launch): MmaStepOverlapsLaunches, or the debug key
+  bool resident = false;           // one cooperative launch for every interval, each block's weight
+                                   // columns in its shared memory (MmaStepResidentFits)
   double cost = 0;                 // estimated cycles per interval
   int blocks() const { return m_tiles * n_tiles * layers * D; }
 };
@@ -84,8 +97,19 @@ bool MmaStepTileTakes(MmaOperand op, int tile);
 
 // Shared memory of one block of tile `tile` for operand `op` (its pipeline stages).
 size_t MmaStepSmem(MmaOperand op, int tile);
-// DeviceLimits::blocks_per_sm's second argument for the mma-step limits: which kernel.
-int MmaStepKernelKey(MmaOperand op, int tile);
+// DeviceLimits::blocks_per_sm's second argument for the mma-step limits: which kernel (the
+// resident kernel's occupancy is asked at the most shared memory a block may have).
+int MmaStepKernelKey(MmaOperand op, int tile, bool resident = false);
+constexpr int kMmaStepKernelKeys = 2 * 4 * kMmaStepTiles;  // resident or not x MmaOperand x tile
+
+// Whether plan `p` (a range of its layers at H) can run resident: its layers' widest weight columns
+// fit a block's shared memory beside the rows' stages, and every block of its grid fits on the
+// device at once (a cooperative launch). Where a tile fits, the range runs resident (the debug key
+// mma_step_resident=0 turns it off): faster than streaming the weights at every shape measured
+// (docs/ops.md, "The tensor-core step"; H200, T=100, ms: L4 H512 B64 tf32 1.58 vs 1.90, L4 H384
+// B64 1.40 vs 1.65, L4 H256 B128 1.16 vs 1.38, L2 H512 B64 1.20 vs 1.75).
+bool MmaStepResidentFits(const MmaStepPlan& p, int H, const DeviceLimits& dev);
+size_t MmaStepResidentSmem(MmaOperand op, int tile, int layers, int H);
 
 // Whether a range copies its weights to the operand type per call: all but fp32 weights on 3xTF32
 // and fp16 weights on fp16 (which the kernel reads as stored). `fp16_storage`: the model's type.
@@ -101,8 +125,11 @@ bool MmaStepFits(int64_t H, int64_t B);
 // the one measured fastest for the batch (MmaStepTileFor), falling back to any that fits.
 int MmaStepTileFor(MmaOperand op, int B);
 bool MmaStepOverlapsLaunches(MmaOperand op, int B);
+// `resident`: the debug key mma_step_resident's (false: never; empty: where a tile fits, the tile
+// BetterResidentTile prefers, within `only_tile` where it is given).
 std::optional<MmaStepPlan> PlanMmaStepRange(int layers, int D, int H, int B, MmaOperand op, bool copies_weights,
-                                            const DeviceLimits& dev, int only_tile = -1);
+                                            const DeviceLimits& dev, int only_tile = -1,
+                                            std::optional<bool> resident = std::nullopt);
 
 // Bytes of a range's 16-bit weight copies: the first layer's recurrent rows, then each layer's
 // input and recurrent rows, per direction.
@@ -121,6 +148,6 @@ struct MmaStepRange {
 // `most_layers` > 0 caps a range's layers (the debug key mma_step_layers).
 std::vector<MmaStepRange> PlanMmaStepStack(int L, int D, int T, int I, int H, int B, MmaOperand op,
                                            bool copies_weights, const DeviceLimits& dev, int only_tile = -1,
-                                           int most_layers = 0);
+                                           int most_layers = 0, std::optional<bool> resident = std::nullopt);
 
 }  // namespace lstm_ort

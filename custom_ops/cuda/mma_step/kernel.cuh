@@ -1,4 +1,5 @@
-// The tensor-core step (plan.h): one launch runs one interval of a range of layers; a block
+// The tensor-core step (plan.h): one launch runs one interval of a range of layers (or, resident,
+// one cooperative launch runs them all, the grid meeting at a barrier between them); a block
 // multiplies [BM rows of x | h] . [its BN gate columns of W] on mma.sync tensor cores (fp32
 // accumulation), then runs the cell on the product in registers: each thread holds two gates of a
 // unit for two rows, and trades two values with its neighbour lane to hold the four gates of one.

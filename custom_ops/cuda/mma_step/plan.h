@@ -6,7 +6,10 @@
 // (K = 2H) where the range's first layer reads its input projection (K = H). A block computes a
 // tile of BM batch rows x BN gate columns of one (layer, direction) on mma.sync tensor cores, every
 // unit's four gates in one tile, and runs the cell in its epilogue: h goes to the next launch
-// through L2, with no separate cell kernel and no grid barrier.
+// through L2, with no separate cell kernel and no grid barrier. Where a tile's blocks all fit on the
+// device at once and its weight columns fit each block's shared memory, the range runs resident
+// instead (MmaStepPlan::resident): one cooperative launch, the weights loaded once, a grid barrier
+// between intervals.
 #pragma once
 
 #include <cstddef>

@@ -73,7 +73,16 @@ Recurrence PlanRecurrence(const Dims& d, int64_t np, int64_t steps, int P, doubl
     plan.unit_chunks = std::min<int64_t>(per_dir, np);
     return plan;
   }
-  if (!rows_coupled && d.B >= 2 * per_dir) plan.batch_chunks = std::min<int64_t>(per_dir, d.B);
+  if (!rows_coupled && d.B >= 2 * per_dir) {
+    plan.batch_chunks = std::min<int64_t>(per_dir, d.B);
+    return plan;
+  }
+  // Two threads and too few rows to split them: the panels split from half the threshold, else the
+  // step keeps one thread while stock's LSTM splits its rows (H100 B3 T24, 240k flops a step: 0.93-0.95
+  // of the original on one thread, 1.02 split; B >= 4 splits its rows instead: H72 B5, 207k, rows
+  // 1.12-1.16 of the original, panels 1.09-1.11). Measured on two cores only: other machines keep
+  // the threshold.
+  if (P == 2 && 2 * step_flops >= kn.split_min) plan.unit_chunks = std::min<int64_t>(per_dir, np);
   return plan;
 }
 

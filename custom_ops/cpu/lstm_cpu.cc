@@ -51,6 +51,11 @@ const void* ConstantInput(const OrtKernelInfo* info, size_t index, size_t* count
   return v.GetTensorRawData();
 }
 
+// Sessions of stock's one-thread model (StockStack's copies): a copy per batch piece that runs at
+// once (stock_split's pieces, one per core), each holding its own prepacked weights, so at most
+// four; more pieces share them in turn.
+int StockCopies() { return std::min(4, PlanThreads()); }
+
 }  // namespace
 
 // The machine as the plan sees it, once per process (the pool's size is counted per kernel).
@@ -168,7 +173,8 @@ struct CpuLstm<T>::State {
     try {
       const ConstantWeights& c = constants;
       held = std::make_shared<StockStack>(attrs, c.dims, sig, static_cast<const float*>(c.w),
-                                          static_cast<const float*>(c.b), static_cast<const float*>(c.p), threads);
+                                          static_cast<const float*>(c.b), static_cast<const float*>(c.p), threads,
+                                          threads > 1 ? 1 : StockCopies());
     } catch (const std::exception& e) {
       RefuseLocked(std::string("onnxruntime could not make stock's LSTM session: ") + e.what());
       return nullptr;
@@ -432,7 +438,7 @@ bool CpuLstm<T>::RunStock(OrtKernelContext* ctx, const CallIO& io, int pieces, i
   std::mutex failure_mutex;
   auto piece = [&](int64_t k) {
     try {
-      stock->Run(io, B * k / pieces, B * (k + 1) / pieces, scratch + at[k]);
+      stock->Run(io, B * k / pieces, B * (k + 1) / pieces, scratch + at[k], static_cast<int>(k));
     } catch (...) {
       std::lock_guard<std::mutex> g(failure_mutex);
       failure = std::current_exception();

@@ -10,6 +10,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "call_io.h"
 #include "cpu/stock_model.h"
@@ -19,14 +20,19 @@ namespace lstm_ort {
 
 class StockStack {
  public:
-  // Throws (an Ort::Exception) when onnxruntime cannot make the session.
+  // Throws (an Ort::Exception) when onnxruntime cannot make the session. `copies`: sessions of the
+  // one model, for pieces that run side by side (stock_split: a copy per piece), each holding its
+  // own prepacked weights. Pieces run on one session contend for its memory arena (H72 B5 T24 L2,
+  // two pieces on two threads: 0.215-0.22 ms a call, 0.19-0.20 on a copy each, and the slowest
+  // quarter of the calls from 0.25-0.27 to 0.20-0.21; H200 B8 T24: 0.46-0.51 -> 0.41-0.45 with the
+  // arena off, which made large calls slower: H320 B64 T150 L2 117 -> 147 ms).
   StockStack(const Attributes& attrs, const Dims& dims, const StockSignature& sig, const float* w, const float* b,
-             const float* p, int threads);
+             const float* p, int threads, int copies = 1);
 
-  // Rows [b0, b1) of the call, outputs written into io.out. Where the call is one piece in layout 0
-  // the session reads and writes the call's own buffers; else pieces go through `scratch`
-  // (ScratchFloats of its rows). Thread-safe (sessions run concurrently).
-  void Run(const CallIO& io, int64_t b0, int64_t b1, float* scratch) const;
+  // Rows [b0, b1) of the call, outputs written into io.out, on session copy `copy % copies`. Where the
+  // call is one piece in layout 0 the session reads and writes the call's own buffers; else pieces
+  // go through `scratch` (ScratchFloats of its rows). Thread-safe (sessions run concurrently).
+  void Run(const CallIO& io, int64_t b0, int64_t b1, float* scratch, int copy = 0) const;
   size_t ScratchFloats(const CallIO& io, int64_t rows) const;
 
   const StockSignature& signature() const { return sig_; }
@@ -38,7 +44,7 @@ class StockStack {
   StockSignature sig_;
   int threads_;  // the session's intra-op threads
   Ort::Env env_;  // onnxruntime's one environment, held while the session lives
-  std::unique_ptr<Ort::Session> session_;
+  std::vector<std::unique_ptr<Ort::Session>> sessions_;
 };
 
 }  // namespace lstm_ort

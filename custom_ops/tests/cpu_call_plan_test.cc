@@ -160,3 +160,21 @@ TEST(RowGroupsThePoolWouldRunInTurnRunAsOne) {
   r.unit_chunks = 2;
   CHECK_EQ(MergeGroupsForPool(r, MakeDims(1, 1, 1, 12, 16, 64), 1).batch_chunks, 4);
 }
+
+TEST(TooFewRowsToSplitSplitThePanelsFromHalfTheThresholdOnTwoCores) {
+  const auto rec = [](int threads, int64_t B, int64_t H, int64_t T = 24) {
+    return PlanCpuCall(Call(T, B, H), Attrs(H), Machine(threads, threads), {}).layers[0].recurrence;
+  };
+  // H100 B3: 240k flops a step, under split_min (400k), at least half of it: the panels split.
+  CHECK_EQ(rec(2, 3, 100).unit_chunks, 2);
+  CHECK_EQ(rec(2, 3, 100).batch_chunks, 1);
+  // Under half the threshold (H72 B3: 124k): one thread.
+  CHECK_EQ(rec(2, 3, 72).unit_chunks, 1);
+  // Rows that can split still do (H72 B5, 207k: 3 + 2 rows).
+  CHECK_EQ(rec(2, 5, 72).batch_chunks, 2);
+  CHECK_EQ(rec(2, 5, 72).unit_chunks, 1);
+  // Other machines keep the threshold (measured on two cores only).
+  CHECK_EQ(rec(4, 3, 100).unit_chunks, 1);
+  // Too little work for a second thread at all (T1: 240k flops in the call): one thread.
+  CHECK_EQ(rec(2, 3, 100, 1).unit_chunks, 1);
+}

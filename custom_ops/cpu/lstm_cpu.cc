@@ -53,8 +53,14 @@ const void* ConstantInput(const OrtKernelInfo* info, size_t index, size_t* count
 
 // Sessions of stock's one-thread model (StockStack's copies): a copy per batch piece that runs at
 // once (stock_split's pieces, one per core), each holding its own prepacked weights, so at most
-// four; more pieces share them in turn.
-int StockCopies() { return std::min(4, PlanThreads()); }
+// four; more pieces share them in turn. Only for stacks of at most kMaxCopiedStockWeights fp32
+// weights: the contention the copies remove was measured on calls of 0.1-0.5 ms (H72-H200, under
+// 1 MiB of weights), and a copy of a large stack costs its size again (H1024 I256 L2, 52 MiB:
+// the process grew 217 MiB instead of 105), so large stacks keep one session.
+constexpr int64_t kMaxCopiedStockWeights = int64_t{1} << 20;  // 4 MiB of fp32
+int StockCopies(const Dims& d) {
+  return d.WeightCount() <= kMaxCopiedStockWeights ? std::min(4, PlanThreads()) : 1;
+}
 
 }  // namespace
 
@@ -174,7 +180,7 @@ struct CpuLstm<T>::State {
       const ConstantWeights& c = constants;
       held = std::make_shared<StockStack>(attrs, c.dims, sig, static_cast<const float*>(c.w),
                                           static_cast<const float*>(c.b), static_cast<const float*>(c.p), threads,
-                                          threads > 1 ? 1 : StockCopies());
+                                          threads > 1 ? 1 : StockCopies(c.dims));
     } catch (const std::exception& e) {
       RefuseLocked(std::string("onnxruntime could not make stock's LSTM session: ") + e.what());
       return nullptr;

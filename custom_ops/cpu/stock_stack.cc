@@ -130,8 +130,8 @@ void StockStack::Run(const CallIO& io, int64_t b0, int64_t b1, float* scratch, i
   std::vector<const char*> in_c, out_c;
   for (const std::string& s : in_names) in_c.push_back(s.c_str());
   for (const std::string& s : out_names) out_c.push_back(s.c_str());
-  sessions_[copy % sessions_.size()]->Run(Ort::RunOptions{nullptr}, in_c.data(), in_vals.data(), in_vals.size(), out_c.data(), out_vals.data(),
-                out_vals.size());
+  sessions_[copy % sessions_.size()]->Run(Ort::RunOptions{nullptr}, in_c.data(), in_vals.data(), in_vals.size(),
+                                          out_c.data(), out_vals.data(), out_vals.size());
   if (direct) return;
 
   if (y)

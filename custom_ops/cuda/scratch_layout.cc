@@ -78,7 +78,6 @@ Scratch CarveScratch(const Dims& d, ElementType type, const ScratchNeeds& needs,
   }
   if (needs.step_exps) {
     s.step_exps = reinterpret_cast<int*>(take(sizeof(int) * 2 * kMmaStepExps));
-    s.step_barrier = reinterpret_cast<unsigned*>(take(sizeof(unsigned)));
     s.step_w = needs.step_weight_bytes ? take(static_cast<size_t>(needs.step_weight_bytes)) : nullptr;
   }
   if (total) *total = off;

@@ -20,7 +20,8 @@ struct Scratch {
   float* c;        // [D][B][H]
   int* lens;       // [B]
   void* layer[2];  // [T][B][D][H] of the element type, between layers
-  // The persistent kernel's: states per layer of a range, [L][D][B][H]; h in flight; barrier.
+  // The persistent kernel's: states per layer of a range, [L][D][B][H]; h in flight; barrier (also
+  // the resident tensor-core step's).
   float *h0, *c0, *h_fin, *c_fin;
   float* hbuf;
   unsigned* barrier;
@@ -36,10 +37,9 @@ struct Scratch {
   // also where they are kept across calls (gemm/kept_split.h).
   float *x_hi, *x_lo, *w_hi, *w_lo;
   // The tensor-core step's (mma_step/launch.h): a range's 16-bit weight copies, and its operands'
-  // scale exponents and maxima, and the resident kernel's grid barrier; null where no range runs on it.
+  // scale exponents and maxima; null where no range runs on it.
   void* step_w;
   int* step_exps;
-  unsigned* step_barrier;
 };
 
 // What a call's scratch holds besides the regions every call has: the call plan's decisions.

@@ -350,7 +350,7 @@ class StackRun {
     in.copies = s_.step_w;
     in.h0 = io_.in[kInitialH] ? s_.h0 : nullptr;
     in.exps = s_.step_exps;
-    in.barrier = s_.step_barrier;
+    in.barrier = s_.barrier;
     PrepareMmaStep<T>(a, plan, in, stream_);
     auto enqueue = [&a, &plan](cudaStream_t on) { EnqueueMmaStep<T>(a, plan, on); };
     if (graphs_ && io_.max_len >= kMinStepsForStepGraph) {

@@ -207,7 +207,7 @@ TEST(ForcedMmaStepRunsWhereItPlansAndSaysHow) {
   const CallPlan half = Plan(MakeDims(3, 1, 20, 40, 16, 128), Precision::kTf32, "mma_step=1", dev);
   CHECK_EQ(half.scratch.step_weight_bytes, MmaStepWeightCopyBytes(3, 1, 128));
   const Scratch s = CarveScratch(half.in.dims, half.in.type, half.scratch, reinterpret_cast<void*>(4096), nullptr);
-  CHECK(s.step_w != nullptr && s.step_exps != nullptr && s.step_barrier != nullptr);
+  CHECK(s.step_w != nullptr && s.step_exps != nullptr && s.barrier != nullptr);
   CHECK(Has(DescribeCallPlan(Plan(MakeDims(1, 2, 20, 40, 16, 128), Precision::kBf16, "mma_step=1", dev)),
             "layer 0: tensor-core step (bf16, one cooperative launch for every step"));
 }

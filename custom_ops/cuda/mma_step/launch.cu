@@ -174,11 +174,21 @@ void EnqueueMmaStep(const MmaStepArgs<T>& a, const MmaStepPlan& plan, cudaStream
   const dim3 grid(plan.m_tiles * plan.n_tiles, a.layers * a.D), block(plan.threads);
   MmaStepArgs<T> args = a;
   void* params[] = {&args};
+  size_t smem = plan.smem;
+  bool pdl = plan.pdl && DeviceOverlapsLaunches();
   if (plan.resident) {  // one launch for every interval; its blocks meet at a.barrier
     Check(cudaMemsetAsync(a.barrier, 0, sizeof(unsigned), stream), "zero the tensor-core step's barrier");
     ClearPending();
-    Check(cudaLaunchCooperativeKernel(kernel, grid, block, params, plan.smem, stream), "resident tensor-core step");
-    return;
+    const cudaError_t e = cudaLaunchCooperativeKernel(kernel, grid, block, params, plan.smem, stream);
+    if (e == cudaSuccess) return;
+    if (e != cudaErrorCooperativeLaunchTooLarge && e != cudaErrorNotSupported) Check(e, "resident tensor-core step");
+    // The device refused the grid at once (fewer SMs than it reports: a partitioned GPU): the same
+    // tile, one launch per interval, the same results.
+    ClearPending();
+    kernel = KernelFor<T>(plan.operand, plan.tile, false);
+    smem = MmaStepSmem(plan.operand, plan.tile);
+    AllowSmem(kernel, smem, false);
+    pdl = false;
   }
   // The first launch waits for everything before it (the weight copies among it); each later one
   // may start while the one before runs (kernel.cuh, LetNextStart / WaitForPrevious).
@@ -188,9 +198,8 @@ void EnqueueMmaStep(const MmaStepArgs<T>& a, const MmaStepPlan& plan, cudaStream
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
   config.blockDim = block;
-  config.dynamicSmemBytes = plan.smem;
+  config.dynamicSmemBytes = smem;
   config.stream = stream;
-  const bool pdl = plan.pdl && DeviceOverlapsLaunches();
   ClearPending();
   for (int s = 0; s < a.max_len + a.layers - 1; ++s) {
     args.interval = s;

@@ -184,7 +184,8 @@ def test_reference_op_refuses_an_unknown_mode(rng):
 def test_the_library_decides_what_each_mode_runs_on_each_device():
     """decide_precision is the op library's DecidePrecision (custom_ops/precision.h), the rule the
     kernels follow: on CUDA auto runs tf32 from B >= 256 (or H >= 1024 and B*H >= 16K) and on the
-    stacks the tensor-core step takes, every other mode as asked; on the CPU every mode runs fp32 but bf16, which runs bf16 or is refused."""
+    stacks the tensor-core step takes, every other mode as asked; on the CPU every mode runs fp32 but
+    bf16, which runs bf16 or is refused."""
     from lstm_ort.runtime.native import PrecisionRefused, decide_precision
 
     assert decide_precision("cuda", "auto", 128, 255).runs == "fp32"

@@ -55,21 +55,21 @@ constexpr int kMmaStepExps = 2 * kMmaStepH0Exps;
 LSTM_ORT_HOST_DEVICE constexpr int MmaStepStages(int bytes) { return bytes == 4 ? 3 : 4; }
 LSTM_ORT_HOST_DEVICE constexpr int MmaStepAStride(int bytes) { return kMmaStepChunk + 16 / bytes; }
 LSTM_ORT_HOST_DEVICE constexpr int MmaStepWStride(int bn) { return bn + 8; }
-// The pipeline's stages, or the warp groups' partial sums where they are larger (the same memory,
-// used after the last stage).
-LSTM_ORT_HOST_DEVICE constexpr int MmaStepSmemBytes(int bytes, int bm, int bn, int ksplit) {
-  return MmaStepStages(bytes) * (bm * MmaStepAStride(bytes) + kMmaStepChunk * MmaStepWStride(bn)) * bytes >
-                 (ksplit - 1) * bm * bn * 4
-             ? MmaStepStages(bytes) * (bm * MmaStepAStride(bytes) + kMmaStepChunk * MmaStepWStride(bn)) * bytes
-             : (ksplit - 1) * bm * bn * 4;
+// The pipeline's stages of `stage_bytes` each, or the warp groups' partial sums where they are
+// larger (the same memory, used after the last stage).
+LSTM_ORT_HOST_DEVICE constexpr int MmaStepStagesOrSums(int stage_bytes, int bytes, int bm, int bn, int ksplit) {
+  return MmaStepStages(bytes) * stage_bytes > (ksplit - 1) * bm * bn * 4 ? MmaStepStages(bytes) * stage_bytes
+                                                                          : (ksplit - 1) * bm * bn * 4;
 }
-
-// The resident kernel's shared memory (MmaStepPlan::resident): the rows' pipeline stages (or the
-// warp groups' sums where larger), then the block's weight columns for every K row of its layer.
+// Per interval: each stage holds a chunk of rows and a chunk of weight rows.
+LSTM_ORT_HOST_DEVICE constexpr int MmaStepSmemBytes(int bytes, int bm, int bn, int ksplit) {
+  return MmaStepStagesOrSums((bm * MmaStepAStride(bytes) + kMmaStepChunk * MmaStepWStride(bn)) * bytes, bytes, bm, bn,
+                             ksplit);
+}
+// Resident (MmaStepPlan::resident): stages of rows alone, then the block's weight columns for every
+// K row of its layer.
 LSTM_ORT_HOST_DEVICE constexpr int MmaStepResidentRowBytes(int bytes, int bm, int bn, int ksplit) {
-  return MmaStepStages(bytes) * bm * MmaStepAStride(bytes) * bytes > (ksplit - 1) * bm * bn * 4
-             ? MmaStepStages(bytes) * bm * MmaStepAStride(bytes) * bytes
-             : (ksplit - 1) * bm * bn * 4;
+  return MmaStepStagesOrSums(bm * MmaStepAStride(bytes) * bytes, bytes, bm, bn, ksplit);
 }
 LSTM_ORT_HOST_DEVICE constexpr int MmaStepResidentSmemBytes(int bytes, int bm, int bn, int ksplit, int k_rows) {
   return MmaStepResidentRowBytes(bytes, bm, bn, ksplit) + k_rows * MmaStepWStride(bn) * bytes;

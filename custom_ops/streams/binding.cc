@@ -35,6 +35,26 @@ struct Buffers {
   size_t held = 0;
 };
 
+// Futures' steps finished on a thread that is inside one of the engine's short calls with the GIL
+// released (a submitter that leads its own call, a close): kept here until that call holds the
+// GIL again,
+// instead of taking the GIL there and handing it back at once (two waits for the GIL a step,
+// each a thread switch under load). Not in step() and step_many(): a caller there may lead
+// others' call and then wait on for its own step, which must not hold their results back. Worker
+// threads take the GIL themselves.
+thread_local std::vector<Step*>* deferred_settles = nullptr;
+
+class DeferSettles {
+ public:
+  explicit DeferSettles(std::vector<Step*>* into) : previous_(deferred_settles) { deferred_settles = into; }
+  ~DeferSettles() { deferred_settles = previous_; }
+  DeferSettles(const DeferSettles&) = delete;
+  DeferSettles& operator=(const DeferSettles&) = delete;
+
+ private:
+  std::vector<Step*>* previous_;
+};
+
 std::string Bytes(nb::handle b) {
   char* data = nullptr;
   Py_ssize_t size = 0;
@@ -181,12 +201,21 @@ class PyEngine {
   }
 
   void Close(int64_t id) {
-    try {
+    std::vector<Step*> done;
+    Failure failure = Failure::kNone;
+    std::string message;
+    {
+      DeferSettles defer(&done);
       nb::gil_scoped_release release;
-      engine_->Close(id);
-    } catch (const EngineError& e) {
-      Raise(e.failure, e.what());
+      try {
+        engine_->Close(id);
+      } catch (const EngineError& e) {
+        failure = e.failure;
+        message = e.what();
+      }
     }
+    SettleHeld(done);
+    if (failure != Failure::kNone) Raise(failure, message);
   }
 
   nb::list State(int64_t id) {
@@ -280,23 +309,29 @@ class PyEngine {
     Failure failure = Failure::kNone;
     std::string message;
     bool lead = false;
-    {
-      nb::gil_scoped_release release;
-      try {
-        lead = engine_->Enqueue({step.get()}, run_here);
-      } catch (const EngineError& e) {
-        failure = e.failure;
-        message = e.what();
-      }
+    // Queued with the GIL held: the engine's lock is only ever held briefly and never while
+    // waiting for the GIL (its completions run outside it), and releasing the GIL here handed it
+    // to another thread at every submit, a wait to get it back under load (open loop, 500 streams
+    // of a tiny model from 8 threads: late chunks and client p50 ms).
+    try {
+      lead = engine_->Enqueue({step.get()}, run_here);
+    } catch (const EngineError& e) {
+      failure = e.failure;
+      message = e.what();
     }
     if (failure != Failure::kNone) {
       Py_DECREF(static_cast<PyObject*>(step->token));
       Raise(failure, message);
     }
     step.release();  // the engine's until Settle
-    if (lead) {  // the future is done (Settle, on this thread) when Lead returns
-      nb::gil_scoped_release release;
-      engine_->Lead();
+    if (lead) {  // the future is done (settled on this thread) when Submit returns
+      std::vector<Step*> done;
+      {
+        DeferSettles defer(&done);
+        nb::gil_scoped_release release;
+        engine_->Lead();
+      }
+      SettleHeld(done);
     }
     return true;
   }
@@ -500,9 +535,19 @@ class PyEngine {
     throw nb::python_error();
   }
 
-  // Futures' steps, done: on an engine thread, without the engine's lock.
+  // Futures' steps, done: on an engine thread, without the engine's lock. Deferred where this
+  // thread is inside a call of ours that will hold the GIL again (DeferSettles).
   void Settle(std::vector<Step*>& steps) {
+    if (deferred_settles) {
+      deferred_settles->insert(deferred_settles->end(), steps.begin(), steps.end());
+      return;
+    }
     nb::gil_scoped_acquire gil;
+    SettleHeld(steps);
+  }
+
+  // The same, with the GIL held.
+  void SettleHeld(const std::vector<Step*>& steps) {
     for (Step* step : steps) {
       std::unique_ptr<Step> owned(step);
       nb::object future = nb::steal(static_cast<PyObject*>(step->token));

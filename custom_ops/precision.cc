@@ -6,7 +6,7 @@ namespace lstm_ort {
 
 bool AutoRunsAsTf32(const Dims& d) {
   return d.B >= kMinBatchForAutoTf32 || (d.H >= kMinHiddenForAutoTf32 && d.B * d.H >= kMinCellsForAutoTf32) ||
-         MmaStepTakesStack(d, /*tf32x3=*/false);
+         MmaStepTakesStack(d, /*tf32x3=*/false) || ResidentMmaStepTakesStack(d, /*fp16_runs=*/false);
 }
 
 namespace {
@@ -25,6 +25,10 @@ PrecisionDecision OnCuda(Precision requested, const Dims& d) {
     out.words = "fp32: auto at this size, where fp32 costs nothing";
   else if (MmaStepTakesStack(d, /*tf32x3=*/false))
     out.words = "tf32: auto on this stack, which the tensor-core step runs in tf32 faster than any fp32 path";
+  else if (ResidentMmaStepTakesStack(d, /*fp16_runs=*/false))
+    out.words =
+        "tf32: auto on this stack, which the tensor-core step runs in tf32 faster than any fp32 path where its "
+        "weights fit on chip (elsewhere tf32 is no slower than fp32)";
   else
     out.words = "tf32: auto at this size, where fp32 would lose to stock's TF32 default";
   return out;

@@ -32,8 +32,12 @@ struct CpuMath {
 //   still wins at H2048 B4 3.74 vs 3.90, H1024 B8, H512 B128 1.64 vs 1.74, H256 B512);
 // - on the stacks the tensor-core step takes in its 16-bit operands (MmaStepTakesStack,
 //   mma_step_region.h), where our tf32 ran 1.5-2.2x our fastest fp32 (H100, T=100: L4 H512 B64
-//   1.93 vs 3.75 ms, L8 H512 B64 2.65 vs 5.86, L3 H512 B128 2.35 vs 4.85).
-// Both within auto's stated bound, which is tf32's (docs/ops.md).
+//   1.93 vs 3.75 ms, L8 H512 B64 2.65 vs 5.86, L3 H512 B128 2.35 vs 4.85);
+// - on the stacks it takes where it runs resident (ResidentMmaStepTakesStack in tf32), where it
+//   ran 1.3-2.1x our fp32 (H100, T=100: L2 H512 B64 1.24 vs 1.79 ms, L4 H256 B64 0.99 vs 1.28, L4
+//   H384 B64 1.40 vs 2.93). By the sizes alone, not the device: where resident does not fit, the
+//   backends before the step run tf32 no slower than fp32 (1.54 vs 1.79, 1.24 vs 1.28, 2.49 vs 2.93).
+// All within auto's stated bound, which is tf32's (docs/ops.md).
 constexpr int64_t kMinBatchForAutoTf32 = 256;
 constexpr int64_t kMinHiddenForAutoTf32 = 1024;
 constexpr int64_t kMinCellsForAutoTf32 = 16 * 1024;

@@ -184,8 +184,8 @@ def test_reference_op_refuses_an_unknown_mode(rng):
 def test_the_library_decides_what_each_mode_runs_on_each_device():
     """decide_precision is the op library's DecidePrecision (custom_ops/precision.h), the rule the
     kernels follow: on CUDA auto runs tf32 from B >= 256 (or H >= 1024 and B*H >= 16K) and on the
-    stacks the tensor-core step takes, every other mode as asked; on the CPU every mode runs fp32 but
-    bf16, which runs bf16 or is refused."""
+    stacks the tensor-core step takes (resident or not), every other mode as asked; on the CPU every
+    mode runs fp32 but bf16, which runs bf16 or is refused."""
     from lstm_ort.runtime.native import PrecisionRefused, decide_precision
 
     assert decide_precision("cuda", "auto", 128, 255).runs == "fp32"
@@ -195,6 +195,10 @@ def test_the_library_decides_what_each_mode_runs_on_each_device():
     assert decide_precision("cuda", "auto", 512, 64, layers=4, steps=100).runs == "tf32"
     assert decide_precision("cuda", "auto", 512, 64, layers=4, directions=2, steps=100).runs == "fp32"
     assert decide_precision("cuda", "auto", 512, 64, steps=100).runs == "fp32"
+    # ... and those it takes where it runs resident (two layers from B 64 with B*H >= 24K), whatever the device.
+    resident = decide_precision("cuda", "auto", 512, 64, layers=2, steps=100)
+    assert resident.runs == "tf32" and "where its weights fit on chip" in resident.words
+    assert decide_precision("cuda", "auto", 256, 64, layers=2, steps=100).runs == "fp32"
     assert decide_precision("cpu", "auto", 512, 64, layers=4, steps=100).runs == "fp32"
     with pytest.raises(ValueError, match="invalid sizes"):
         decide_precision("cuda", "auto", 512, 64, directions=3)
@@ -214,7 +218,8 @@ def test_the_library_decides_what_each_mode_runs_on_each_device():
 
 
 @pytest.mark.parametrize("hidden, layers, direction, precision, expected", [
-    (512, 4, "forward", "auto", 64),          # the tensor-core step's stacks: tf32 from B 64
+    (512, 4, "forward", "auto", 32),          # the tensor-core step's stacks (resident): tf32 from B*H 16K
+    (256, 2, "forward", "auto", 96),          # two layers (resident): from B 64 with B*H 24K
     (512, 4, "bidirectional", "auto", 256),   # not a stack it takes: the batch rule alone
     (128, 1, "forward", "auto", 256),
     (512, 4, "forward", "fp32", 0),           # a node not in auto never changes class

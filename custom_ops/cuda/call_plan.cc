@@ -66,16 +66,20 @@ std::vector<RangePlan> FromStackPlan(const std::vector<LayerRange>& stack, Strat
 }
 
 // The tensor-core step's ranges (mma_step/plan.h), where the mma_step override asks for them or,
-// under strategy auto, PrefersMmaStep does; true when it planned the call. What the override asks
-// for and cannot have is a fallback.
+// under strategy auto, PrefersMmaStep does, or PrefersResidentMmaStep does and every range plans
+// resident; true when it planned the call. What the override asks for and cannot have is a
+// fallback.
 bool PlanMmaStepRanges(CallPlan& p, const Attributes& attrs, const CallDevice& device, const Overrides& o) {
   const Dims& d = p.in.dims;
   const bool forced = o.mma_step.value_or(false);
   if (!o.mma_step.value_or(true)) return false;
   // Under auto only, and not where an override asks for the persistent kernels' plans.
   const bool persistent_asked = o.mma_forced || o.tile_u || o.tile_bb || o.resident_chunks != 1;
-  if (!forced && (p.strategy != Strategy::kAuto || persistent_asked || !PrefersMmaStep(p.resolved, p.in.type, d)))
-    return false;
+  const bool preferred = PrefersMmaStep(p.resolved, p.in.type, d);
+  // Only resident (not where mma_step_resident=0 turns it off): streamed, the step loses there.
+  const bool only_resident = !forced && !preferred && o.mma_step_resident.value_or(true) &&
+                             PrefersResidentMmaStep(p.resolved, p.in.type, d);
+  if (!forced && (p.strategy != Strategy::kAuto || persistent_asked || !(preferred || only_resident))) return false;
   const std::optional<MmaOperand> op = MmaStepOperandFor(p.resolved, p.in.type);
   std::string why;
   std::vector<MmaStepRange> stack;
@@ -99,6 +103,11 @@ bool PlanMmaStepRanges(CallPlan& p, const Attributes& attrs, const CallDevice& d
     if (forced) p.fallbacks.Add("the tensor-core step (mma_step): " + why + ": the other backends");
     return false;
   }
+  // Nothing was forced, so a range this device cannot hold resident is no fallback: the other
+  // backends run the call.
+  if (only_resident &&
+      !std::all_of(stack.begin(), stack.end(), [](const MmaStepRange& r) { return r.plan.resident; }))
+    return false;
   int64_t copy_bytes = 0;
   for (MmaStepRange& r : stack) {
     r.plan.pdl = o.mma_step_pdl.value_or(r.plan.pdl);

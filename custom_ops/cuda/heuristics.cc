@@ -99,6 +99,13 @@ bool PrefersMmaStep(Arithmetic runs, ElementType type, const Dims& d) {
   return op && type == ElementType::kFloat32 && MmaStepTakesStack(d, *op == MmaOperand::kTf32x3);
 }
 
+bool PrefersResidentMmaStep(Arithmetic runs, ElementType type, const Dims& d) {
+  // Measured in the fp16 operands that tf32 and fp16 take on fp32 models.
+  const std::optional<MmaOperand> op = MmaStepOperandFor(runs, type);
+  return type == ElementType::kFloat32 && op == MmaOperand::kFp16 &&
+         ResidentMmaStepTakesStack(d, /*fp16_runs=*/runs == Arithmetic::kFp16);
+}
+
 StepWeights StepWeightsFor(ProjectionMath math, const Dims& d) {
   if (math == ProjectionMath::kFp32 || d.T < kMinStepsForHalfWeights) return StepWeights::kFp32;
   return math == ProjectionMath::kBf16 ? StepWeights::kBf16 : StepWeights::kFp16;

@@ -172,6 +172,10 @@ std::optional<MmaOperand> MmaOperandFor(Arithmetic runs, ElementType type, const
 // MmaStepTakesStack (mma_step_region.h, with its measurements) names for that operand.
 std::optional<MmaOperand> MmaStepOperandFor(Arithmetic runs, ElementType type);
 bool PrefersMmaStep(Arithmetic runs, ElementType type, const Dims& d);
+// Where PrefersMmaStep says no, auto still takes the step on the stacks ResidentMmaStepTakesStack
+// (mma_step_region.h) names for fp32 models running tf32 or fp16, but only where every range of the
+// stack plans resident on the device (the call plan checks that): streamed, it loses there.
+bool PrefersResidentMmaStep(Arithmetic runs, ElementType type, const Dims& d);
 
 // Whether v1's cuBLAS step streams the weights for this step's math: FP32 at StepStreamsWeights'
 // shapes; tf32 too up to kStreamMaxBatchForTf32 rows, in fp32 (within tf32's bound), where it beats

@@ -162,8 +162,9 @@ TEST(AutoTakesTheMmaStepInsideItsRuleOnly) {
   CHECK(AllOnMmaStep(Plan(MakeDims(4, 1, 100, 64, 512, 512), Precision::kTf32, "", dev)));
   CHECK(AllOnMmaStep(Plan(MakeDims(4, 1, 100, 256, 512, 512), Precision::kAuto, "", dev)));
   CHECK(AllOnMmaStep(Plan(MakeDims(3, 1, 100, 512, 256, 256), Precision::kFp16, "", dev)));
-  CHECK(!AllOnMmaStep(Plan(MakeDims(2, 1, 100, 256, 512, 512), Precision::kTf32, "", dev)));   // two layers
-  CHECK(!AllOnMmaStep(Plan(MakeDims(4, 1, 100, 64, 256, 256), Precision::kTf32, "", dev)));    // B*H 16K
+  // Two layers at B256: only resident (below), which outgrows the H100 there.
+  CHECK(!AllOnMmaStep(Plan(MakeDims(2, 1, 100, 256, 512, 512), Precision::kTf32, "", dev)));
+  CHECK(!AllOnMmaStep(Plan(MakeDims(4, 1, 100, 63, 256, 256), Precision::kTf32, "", dev)));    // B*H under 16K
   CHECK(!AllOnMmaStep(Plan(MakeDims(4, 1, 100, 64, 1024, 1024), Precision::kTf32, "", dev)));  // H above 512
   CHECK(!AllOnMmaStep(Plan(MakeDims(4, 2, 100, 256, 512, 512), Precision::kTf32, "", dev)));   // bidirectional
   CHECK(!AllOnMmaStep(Plan(MakeDims(4, 1, 4, 256, 512, 512), Precision::kTf32, "", dev)));     // copies for 4 steps
@@ -173,7 +174,7 @@ TEST(AutoTakesTheMmaStepInsideItsRuleOnly) {
   // auto runs tf32 on the stacks the step takes in 16 bits (AutoRunsAsTf32), the seed's among them.
   CHECK(AllOnMmaStep(Plan(MakeDims(4, 1, 100, 64, 512, 512), Precision::kAuto, "", dev)));
   CHECK(Plan(MakeDims(4, 1, 100, 64, 512, 512), Precision::kAuto, "", dev).resolved == Arithmetic::kTf32);
-  CHECK(Plan(MakeDims(2, 1, 100, 64, 512, 512), Precision::kAuto, "", dev).resolved == Arithmetic::kFp32);
+  CHECK(Plan(MakeDims(2, 1, 100, 32, 512, 512), Precision::kAuto, "", dev).resolved == Arithmetic::kFp32);
   CHECK(!AllOnMmaStep(Plan(MakeDims(3, 1, 100, 256, 512, 512), Precision::kFp32, "", dev)));
   // Never for fp16 models, forced strategies, the persistent planner's overrides, or mma_step=0.
   CHECK(!AllOnMmaStep(Plan(MakeDims(4, 1, 100, 256, 512, 512), Precision::kTf32, "", dev, ElementType::kFloat16)));
@@ -184,6 +185,59 @@ TEST(AutoTakesTheMmaStepInsideItsRuleOnly) {
   // Nor where h is not bounded by 1 (16-bit h copies).
   CHECK(!AllOnMmaStep(Plan(MakeDims(4, 1, 100, 256, 512, 512), Precision::kTf32, "", dev, ElementType::kFloat32,
                            ActKind::kRelu)));
+}
+
+namespace {
+
+bool AllResident(const CallPlan& plan) {
+  for (const RangePlan& r : plan.ranges)
+    if (!r.mma_step() || !r.mma_step()->resident) return false;
+  return !plan.ranges.empty();
+}
+
+}  // namespace
+
+TEST(AutoTakesTheResidentOnlyRegionWhereEveryRangeRunsResident) {
+  const DeviceLimits h100 = unit::H100();
+  // Outside PrefersMmaStep, inside PrefersResidentMmaStep: tf32 (auto's) and fp16, resident on the H100.
+  const Dims l2_h512_b64 = MakeDims(2, 1, 100, 64, 512, 512), l4_h256_b64 = MakeDims(4, 1, 100, 64, 256, 256),
+             l4_h384_b64 = MakeDims(4, 1, 100, 64, 384, 384);
+  for (const Dims& d : {l2_h512_b64, l4_h256_b64, l4_h384_b64}) {
+    CHECK(!PrefersMmaStep(Arithmetic::kTf32, ElementType::kFloat32, d));
+    CHECK(PrefersResidentMmaStep(Arithmetic::kTf32, ElementType::kFloat32, d));
+    const CallPlan tf32 = Plan(d, Precision::kAuto, "", h100);
+    CHECK(tf32.resolved == Arithmetic::kTf32);
+    CHECK(AllOnMmaStep(tf32) && AllResident(tf32));
+    CHECK(tf32.fallbacks.Entries().empty());
+  }
+  CHECK(AllResident(Plan(l4_h384_b64, Precision::kFp16, "", h100)));
+  CHECK(AllResident(Plan(l2_h512_b64, Precision::kFp16, "", h100)));
+  CHECK(!AllOnMmaStep(Plan(l4_h256_b64, Precision::kFp16, "", h100)));  // fp16 from H 384
+  // Not for fp32 (3xTF32), bf16 or fp16 models.
+  CHECK(!PrefersResidentMmaStep(Arithmetic::kFp32, ElementType::kFloat32, l4_h384_b64));
+  CHECK(!PrefersResidentMmaStep(Arithmetic::kBf16, ElementType::kFloat32, l4_h384_b64));
+  CHECK(!PrefersResidentMmaStep(Arithmetic::kFp16, ElementType::kFloat16, l4_h384_b64));
+  // Where a range cannot run resident, the other backends run the call, in tf32 still, with no
+  // fallback (nothing was forced): fewer SMs than the grid's blocks, less shared memory than a
+  // block's weight columns, or the debug key turning resident off. The streamed step would plan.
+  const DeviceLimits few_sms = unit::FakeDevice(16, 227 * 1024, 228 * 1024, 1024, 1);
+  const DeviceLimits small_smem = unit::FakeDevice(132, 64 * 1024, 64 * 1024, 1024, 1);
+  for (const Dims& d : {l2_h512_b64, l4_h256_b64, l4_h384_b64}) {
+    for (const DeviceLimits* dev : {&few_sms, &small_smem}) {
+      const CallPlan plan = Plan(d, Precision::kAuto, "", *dev);
+      CHECK(plan.resolved == Arithmetic::kTf32);
+      CHECK(!AllOnMmaStep(plan));
+      CHECK(plan.fallbacks.Entries().empty());
+      CHECK(AllOnMmaStep(Plan(d, Precision::kAuto, "mma_step=1", *dev)));  // streamed
+    }
+    const CallPlan off = Plan(d, Precision::kAuto, "mma_step_resident=0", h100);
+    CHECK(!AllOnMmaStep(off) && off.fallbacks.Entries().empty());
+  }
+  // The step's first region keeps the streamed step where resident is off or does not fit.
+  const Dims seed = MakeDims(4, 1, 100, 64, 512, 512);
+  CHECK(AllOnMmaStep(Plan(seed, Precision::kAuto, "mma_step_resident=0", h100)));
+  const CallPlan streamed = Plan(seed, Precision::kAuto, "", few_sms);
+  CHECK(AllOnMmaStep(streamed) && !AllResident(streamed));
 }
 
 TEST(ForcedMmaStepRunsWhereItPlansAndSaysHow) {

@@ -47,24 +47,95 @@ TEST(AutoRunsAsTf32OnCudaOnTheStacksTheTensorCoreStepTakes) {
   CHECK(DecidePrecision(Precision::kAuto, Device::kCuda, seed).runs == Arithmetic::kTf32);
   CHECK(DecidePrecision(Precision::kAuto, Device::kCuda, seed).words.find("tensor-core step") != std::string::npos);
   CHECK(MmaStepTakesStack(seed, false) && !MmaStepTakesStack(seed, /*tf32x3=*/true));
-  // The edges of the step's 16-bit region, one size at a time.
+  // The edges of the step's 16-bit region, one size at a time (auto runs tf32 on some stacks past
+  // them too: the resident region, below).
   auto changed = [&seed](auto edit) {
     Dims d = seed;
     edit(d);
     return d;
   };
-  CHECK(!AutoRunsAsTf32(changed([](Dims& d) { d.L = kMinLayersForMmaStep - 1; })));
-  CHECK(AutoRunsAsTf32(changed([](Dims& d) { d.L = kMinLayersForMmaStep; })));
+  CHECK(!MmaStepTakesStack(changed([](Dims& d) { d.L = kMinLayersForMmaStep - 1; }), false));
+  CHECK(MmaStepTakesStack(changed([](Dims& d) { d.L = kMinLayersForMmaStep; }), false));
+  CHECK(!MmaStepTakesStack(changed([](Dims& d) { d.D = 2; }), false));
+  CHECK(!MmaStepTakesStack(changed([](Dims& d) { d.T = kMinStepsForHalfWeights - 1; }), false));
+  CHECK(!MmaStepTakesStack(changed([](Dims& d) { d.B = kMinBatchForMmaStep - 1; }), false));
+  CHECK(!MmaStepTakesStack(changed([](Dims& d) { d.H = kMaxHiddenForMmaStep + 32; }), false));
+  CHECK(!MmaStepTakesStack(changed([](Dims& d) { d.H = 256; }), false));  // B*H 16K < kMinCellsForMmaStep
+  CHECK(MmaStepTakesStack(changed([](Dims& d) { d.H = 256, d.B = 256; }), false));
+  CHECK(!MmaStepTakesStack(changed([](Dims& d) { d.H = 256, d.B = 255; }), false));
+  CHECK(!MmaStepTakesStack(changed([](Dims& d) { d.H = kMinHiddenForMmaStep - 32, d.B = 255; }), false));
+  // Outside both regions auto keeps fp32.
+  CHECK(!AutoRunsAsTf32(changed([](Dims& d) { d.L = 1; })));
   CHECK(!AutoRunsAsTf32(changed([](Dims& d) { d.D = 2; })));
   CHECK(!AutoRunsAsTf32(changed([](Dims& d) { d.T = kMinStepsForHalfWeights - 1; })));
-  CHECK(!AutoRunsAsTf32(changed([](Dims& d) { d.B = kMinBatchForMmaStep - 1; })));
   CHECK(!AutoRunsAsTf32(changed([](Dims& d) { d.H = kMaxHiddenForMmaStep + 32; })));
-  CHECK(!AutoRunsAsTf32(changed([](Dims& d) { d.H = 256; })));  // B*H 16K < kMinCellsForMmaStep
-  CHECK(AutoRunsAsTf32(changed([](Dims& d) { d.H = 256, d.B = 255; })) ==
-        (255 * 256 >= kMinCellsForMmaStep));
   CHECK(!AutoRunsAsTf32(changed([](Dims& d) { d.H = kMinHiddenForMmaStep - 32, d.B = 255; })));
   // The CPU never takes it.
   CHECK(DecidePrecision(Precision::kAuto, Device::kCpu, seed).runs == Arithmetic::kFp32);
+}
+
+namespace {
+
+Dims Stack(int64_t L, int64_t H, int64_t B) {
+  Dims d = Sizes(B, H);
+  d.L = L;
+  d.T = 100;
+  return d;
+}
+
+}  // namespace
+
+TEST(TheResidentStepsRegionHasTheMeasuredEdges) {
+  const bool tf32 = false, fp16 = true;  // ResidentMmaStepTakesStack's fp16_runs
+  // tf32, 3+ layers: B*H >= 16K (L4 H256 B64 1.24 -> 0.99 ms; L4 H256 B32 0.70 -> 0.97).
+  CHECK(ResidentMmaStepTakesStack(Stack(3, 256, 64), tf32) && !ResidentMmaStepTakesStack(Stack(3, 256, 63), tf32));
+  CHECK(ResidentMmaStepTakesStack(Stack(4, 384, 43), tf32) && !ResidentMmaStepTakesStack(Stack(4, 384, 42), tf32));
+  CHECK(ResidentMmaStepTakesStack(Stack(4, 512, 32), tf32) && !ResidentMmaStepTakesStack(Stack(4, 512, 31), tf32));
+  CHECK(!ResidentMmaStepTakesStack(Stack(4, 256, 32), tf32));
+  // tf32, two layers: B >= 64 and B*H >= 24K (L2 H384 B64 and L2 H256 B128 win; L2 H256 B64 and
+  // L2 H512 B32 lose); one layer never (L1 H512 B64 0.77 -> 1.02).
+  CHECK(ResidentMmaStepTakesStack(Stack(2, 384, 64), tf32) && !ResidentMmaStepTakesStack(Stack(2, 352, 64), tf32));
+  CHECK(ResidentMmaStepTakesStack(Stack(2, 256, 96), tf32) && !ResidentMmaStepTakesStack(Stack(2, 256, 95), tf32));
+  CHECK(ResidentMmaStepTakesStack(Stack(2, 512, 64), tf32) && !ResidentMmaStepTakesStack(Stack(2, 512, 63), tf32));
+  CHECK(ResidentMmaStepTakesStack(Stack(2, 256, 128), tf32) && !ResidentMmaStepTakesStack(Stack(2, 256, 64), tf32));
+  CHECK(!ResidentMmaStepTakesStack(Stack(2, 512, 32), tf32) && !ResidentMmaStepTakesStack(Stack(1, 512, 64), tf32));
+  // fp16, 3+ layers: H >= 384 from 32 rows (L3 H384 B64 1.94 -> 1.38; L3 H256 B64 0.82 -> 0.95).
+  CHECK(ResidentMmaStepTakesStack(Stack(3, 384, 32), fp16) && !ResidentMmaStepTakesStack(Stack(3, 352, 64), fp16));
+  CHECK(ResidentMmaStepTakesStack(Stack(4, 512, 32), fp16) && !ResidentMmaStepTakesStack(Stack(4, 512, 31), fp16));
+  CHECK(!ResidentMmaStepTakesStack(Stack(4, 256, 128), fp16));
+  // fp16, two layers: H 512 from 64 rows (L2 H512 B64 1.47 -> 1.21; L2 H512 B32 and L2 H384 B64 lose).
+  CHECK(ResidentMmaStepTakesStack(Stack(2, 512, 64), fp16) && !ResidentMmaStepTakesStack(Stack(2, 512, 63), fp16));
+  CHECK(!ResidentMmaStepTakesStack(Stack(2, 480, 64), fp16) && !ResidentMmaStepTakesStack(Stack(2, 384, 64), fp16));
+  CHECK(!ResidentMmaStepTakesStack(Stack(1, 512, 64), fp16));
+  // Both: unidirectional, 256 <= H <= 512, from 8 steps.
+  for (bool runs : {tf32, fp16}) {
+    Dims d = Stack(4, 512, 64);
+    CHECK(ResidentMmaStepTakesStack(d, runs));
+    d.D = 2;
+    CHECK(!ResidentMmaStepTakesStack(d, runs));
+    d = Stack(4, 512, 64);
+    d.T = kMinStepsForHalfWeights - 1;
+    CHECK(!ResidentMmaStepTakesStack(d, runs));
+    d.T = kMinStepsForHalfWeights;
+    CHECK(ResidentMmaStepTakesStack(d, runs));
+    CHECK(!ResidentMmaStepTakesStack(Stack(4, kMaxHiddenForMmaStep + 32, 64), runs));
+    CHECK(!ResidentMmaStepTakesStack(Stack(4, kMinHiddenForMmaStep - 32, 255), runs));
+  }
+}
+
+TEST(AutoRunsAsTf32OnTheResidentStepsTf32Region) {
+  // Outside the step's first region, inside the resident one: the H100's fp32 through onnxruntime
+  // 1.79, 1.28 and 2.93 ms against the resident step's tf32 1.24, 0.99 and 1.40.
+  for (const Dims& d : {Stack(2, 512, 64), Stack(4, 256, 64), Stack(4, 384, 64)}) {
+    CHECK(!MmaStepTakesStack(d, false) && ResidentMmaStepTakesStack(d, false));
+    const PrecisionDecision decision = DecidePrecision(Precision::kAuto, Device::kCuda, d);
+    CHECK(decision.runs == Arithmetic::kTf32);
+    CHECK(decision.words.find("where its weights fit on chip") != std::string::npos);
+  }
+  // Its edges are auto's: tf32 where the tf32 region takes the stack, not the fp16 region's.
+  CHECK(!AutoRunsAsTf32(Stack(2, 256, 64)) && !AutoRunsAsTf32(Stack(2, 512, 32)));
+  CHECK(!AutoRunsAsTf32(Stack(4, 256, 63)) && AutoRunsAsTf32(Stack(2, 256, 96)));
+  CHECK(ResidentMmaStepTakesStack(Stack(3, 384, 32), /*fp16_runs=*/true) && !AutoRunsAsTf32(Stack(3, 384, 32)));
 }
 
 TEST(CpuRunsFp32ForEveryModeButBf16) {

@@ -119,6 +119,70 @@ def test_threads_do_not_change_the_results():
     assert all(np.array_equal(a, b) for a, b in zip(one, two))
 
 
+# Odd B and H, ragged sequences and initial states; a tile of AMX rows (B 32) split in two, and a
+# bidirectional stack (a direction per thread pair on 4 threads).
+SPLIT_CASES = CASES + [(131, 203, 2, "forward", 32, 7), (24, 65, 1, "reverse", 33, 5), (16, 40, 1, "forward", 3, 6)]
+
+_SPLIT_PROBE = """
+import json, sys, numpy as np, onnxruntime as ort
+from lstm_ort.runtime.native import describe_cpu
+from lstm_ort.runtime.nodes import NodeShape
+from lstm_ort.runtime.session import InferenceSession
+threads, tag, shapes = int(sys.argv[1]), sys.argv[2], json.loads(sys.argv[3])
+plans = []
+for k, (I, H, L, D, B, T) in enumerate(shapes):
+    feeds = dict(np.load(f"feeds{k}.npz"))
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    out = InferenceSession(f"m{k}.onnx", options, providers=["CPUExecutionProvider"]).run(None, feeds)
+    np.savez(f"out{k}_{tag}.npz", *out)
+    plans.append(describe_cpu(NodeShape(L, D, I, H, "int8"), T, B, threads=threads))
+print(json.dumps(plans))
+"""
+
+
+@pytest.mark.parametrize("isa", ["", "avx2"])
+def test_one_scale_per_step_is_the_one_thread_result_however_the_threads_split(isa, tmp_path):
+    """The default (int8_scales=call) quantizes h with one scale per step over the whole batch: the
+    result of one thread bit for bit, whether the step's rows split over threads that meet once per
+    step to combine their rows' ranges into the scale (LSTM_ORT_CPU_SPLIT=2), its panels split
+    (=3), the plan's own choice, or a split step's tasks run in turn by a pool of one thread."""
+    import json
+
+    shapes = []
+    for k, case in enumerate(SPLIT_CASES):
+        _, fused, feeds = _case(case, seed=k)
+        (tmp_path / f"m{k}.onnx").write_bytes(fused.SerializeToString())
+        np.savez(tmp_path / f"feeds{k}.npz", **feeds)
+        I, H, L, direction, B, T = case
+        shapes.append([I, H, L, 2 if direction == "bidirectional" else 1, B, T])
+    runs = {"one": (1, 1, ""), "rows2": (2, 2, "2"), "rows2_in_turn": (2, 1, "2"), "panels2": (2, 2, "3"),
+            "planned2": (2, 2, ""), "rows3": (3, 3, "2"), "rows4": (4, 4, "2")}
+    plans = {}
+    for tag, (plan_threads, threads, split) in runs.items():
+        env = {"LSTM_ORT_CPU_THREADS": str(plan_threads), "LSTM_ORT_CPU_INT8_ISA": isa, "LSTM_ORT_CPU_SPLIT": split}
+        argv, env = child_python(_SPLIT_PROBE, str(threads), tag, json.dumps(shapes), env=env)
+        done = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+        if done.returncode != 0 and "lacks that instruction set" in done.stderr:
+            pytest.skip(f"this CPU lacks {isa}")
+        assert done.returncode == 0, done.stderr[-2000:]
+        plans[tag] = json.loads(done.stdout.strip().splitlines()[-1])
+    for k, case in enumerate(SPLIT_CASES):
+        one = [a for _, a in sorted(np.load(tmp_path / f"out{k}_one.npz").items())]
+        for tag in runs:
+            got = [a for _, a in sorted(np.load(tmp_path / f"out{k}_{tag}.npz").items())]
+            assert all(np.array_equal(a, b, equal_nan=True) for a, b in zip(one, got)), (case, tag, plans[tag][k])
+    # The rows did split: every case of B >= 2 on one direction with 2 threads, and every one on 4.
+    for k, (_, _, _, D, B, _) in enumerate(shapes):
+        if B >= 2 and D == 1:
+            for tag in ("rows2", "rows2_in_turn", "rows3"):
+                assert "batch rows split over" in plans[tag][k], plans[tag][k]
+            assert "panels split over 2" in plans["panels2"][k], plans["panels2"][k]
+        if B >= 2:
+            assert "batch rows split over" in plans["rows4"][k], plans["rows4"][k]
+    assert "batch rows split over 2" in plans["planned2"][SPLIT_CASES.index((131, 203, 2, "forward", 32, 7))]
+
+
 def test_layout_1_is_layout_0_transposed():
     rng = np.random.default_rng(5)
     spec = LstmSpec(input_size=7, hidden_size=10, direction="bidirectional")

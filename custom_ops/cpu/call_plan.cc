@@ -157,26 +157,55 @@ int64_t Int8StepSplitMin(const CpuMachine& m, const CpuPlanKnobs& kn) {
   return m.int8_isa == "amx" ? int64_t{4} << 20 : int64_t{1} << 19;
 }
 
-// The int8 recurrence with one scale per step (rows coupled): each direction on a thread of its
-// own where there is work for two; a large step's panels split over more threads meeting after
-// every step.
+}  // namespace
+
+// Threads the rows of an int8 step with one scale (rows coupled) split over, each quantizing,
+// multiplying and running the cell of its own rows, meeting once per step only to combine their
+// ranges of h into the scale: where the recurrent weights stay in a core's cache (each thread reads
+// them all) and each thread gets enough of the step. On AMX tiles, whose product costs the same for
+// any row count up to 16, at least 512 values of h (B*H: the quantization and the cell halve, the
+// product only from 32 rows on); on vectors, at least 64K multiply-adds. Two threads on two cores,
+// one direction, T50, ms (whole / rows / panels): AMX H128 B8 (1024 values) 0.27-0.30 / 0.28 / -,
+// H144 B8 0.31 / 0.28 / -, I131 H203 L2 B8 0.98 / 0.88 / 1.15, B32 3.39 / 2.59 / 3.56, H512 B8 1.30 /
+// 1.06 / 1.13, H1024 B8 (4 MiB of weights, T20) 3.86 / 3.01 / 1.51; vnni512 H48 B8 (74K multiply-adds)
+// 0.128 / 0.128 / 0.177, H64 B8 0.179 / 0.155 / 0.207, H1024 B8 4.28 / 3.43 / 2.37.
+int64_t Int8RowChunks(const Dims& d, int64_t per_dir, bool amx) {
+  const int64_t step_macs = d.B * d.H * kGates * d.H;
+  if (per_dir <= 1 || d.B < 2 || double(kGates) * d.H * d.H >= (1 << 20)) return 1;
+  const int64_t most = amx ? d.B * d.H / 512 : step_macs / (int64_t{1} << 16);
+  const int64_t chunks = std::min({per_dir, d.B, most});
+  return chunks >= 2 && (!amx || d.B * d.H > 1024) ? chunks : 1;
+}
+
+namespace {
+
+// The int8 recurrence with one scale per step (rows coupled): a step's rows split over threads
+// (Int8RowChunks), else a large step's panels (more threads meeting after every step, exchanging h),
+// else each direction on a thread of its own where there is work for two. LSTM_ORT_CPU_SPLIT forces
+// one: 1 no split, 2 rows, 3 panels.
 Recurrence Int8CallScalesRecurrence(const Dims& d, int64_t np, int64_t steps, int P, const CpuPlanKnobs& kn,
-                                    int64_t step_split_min) {
+                                    int64_t step_split_min, bool amx) {
   Recurrence r;
   const int64_t step_macs = d.B * d.H * kGates * d.H;
   const int64_t per_dir = std::max<int64_t>(1, P / d.D);
-  r.unit_chunks = per_dir > 1 && step_macs >= step_split_min ? std::min<int64_t>(per_dir, np) : 1;
-  r.parallel_groups = r.unit_chunks == 1 && P >= 2 && d.D == 2 && step_macs * steps >= kn.int8_split_min;
+  if (kn.split == 2 && per_dir > 1 && d.B > 1)
+    r.row_chunks = std::min<int64_t>(per_dir, d.B);
+  else if (kn.split == 0)
+    r.row_chunks = Int8RowChunks(d, per_dir, amx);
+  if (r.row_chunks == 1 && per_dir > 1 && (kn.split == 3 || (kn.split == 0 && step_macs >= step_split_min)))
+    r.unit_chunks = std::min<int64_t>(per_dir, np);
+  const bool whole = r.unit_chunks == 1 && r.row_chunks == 1;
+  r.parallel_groups = whole && P >= 2 && d.D == 2 && step_macs * steps >= kn.int8_split_min;
   return r;
 }
 
 // The int8 recurrence with h quantized per slice of the batch as stock's LSTM cuts it on P
 // threads: a group per slice and direction, the groups on separate threads where there is work
 // for more than one; one slice: as one scale per call.
-Recurrence Int8SlicesRecurrence(const Dims& d, int64_t np, int64_t steps, int P, const CpuPlanKnobs& kn,
-                                int64_t step_split_min) {
+Recurrence Int8SlicesRecurrence(const Dims& d, int64_t np, int64_t steps, int P, int split_threads,
+                                const CpuPlanKnobs& kn, int64_t step_split_min, bool amx) {
   const int64_t rows = StockSliceRows(d.B, d.H, P), slices = (d.B + rows - 1) / rows;
-  if (slices <= 1) return Int8CallScalesRecurrence(d, np, steps, P, kn, step_split_min);
+  if (slices <= 1) return Int8CallScalesRecurrence(d, np, steps, split_threads, kn, step_split_min, amx);
   Recurrence r;
   r.batch_chunks = slices;
   r.rows_per_group = rows;
@@ -305,8 +334,15 @@ CpuCallPlan PlanCpuCall(const CpuCallInputs& in, const Attributes& attrs, const 
       lp.weight_bytes = std::max(lp.weight_bytes, weight_size * depth);
     }
     const bool slices = int8 && p.int8_scales == Int8Scales::kSlices;
-    lp.recurrence = rows_coupled ? Int8CallScalesRecurrence(d, np, in.max_len, P, kn, Int8StepSplitMin(m, kn))
-                    : slices     ? Int8SlicesRecurrence(d, np, in.max_len, P, kn, Int8StepSplitMin(m, kn))
+    // With one scale per step, how the threads share a step never changes its results: its split
+    // follows the pool as counted (a pool of one thread runs the tasks in turn, and a step split
+    // over them is slower than whole: I131 H203 L2 B8 T50 on one intra-op thread, rows split 1.16-
+    // 1.18 ms, whole 0.89-0.92), unless LSTM_ORT_CPU_SPLIT forces one.
+    const bool amx = m.int8_isa == "amx";
+    const int split_threads = m.pool_threads > 0 && !kn.split ? std::min(P, m.pool_threads) : P;
+    const int64_t split_min = Int8StepSplitMin(m, kn);
+    lp.recurrence = rows_coupled ? Int8CallScalesRecurrence(d, np, in.max_len, split_threads, kn, split_min, amx)
+                    : slices     ? Int8SlicesRecurrence(d, np, in.max_len, P, split_threads, kn, split_min, amx)
                                  : PlanRecurrence(d, np, in.max_len, P, lp.step_flops, lp.weight_bytes, kn, false);
     if (p.format == WeightFormat::kFp32) lp.recurrence = MergeGroupsForPool(lp.recurrence, d, m.pool_threads);
     const Recurrence& rec = lp.recurrence;
@@ -337,6 +373,9 @@ std::string RecurrenceText(const Recurrence& r, int64_t D) {
   if (r.unit_chunks > 1)
     return std::string("panels split over ") + std::to_string(r.unit_chunks) + " threads meeting every step" +
            (r.groups_in_turn ? ", directions in turn" : D > 1 ? ", a group per direction" : "");
+  if (r.row_chunks > 1)
+    return std::string("batch rows split over ") + std::to_string(r.row_chunks) +
+           " threads meeting every step for the one scale of h" + (D > 1 ? ", a group per direction" : "");
   if (r.batch_chunks > 1)
     return "batch rows in " + std::to_string(r.batch_chunks) + " groups per direction" +
            (r.rows_per_group ? " (stock's slices of " + std::to_string(r.rows_per_group) + ")" : "") +

@@ -48,6 +48,10 @@ struct Recurrence {
   int64_t batch_chunks = 1;     // groups of batch rows per direction, never synchronised
   int64_t rows_per_group = 0;   // > 0: groups of this many rows, the last fewer (stock's slices); 0: even
   int64_t unit_chunks = 1;      // threads splitting one group's panels, meeting after every step (phase)
+  // int8 with one scale per step (rows coupled): threads splitting one group's rows (the direction's
+  // batch), each quantizing and multiplying its own rows, meeting once per step only to combine
+  // their rows' ranges of h into the one scale (the one-thread arithmetic: a range is a min and a max)
+  int64_t row_chunks = 1;
   bool groups_in_turn = false;  // the groups run one after another, each on all the threads
   bool parallel_groups = false; // with unit_chunks 1: the groups run on separate threads
 };
@@ -125,6 +129,9 @@ ProjectSplit SplitProjection(int64_t M, int64_t K, int64_t Q, int64_t workers);
 // arithmetic per row whatever its size (the fp32 tile products of kernels_impl.inc), so only such
 // groups are merged, and only in the fp32 format.
 Recurrence MergeGroupsForPool(Recurrence r, const Dims& d, int pool_threads);
+// Threads an int8 step with one scale per step splits its rows over (Recurrence::row_chunks; 1: no
+// split), with per_dir threads for a direction, on AMX tiles or on vectors.
+int64_t Int8RowChunks(const Dims& d, int64_t per_dir, bool amx);
 // The rows of each slice of the batch that onnxruntime's LSTM runs on a thread of its own (each
 // slice's h quantized alone by DynamicQuantizeLSTM) on P threads: ceil(B / P) where B > 4, or
 // B >= 2 and H <= 256 (UniDirectionalLstm::SetNumThreads), else B (one slice).

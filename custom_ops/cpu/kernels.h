@@ -71,6 +71,10 @@ struct StepArgs {
   bool default_acts;    // Sigmoid, Tanh, Tanh: vectorised cell (clip, peepholes, input_forget included)
   bool vector_acts;     // other activations that all have 8-lane forms (not Softplus): vectorised too
   const float* peep;    // [3][Hp] (i, o, f), or null
+  // The int8 format with one scale per step over a group's rows split among threads
+  // (Recurrence::row_chunks): this part's index among the group's row_chunks parts (the group is then
+  // its direction's whole batch, and its parts' slots consecutive). 1: the group runs whole.
+  int64_t row_chunk = 0, row_chunks = 1;
 };
 
 // The activations the cell runs on 8 lanes when they are not the default three (Softplus needs a

@@ -98,6 +98,11 @@ struct alignas(64) GroupSync {
   std::atomic<int64_t> done{0};
 };
 
+// The next (step, phase) item of one chunk of a group's rows to be claimed, on its own cache line.
+struct alignas(64) ChunkClaims {
+  std::atomic<int64_t> next{0};
+};
+
 // What either kernel's packed copy of a node's weights was made for and from (each kernel's
 // Packed adds its panels): the dims, and the inputs packed, to check that a constant initializer
 // is the one given.

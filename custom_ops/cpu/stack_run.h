@@ -2,7 +2,7 @@
 // (cpu/call_plan.h) says, over a pluggable weight format, as PyTorch's CellParams variants share one
 // RNN loop. Per layer: the format's input projection of every step and direction into the gates,
 // then the recurrence, scheduled by the plan over the session's threads (groups of batch rows,
-// panels split with a meeting after every phase, directions in turn), each step the format's own
+// panels or rows split with a meeting after every phase, directions in turn), each step the format's own
 // (a product and the cell: cpu/kernels.h), then the layer's final states; last, the outputs.
 //
 // A format (FloatFormat: fp32, whole or factored parts, cpu/float_weights.h; Int8Format,
@@ -18,7 +18,9 @@
 //   int64_t PhasePanels(int64_t k, int phase) const  panels a phase is split over
 //   void Step(const cpu::StepArgs&, const LayerRun&, int64_t k, int phase, int64_t q0, int64_t q1,
 //             int64_t slot) const                  one phase of one step for panels [q0, q1); `slot`: the
-//                                                  task's own scratch slot (< slots)
+//                                                  task's own scratch slot (< slots). Where the plan splits
+//                                                  a group's rows (row_chunks, int8 only), the args are one
+//                                                  chunk's rows (row_chunk of row_chunks), every panel
 #pragma once
 
 #include <algorithm>
@@ -95,7 +97,7 @@ void RunStack(OrtKernelContext* ctx, const CpuCallPlan& plan, const CallIO& io, 
   const bool y_direct = fp32 && attrs.layout == 0 && D == 1 && y_out;
   int64_t slots = 1;
   for (const LayerPlan& lp : plan.layers)
-    slots = std::max(slots, D * lp.recurrence.batch_chunks * lp.recurrence.unit_chunks);
+    slots = std::max(slots, D * lp.recurrence.batch_chunks * lp.recurrence.unit_chunks * lp.recurrence.row_chunks);
   const int64_t rows = T_ * B;
   Carver carve;
   const size_t f = sizeof(float);
@@ -163,7 +165,9 @@ void RunStack(OrtKernelContext* ctx, const CpuCallPlan& plan, const CallIO& io, 
       }
     }
     const Recurrence& rec = lp.recurrence;
-    const int64_t groups = D * rec.batch_chunks, chunks = rec.unit_chunks;
+    // A group's step splits over `chunks` tasks: by panels (unit_chunks) or by rows (row_chunks).
+    const int64_t groups = D * rec.batch_chunks, chunks = rec.unit_chunks * rec.row_chunks;
+    const bool by_rows = rec.row_chunks > 1;
     auto step_args = [&](int64_t g) {
       const int64_t dir = g / rec.batch_chunks, bc = g % rec.batch_chunks;
       const int64_t n = rec.rows_per_group;
@@ -242,13 +246,74 @@ void RunStack(OrtKernelContext* ctx, const CpuCallPlan& plan, const CallIO& io, 
           gs.done.fetch_add(1, std::memory_order_acq_rel);
         }
       };
+      // Rows split (by_rows): chunk ch is every panel of a range of the group's rows, whose state
+      // (h, c, the format's slot g * chunks + ch) only its items touch; the meeting carries what the
+      // format shares between a step's chunks (the int8 format's range of h). A task keeps to its
+      // own chunk, step after step (its rows stay in its core's caches), and runs another chunk's
+      // item only where that item is unclaimed and the one its own waits for: whatever a task waits
+      // for is then being run by a live thread, and no item waits on one that nobody will run,
+      // however many of the tasks the pool runs at once.
+      std::unique_ptr<ChunkClaims[]> claims(by_rows ? new ChunkClaims[groups * chunks] : nullptr);
+      auto run_rows = [&](int64_t g, int64_t home) {
+        const int64_t k = kk(g);
+        const int64_t ph = fmt.Phases(k), total = steps * ph;  // (step, phase) items per chunk
+        GroupSync& gs = sync[g];
+        ChunkClaims* claimed = claims.get() + g * chunks;
+        const StepArgs a = step_args(g);
+        auto run_item = [&](int64_t v, int64_t ch) {
+          StepArgs p = a;
+          const int64_t r0 = a.rows * ch / chunks, r1 = a.rows * (ch + 1) / chunks;
+          p.h_in += r0 * Hp;
+          p.h_out += r0 * Hp;
+          p.c += r0 * Hp;
+          p.b0 += r0;
+          p.rows = r1 - r0;
+          p.row_chunk = ch;
+          p.row_chunks = chunks;
+          const int phase = static_cast<int>(v % ph);
+          fmt.Step(at_step(p, v / ph), run, k, phase, 0, fmt.PhasePanels(k, phase), g * chunks + ch);
+          gs.done.fetch_add(1, std::memory_order_acq_rel);
+        };
+        // Claims item v of chunk ch where ready (every item of v - 1 done) and not yet claimed.
+        auto try_run = [&](int64_t ch, int64_t v) {
+          if (gs.done.load(std::memory_order_acquire) < v * chunks) return false;
+          if (!claimed[ch].next.compare_exchange_strong(v, v + 1, std::memory_order_acq_rel)) return false;
+          run_item(v, ch);
+          return true;
+        };
+        for (int spins = 0;;) {
+          const int64_t v = claimed[home].next.load(std::memory_order_acquire);
+          if (v < total && try_run(home, v)) {
+            spins = 0;
+            continue;
+          }
+          bool left = v < total, ran = false;
+          for (int64_t ch = 0; ch < chunks && !ran; ++ch) {
+            const int64_t w = claimed[ch].next.load(std::memory_order_acquire);
+            if (w >= total) continue;
+            left = true;
+            if (ch != home && (w < v || v >= total)) ran = try_run(ch, w);
+          }
+          if (!left) break;
+          if (ran)
+            spins = 0;
+          else
+            SpinPause(spins);
+        }
+      };
+      auto run_task = [&](int64_t g, int64_t ch) {
+        if (by_rows)
+          run_rows(g, ch);
+        else
+          run_items(g);
+      };
       if (rec.groups_in_turn) {
         for (int64_t g = 0; g < groups; ++g) {
-          auto fn = [&](int64_t) { run_items(g); };
+          auto fn = [&](int64_t task) { run_task(g, task); };
           Parallel(ctx, chunks, fn);
         }
       } else {
-        auto fn = [&](int64_t task) { run_items(task / chunks); };
+        auto fn = [&](int64_t task) { run_task(task / chunks, task % chunks); };
         Parallel(ctx, groups * chunks, fn);
       }
     }

@@ -67,6 +67,7 @@ Decisions DecisionsOf(const Case& c) {
       l.products.push_back({sp.workers, sp.workers > 1 ? sp.row_blocks : 1, sp.workers > 1 ? sp.panel_blocks : 1});
     l.batch_chunks = lp.recurrence.batch_chunks;
     l.unit_chunks = lp.recurrence.unit_chunks;
+    l.row_chunks = lp.recurrence.row_chunks;
     l.rows_per_group = lp.recurrence.rows_per_group;
     l.in_turn = lp.recurrence.groups_in_turn;
     l.parallel = lp.recurrence.parallel_groups;

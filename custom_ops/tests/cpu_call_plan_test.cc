@@ -97,11 +97,53 @@ TEST(CpuPlanInt8CallScalesNeverSplitTheBatch) {
   Attributes a = Attrs();
   const CpuCallPlan call = PlanCpuCall(in, a, Machine(4, 4), {});
   CHECK(call.format == WeightFormat::kInt8);
-  CHECK_EQ(call.layers[0].recurrence.batch_chunks, int64_t(1));
+  CHECK_EQ(call.layers[0].recurrence.batch_chunks, int64_t(1));  // no groups quantized apart
+  CHECK_EQ(call.layers[0].recurrence.row_chunks, int64_t(4));    // rows split, one scale per step
   a.int8_scales = Int8Scales::kRow;  // each row its own scale: rows are independent
   const CpuCallPlan row = PlanCpuCall(in, a, Machine(4, 4), {});
   CHECK(row.layers[0].recurrence.batch_chunks > 1);
   CHECK(Has(DescribeCpuCall(row), "activation scales per row"));
+}
+
+TEST(CpuPlanInt8CallScalesSplitTheRowsOfASmallStep) {
+  // One scale per step: the rows split over threads meeting once per step for the scale where the
+  // weights stay in cache and each thread gets enough (AMX: more than 1024 values of h in all, 512
+  // a thread; vectors: 64K multiply-adds a thread); larger weights split the panels.
+  auto rows = [](int64_t B, int64_t H, int64_t per_dir, bool amx) { return Int8RowChunks(MakeDims(1, 1, 50, B, 16, H), per_dir, amx); };
+  CHECK_EQ(rows(32, 203, 2, true), int64_t(2));   // the torch fixture's B32
+  CHECK_EQ(rows(8, 203, 2, true), int64_t(2));
+  CHECK_EQ(rows(8, 128, 2, true), int64_t(1));    // 1024 values: no faster split
+  CHECK_EQ(rows(9, 128, 2, true), int64_t(2));
+  CHECK_EQ(rows(64, 64, 16, true), int64_t(8));   // 512 values a thread
+  CHECK_EQ(rows(8, 64, 2, false), int64_t(2));    // 131K multiply-adds
+  CHECK_EQ(rows(8, 48, 2, false), int64_t(1));
+  CHECK_EQ(rows(8, 512, 2, true), int64_t(1));    // 1 MiB of weights: the panels split instead
+  CHECK_EQ(rows(1, 203, 2, true), int64_t(1));
+  CHECK_EQ(rows(32, 203, 1, true), int64_t(1));
+  CpuCallInputs in = Call(50, 32, 203, 2, 1, "int8");
+  in.int8_weights = true;
+  CpuMachine amx = Machine(2, 2);
+  amx.int8_isa = "amx";
+  const CpuCallPlan p = PlanCpuCall(in, Attrs(203, 2), amx, {});
+  CHECK_EQ(p.layers[1].recurrence.row_chunks, int64_t(2));
+  CHECK_EQ(p.layers[1].recurrence.unit_chunks, int64_t(1));
+  CHECK_EQ(p.layers[1].recurrence.batch_chunks, int64_t(1));
+  CHECK(Has(DescribeCpuCall(p), "batch rows split over 2 threads meeting every step for the one scale of h"));
+  // A pool of one thread would run the split's tasks in turn: the step stays whole (same results).
+  amx.pool_threads = 1;
+  CHECK_EQ(PlanCpuCall(in, Attrs(203, 2), amx, {}).layers[1].recurrence.row_chunks, int64_t(1));
+  CpuPlanKnobs forced;  // LSTM_ORT_CPU_SPLIT forces a split whatever the pool
+  forced.split = 2;
+  CHECK_EQ(PlanCpuCall(in, Attrs(203, 2), amx, forced).layers[1].recurrence.row_chunks, int64_t(2));
+  forced.split = 3;
+  const Recurrence panels = PlanCpuCall(in, Attrs(203, 2), amx, forced).layers[1].recurrence;
+  CHECK(panels.unit_chunks == 2 && panels.row_chunks == 1);
+  // Large weights: the panels split (each thread streams half of them).
+  CpuCallInputs big = Call(50, 8, 1024, 1, 1, "int8");
+  big.int8_weights = true;
+  amx.pool_threads = 2;
+  const Recurrence r = PlanCpuCall(big, Attrs(1024), amx, {}).layers[0].recurrence;
+  CHECK(r.unit_chunks == 2 && r.row_chunks == 1);
 }
 
 TEST(CpuPlanInt8SlicesAreStocks) {

@@ -2,7 +2,8 @@
 // call plan must decide as the code before it did; the fp32, factored and int8 rows were written by
 // a replica of that code, commit 6c41dc9's RunFused, CpuLstmInt8::Compute and CpuLstm::Compute; the
 // bf16, int8 per-row and int8 per-slice rows, formats that code did not have, by PlanCpuCall when
-// they were added),
+// they were added; the int8 rows' recurrence since by its row split with one scale per step, which
+// follows the pool as counted: `auto-nostock` counts a pool of one, `auto-nostock-pool16` of all),
 // and the text the decisions are compared as. Rows are groups of calls (format, knob, threads,
 // kernel, L, D, T, I) over a grid of H x B, each with an FNV-1a hash of its calls' decision lines.
 #pragma once
@@ -47,7 +48,7 @@ struct Product {
 };
 struct Layer {
   std::vector<Product> products;
-  int64_t batch_chunks = 1, unit_chunks = 1, rows_per_group = 0;
+  int64_t batch_chunks = 1, unit_chunks = 1, rows_per_group = 0, row_chunks = 1;
   bool in_turn = false, parallel = false;
 };
 struct Decisions {
@@ -66,7 +67,8 @@ inline std::string Line(const Case& c, const Decisions& d) {
     for (const Product& p : l.products)
       out += std::to_string(p.workers) + (p.workers > 1 ? "/" + std::to_string(p.row_blocks) + "x" + std::to_string(p.panel_blocks) : "") + ",";
     out += " rec " + std::to_string(l.batch_chunks) + "/" + std::to_string(l.unit_chunks) +
-           (l.rows_per_group ? " n" + std::to_string(l.rows_per_group) : "") + (l.in_turn ? " turn" : "") +
+           (l.rows_per_group ? " n" + std::to_string(l.rows_per_group) : "") +
+           (l.row_chunks > 1 ? " rows" + std::to_string(l.row_chunks) : "") + (l.in_turn ? " turn" : "") +
            (l.parallel ? " par" : "") + "]";
   }
   return out;
@@ -81,15 +83,20 @@ inline std::string GroupKey(const Case& c) {
 inline std::vector<Case> Grid() {
   const std::vector<Kernel> kernels = {{"auto", "auto", true, 1}, {"auto-pool2", "auto", true, 2},
                                        {"auto-nostock", "auto", false, 1}, {"fused", "fused", true, 1},
-                                       {"stock_split", "stock_split", true, 1}};
+                                       {"stock_split", "stock_split", true, 1},
+                                       {"auto-nostock-pool16", "auto", false, 16}};
   std::vector<Case> out;
   for (Format f : {Format::kFp32, Format::kFactored, Format::kInt8, Format::kInt8Row, Format::kBf16, Format::kInt8Slices})
     for (int split : {0, 1, 2, 3}) {
       if (split && f != Format::kFp32) continue;
       for (int threads : {1, 2, 4, 16})
         for (const Kernel& k : kernels) {
-          // Kernel choices only where stock can run (fp32 whole) and the knobs are the default.
-          if (std::string(k.name) != "auto-nostock" && (f != Format::kFp32 || split)) continue;
+          // Kernel choices only where stock can run (fp32 whole) and the knobs are the default;
+          // the int8 formats also with a counted pool of every thread (their splits follow it).
+          const bool int8 = f == Format::kInt8 || f == Format::kInt8Row || f == Format::kInt8Slices;
+          if (std::string(k.name) == "auto-nostock-pool16" ? !int8
+                                                           : std::string(k.name) != "auto-nostock" && (f != Format::kFp32 || split))
+            continue;
           for (int64_t L : {1, 2})
             for (int64_t D : {1, 2})
               for (int64_t T : {1, 16, 100})

@@ -33,15 +33,21 @@ void QuantizeRow(const q8::Table& t, const float* row, int64_t K, q8::QuantParam
   std::memset(dst + K * out.bytes, 0, (out.depth - K) * out.bytes);
 }
 
-// Widens [lo, hi] to hold the finite values among the first K of each row.
-void Widen(const q8::Table& t, const float* const* rows, int64_t n, int64_t K, float* lo, float* hi) {
-  for (int64_t r = 0; r < n; ++r) {
-    float l, h;
-    t.min_max(rows[r], K, &l, &h);
-    *lo = std::min(*lo, l);
-    *hi = std::max(*hi, h);
-  }
+// Widens [lo, hi] to hold the finite values among the first K of a row.
+void WidenRow(const q8::Table& t, const float* row, int64_t K, float* lo, float* hi) {
+  float l, h;
+  t.min_max(row, K, &l, &h);
+  *lo = std::min(*lo, l);
+  *hi = std::max(*hi, h);
 }
+
+// The same over each of n rows.
+void Widen(const q8::Table& t, const float* const* rows, int64_t n, int64_t K, float* lo, float* hi) {
+  for (int64_t r = 0; r < n; ++r) WidenRow(t, rows[r], K, lo, hi);
+}
+
+// Floats per slot in the row chunks' ranges: one 64-byte line.
+constexpr int64_t kRangeLine = 16;
 
 // Rows quantized each with its own scale and zero point, written to scale[r] and zero_point[r].
 void QuantizeEachRow(const q8::Table& t, const float* const* rows, int64_t n, int64_t K, const ActRows& out,
@@ -101,6 +107,8 @@ struct Int8Format::Layout {
   int64_t depth_x = 0, depth_h = 0, abytes = 1, rows_h = 0;  // rows_h: a slot's h rows, padded
   size_t ax = 0, x_scale = 0, x_zp = 0, x_rows = 0;
   size_t ah = 0, h_rows = 0, out_rows = 0, h_scale = 0, h_zp = 0, prod = 0, prod_rows = 0;  // slot 0's: each slot is B rows on
+  // Per slot, a line of its rows' range of h for the next step, by the step's parity: lo, hi (row chunks).
+  size_t ranges = 0;
   size_t total = 0;
 };
 
@@ -123,6 +131,7 @@ Int8Format::Layout Int8Format::LayoutOf(const Dims& d, int64_t steps, int64_t sl
   o.h_zp = carve(S * sizeof(int32_t));
   o.prod = carve(S * pk_.Cols() * sizeof(float));
   o.prod_rows = carve(S * sizeof(float*));
+  o.ranges = carve(slots * 64);
   o.total = carve.total;
   return o;
 }
@@ -173,7 +182,10 @@ void Int8Format::Prepare(StepArgs& a, const LayerRun&, int64_t k) const {
 // Step s of a group for panels [q0, q1): h quantized (with one scale over the rows that ran step
 // s - 1: every row at s = 0; as onnxruntime, whose h of a row that ended is its last h for one
 // step, then zero; or each row with its own), its product for the rows still running, then the
-// cell from the projection's gates and the product.
+// cell from the projection's gates and the product. Where the group's rows split over threads
+// (a.row_chunks > 1: a is one chunk's rows, every panel), the one scale's range is the chunks'
+// ranges of their rows, each left by its chunk's step s - 1 in its slot's line (the runner's
+// meeting between steps publishes them); at s = 0 each chunk reads every row of the batch.
 void Int8Format::Step(const StepArgs& a, const LayerRun& r, int64_t k, int, int64_t q0, int64_t q1,
                       int64_t slot) const {
   const Dims& d = *r.d;
@@ -220,8 +232,19 @@ void Int8Format::Step(const StepArgs& a, const LayerRun& r, int64_t k, int, int6
       ra.row_zero_point = zp;
     } else {
       float lo = 0.f, hi = 0.f;
-      Widen(q_, h_rows, live, H, &lo, &hi);
-      Widen(q_, h_rows + a.rows - ranged, ranged, H, &lo, &hi);
+      if (a.row_chunks == 1) {
+        Widen(q_, h_rows, live, H, &lo, &hi);
+        Widen(q_, h_rows + a.rows - ranged, ranged, H, &lo, &hi);
+      } else if (s > 0) {  // the chunks' ranges of their rows, left by their step s - 1
+        const float* ranges = At<float>(r.scratch, o.ranges) + (slot - a.row_chunk) * kRangeLine + s % 2 * 2;
+        for (int64_t c = 0; c < a.row_chunks; ++c, ranges += kRangeLine) {
+          lo = std::min(lo, ranges[0]);
+          hi = std::max(hi, ranges[1]);
+        }
+      } else {  // the first step: every row of the batch (the group), each chunk alone
+        const float* batch = a.h_in - a.b0 * Hp;
+        for (int64_t b = 0; b < B; ++b) WidenRow(q_, batch + b * Hp, H, &lo, &hi);
+      }
       const q8::QuantParams hp = q8::QuantParamsFor(lo, hi);
       for (int64_t i = 0; i < live; ++i) QuantizeRow(q_, h_rows[i], H, hp, ah, i);
       ra.zero_point = hp.zero_point;
@@ -230,6 +253,20 @@ void Int8Format::Step(const StepArgs& a, const LayerRun& r, int64_t k, int, int6
     q_.gemm(ra, 0, live, q0, q1);
   }
   CellFromGates(a, q0, q1, products);  // the projection's gates plus the product
+  // Row chunks: the range of this chunk's rows that run the next step (len >= s + 1), its new h
+  // still in cache, for every chunk's next step (the runner's meeting publishes it). lo and hi
+  // start at 0 and a min and a max are exact, so the chunks' ranges combine to the one-thread
+  // range in any order.
+  if (a.row_chunks > 1 && scales_ != Int8Scales::kRow && s + 1 < r.steps) {
+    float lo = 0.f, hi = 0.f;
+    for (int64_t i = 0; i < a.rows; ++i) {
+      const int64_t len = a.lens ? a.lens[a.b0 + i] : a.T;
+      if (s + 1 <= len) WidenRow(q_, a.h_out + i * Hp, H, &lo, &hi);
+    }
+    float* range = At<float>(r.scratch, o.ranges) + slot * kRangeLine + (s + 1) % 2 * 2;
+    range[0] = lo;
+    range[1] = hi;
+  }
 }
 
 }  // namespace lstm_ort::cpu

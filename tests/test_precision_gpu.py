@@ -120,6 +120,22 @@ def test_half_weights_keep_fp32_range(B, monkeypatch, rng):
     assert max_abs(tf32, fp32) <= 1e-5
 
 
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+def test_projection_copies_keep_inputs_beyond_fp16(precision, rng):
+    """Inputs past float16's 65504 (x at 1e5, W at 1e-5 of its scale, so the gates stay unit-scale)
+    through the reduced modes' bfloat16 copies of the projection (20,480 rows x 512 inputs x 4,096
+    gates, past ProjectsWithBf16Copies's 2^35): finite, and within the mode's bound of stock's fp32."""
+    spec = LstmSpec(input_size=512, hidden_size=1024, num_layers=1)
+    layers = [dataclasses.replace(layer, W=layer.W * np.float32(1e-5)) for layer in random_layers(spec, rng)]
+    feeds = make_feeds(spec, 80, 256, rng)
+    feeds["X"] = feeds["X"] * np.float32(1e5)
+    assert np.abs(feeds["X"]).max() > 65504
+    got = run_fused(spec, layers, feeds, providers=CUDA, precision=precision)
+    ref = run_stock(spec, layers, feeds, providers=CUDA)
+    assert all(np.isfinite(out).all() for out in got)
+    assert max_abs(got, ref) <= bound(precision)
+
+
 def test_large_initial_h_stays_out_of_the_half_copy(monkeypatch, rng):
     """initial_h far beyond fp16's range, on cuBLAS's 16-bit step (B=9): the first step multiplies it
     as fp32 operands, as the fp32-weight path does, and the cell's h (|h| <= 1) fills the 16-bit copy

@@ -48,6 +48,15 @@ bool ProjectsFromKeptTf32(ElementType type, ProjectionMath math, int64_t rows, i
          rows * input >= kMinRowsTimesInputForKeptTf32;
 }
 
+bool ProjectsWithBf16Copies(ElementType type, ProjectionMath math, int64_t rows, int64_t input, int64_t gates) {
+  return type == ElementType::kFloat32 && (math == ProjectionMath::kFp16 || math == ProjectionMath::kBf16) &&
+         rows * input * gates >= kMinMultiplyAddsForBf16Copies;
+}
+
+bool CallProjectsWithBf16Copies(ElementType type, ProjectionMath math, const Dims& d) {
+  return ProjectsWithBf16Copies(type, math, d.T * d.B, WidestLayerInput(d), kGates * d.H);
+}
+
 KeptHalves CallReadsKeptHalves(ElementType type, ProjectionMath math, const Dims& d) {
   if (CallProjectsWithSplitTf32(type, math, d, true)) return KeptHalves::kBoth;
   if (ProjectsFromKeptTf32(type, math, d.T * d.B, WidestLayerInput(d)))

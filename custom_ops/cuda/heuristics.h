@@ -146,6 +146,22 @@ bool CallProjectsWithSplitTf32(ElementType type, ProjectionMath math, const Dims
 constexpr int64_t kMinRowsTimesInputForKeptTf32 = 512 * 1024;
 bool ProjectsFromKeptTf32(ElementType type, ProjectionMath math, int64_t rows, int64_t input);
 
+// fp16 and bf16 projections of fp32 models multiply bfloat16 copies of x (a chunk of rows at a
+// time, kSplitChunkRows) and of W's input rows, fp32 accumulation, from
+// kMinMultiplyAddsForBf16Copies per direction (rows x layer input x 4H). cuBLAS's fast-16F/16BF
+// compute on fp32 operands ran TF32 kernels (H100, fp16 mode, T100 H2048 B512: the projection
+// 4.87 ms against 2.22 for stock's float16 GEMM on the fp16 model). bfloat16, not float16, for x:
+// it keeps fp32's range (an input is not bounded as h is). Its rounding costs accuracy (fp16 mode,
+// max-abs against stock FP32: 4-6e-3 against 3-6e-4 before, within the mode's 2e-2), so the
+// copies are taken only where they save time (whole call, fp16 mode, ms before -> after: L1 T100
+// H2048 B512 (430G) 10.66 -> 8.05, H1024 B512 (215G) 3.34 -> 2.87, H2048 B64 (107G) 2.38 -> 2.00,
+// L1 T10 H1024 B1024 (43G) 0.68 -> 0.61; but L1 T100 H512 B512 (54G) 1.50 -> 1.47 and the seed's L4
+// H512 B64 (6.7G) 1.62 -> 1.59, no gain for 7x the error).
+constexpr int64_t kMinMultiplyAddsForBf16Copies = int64_t{1} << 35;  // 34G
+bool ProjectsWithBf16Copies(ElementType type, ProjectionMath math, int64_t rows, int64_t input, int64_t gates);
+// Whether any layer of a call does: asked with the widest layer input; sizes the scratch.
+bool CallProjectsWithBf16Copies(ElementType type, ProjectionMath math, const Dims& d);
+
 // Which kept halves a call reads: both where a layer splits for 3xTF32 with them, hi where a
 // layer's TF32 projection reads it, else none. Asked with the widest layer input (both rules
 // are monotone in it).

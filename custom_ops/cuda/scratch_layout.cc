@@ -27,6 +27,7 @@ ScratchNeeds ScratchNeedsFor(const Dims& d, ElementType type, ProjectionMath mat
   }
   n.split_x = CallProjectsWithSplitTf32(type, math, d, weights_kept);
   n.split_w = n.split_x && !weights_kept;  // kept halves need no room here
+  n.bf16_copies = CallProjectsWithBf16Copies(type, math, d);
   return n;
 }
 
@@ -75,6 +76,11 @@ Scratch CarveScratch(const Dims& d, ElementType type, const ScratchNeeds& needs,
       s.w_hi = reinterpret_cast<float*>(take(w));
       s.w_lo = reinterpret_cast<float*>(take(w));
     }
+  }
+  if (needs.bf16_copies) {
+    const int64_t widest = WidestLayerInput(d);
+    s.x_bf16 = take(sizeof(uint16_t) * std::min<int64_t>(d.T * d.B, kSplitChunkRows) * widest);
+    s.w_bf16 = take(sizeof(uint16_t) * d.D * widest * kGates * d.H);
   }
   if (needs.step_exps) {
     s.step_exps = reinterpret_cast<int*>(take(sizeof(int) * 2 * kMmaStepExps));

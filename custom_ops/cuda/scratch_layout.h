@@ -36,6 +36,9 @@ struct Scratch {
   // input rows of its weights, split; null when ProjectsWithSplitTf32 says no, and the weights'
   // also where they are kept across calls (gemm/kept_split.h).
   float *x_hi, *x_lo, *w_hi, *w_lo;
+  // fp16 and bf16 input projections of fp32 models: bfloat16 copies of a chunk of the layer
+  // input's rows and of W's input rows [D][I][G]; null when ProjectsWithBf16Copies says no.
+  void *x_bf16, *w_bf16;
   // The tensor-core step's (mma_step/launch.h): a range's 16-bit weight copies, and its operands'
   // scale exponents and maxima; null where no range runs on it.
   void* step_w;
@@ -50,6 +53,7 @@ struct ScratchNeeds {
   bool half_weights = false;  // the 16-bit copies of R and h (reduced modes)
   bool split_x = false;       // 3xTF32 projections: x split, a chunk of rows
   bool split_w = false;       //   and W's input rows split (where its halves are not kept)
+  bool bf16_copies = false;   // fp16/bf16 projections: x (a chunk of rows) and W in bfloat16
   bool step_exps = false;          // ranges on the tensor-core step: its exponents
   int64_t step_weight_bytes = 0;   // ... and the largest range's 16-bit weight copies
 };

@@ -131,6 +131,8 @@ class StackRun {
     p.x_lo = s_.x_lo;
     p.w_hi = s_.w_hi;
     p.w_lo = s_.w_lo;
+    p.x_bf16 = s_.x_bf16;
+    p.w_bf16 = s_.w_bf16;
     const int64_t kept_at = KeptSplitOffset(d_, l, 0);
     if (kept_.hi) p.kept = {kept_.hi + kept_at, kept_.lo ? kept_.lo + kept_at : nullptr};
     p.math = plan_.projection;

@@ -90,6 +90,14 @@ void CheckLayout(const Dims& d, ElementType type, Precision precision, bool kept
     regions.push_back({"w_hi", s.w_hi, w});
     regions.push_back({"w_lo", s.w_lo, w});
   }
+  // fp16/bf16 projections of fp32 models: bfloat16 copies of a chunk of x's rows and of W's input rows.
+  const bool bf16 = ProjectsWithBf16Copies(type, MathOf(precision, d), d.T * d.B, WidestInput(d), 4 * d.H);
+  CHECK_EQ(s.x_bf16 != nullptr, bf16);
+  CHECK_EQ(s.w_bf16 != nullptr, bf16);
+  if (bf16) {
+    regions.push_back({"x_bf16", s.x_bf16, 2 * std::min<int64_t>(d.T * d.B, kSplitChunkRows) * WidestInput(d)});
+    regions.push_back({"w_bf16", s.w_bf16, 2 * d.D * WidestInput(d) * 4 * d.H});
+  }
   // In order, aligned, each ending before the next starts, the last within the total.
   for (size_t i = 0; i < regions.size(); ++i) {
     const size_t off = static_cast<size_t>(static_cast<const char*>(regions[i].start) - base);
@@ -112,7 +120,7 @@ TEST(ScratchRegionsAreAlignedAndDisjoint) {
         for (int64_t T : {0, 1, 7, 100, 2000})
           for (int64_t B : {1, 3, 16, 65})
             for (int64_t H : {1, 5, 64, 301})
-              for (Precision p : {Precision::kFp32, Precision::kTf32, Precision::kBf16, Precision::kAuto})
+              for (Precision p : {Precision::kFp32, Precision::kTf32, Precision::kFp16, Precision::kBf16, Precision::kAuto})
                 for (bool kept : {false, true}) CheckLayout(Sizes(L, D, T, B, 7, H), type, p, kept);
 }
 
@@ -131,6 +139,25 @@ TEST(SplitBuffersFollowTheProjectionHeuristic) {
   // float16 projects on tensor cores as it is: no split copies, only the smaller layer buffers.
   CHECK(Bytes(Sizes(3, 1, 5000, 4, 8, 8), ElementType::kFloat16, Precision::kFp32, false) <
         Bytes(Sizes(3, 1, 5000, 4, 8, 8), ElementType::kFloat32, Precision::kFp32, false));
+}
+
+TEST(Bf16CopiesOnlyForReducedProjectionsOfFp32ModelsFromTheirThreshold) {
+  const ElementType f32 = ElementType::kFloat32;
+  // rows x layer input x 4H at the threshold and one row below it (I = 512, 4H = 1024, T*B rows).
+  const int64_t rows = kMinMultiplyAddsForBf16Copies / (512 * 1024);
+  for (ProjectionMath math : {ProjectionMath::kFp16, ProjectionMath::kBf16}) {
+    CHECK(ProjectsWithBf16Copies(f32, math, rows, 512, 1024));
+    CHECK(!ProjectsWithBf16Copies(f32, math, rows - 1, 512, 1024));
+    CHECK(!ProjectsWithBf16Copies(ElementType::kFloat16, math, rows, 512, 1024));  // fp16 models multiply x as it is
+  }
+  for (ProjectionMath math : {ProjectionMath::kFp32, ProjectionMath::kTf32})
+    CHECK(!ProjectsWithBf16Copies(f32, math, rows, 512, 1024));
+  // A call answers for its widest layer input: L2 bidirectional H256 (second layer input 512,
+  // 4H = 1024) at I = 16, T*B = rows.
+  const Dims d = Sizes(2, 2, rows, 1, 16, 256);
+  CHECK(CallProjectsWithBf16Copies(f32, ProjectionMath::kFp16, d));
+  CHECK(ScratchNeedsFor(d, f32, ProjectionMath::kFp16, false).bf16_copies);
+  CHECK(!ScratchNeedsFor(d, f32, ProjectionMath::kTf32, false).bf16_copies);
 }
 
 TEST(KeptWeightsSplitFromFewerRowsAndLeaveTheScratch) {

@@ -1,5 +1,6 @@
 #include "cuda/gemm/input_projection.h"
 
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <algorithm>
@@ -51,6 +52,18 @@ void Gemm(const ProjectionArgs<T>& a, cublasHandle_t cublas, const WeightOperand
                 "input projection GEMM");
 }
 
+__global__ void ToBf16(const float* __restrict__ in, __nv_bfloat16* __restrict__ out, long long n) {
+  for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<long long>(gridDim.x) * blockDim.x)
+    out[i] = __float2bfloat16_rn(in[i]);
+}
+
+void ToBf16Async(const float* in, void* out, long long n, cudaStream_t stream) {
+  ClearPending();
+  ToBf16<<<GridStrideBlocks(n), kGridStrideThreads, 0, stream>>>(in, static_cast<__nv_bfloat16*>(out), n);
+  Check(cudaGetLastError(), "bfloat16 copy for the input projection");
+}
+
 }  // namespace
 
 void SplitTf32Async(const float* x, float* hi, float* lo, long long n, cudaStream_t stream) {
@@ -80,6 +93,15 @@ void ProjectInput(const ProjectionArgs<T>& a, cublasHandle_t cublas, cudaStream_
   } else if (a.math == ProjectionMath::kTf32 && a.kept.hi &&
              ProjectsFromKeptTf32(kElementTypeOf<T>, a.math, a.rows, a.I)) {
     Gemm(a, cublas, {a.kept.hi, w_rows, true}, a.x, 0, a.rows, CUDA_R_32F, CUBLAS_COMPUTE_32F_FAST_TF32, 0.f);
+  } else if (a.x_bf16 && ProjectsWithBf16Copies(kElementTypeOf<T>, a.math, a.rows, a.I, a.G)) {
+    for (int d = 0; d < a.D; ++d)
+      ToBf16Async(a.w + d * a.w_stride, static_cast<__nv_bfloat16*>(a.w_bf16) + d * w_rows, w_rows, stream);
+    const WeightOperand copied{a.w_bf16, w_rows, false};
+    for (long long r0 = 0; r0 < a.rows; r0 += kSplitChunkRows) {
+      const long long n = std::min<long long>(kSplitChunkRows, a.rows - r0);
+      ToBf16Async(a.x + r0 * a.I, a.x_bf16, n * a.I, stream);
+      Gemm(a, cublas, copied, a.x_bf16, r0, n, CUDA_R_16BF, CUBLAS_COMPUTE_32F, 0.f);
+    }
   } else if (a.math != ProjectionMath::kFp32) {
     // The mode's own rounding: cuBLAS converts the fp32 operands on the fly.
     const cublasComputeType_t compute = a.math == ProjectionMath::kTf32   ? CUBLAS_COMPUTE_32F_FAST_TF32

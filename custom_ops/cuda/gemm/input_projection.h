@@ -21,6 +21,9 @@ struct ProjectionArgs {
   // For the 3xTF32 path: room for a chunk of x rows split (scratch_layout.h), and W's input rows
   // split into w_hi, w_lo as [D][I][G] where the call splits them itself.
   float *x_hi, *x_lo, *w_hi, *w_lo;
+  // For fp16/bf16 projections (ProjectsWithBf16Copies): room for a chunk of x rows and W's input
+  // rows [D][I][G] in bfloat16.
+  void *x_bf16, *w_bf16;
   KeptSplit kept;  // this layer's kept halves, [D][G][I] (gemm/kept_split.h), or none
   ProjectionMath math = ProjectionMath::kFp32;  // fp32 models only: the precision mode's GEMM
 };

@@ -546,19 +546,28 @@ class PyEngine {
     SettleHeld(steps);
   }
 
-  // The same, with the GIL held.
+  // The same, with the GIL held: one call of Python's settle over the (future, result) pairs of
+  // every step (a call's futures settled in one loop, not one Python call each).
   void SettleHeld(const std::vector<Step*>& steps) {
+    if (steps.empty()) return;
+    nb::list done;
     for (Step* step : steps) {
       std::unique_ptr<Step> owned(step);
       nb::object future = nb::steal(static_cast<PyObject*>(step->token));
       try {
         nb::object result = step->failure == Failure::kNone ? Outputs(*step)
                                                             : make_error_(static_cast<int>(step->failure), step->message);
-        settle_(future, result);
+        done.append(nb::make_tuple(future, result));
       } catch (nb::python_error& e) {
         e.restore();
         PyErr_WriteUnraisable(future.ptr());
       }
+    }
+    try {
+      settle_(done);
+    } catch (nb::python_error& e) {
+      e.restore();
+      PyErr_WriteUnraisable(settle_.ptr());
     }
   }
 

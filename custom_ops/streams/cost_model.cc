@@ -11,6 +11,7 @@ constexpr double kGapDecay = 1.0 / 32;
 }  // namespace
 
 void CallCost::Record(int n, double seconds) {
+  if (calls_ >= kTrustedCalls) seconds = std::min(seconds, kMaxOverPrediction * Predict(n));
   s0_ = s0_ * kCallDecay + 1;
   s1_ = s1_ * kCallDecay + n;
   s2_ = s2_ * kCallDecay + static_cast<double>(n) * n;

@@ -5,9 +5,18 @@
 namespace lstm_ort::streams {
 
 // t(n) = fixed + per_step * n, fitted by least squares over the recent calls (each call's weight
-// decays by 1/64 per later call, so the fit follows a machine whose load changes).
+// decays by 1/64 per later call, so the fit follows a machine whose load changes). Once
+// kTrustedCalls are in, a call counts at most kMaxOverPrediction times what the fit predicted:
+// a call far slower than that was held up (on 2 cores, preempted by its own clients' threads), and
+// a few such calls taught a least-squares fit costs the calls do not have (g2p-id decoder, open
+// loop, 256 streams: t(1) read 350-530 us for ~50 us calls, t(51) 18.7 ms, and the engine waited
+// for company it did not need: client p99 2.2 ms against 0.75 for one run per step). A lasting
+// change still comes through, each call counting up to twice what the fit then predicts.
 class CallCost {
  public:
+  static constexpr int kTrustedCalls = 8;
+  static constexpr double kMaxOverPrediction = 2.0;
+
   void Record(int n, double seconds);
   double Predict(int n) const { return Fixed() + PerStep() * n; }
   double Fixed() const;

@@ -171,6 +171,15 @@ TEST(streams_call_cost_fits_fixed_and_per_step_costs) {
   CHECK(std::abs(one_size.Predict(1) - 30e-6) < 1e-9);  // the prior splits the one size seen
 }
 
+TEST(streams_call_cost_counts_a_held_up_call_at_most_twice_its_prediction) {
+  CallCost cost;
+  for (int r = 0; r < 20; ++r) cost.Record(1, 50e-6);
+  for (int r = 0; r < 5; ++r) cost.Record(1, 5e-3);  // preempted: 100x the usual call
+  CHECK(cost.Predict(1) < 70e-6);                     // unclipped, the fit would read ~1.2 ms
+  for (int r = 0; r < 400; ++r) cost.Record(1, 200e-6);  // a lasting change: the fit follows
+  CHECK(cost.Predict(1) > 190e-6 && cost.Predict(1) < 201e-6);
+}
+
 TEST(streams_company_wait_only_where_calls_cannot_keep_up) {
   CallCost cost;
   for (int r = 0; r < 20; ++r)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import logging
 import os
 import threading
 import weakref
@@ -364,13 +365,18 @@ class _StepFuture(Future):
             super().add_done_callback(fn)
 
 
-def _settle(future: Future, result) -> None:
-    """Hands a step's result to its Future (from the engine's thread); a cancelled one drops it."""
-    try:
-        with _CallbackDepth():
-            if isinstance(result, BaseException):
-                future.set_exception(result)
-            else:
-                future.set_result(result)
-    except concurrent.futures.InvalidStateError:
-        pass
+def _settle(done: list) -> None:
+    """Hands a call's results to their Futures (from the engine's thread, once per call): ``done``
+    holds (future, outputs or error) pairs; a cancelled Future drops its result."""
+    with _CallbackDepth():
+        for future, result in done:
+            try:
+                if isinstance(result, BaseException):
+                    future.set_exception(result)
+                else:
+                    future.set_result(result)
+            except concurrent.futures.InvalidStateError:
+                pass
+            except BaseException:  # noqa: BLE001 - a callback's SystemExit or KeyboardInterrupt (Future logs
+                # its Exceptions itself): the call's other Futures still get their results
+                logging.getLogger("concurrent.futures").exception("exception settling %r", future)

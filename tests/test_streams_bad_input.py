@@ -210,6 +210,31 @@ def test_close_fails_every_queued_step(model, rng):
                 f.result(10)
 
 
+def test_a_callback_raising_systemexit_leaves_its_calls_other_futures_settled(model, rng):
+    """A call's futures settle in one loop: a done-callback that raises SystemExit (which Future
+    does not catch) is logged, and the call's other steps still get their results."""
+    with StreamBatcher(model, CARRY, workers=1) as b:
+        held, release = threading.Event(), threading.Event()
+
+        def hold(_):  # the one worker held, so the steps below queue up for one call
+            if threading.current_thread() is not threading.main_thread():
+                held.set()
+                release.wait(10)
+        for _ in range(50):
+            b.submit(b.open(), x(rng), run_here=False).add_done_callback(hold)
+            if held.wait(0.2):
+                break
+        assert held.is_set()
+        futures = [b.submit(b.open(), x(rng), run_here=False) for _ in range(8)]
+
+        def leave(_):
+            raise SystemExit
+        futures[0].add_done_callback(leave)
+        release.set()
+        for f in futures:
+            assert len(f.result(10)) == 3
+
+
 def test_shutdown(model, rng):
     b = StreamBatcher(model, CARRY)
     s = b.open()

@@ -377,6 +377,6 @@ def _settle(done: list) -> None:
                     future.set_result(result)
             except concurrent.futures.InvalidStateError:
                 pass
-            except BaseException:  # noqa: BLE001 - a callback's SystemExit or KeyboardInterrupt (Future logs
-                # its Exceptions itself): the call's other Futures still get their results
+            except BaseException:  # a callback's SystemExit or KeyboardInterrupt (Future logs its
+                # Exceptions itself): the call's other Futures still get their results
                 logging.getLogger("concurrent.futures").exception("exception settling %r", future)

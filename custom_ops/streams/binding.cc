@@ -36,12 +36,11 @@ struct Buffers {
 };
 
 // Futures' steps finished on a thread that is inside one of the engine's short calls with the GIL
-// released (a submitter that leads its own call, a close): kept here until that call holds the
-// GIL again,
-// instead of taking the GIL there and handing it back at once (two waits for the GIL a step,
-// each a thread switch under load). Not in step() and step_many(): a caller there may lead
-// others' call and then wait on for its own step, which must not hold their results back. Worker
-// threads take the GIL themselves.
+// released (a submitter that leads its own call, a close: PyEngine::RunReleased): kept here until
+// that call holds the GIL again, instead of taking the GIL there and handing it back at once (two
+// waits for the GIL a step, each a thread switch under load). Not in step() and step_many(): a
+// caller there may lead others' call and then wait on for its own step, which must not hold their
+// results back. Worker threads take the GIL themselves.
 thread_local std::vector<Step*>* deferred_settles = nullptr;
 
 class DeferSettles {
@@ -201,20 +200,16 @@ class PyEngine {
   }
 
   void Close(int64_t id) {
-    std::vector<Step*> done;
     Failure failure = Failure::kNone;
     std::string message;
-    {
-      DeferSettles defer(&done);
-      nb::gil_scoped_release release;
+    RunReleased([&] {
       try {
         engine_->Close(id);
       } catch (const EngineError& e) {
         failure = e.failure;
         message = e.what();
       }
-    }
-    SettleHeld(done);
+    });
     if (failure != Failure::kNone) Raise(failure, message);
   }
 
@@ -324,15 +319,7 @@ class PyEngine {
       Raise(failure, message);
     }
     step.release();  // the engine's until Settle
-    if (lead) {  // the future is done (settled on this thread) when Submit returns
-      std::vector<Step*> done;
-      {
-        DeferSettles defer(&done);
-        nb::gil_scoped_release release;
-        engine_->Lead();
-      }
-      SettleHeld(done);
-    }
+    if (lead) RunReleased([&] { engine_->Lead(); });  // the future is done when Submit returns
     return true;
   }
 
@@ -533,6 +520,22 @@ class PyEngine {
     nb::object error = make_error_(static_cast<int>(failure), message);
     PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(error.ptr())), error.ptr());
     throw nb::python_error();
+  }
+
+  // `call` with the GIL released; the futures it finishes on this thread are settled once the GIL
+  // is back (DeferSettles), also where it throws.
+  template <typename Call>
+  void RunReleased(Call&& call) {
+    std::vector<Step*> done;
+    try {
+      DeferSettles defer(&done);
+      nb::gil_scoped_release release;
+      call();
+    } catch (...) {
+      SettleHeld(done);
+      throw;
+    }
+    SettleHeld(done);
   }
 
   // Futures' steps, done: on an engine thread, without the engine's lock. Deferred where this

@@ -71,6 +71,24 @@ def test_reference_sizes(L, T, H, B, direction, strategy, rng):
     check_gpu(spec, T, B, rng, strategy, seq_lens=True)
 
 
+@pytest.mark.parametrize("precision", ["fp32", "tf32", "fp16"])
+@pytest.mark.parametrize("L,T,H,B", [(3, 9, 33, 5), (4, 12, 256, 64), (5, 10, 64, 300)])
+@pytest.mark.parametrize("direction", ["forward", "reverse"])
+def test_y_relays_the_outputs_between_layers(direction, L, T, H, B, precision, rng):
+    """Where Y is bound (one direction, time-major), the layers hand their outputs on through it
+    instead of a scratch buffer (call_plan.h, YRelaysLayers): the final states come out as where Y
+    is not asked for (the buffer), ragged lengths included; fp32's outputs as our CPU kernel's."""
+    spec = LstmSpec(input_size=7, hidden_size=H, num_layers=L, direction=direction)
+    layers = random_layers(spec, rng)
+    feeds = make_feeds(spec, T, B, rng, seq_lens=True)
+    relayed = run_fused(spec, layers, feeds, providers=CUDA, precision=precision, seq_lens=True)
+    buffered = run_fused(spec, layers, feeds, providers=CUDA, precision=precision, seq_lens=True,
+                         outputs=("Y_h", "Y_c"))
+    assert max_abs(relayed[1:], buffered) <= 1e-6
+    if precision == "fp32":
+        assert max_abs(relayed, run_fused(spec, layers, feeds, providers=CPU, seq_lens=True)) <= TOL
+
+
 @pytest.mark.parametrize("B", [1, 2, 3, 8, 16, 17])
 @pytest.mark.parametrize("direction", DIRECTIONS)
 def test_gemm_step(B, direction, monkeypatch, rng):

@@ -257,8 +257,11 @@ void CallPlan::KeptHalvesUnavailable() {
   scratch = ScratchNeedsFor(in.dims, in.type, projection, false);
   scratch.step_exps = planned.step_exps;
   scratch.step_weight_bytes = planned.step_weight_bytes;
+  scratch.y_relays = planned.y_relays;
   scratch_bytes = ScratchBytes(in.dims, in.type, scratch);
 }
+
+bool YRelaysLayers(const Dims& d, int64_t layout, bool y_bound) { return y_bound && d.D == 1 && layout == 0; }
 
 CallPlan PlanCall(const CallInputs& in, const Attributes& attrs, const CallDevice& device, const Overrides& o) {
   CallPlan p;
@@ -275,6 +278,7 @@ CallPlan PlanCall(const CallInputs& in, const Attributes& attrs, const CallDevic
   }
   if (in.type == ElementType::kFloat32 && in.w_constant) p.kept = CallReadsKeptHalves(in.type, p.projection, d);
   p.scratch = ScratchNeedsFor(d, in.type, p.projection, p.kept == KeptHalves::kBoth);
+  p.scratch.y_relays = in.y_relays;
   p.scratch_bytes = ScratchBytes(d, in.type, p.scratch);
   if (in.max_len == 0) {  // no steps: every layer is its projection, zeros and its states
     p.ranges = StepwiseRanges(static_cast<int>(d.L));

@@ -74,6 +74,9 @@ struct CallInputs {
   int max_len = 0;          // the longest sequence (steps that run)
   ElementType type = ElementType::kFloat32;
   bool w_constant = false;  // W is a constant initializer (its TF32 halves can be kept)
+  // Y is bound, one direction, time-major: laid out as the buffer between layers, so it carries
+  // their outputs (the scratch then holds none: 100 MiB at L4 T100 H1024 B256 in fp32).
+  bool y_relays = false;
 };
 
 // Fallbacks: a path the call asked for (a forced strategy, a tensor-core operand, 16-bit step
@@ -116,6 +119,10 @@ struct CallPlan {
 };
 
 // The plan of one call. Throws std::runtime_error in strict mode for a planned fallback.
+// Whether Y, where bound, can carry the outputs between layers: laid out as their buffer
+// ([T][B][D][H]: one direction, time-major). CallInputs::y_relays.
+bool YRelaysLayers(const Dims& d, int64_t layout, bool y_bound);
+
 CallPlan PlanCall(const CallInputs& in, const Attributes& attrs, const CallDevice& device, const Overrides& overrides);
 
 // "layer 0: v1 tiled (one launch per step); layers 1-3: wavefront (...)": the ranges in words.

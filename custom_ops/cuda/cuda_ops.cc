@@ -152,7 +152,8 @@ struct CudaKernel {
       const auto found = plans_.find(key);
       if (found != plans_.end()) return found->second;
     }
-    const CallInputs in{d, io.max_len, kElementTypeOf<T>, kept_split_ != nullptr};
+    const CallInputs in{d, io.max_len, kElementTypeOf<T>, kept_split_ != nullptr,
+                        YRelaysLayers(d, attrs_.layout, io.out[kY] != nullptr)};
     CallPlan plan = PlanCall(in, attrs_, DeviceFor(device), overrides_);
     std::lock_guard<std::mutex> lock(plans_mutex_);
     if (plans_.size() >= kMaxCachedPlans) plans_.clear();

@@ -46,9 +46,9 @@ Scratch CarveScratch(const Dims& d, ElementType type, const ScratchNeeds& needs,
   s.h[1] = reinterpret_cast<float*>(take(state));
   s.c = reinterpret_cast<float*>(take(state));
   s.lens = reinterpret_cast<int*>(take(sizeof(int) * d.B));
-  const size_t layer = d.L > 1 ? ElementBytes(type) * d.T * d.B * d.D * d.H : 0;
-  s.layer[0] = take(layer);
-  s.layer[1] = take(d.L > 2 ? layer : 0);
+  const bool layer = d.L > 1 && !needs.y_relays;
+  void* between = take(layer ? ElementBytes(type) * d.T * d.B * d.D * d.H : 0);
+  s.layer = layer ? between : nullptr;  // take(0) would point at the next region
   const size_t states = sizeof(float) * d.L * d.D * d.B * d.H;
   s.h0 = reinterpret_cast<float*>(take(states));
   s.c0 = reinterpret_cast<float*>(take(states));

@@ -19,7 +19,10 @@ struct Scratch {
   float* h[2];     // [D][B][H] each
   float* c;        // [D][B][H]
   int* lens;       // [B]
-  void* layer[2];  // [T][B][D][H] of the element type, between layers
+  // [T][B][D][H] of the element type: a layer's output for the next layer. One buffer serves every
+  // layer: each range projects its first layer's whole input before it writes (stack_run.cu). Null
+  // where Y carries these outputs (ScratchNeeds::y_relays) or there is one layer.
+  void* layer;
   // The persistent kernel's: states per layer of a range, [L][D][B][H]; h in flight; barrier (also
   // the resident tensor-core step's).
   float *h0, *c0, *h_fin, *c_fin;
@@ -56,6 +59,7 @@ struct ScratchNeeds {
   bool bf16_copies = false;   // fp16/bf16 projections: x (a chunk of rows) and W in bfloat16
   bool step_exps = false;          // ranges on the tensor-core step: its exponents
   int64_t step_weight_bytes = 0;   // ... and the largest range's 16-bit weight copies
+  bool y_relays = false;      // Y passes the outputs between layers (CallInputs::y_relays): no layer buffer
 };
 
 // The rule: what a call of these sizes needs when its projection runs in `math` (the plan's, from

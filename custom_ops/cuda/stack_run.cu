@@ -119,7 +119,7 @@ class StackRun {
   // gx[d] = x @ Wx[d] for every row of layer l's input.
   void Project(int l) {
     ProjectionArgs<T> p{};
-    p.x = l == 0 ? static_cast<const T*>(io_.in[kX]) : static_cast<const T*>(s_.layer[(l - 1) % 2]);
+    p.x = l == 0 ? static_cast<const T*>(io_.in[kX]) : LayerOutput(l - 1);
     p.w = Weights() + d_.WeightOffset(l, 0);
     p.w_stride = d_.LayerK(l) * G_;
     p.I = static_cast<int>(d_.LayerInput(l));
@@ -139,14 +139,18 @@ class StackRun {
     ProjectInput(p, cublas_, stream_);
   }
 
+  // Where layer l writes its sequence output: Y if it is the stack's last or Y relays (laid out as
+  // the buffer between layers then), else that buffer. A range reads its input and writes its
+  // output in one buffer: it projects its first layer's whole input first, on this stream.
+  T* LayerOutput(int l) const {
+    return l == L_ - 1 || plan_.scratch.y_relays ? static_cast<T*>(io_.out[kY]) : static_cast<T*>(s_.layer);
+  }
+
   // The strides (layer_io.cuh) of a range's first layer's projection and of its last layer's
-  // output into the arguments of any backend. That layer writes its sequence output to Y if it
-  // is the stack's last, else to a buffer the next layer's projection reads.
+  // output into the arguments of any backend.
   template <typename Args>
   void SetLayerIO(int first, int last, Args& a) {
-    const LayerIO out = LayerIOFor(d_, attrs_.layout, last);
-    ApplyLayerIO(LayerIOFor(d_, attrs_.layout, first), out, out.last ? static_cast<T*>(io_.out[kY])
-                                                                      : static_cast<T*>(s_.layer[last % 2]), a);
+    ApplyLayerIO(LayerIOFor(d_, attrs_.layout, first), LayerIOFor(d_, attrs_.layout, last), LayerOutput(last), a);
     ZeroPastEnds(a.y, io_, stream_);
   }
 

@@ -169,6 +169,24 @@ TEST(KeptHalvesThatDoNotComeGrowTheScratch) {
   CHECK_EQ(PlanCall(not_constant, Attrs(Strategy::kAuto), Fake(h100), {}).scratch_bytes, plan.scratch_bytes);
 }
 
+TEST(YRelaysLayersWhereLaidOutAsTheirBuffer) {
+  const Dims one = MakeDims(4, 1, 100, 256, 1024, 1024), two = MakeDims(4, 2, 100, 256, 1024, 1024);
+  CHECK(YRelaysLayers(one, 0, true));
+  CHECK(!YRelaysLayers(one, 0, false));  // no Y to carry them
+  CHECK(!YRelaysLayers(one, 1, true));   // batch-major Y
+  CHECK(!YRelaysLayers(two, 0, true));   // [T][D][B][H]: the directions apart
+  // Relayed, the scratch holds no buffer between layers: one layer's output less (100 MiB here),
+  // and the kept halves falling through keep it so.
+  const DeviceLimits h100 = unit::H100();
+  CallInputs in = Call(one);
+  const size_t buffered = PlanCall(in, Attrs(Strategy::kAuto), Fake(h100), {}).scratch_bytes;
+  in.y_relays = true;
+  CallPlan relayed = PlanCall(in, Attrs(Strategy::kAuto), Fake(h100), {});
+  CHECK_EQ(buffered - relayed.scratch_bytes, size_t{4} * 100 * 256 * 1024);
+  relayed.KeptHalvesUnavailable();
+  CHECK(relayed.scratch.y_relays);
+}
+
 TEST(DescriptionNamesEachRange) {
   CallPlan plan;
   PersistentPlan p;

@@ -34,33 +34,38 @@ struct Region {
   size_t need;  // bytes the region must hold
 };
 
-void CheckLayout(const Dims& d, ElementType type, Precision precision, bool kept) {
+void CheckLayout(const Dims& d, ElementType type, Precision precision, bool kept, bool y_relays) {
   size_t total = 0;
-  const ScratchNeeds needs = ScratchNeedsFor(d, type, MathOf(precision, d), kept);
+  ScratchNeeds needs = ScratchNeedsFor(d, type, MathOf(precision, d), kept);
+  needs.y_relays = y_relays;
   CarveScratch(d, type, needs, nullptr, &total);
-  CHECK_EQ(total, Bytes(d, type, precision, kept));
+  const size_t layer = ElementBytes(type) * d.T * d.B * d.D * d.H;
+  const bool between = d.L > 1 && !y_relays;  // one buffer between layers, none where Y relays
+  const size_t relayed = between || d.L == 1 ? 0 : (layer + kScratchAlign - 1) / kScratchAlign * kScratchAlign;
+  CHECK_EQ(total + relayed, Bytes(d, type, precision, kept));
   // Only addresses are compared: memory that is never touched costs no page faults.
   const std::unique_ptr<char[]> memory(new char[total + 1]);
   char* base = memory.get();
   const Scratch s = CarveScratch(d, type, needs, base, nullptr);
 
   const size_t f = sizeof(float), state = f * d.D * d.B * d.H, states = state * d.L;
-  const size_t layer = ElementBytes(type) * d.T * d.B * d.D * d.H;
   std::vector<Region> regions = {
       {"gx", s.gx, f * d.D * d.T * d.B * 4 * d.H},
       {"h0", s.h[0], state},
       {"h1", s.h[1], state},
       {"c", s.c, state},
       {"lens", s.lens, sizeof(int) * d.B},
-      {"layer0", s.layer[0], d.L > 1 ? layer : 0},
-      {"layer1", s.layer[1], d.L > 2 ? layer : 0},
+  };
+  CHECK_EQ(s.layer != nullptr, between);
+  if (between) regions.push_back({"layer", s.layer, layer});
+  regions.insert(regions.end(), {
       {"h0 per layer", s.h0, states},
       {"c0 per layer", s.c0, states},
       {"h_fin", s.h_fin, states},
       {"c_fin", s.c_fin, states},
       {"hbuf", s.hbuf, HBufBytes(d)},
       {"barrier", s.barrier, sizeof(unsigned)},
-  };
+  });
   // v1's cuBLAS step; where it may stream the weights, a copy of the gates per K split and the
   // split counters (null otherwise).
   // In the reduced modes, its 16-bit copies of the weights and of h, and the largest weights.
@@ -121,7 +126,8 @@ TEST(ScratchRegionsAreAlignedAndDisjoint) {
           for (int64_t B : {1, 3, 16, 65})
             for (int64_t H : {1, 5, 64, 301})
               for (Precision p : {Precision::kFp32, Precision::kTf32, Precision::kFp16, Precision::kBf16, Precision::kAuto})
-                for (bool kept : {false, true}) CheckLayout(Sizes(L, D, T, B, 7, H), type, p, kept);
+                for (bool kept : {false, true})
+                  for (bool y_relays : {false, true}) CheckLayout(Sizes(L, D, T, B, 7, H), type, p, kept, y_relays);
 }
 
 TEST(ScratchWithoutBaseIsAllNull) {
@@ -129,7 +135,7 @@ TEST(ScratchWithoutBaseIsAllNull) {
       CarveScratch(Sizes(3, 2, 2000, 4, 8, 8), ElementType::kFloat32,
                    ScratchNeedsFor(Sizes(3, 2, 2000, 4, 8, 8), ElementType::kFloat32, ProjectionMath::kFp32, false), nullptr,
                    nullptr);
-  CHECK(!s.gx && !s.h[0] && !s.layer[0] && !s.hbuf && !s.barrier && !s.x_hi && !s.w_lo && !s.wh_half);
+  CHECK(!s.gx && !s.h[0] && !s.layer && !s.hbuf && !s.barrier && !s.x_hi && !s.w_lo && !s.wh_half);
 }
 
 TEST(SplitBuffersFollowTheProjectionHeuristic) {

@@ -55,8 +55,12 @@ int Callers::Returning(double now, double* latest_done) const {
 double ReturningWait(int returning, double latest_done, double think, double fixed_cost, int ready, int limit,
                      double now, double cap_left) {
   if (returning <= 0 || ready >= limit || cap_left <= 0 || think <= 0 || think >= fixed_cost) return 0;
-  const double until = latest_done + 2 * think;
-  return until > now ? std::min(until - now, cap_left) : 0;
+  const double wait = std::min(latest_done + 2 * think - now, cap_left);
+  // The pipeline's steps per second, (ready + returning) / (wait + t(ready + returning)) against
+  // ready / t(ready) with t linear in the batch size, rise only where wait * ready < returning *
+  // fixed (g2p-id decoder, 8 client threads, one intra-op thread: 47-48k -> 56-57k steps/s).
+  if (wait <= 0 || wait * ready > returning * fixed_cost) return 0;
+  return wait;
 }
 
 }  // namespace lstm_ort::streams

@@ -38,8 +38,9 @@ class Callers {
 };
 
 // How long a call of `ready` steps should wait for callers between steps (seconds; 0: run now):
-// only where their think time is shorter than the fixed cost of the call it would save, and at
-// most until twice their think time after the latest of them got its result, and `cap_left`.
+// only where their think time is shorter than the fixed cost of the call it would save, at most
+// until twice their think time after the latest of them got its result, and `cap_left`; and only
+// where the wait costs less than the calls it saves: wait * ready <= returning * fixed_cost.
 double ReturningWait(int returning, double latest_done, double think, double fixed_cost, int ready, int limit,
                      double now, double cap_left);
 

@@ -210,6 +210,10 @@ TEST(streams_returning_callers_are_waited_for_only_while_cheaper_than_a_call) {
   CHECK_EQ(ReturningWait(3, 1.0, 30e-6, 20e-6, 2, 64, 1.0, 1e-3), 0.0);  // slower than a call
   CHECK_EQ(ReturningWait(0, 1.0, 10e-6, 20e-6, 2, 64, 1.0, 1e-3), 0.0);  // nobody to wait for
   CHECK_EQ(ReturningWait(3, 1.0, 10e-6, 20e-6, 64, 64, 1.0, 1e-3), 0.0);  // full already
+  // Worth its wait: 4 ready wait 38 us for 4 returning, saving a call of 40 us fixed cost; not 48 us.
+  CHECK(std::abs(ReturningWait(4, 1.0, 19e-6, 40e-6, 4, 64, 1.0, 1e-3) - 38e-6) < 1e-12);
+  CHECK_EQ(ReturningWait(4, 1.0, 24e-6, 40e-6, 4, 64, 1.0, 1e-3), 0.0);
+  CHECK(ReturningWait(8, 1.0, 24e-6, 40e-6, 4, 64, 1.0, 1e-3) > 0);  // more company repays it
   Callers callers;
   const std::thread::id a = std::this_thread::get_id(), b{};
   callers.Submitted(a, 1.0);

@@ -110,6 +110,8 @@ const std::vector<Key>& Keys() {
        [](const std::string& v, Overrides& o, CpuOverrides&) {
          o.mma_step_layers = static_cast<int>(Integer(v, 1, kMaxMmaStepLayers));
        }},
+      {"refuse_launches", "LSTM_ORT_REFUSE_LAUNCHES", true, [] { return Text("0 or 1"); },
+       [](const std::string& v, Overrides& o, CpuOverrides&) { o.refuse_launches = Flag(v); }},
       {"cpu_threads", "LSTM_ORT_CPU_THREADS", false, [] { return Text("a thread count >= 0 (0: the cores)"); },
        [](const std::string& v, Overrides&, CpuOverrides& c) { c.threads = Integer(v, 0, 1 << 16); }},
       {"cpu_split_min", "LSTM_ORT_CPU_SPLIT_MIN", false, [] { return Text("a flop count >= 1"); },

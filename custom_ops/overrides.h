@@ -39,6 +39,7 @@ struct Overrides {
   std::optional<bool> mma_step_pdl;   // its launches overlap (programmatic dependent launch); empty: per shape
   std::optional<bool> mma_step_resident;  // its weights resident, one cooperative launch; empty: where it fits
   int mma_step_layers = 0;            // > 0: at most this many layers per range of it
+  bool refuse_launches = false;       // launches the device may refuse (cooperative grid, cluster) act refused
 };
 
 // The CPU kernel's planning knobs (docs/cpu.md), process-wide.

@@ -125,7 +125,7 @@ def test_every_key_has_a_session_entry():
     assert list(DEBUG_KEYS) == ["strict", "strategy", "mma", "gemm_step", "half_step_weights", "cluster_size",
                                 "cluster_slices", "persistent_tile", "persistent_chunks", "low_rank_stepwise",
                                 "call_graphs", "mma_step", "mma_step_tile", "mma_step_pdl", "mma_step_resident",
-                                "mma_step_layers"]
+                                "mma_step_layers", "refuse_launches"]
 
 
 def test_bad_cpu_alias_fails_the_session_naming_the_variable(tmp_path, rng):

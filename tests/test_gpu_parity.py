@@ -89,6 +89,24 @@ def test_y_relays_the_outputs_between_layers(direction, L, T, H, B, precision, r
         assert max_abs(relayed, run_fused(spec, layers, feeds, providers=CPU, seq_lens=True)) <= TOL
 
 
+@pytest.mark.parametrize("strategy", ["persistent", "cluster"])
+@pytest.mark.parametrize("outputs", [("Y", "Y_h", "Y_c"), ("Y_h", "Y_c")])
+def test_refused_launches_run_their_layers_on_v1(strategy, outputs, rng):
+    """A launch the device refuses (debug key refuse_launches) leaves its layers to v1, which takes
+    the first one's projection as the launcher made it: with ragged lengths the launcher has zeroed
+    its output by then, and that is the buffer (or Y) its input came from. The outputs are our CPU
+    kernel's; strict mode names the refusal."""
+    spec = LstmSpec(input_size=7, hidden_size=33, num_layers=3)
+    layers = random_layers(spec, rng)
+    feeds = make_feeds(spec, 9, 5, rng, seq_lens=True)
+    kw = dict(seq_lens=True, outputs=outputs)
+    got = run_fused(spec, layers, feeds, providers=CUDA, strategy=strategy, debug={"refuse_launches": "1"}, **kw)
+    assert max_abs(got, run_fused(spec, layers, feeds, providers=CPU, **kw)) <= TOL
+    with pytest.raises(Exception, match="the device refused the"):
+        run_fused(spec, layers, feeds, providers=CUDA, strategy=strategy,
+                  debug={"refuse_launches": "1", "strict": "1"}, **kw)
+
+
 @pytest.mark.parametrize("B", [1, 2, 3, 8, 16, 17])
 @pytest.mark.parametrize("direction", DIRECTIONS)
 def test_gemm_step(B, direction, monkeypatch, rng):

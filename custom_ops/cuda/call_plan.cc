@@ -267,6 +267,7 @@ CallPlan PlanCall(const CallInputs& in, const Attributes& attrs, const CallDevic
   CallPlan p;
   p.in = in;
   p.fallbacks = FallbackLog(o.strict);
+  p.refuse_launches = o.refuse_launches;
   const Dims& d = in.dims;
   p.strategy = StrategyForCall(o.strategy.value_or(attrs.strategy), attrs.tuned, device.name, d);
   p.precision = attrs.precision;

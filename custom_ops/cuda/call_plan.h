@@ -97,6 +97,9 @@ class FallbackLog {
 
 struct CallPlan {
   CallInputs in;
+  // Launches the device may refuse are taken as refused (Overrides::refuse_launches): the path a
+  // busy or partitioned device takes, to test.
+  bool refuse_launches = false;
   Strategy strategy = Strategy::kAuto;  // after the overrides and the tuned entries
   Precision precision = Precision::kFp32;  // the node's mode
   Arithmetic resolved = Arithmetic::kFp32; // what the call computes in (DecidePrecision, precision.h)
@@ -118,11 +121,11 @@ struct CallPlan {
   void KeptHalvesUnavailable();
 };
 
-// The plan of one call. Throws std::runtime_error in strict mode for a planned fallback.
 // Whether Y, where bound, can carry the outputs between layers: laid out as their buffer
 // ([T][B][D][H]: one direction, time-major). CallInputs::y_relays.
 bool YRelaysLayers(const Dims& d, int64_t layout, bool y_bound);
 
+// The plan of one call. Throws std::runtime_error in strict mode for a planned fallback.
 CallPlan PlanCall(const CallInputs& in, const Attributes& attrs, const CallDevice& device, const Overrides& overrides);
 
 // "layer 0: v1 tiled (one launch per step); layers 1-3: wavefront (...)": the ranges in words.

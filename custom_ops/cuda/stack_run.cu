@@ -86,8 +86,10 @@ class StackRun {
     lens_pending_ = !io_.seq_lens;
     for (const RangePlan& range : plan_.ranges) {
       if ((this->*kLaunchers[static_cast<int>(range.backend)])(range)) continue;
-      // Refused at launch (the launcher recorded why): the range's layers on v1.
-      for (int l = range.first; l < range.first + range.count; ++l) RunStepwise(l);
+      // Refused at launch (the launcher recorded why): the range's layers on v1. Its first layer's
+      // projection is in gx already: every launcher projects before it launches, and its input
+      // may since have been zeroed as its output (one buffer between layers, ragged lengths).
+      for (int l = range.first; l < range.first + range.count; ++l) RunStepwise(l, l == range.first);
     }
   }
 
@@ -159,10 +161,11 @@ class StackRun {
     return true;
   }
 
-  // v1: one launch of a fused step kernel per timestep, the plan's step kernel.
-  void RunStepwise(int l) {
+  // v1: one launch of a fused step kernel per timestep, the plan's step kernel. `projected`: gx
+  // holds layer l's projection already.
+  void RunStepwise(int l, bool projected = false) {
     const StepKernel kernel = plan_.step;
-    Project(l);
+    if (!projected) Project(l);
     StepArgs<T> a{};
     a.B = B_;
     a.H = H_;
@@ -291,7 +294,9 @@ class StackRun {
     a.c_fin = s_.c_fin;
     a.barrier = s_.barrier;
     SetLayerIO(l0, l0 + range.count - 1, a);
-    const cudaError_t e = plan.mma ? LaunchPersistentMma(a, plan.operand, stream_) : LaunchPersistent(a, stream_);
+    const cudaError_t e = plan_.refuse_launches ? cudaErrorCooperativeLaunchTooLarge
+                          : plan.mma             ? LaunchPersistentMma(a, plan.operand, stream_)
+                                                 : LaunchPersistent(a, stream_);
     if (e == cudaErrorCooperativeLaunchTooLarge || e == cudaErrorNotSupported)  // e.g. no cooperative launch
       return Refused(range, e);
     Check(e, "persistent kernel");
@@ -321,7 +326,7 @@ class StackRun {
     a.c0 = s_.c;
     a.h_fin = s_.h[1];
     a.c_fin = s_.c;  // each cell's c is read once by its owner before the loop and written after it
-    const cudaError_t e = LaunchCluster(a, stream_);
+    const cudaError_t e = plan_.refuse_launches ? cudaErrorNotSupported : LaunchCluster(a, stream_);
     if (e == cudaErrorInvalidClusterSize || e == cudaErrorNotSupported || e == cudaErrorLaunchOutOfResources)
       return Refused(range, e);
     Check(e, "cluster kernel");

@@ -74,7 +74,7 @@ PRECISIONS = tuple(p.value for p in Precision)
 # (docs/architecture.md, "Overrides"). strict=1 makes every fallback an error that names it.
 DEBUG_KEYS = ("strict", "strategy", "mma", "gemm_step", "half_step_weights", "cluster_size", "cluster_slices",
               "persistent_tile", "persistent_chunks", "low_rank_stepwise", "call_graphs", "mma_step", "mma_step_tile",
-              "mma_step_pdl", "mma_step_resident", "mma_step_layers")
+              "mma_step_pdl", "mma_step_resident", "mma_step_layers", "refuse_launches")
 DEFAULT_PRECISION = Precision.FP32
 # What `lstm-ort optimize` (and lstm_ort.optimize) writes on the nodes it makes unless told
 # otherwise (Precision.written): FP32 accuracy where it costs nothing, stock's own default class

@@ -34,6 +34,22 @@ Overrides OverridesOf(const Attributes& attrs) {
   }
 }
 
+// onnxruntime's cuBLAS handle of the call's stream (the CUDA execution provider's resources, as
+// its include/onnxruntime/core/providers/cuda/cuda_resource.h numbers them: cublas_handle_t is
+// cuda_resource_offset + 2, since resource version 1), or null where it lends none: the call then
+// uses a handle of its own (gemm/cublas_handles.h), and its 64 MiB workspace pool.
+void* LentCublas(OrtKernelContext* context) {
+  constexpr int kCudaResourceVersion = 1;
+  constexpr int kCublasHandleResource = 10000 + 2;
+  void* handle = nullptr;
+  if (OrtStatus* status = Ort::GetApi().KernelContext_GetResource(context, kCudaResourceVersion,
+                                                                   kCublasHandleResource, &handle)) {
+    Ort::GetApi().ReleaseStatus(status);
+    return nullptr;
+  }
+  return handle;
+}
+
 struct ScratchBuffer {
   OrtAllocator* allocator = nullptr;
   void* data = nullptr;
@@ -110,6 +126,7 @@ struct CudaKernel {
     int device = 0;
     if (cudaGetDevice(&device) != cudaSuccess) Fail("no CUDA device");
     const auto stream = static_cast<cudaStream_t>(ctx.GetGPUComputeStream());
+    void* const cublas = LentCublas(context);
     CallPlan plan = PlanFor(io, device);
     const KeptSplit kept = KeptHalvesFor(plan, io, stream);
     // From ORT's arena on this call's stream, freed back at the end of Compute. On the stream: the
@@ -130,11 +147,11 @@ struct CudaKernel {
       // after it would otherwise record the same launch-time fallback twice.
       call_graphs_.Run(CallLaunchKey(io, device, stream, scratch.data, kept), stream, [&](cudaStream_t on) {
         CallPlan attempt = plan;
-        RunLstmCuda<T>(attrs_, io, on, scratch.data, attempt, kept, nullptr);
+        RunLstmCuda<T>(attrs_, io, on, cublas, scratch.data, attempt, kept, nullptr);
       });
       return;
     }
-    RunLstmCuda<T>(attrs_, io, stream, scratch.data, plan, kept, &step_graphs_);
+    RunLstmCuda<T>(attrs_, io, stream, cublas, scratch.data, plan, kept, &step_graphs_);
   }
 
  private:

@@ -9,6 +9,7 @@
 #include "c_entry_point.h"
 #include "cuda/device_limits.h"
 #include "cuda/element_type.h"
+#include "cuda/gemm/cublas_handles.h"
 #include "cuda/lstm_cuda.h"
 #include "enum_names.h"
 
@@ -55,3 +56,7 @@ LSTM_ORT_C_ENTRY void LstmOrtCudaGraphCounts(uint64_t* captures, uint64_t* repla
   *captures = counts.captures;
   *replays = counts.replays;
 }
+
+// The cuBLAS handles FusedLSTM made of its own in this process (none where onnxruntime lends the
+// calls its handles; gemm/cublas_handles.h).
+LSTM_ORT_C_ENTRY uint64_t LstmOrtOwnCublasHandles() { return lstm_ort::OwnCublasHandlesMade(); }

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "cuda/cuda_check.h"
+#include "cuda/gemm/cublas_handles.h"
 #include "cuda/process_cache.h"
 
 namespace lstm_ort {
@@ -19,13 +20,15 @@ namespace {
 std::atomic<uint64_t> g_captures{0}, g_replays{0};
 
 // The stream this thread captures on, for the current device: made on first use and kept, as the
-// cuBLAS handles are; no other work ever runs on it.
+// cuBLAS handles are; no other work ever runs on it. Captured cuBLAS calls go through the thread's
+// own handle (CublasLease): it is made here too, outside any capture, where cuBLAS may allocate.
 cudaStream_t CaptureStream() {
   int device = 0;
   Check(cudaGetDevice(&device), "current device");
   return ProcessCached(std::make_pair(device, std::this_thread::get_id()), [] {
     cudaStream_t s = nullptr;
     Check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "create the capture stream");
+    CublasHandleFor(s);
     return s;
   });
 }

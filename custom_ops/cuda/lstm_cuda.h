@@ -25,16 +25,18 @@ template <typename T>
 std::string DescribeStrategy(const Dims& d, Strategy strategy, Precision precision);
 
 // Enqueues the whole stack on `stream` (a cudaStream_t) as `plan` (PlanCall's for this call) says;
-// `scratch` holds plan.scratch_bytes of device memory; `kept`: the halves plan.kept asked for, as
-// they came; `graphs`: the node's cached step graphs (launch_graphs.h), or null to launch every
+// its cuBLAS calls go through `lent_cublas` (onnxruntime's handle of the stream; null: the
+// thread's own, gemm/cublas_handles.h); `scratch` holds plan.scratch_bytes of device memory;
+// `kept`: the halves plan.kept asked for, as they came; `graphs`: the node's cached step graphs (launch_graphs.h), or null to launch every
 // step. Launch-time fallbacks are recorded in plan.fallbacks (an error in strict mode).
 template <typename T>
-void RunLstmCuda(const Attributes& attrs, const CallIO& io, void* stream, void* scratch, CallPlan& plan,
-                 KeptSplit kept = {}, LaunchGraphs* graphs = nullptr);
+void RunLstmCuda(const Attributes& attrs, const CallIO& io, void* stream, void* lent_cublas, void* scratch,
+                 CallPlan& plan, KeptSplit kept = {}, LaunchGraphs* graphs = nullptr);
 
 // What a whole call's launches capture beyond the node's attributes and what its plan makes of
-// these: the key its CUDA graph is kept under (launch_graphs.h). The host thread is part of it:
-// the captured cuBLAS calls use that thread's handle and workspace.
+// these: the key its CUDA graph is kept under (launch_graphs.h). The stream and the host thread
+// are part of it: the captured cuBLAS calls use the stream's lent handle and its workspace, or,
+// where none is lent, the thread's own.
 LaunchKey CallLaunchKey(const CallIO& io, int device, void* stream, const void* scratch, const KeptSplit& kept);
 
 }  // namespace lstm_ort

@@ -57,8 +57,8 @@ std::string LayersText(int first, int count) {
 template <typename T>
 class StackRun {
  public:
-  StackRun(const Attributes& attrs, const CallIO& io, cudaStream_t stream, void* scratch, CallPlan& plan,
-           KeptSplit kept, LaunchGraphs* graphs)
+  StackRun(const Attributes& attrs, const CallIO& io, cudaStream_t stream, cublasHandle_t lent_cublas, void* scratch,
+           CallPlan& plan, KeptSplit kept, LaunchGraphs* graphs)
       : attrs_(attrs),
         io_(io),
         d_(io.dims),
@@ -66,7 +66,8 @@ class StackRun {
         plan_(plan),
         kept_(kept),
         graphs_(graphs),
-        s_(CarveScratch(io.dims, kElementTypeOf<T>, plan.scratch, scratch, nullptr)) {
+        s_(CarveScratch(io.dims, kElementTypeOf<T>, plan.scratch, scratch, nullptr)),
+        cublas_(lent_cublas, stream) {
     T_ = static_cast<int>(d_.T);
     B_ = static_cast<int>(d_.B);
     H_ = static_cast<int>(d_.H);
@@ -76,8 +77,6 @@ class StackRun {
     G_ = static_cast<long long>(kGates) * H_;
     cudaGetDevice(&device_);
     cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device_);
-    cublas_ = CublasHandleFor(stream);
-    cublas_stream_ = stream;
   }
 
   void Run() {
@@ -138,7 +137,7 @@ class StackRun {
     const int64_t kept_at = KeptSplitOffset(d_, l, 0);
     if (kept_.hi) p.kept = {kept_.hi + kept_at, kept_.lo ? kept_.lo + kept_at : nullptr};
     p.math = plan_.projection;
-    ProjectInput(p, cublas_, stream_);
+    ProjectInput(p, cublas_.handle(), stream_);
   }
 
   // Where layer l writes its sequence output: Y if it is the stack's last or Y relays (laid out as
@@ -199,7 +198,7 @@ class StackRun {
           if (kernel == StepKernel::kGemm) {
             ClearPending();
             const bool h_is_zero = step == 0 && !io_.in[kInitialH];
-            LaunchGemmStep(a, d_, gemm, plan, h_is_zero, sm_count_, CublasOn(on), on);
+            LaunchGemmStep(a, d_, gemm, plan, h_is_zero, sm_count_, cublas_.On(on), on);
             Check(cudaGetLastError(), "recurrent step");
             cur ^= 1;
             continue;
@@ -210,7 +209,7 @@ class StackRun {
         Check(cudaGetLastError(), "recurrent step");
         cur ^= 1;
       }
-      CublasOn(stream_);
+      cublas_.On(stream_);
     };
     bool through_graph = false;
     if constexpr (kElementTypeOf<T> == ElementType::kFloat32) {
@@ -221,19 +220,12 @@ class StackRun {
     WriteFinalStates<T>(io_, attrs_.layout, l, s_.h[io_.max_len % 2], s_.c, s_.lens, stream_);
   }
 
-  // This call's cuBLAS handle, pointed at `on`.
-  cublasHandle_t CublasOn(cudaStream_t on) {
-    if (on != cublas_stream_) {
-      PointCublasAt(cublas_, on);
-      cublas_stream_ = on;
-    }
-    return cublas_;
-  }
-
-  // What the cuBLAS step loop of a layer captures by value (launch_graphs.h).
+  // What the cuBLAS step loop of a layer captures by value (launch_graphs.h). The host thread:
+  // captures run through its own cuBLAS handle and workspace (CublasLease).
   LaunchKey GemmStepLoopKey(const StepArgs<float>& a, const GemmStepScratch& gemm, const GemmStepPlan& plan) const {
     LaunchKey key;
-    key.Add(device_).Add(sm_count_).Add(static_cast<const void*>(cublas_)).Add(io_.max_len).Add(D_).Add(a.B).Add(a.H);
+    key.Add(device_).Add(sm_count_).Add(static_cast<uint64_t>(std::hash<std::thread::id>{}(std::this_thread::get_id())));
+    key.Add(io_.max_len).Add(D_).Add(a.B).Add(a.H);
     key.Add(io_.in[kInitialH] != nullptr).Add(a.lens).Add(a.gx_st).Add(a.gx_sb).Add(a.y).Add(a.y_st).Add(a.y_sd);
     key.Add(a.y_sb).Add(s_.h[0]).Add(s_.h[1]);
     for (int dir = 0; dir < D_; ++dir) {
@@ -397,8 +389,7 @@ class StackRun {
   KeptSplit kept_;       // W's TF32 halves kept across calls, or none
   LaunchGraphs* graphs_;   // the node's cached step graphs, or null
   Scratch s_;
-  cublasHandle_t cublas_ = nullptr;
-  cudaStream_t cublas_stream_ = nullptr;  // the stream cublas_ points at
+  CublasLease cublas_;
   bool lens_pending_ = false;             // every length T, not set yet (TakePrelude)
   int T_ = 0, B_ = 0, H_ = 0, D_ = 1, L_ = 1, device_ = 0, sm_count_ = 132;
   long long rows_ = 0, G_ = 0;
@@ -442,19 +433,21 @@ LaunchKey CallLaunchKey(const CallIO& io, int device, void* stream, const void* 
 }
 
 template <typename T>
-void RunLstmCuda(const Attributes& attrs, const CallIO& io, void* stream, void* scratch, CallPlan& plan,
-                 KeptSplit kept, LaunchGraphs* graphs) {
+void RunLstmCuda(const Attributes& attrs, const CallIO& io, void* stream, void* lent_cublas, void* scratch,
+                 CallPlan& plan, KeptSplit kept, LaunchGraphs* graphs) {
   if (io.dims.B == 0) return;
-  if (plan.low_rank()) return RunLowRankCuda<T>(attrs, io, stream, scratch, plan);
-  StackRun<T>(attrs, io, static_cast<cudaStream_t>(stream), scratch, plan, kept, graphs).Run();
+  if (plan.low_rank()) return RunLowRankCuda<T>(attrs, io, stream, lent_cublas, scratch, plan);
+  StackRun<T>(attrs, io, static_cast<cudaStream_t>(stream), static_cast<cublasHandle_t>(lent_cublas), scratch, plan,
+              kept, graphs)
+      .Run();
 }
 
 // The element types FusedLSTM registers for CUDA (cuda_ops.cc).
 #define LSTM_ORT_INSTANTIATE(T)                                                                         \
   template CallDevice CallDeviceOf<T>(int device, std::string name);                                    \
   template std::string DescribeStrategy<T>(const Dims& d, Strategy strategy, Precision precision);      \
-  template void RunLstmCuda<T>(const Attributes& attrs, const CallIO& io, void* stream, void* scratch,   \
-                               CallPlan& plan, KeptSplit kept, LaunchGraphs* graphs);
+  template void RunLstmCuda<T>(const Attributes& attrs, const CallIO& io, void* stream, void* lent_cublas, \
+                               void* scratch, CallPlan& plan, KeptSplit kept, LaunchGraphs* graphs);
 LSTM_ORT_INSTANTIATE(float)
 LSTM_ORT_INSTANTIATE(__half)
 #undef LSTM_ORT_INSTANTIATE

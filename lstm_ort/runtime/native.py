@@ -175,6 +175,15 @@ def cuda_graph_counts() -> tuple[int, int]:
     return captures.value, replays.value
 
 
+def own_cublas_handles() -> int:
+    """The cuBLAS handles FusedLSTM made of its own in this process: none while onnxruntime lends
+    each call its stream's handle (each handle holds a workspace pool: 64 MiB on an H200)."""
+    fn = _cuda().LstmOrtOwnCublasHandles
+    fn.argtypes = []
+    fn.restype = ctypes.c_uint64
+    return fn()
+
+
 def describe(shape: NodeShape, T: int, B: int, strategy: str = "auto", precision: str = "fp32") -> str:
     """What the CUDA kernel does for one call of these sizes under ``strategy`` and ``precision``, in words."""
     fn = _cuda().LstmOrtDescribeStrategy

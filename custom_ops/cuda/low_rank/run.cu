@@ -65,7 +65,8 @@ DeviceLimits MeasureRecurrenceLimits(int device) {
 template <typename T>
 class LowRankRun {
  public:
-  LowRankRun(const Attributes& attrs, const CallIO& io, cudaStream_t stream, void* scratch, CallPlan& plan)
+  LowRankRun(const Attributes& attrs, const CallIO& io, cudaStream_t stream, cublasHandle_t lent_cublas, void* scratch,
+             CallPlan& plan)
       : attrs_(attrs),
         plan_(plan),
         io_(io),
@@ -73,7 +74,8 @@ class LowRankRun {
         layout_(io.dims, attrs.ranks),
         stream_(stream),
         s_(CarveLowRankScratch(io.dims, attrs.ranks, kElementTypeOf<T>, scratch, nullptr)),
-        cublas_(CublasHandleFor(stream)) {
+        lease_(lent_cublas, stream),
+        cublas_(lease_.handle()) {
     rows_ = d_.T * d_.B;
     G_ = kGates * d_.H;
   }
@@ -239,7 +241,8 @@ class LowRankRun {
   WeightLayout layout_;
   cudaStream_t stream_;
   LowRankScratch s_;
-  cublasHandle_t cublas_;
+  CublasLease lease_;
+  cublasHandle_t cublas_;  // lease_'s, pointed at stream_ throughout
   const float *x_ = nullptr, *w_ = nullptr, *f_ = nullptr;
   long long rows_ = 0, G_ = 0;
 };
@@ -252,16 +255,18 @@ const DeviceLimits& LowRankRecurrenceLimits(int device) {
 }
 
 template <typename T>
-void RunLowRankCuda(const Attributes& attrs, const CallIO& io, void* stream, void* scratch, CallPlan& plan) {
+void RunLowRankCuda(const Attributes& attrs, const CallIO& io, void* stream, void* lent_cublas, void* scratch,
+                    CallPlan& plan) {
   if (io.dims.B == 0) return;
-  LowRankRun<T>(attrs, io, static_cast<cudaStream_t>(stream), scratch, plan).Run();
+  LowRankRun<T>(attrs, io, static_cast<cudaStream_t>(stream), static_cast<cublasHandle_t>(lent_cublas), scratch, plan)
+      .Run();
 }
 
 template const DeviceLimits& LowRankRecurrenceLimits<float>(int device);
 template const DeviceLimits& LowRankRecurrenceLimits<__half>(int device);
-template void RunLowRankCuda<float>(const Attributes& attrs, const CallIO& io, void* stream, void* scratch,
-                                    CallPlan& plan);
-template void RunLowRankCuda<__half>(const Attributes& attrs, const CallIO& io, void* stream, void* scratch,
-                                     CallPlan& plan);
+template void RunLowRankCuda<float>(const Attributes& attrs, const CallIO& io, void* stream, void* lent_cublas,
+                                    void* scratch, CallPlan& plan);
+template void RunLowRankCuda<__half>(const Attributes& attrs, const CallIO& io, void* stream, void* lent_cublas,
+                                     void* scratch, CallPlan& plan);
 
 }  // namespace lstm_ort

@@ -15,9 +15,11 @@ struct CallIO;
 template <typename T>
 const DeviceLimits& LowRankRecurrenceLimits(int device);
 
-// Enqueues the whole stack on `stream` (a cudaStream_t); `scratch` holds plan.scratch_bytes of
-// device memory. A launch the device refuses is recorded in plan.fallbacks.
+// Enqueues the whole stack on `stream` (a cudaStream_t), its GEMMs through `lent_cublas` (as
+// RunLstmCuda's); `scratch` holds plan.scratch_bytes of device memory. A launch the device
+// refuses is recorded in plan.fallbacks.
 template <typename T>
-void RunLowRankCuda(const Attributes& attrs, const CallIO& io, void* stream, void* scratch, CallPlan& plan);
+void RunLowRankCuda(const Attributes& attrs, const CallIO& io, void* stream, void* lent_cublas, void* scratch,
+                    CallPlan& plan);
 
 }  // namespace lstm_ort

@@ -28,6 +28,7 @@ def providers(tf32: bool):
 # handle: made once per thread, not per call or session.
 LONG_CALLS = [
     (70, 300, 64, 256, 1, "bidirectional", "auto", "fp32", None),
+    (70, 64, 512, 512, 4, "forward", "auto", "auto", None),  # the seed's stack: tensor-core step graphs
     (70, 64, 512, 256, 2, "forward", "auto", "fp32", None),
     (70, 32, 96, 128, 3, "forward", "wavefront", "fp32", None),
     (70, 16, 40, 200, 1, "reverse", "tiled", "fp32", None),

@@ -145,10 +145,13 @@ struct CudaKernel {
       // The whole call as one graph; the step loops inside launch into its capture.
       // Each attempt plans from its own copy: a capture the driver refuses and the direct launch
       // after it would otherwise record the same launch-time fallback twice.
-      call_graphs_.Run(CallLaunchKey(io, device, stream, scratch.data, kept), stream, [&](cudaStream_t on) {
-        CallPlan attempt = plan;
-        RunLstmCuda<T>(attrs_, io, on, cublas, scratch.data, attempt, kept, nullptr);
-      });
+      call_graphs_.Run(
+          CallLaunchKey(io, device, stream, scratch.data, kept), stream,
+          [&](cudaStream_t on) {
+            CallPlan attempt = plan;
+            RunLstmCuda<T>(attrs_, io, on, cublas, scratch.data, attempt, kept, nullptr);
+          },
+          LaunchGraphs::Cublas::kCalls);
       return;
     }
     RunLstmCuda<T>(attrs_, io, stream, cublas, scratch.data, plan, kept, &step_graphs_);

@@ -20,15 +20,13 @@ namespace {
 std::atomic<uint64_t> g_captures{0}, g_replays{0};
 
 // The stream this thread captures on, for the current device: made on first use and kept, as the
-// cuBLAS handles are; no other work ever runs on it. Captured cuBLAS calls go through the thread's
-// own handle (CublasLease): it is made here too, outside any capture, where cuBLAS may allocate.
+// cuBLAS handles are; no other work ever runs on it.
 cudaStream_t CaptureStream() {
   int device = 0;
   Check(cudaGetDevice(&device), "current device");
   return ProcessCached(std::make_pair(device, std::this_thread::get_id()), [] {
     cudaStream_t s = nullptr;
     Check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "create the capture stream");
-    CublasHandleFor(s);
     return s;
   });
 }
@@ -37,7 +35,7 @@ cudaStream_t CaptureStream() {
 
 LaunchGraphCounts ProcessLaunchGraphCounts() { return {g_captures.load(), g_replays.load()}; }
 
-void LaunchGraphs::Run(const LaunchKey& key, cudaStream_t stream, const Enqueue& enqueue) {
+void LaunchGraphs::Run(const LaunchKey& key, cudaStream_t stream, const Enqueue& enqueue, Cublas cublas) {
   cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
   if (cudaStreamIsCapturing(stream, &capturing) != cudaSuccess || capturing != cudaStreamCaptureStatusNone) {
     ClearPending();
@@ -60,7 +58,7 @@ void LaunchGraphs::Run(const LaunchKey& key, cudaStream_t stream, const Enqueue&
     }
   }
   if (direct) return enqueue(stream);
-  if (CaptureAndLaunch(key, stream, enqueue)) return;
+  if (CaptureAndLaunch(key, stream, enqueue, cublas)) return;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     seen_.erase(key);
@@ -69,8 +67,10 @@ void LaunchGraphs::Run(const LaunchKey& key, cudaStream_t stream, const Enqueue&
   enqueue(stream);  // the direct launches raise a real error where there is one
 }
 
-bool LaunchGraphs::CaptureAndLaunch(const LaunchKey& key, cudaStream_t stream, const Enqueue& enqueue) {
+bool LaunchGraphs::CaptureAndLaunch(const LaunchKey& key, cudaStream_t stream, const Enqueue& enqueue,
+                                    Cublas cublas) {
   const cudaStream_t capture = CaptureStream();
+  if (cublas == Cublas::kCalls) CublasHandleFor(capture);  // this thread's, made outside the capture
   if (cudaStreamBeginCapture(capture, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
     ClearPending();
     return false;

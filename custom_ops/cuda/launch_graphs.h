@@ -71,14 +71,19 @@ class LaunchGraphs {
   // What enqueues the launches on the stream it is given.
   using Enqueue = std::function<void(cudaStream_t)>;
 
+  // Whether the launches include cuBLAS calls: a capture then takes them through the thread's own
+  // handle (gemm/cublas_handles.h), made before the capture begins (cuBLAS allocates as it makes a
+  // handle, which a capture refuses), and only then: a handle holds 64 MiB.
+  enum class Cublas : bool { kNone, kCalls };
+
   // Enqueues the launches on `stream`: replays the graph of `key`, or captures `enqueue` into one
   // on the key's second sighting, or calls `enqueue(stream)` directly (first sighting, a stream
   // already being captured, a key whose capture the driver refused, or keys that cycle).
-  void Run(const LaunchKey& key, cudaStream_t stream, const Enqueue& enqueue);
+  void Run(const LaunchKey& key, cudaStream_t stream, const Enqueue& enqueue, Cublas cublas);
 
  private:
   // The graph of `key` made from `enqueue` and launched; false (nothing enqueued) if refused.
-  bool CaptureAndLaunch(const LaunchKey& key, cudaStream_t stream, const Enqueue& enqueue);
+  bool CaptureAndLaunch(const LaunchKey& key, cudaStream_t stream, const Enqueue& enqueue, Cublas cublas);
 
   std::mutex mutex_;
   std::map<LaunchKey, cudaGraphExec_t> graphs_;

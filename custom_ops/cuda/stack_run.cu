@@ -214,7 +214,8 @@ class StackRun {
     bool through_graph = false;
     if constexpr (kElementTypeOf<T> == ElementType::kFloat32) {
       through_graph = kernel == StepKernel::kGemm && graphs_ && io_.max_len >= kMinStepsForStepGraph;
-      if (through_graph) graphs_->Run(GemmStepLoopKey(a, gemm, plan), stream_, enqueue_steps);
+      if (through_graph)
+        graphs_->Run(GemmStepLoopKey(a, gemm, plan), stream_, enqueue_steps, LaunchGraphs::Cublas::kCalls);
     }
     if (!through_graph) enqueue_steps(stream_);
     WriteFinalStates<T>(io_, attrs_.layout, l, s_.h[io_.max_len % 2], s_.c, s_.lens, stream_);
@@ -366,7 +367,7 @@ class StackRun {
         std::memcpy(&word, bytes + i, std::min(sizeof word, sizeof a - i));
         key.Add(word);
       }
-      graphs_->Run(key, stream_, enqueue);
+      graphs_->Run(key, stream_, enqueue, LaunchGraphs::Cublas::kNone);
     } else {
       enqueue(stream_);
     }

@@ -27,8 +27,9 @@ std::string DescribeStrategy(const Dims& d, Strategy strategy, Precision precisi
 // Enqueues the whole stack on `stream` (a cudaStream_t) as `plan` (PlanCall's for this call) says;
 // its cuBLAS calls go through `lent_cublas` (onnxruntime's handle of the stream; null: the
 // thread's own, gemm/cublas_handles.h); `scratch` holds plan.scratch_bytes of device memory;
-// `kept`: the halves plan.kept asked for, as they came; `graphs`: the node's cached step graphs (launch_graphs.h), or null to launch every
-// step. Launch-time fallbacks are recorded in plan.fallbacks (an error in strict mode).
+// `kept`: the halves plan.kept asked for, as they came; `graphs`: the node's cached step graphs
+// (launch_graphs.h), or null to launch every step. Launch-time fallbacks are recorded in
+// plan.fallbacks (an error in strict mode).
 template <typename T>
 void RunLstmCuda(const Attributes& attrs, const CallIO& io, void* stream, void* lent_cublas, void* scratch,
                  CallPlan& plan, KeptSplit kept = {}, LaunchGraphs* graphs = nullptr);

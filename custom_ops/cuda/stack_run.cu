@@ -53,6 +53,10 @@ std::string LayersText(int first, int count) {
                     : "layers " + std::to_string(first) + "-" + std::to_string(first + count - 1);
 }
 
+// The calling host thread, as graph keys name it: its captures' cuBLAS calls run through its own
+// handle and workspace (CublasLease).
+uint64_t HostThreadKey() { return std::hash<std::thread::id>{}(std::this_thread::get_id()); }
+
 // One call's stack, layer by layer or range by range, on one stream.
 template <typename T>
 class StackRun {
@@ -209,7 +213,6 @@ class StackRun {
         Check(cudaGetLastError(), "recurrent step");
         cur ^= 1;
       }
-      cublas_.On(stream_);
     };
     bool through_graph = false;
     if constexpr (kElementTypeOf<T> == ElementType::kFloat32) {
@@ -221,12 +224,10 @@ class StackRun {
     WriteFinalStates<T>(io_, attrs_.layout, l, s_.h[io_.max_len % 2], s_.c, s_.lens, stream_);
   }
 
-  // What the cuBLAS step loop of a layer captures by value (launch_graphs.h). The host thread:
-  // captures run through its own cuBLAS handle and workspace (CublasLease).
+  // What the cuBLAS step loop of a layer captures by value (launch_graphs.h).
   LaunchKey GemmStepLoopKey(const StepArgs<float>& a, const GemmStepScratch& gemm, const GemmStepPlan& plan) const {
     LaunchKey key;
-    key.Add(device_).Add(sm_count_).Add(static_cast<uint64_t>(std::hash<std::thread::id>{}(std::this_thread::get_id())));
-    key.Add(io_.max_len).Add(D_).Add(a.B).Add(a.H);
+    key.Add(device_).Add(sm_count_).Add(HostThreadKey()).Add(io_.max_len).Add(D_).Add(a.B).Add(a.H);
     key.Add(io_.in[kInitialH] != nullptr).Add(a.lens).Add(a.gx_st).Add(a.gx_sb).Add(a.y).Add(a.y_st).Add(a.y_sd);
     key.Add(a.y_sb).Add(s_.h[0]).Add(s_.h[1]);
     for (int dir = 0; dir < D_; ++dir) {
@@ -425,7 +426,7 @@ std::string DescribeStrategy(const Dims& d, Strategy strategy, Precision precisi
 
 LaunchKey CallLaunchKey(const CallIO& io, int device, void* stream, const void* scratch, const KeptSplit& kept) {
   LaunchKey key;
-  key.Add(device).Add(stream).Add(static_cast<uint64_t>(std::hash<std::thread::id>{}(std::this_thread::get_id())));
+  key.Add(device).Add(stream).Add(HostThreadKey());
   const Dims& d = io.dims;
   key.Add(d.T).Add(d.B).Add(d.I).Add(d.H).Add(d.L).Add(d.D).Add(io.max_len).Add(io.seq_lens);
   for (const void* in : io.in) key.Add(in);

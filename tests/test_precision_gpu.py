@@ -175,6 +175,30 @@ def test_tf32_reads_kept_weights_as_stored_ones(direction, rng):
     assert max_abs(kept, run_stock(spec, layers, feeds, **kw)) <= bound("tf32")
 
 
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+@pytest.mark.parametrize("direction", ["forward", "bidirectional"])
+def test_reduced_modes_read_kept_bf16_copy_as_a_per_call_one(direction, precision, rng):
+    """fp16 and bf16 with a constant W multiply a bfloat16 copy of W kept across calls
+    (gemm/kept_split.h) from 2^35 multiply-adds a direction (ProjectsWithBf16Copies: rows x layer
+    input x 4H; here 8192 rows x 1024 x 4096 forward, 16384 x 1024 x 2048 both ways, in both layers);
+    W fed at run time is copied per call. The same rounding of the same W: a misplaced layer, row or
+    direction of the kept copy would be off by O(1). Two calls: the first makes the copy, the second
+    reads it."""
+    H, T = (1024, 8) if direction == "forward" else (512, 16)
+    spec = LstmSpec(input_size=1024, hidden_size=H, num_layers=2, direction=direction)
+    layers = random_layers(spec, rng)
+    feeds = make_feeds(spec, T, 1024, rng, initial_states=True)
+    kept_session = InferenceSession(fused_model(spec, layers, initial_states=True), providers=CUDA,
+                                    precision=precision)
+    model, weights = weights_as_graph_input(fused_model(spec, layers, initial_states=True))
+    stored = InferenceSession(model, providers=CUDA, precision=precision).run(None, {**feeds, **weights})
+    expect = run_stock(spec, layers, feeds, initial_states=True)
+    for _ in range(2):
+        kept = kept_session.run(None, feeds)
+        assert max_abs(kept, stored) <= 1e-5
+        assert max_abs(kept, expect) <= bound(precision)
+
+
 def test_kept_halves_made_as_calls_ask(rng):
     """auto runs tf32 at B >= 256 (the kept hi half only) and fp32 below (3xTF32 from 1024 rows:
     hi and lo): lo is made by the first call that needs it, after hi, and on a fresh session by

@@ -250,8 +250,10 @@ void FallbackLog::Add(const std::string& what) {
 
 void CallPlan::KeptHalvesUnavailable() {
   if (kept == KeptHalves::kNone) return;
-  fallbacks.Add(std::string("the kept TF32 halves of W could not be allocated: ") +
-                (kept == KeptHalves::kBoth ? "the call splits W itself" : "the projection reads W as stored"));
+  fallbacks.Add(kept == KeptHalves::kBf16
+                    ? std::string("the kept bfloat16 copy of W could not be allocated: the call copies W itself")
+                    : std::string("the kept TF32 halves of W could not be allocated: ") +
+                          (kept == KeptHalves::kBoth ? "the call splits W itself" : "the projection reads W as stored"));
   kept = KeptHalves::kNone;
   const ScratchNeeds planned = scratch;
   scratch = ScratchNeedsFor(in.dims, in.type, projection, false);
@@ -278,7 +280,7 @@ CallPlan PlanCall(const CallInputs& in, const Attributes& attrs, const CallDevic
     return p;
   }
   if (in.type == ElementType::kFloat32 && in.w_constant) p.kept = CallReadsKeptHalves(in.type, p.projection, d);
-  p.scratch = ScratchNeedsFor(d, in.type, p.projection, p.kept == KeptHalves::kBoth);
+  p.scratch = ScratchNeedsFor(d, in.type, p.projection, p.kept == KeptHalves::kBoth || p.kept == KeptHalves::kBf16);
   p.scratch.y_relays = in.y_relays;
   p.scratch_bytes = ScratchBytes(d, in.type, p.scratch);
   if (in.max_len == 0) {  // no steps: every layer is its projection, zeros and its states

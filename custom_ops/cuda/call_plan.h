@@ -73,7 +73,7 @@ struct CallInputs {
   Dims dims;
   int max_len = 0;          // the longest sequence (steps that run)
   ElementType type = ElementType::kFloat32;
-  bool w_constant = false;  // W is a constant initializer (its TF32 halves can be kept)
+  bool w_constant = false;  // W is a constant initializer (its TF32 halves or bfloat16 copy can be kept)
   // Y is bound, one direction, time-major: laid out as the buffer between layers, so it carries
   // their outputs (the scratch then holds none: 100 MiB at L4 T100 H1024 B256 in fp32).
   bool y_relays = false;
@@ -110,14 +110,15 @@ struct CallPlan {
   // small batches stream them.
   StepWeights step_weights = StepWeights::kFp32;
   bool step_streams = false;
-  KeptHalves kept = KeptHalves::kNone;  // the constant W's TF32 halves the projections read
+  KeptHalves kept = KeptHalves::kNone;  // the constant W's kept form the projections read
   ScratchNeeds scratch;                  // what the scratch holds (scratch_layout.h)
   size_t scratch_bytes = 0;
   std::vector<RangePlan> ranges;
   FallbackLog fallbacks;
 
   bool low_rank() const { return !ranges.empty() && ranges[0].backend == Backend::kLowRank; }
-  // The kept halves asked for did not come (no memory): the call splits W itself, in more scratch.
+  // The kept form asked for did not come (no memory): the call splits or copies W itself, in more
+  // scratch.
   void KeptHalvesUnavailable();
 };
 

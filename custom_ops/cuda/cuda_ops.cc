@@ -187,8 +187,10 @@ struct CudaKernel {
     if (plan.kept == KeptHalves::kNone) return {};
     KeptSplit kept;
     if constexpr (std::is_same_v<T, float>)
-      kept = kept_split_->For(static_cast<const float*>(io.in[kW]), io.dims, stream, plan.kept == KeptHalves::kBoth);
-    if (!kept.hi || (plan.kept == KeptHalves::kBoth && !kept.Kept())) plan.KeptHalvesUnavailable();
+      kept = kept_split_->For(static_cast<const float*>(io.in[kW]), io.dims, stream, plan.kept);
+    const bool came = plan.kept == KeptHalves::kBf16 ? kept.bf16 != nullptr
+                                                     : kept.hi && (plan.kept != KeptHalves::kBoth || kept.Kept());
+    if (!came) plan.KeptHalvesUnavailable();
     return kept;
   }
 

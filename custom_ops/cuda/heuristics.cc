@@ -61,6 +61,7 @@ KeptHalves CallReadsKeptHalves(ElementType type, ProjectionMath math, const Dims
   if (CallProjectsWithSplitTf32(type, math, d, true)) return KeptHalves::kBoth;
   if (ProjectsFromKeptTf32(type, math, d.T * d.B, WidestLayerInput(d)))
     return KeptHalves::kHi;
+  if (CallProjectsWithBf16Copies(type, math, d)) return KeptHalves::kBf16;
   return KeptHalves::kNone;
 }
 

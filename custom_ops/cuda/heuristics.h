@@ -162,10 +162,11 @@ bool ProjectsWithBf16Copies(ElementType type, ProjectionMath math, int64_t rows,
 // Whether any layer of a call does: asked with the widest layer input; sizes the scratch.
 bool CallProjectsWithBf16Copies(ElementType type, ProjectionMath math, const Dims& d);
 
-// Which kept halves a call reads: both where a layer splits for 3xTF32 with them, hi where a
-// layer's TF32 projection reads it, else none. Asked with the widest layer input (both rules
-// are monotone in it).
-enum class KeptHalves { kNone, kHi, kBoth };
+// Which kept form of a constant W a call reads (gemm/kept_split.h): both TF32 halves where a layer
+// splits for 3xTF32 with them, hi where a layer's TF32 projection reads it, the bfloat16 copy where
+// an fp16/bf16 projection multiplies bfloat16 copies (ProjectsWithBf16Copies), else none. Asked
+// with the widest layer input (every rule is monotone in it).
+enum class KeptHalves { kNone, kHi, kBoth, kBf16 };
 KeptHalves CallReadsKeptHalves(ElementType type, ProjectionMath math, const Dims& d);
 
 // The tensor-core product the persistent ranges use for what the call `runs`, or none for the FP32 FMA

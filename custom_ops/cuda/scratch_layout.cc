@@ -28,6 +28,7 @@ ScratchNeeds ScratchNeedsFor(const Dims& d, ElementType type, ProjectionMath mat
   n.split_x = CallProjectsWithSplitTf32(type, math, d, weights_kept);
   n.split_w = n.split_x && !weights_kept;  // kept halves need no room here
   n.bf16_copies = CallProjectsWithBf16Copies(type, math, d);
+  n.bf16_w = n.bf16_copies && !weights_kept;  // a kept copy needs no room here
   return n;
 }
 
@@ -80,7 +81,7 @@ Scratch CarveScratch(const Dims& d, ElementType type, const ScratchNeeds& needs,
   if (needs.bf16_copies) {
     const int64_t widest = WidestLayerInput(d);
     s.x_bf16 = take(sizeof(uint16_t) * std::min<int64_t>(d.T * d.B, kSplitChunkRows) * widest);
-    s.w_bf16 = take(sizeof(uint16_t) * d.D * widest * kGates * d.H);
+    if (needs.bf16_w) s.w_bf16 = take(sizeof(uint16_t) * d.D * widest * kGates * d.H);
   }
   if (needs.step_exps) {
     s.step_exps = reinterpret_cast<int*>(take(sizeof(int) * 2 * kMmaStepExps));

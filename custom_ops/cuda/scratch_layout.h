@@ -56,14 +56,16 @@ struct ScratchNeeds {
   bool half_weights = false;  // the 16-bit copies of R and h (reduced modes)
   bool split_x = false;       // 3xTF32 projections: x split, a chunk of rows
   bool split_w = false;       //   and W's input rows split (where its halves are not kept)
-  bool bf16_copies = false;   // fp16/bf16 projections: x (a chunk of rows) and W in bfloat16
+  bool bf16_copies = false;   // fp16/bf16 projections: x (a chunk of rows) in bfloat16
+  bool bf16_w = false;        //   and W's input rows copied (where its copy is not kept)
   bool step_exps = false;          // ranges on the tensor-core step: its exponents
   int64_t step_weight_bytes = 0;   // ... and the largest range's 16-bit weight copies
   bool y_relays = false;      // Y passes the outputs between layers (CallInputs::y_relays): no layer buffer
 };
 
 // The rule: what a call of these sizes needs when its projection runs in `math` (the plan's, from
-// the call's precision decision); `weights_kept`: W's 3xTF32 halves are kept across calls.
+// the call's precision decision); `weights_kept`: W is kept across calls in the form the call
+// reads (its 3xTF32 halves, its bfloat16 copy).
 // PlanCall asks it.
 ScratchNeeds ScratchNeedsFor(const Dims& d, ElementType type, ProjectionMath math, bool weights_kept);
 

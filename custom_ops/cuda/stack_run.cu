@@ -140,6 +140,7 @@ class StackRun {
     p.w_bf16 = s_.w_bf16;
     const int64_t kept_at = KeptSplitOffset(d_, l, 0);
     if (kept_.hi) p.kept = {kept_.hi + kept_at, kept_.lo ? kept_.lo + kept_at : nullptr};
+    if (kept_.bf16) p.kept.bf16 = kept_.bf16 + kept_at;
     p.math = plan_.projection;
     ProjectInput(p, cublas_.handle(), stream_);
   }

@@ -78,7 +78,7 @@ inline const char* StepWeightsText(StepWeights w) {
   return names[static_cast<int>(w)];
 }
 inline const char* KeptText(KeptHalves k) {
-  const char* names[] = {"none", "hi", "both"};
+  const char* names[] = {"none", "hi", "both", "bf16"};
   return names[static_cast<int>(k)];
 }
 inline const char* OperandText(MmaOperand op) {

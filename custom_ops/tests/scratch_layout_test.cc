@@ -95,14 +95,13 @@ void CheckLayout(const Dims& d, ElementType type, Precision precision, bool kept
     regions.push_back({"w_hi", s.w_hi, w});
     regions.push_back({"w_lo", s.w_lo, w});
   }
-  // fp16/bf16 projections of fp32 models: bfloat16 copies of a chunk of x's rows and of W's input rows.
+  // fp16/bf16 projections of fp32 models: bfloat16 copies of a chunk of x's rows and of W's input
+  // rows, where W's copy is not kept.
   const bool bf16 = ProjectsWithBf16Copies(type, MathOf(precision, d), d.T * d.B, WidestInput(d), 4 * d.H);
   CHECK_EQ(s.x_bf16 != nullptr, bf16);
-  CHECK_EQ(s.w_bf16 != nullptr, bf16);
-  if (bf16) {
-    regions.push_back({"x_bf16", s.x_bf16, 2 * std::min<int64_t>(d.T * d.B, kSplitChunkRows) * WidestInput(d)});
-    regions.push_back({"w_bf16", s.w_bf16, 2 * d.D * WidestInput(d) * 4 * d.H});
-  }
+  CHECK_EQ(s.w_bf16 != nullptr, bf16 && !kept);  // a kept copy lives outside the scratch
+  if (bf16) regions.push_back({"x_bf16", s.x_bf16, 2 * std::min<int64_t>(d.T * d.B, kSplitChunkRows) * WidestInput(d)});
+  if (bf16 && !kept) regions.push_back({"w_bf16", s.w_bf16, 2 * d.D * WidestInput(d) * 4 * d.H});
   // In order, aligned, each ending before the next starts, the last within the total.
   for (size_t i = 0; i < regions.size(); ++i) {
     const size_t off = static_cast<size_t>(static_cast<const char*>(regions[i].start) - base);
@@ -164,6 +163,11 @@ TEST(Bf16CopiesOnlyForReducedProjectionsOfFp32ModelsFromTheirThreshold) {
   CHECK(CallProjectsWithBf16Copies(f32, ProjectionMath::kFp16, d));
   CHECK(ScratchNeedsFor(d, f32, ProjectionMath::kFp16, false).bf16_copies);
   CHECK(!ScratchNeedsFor(d, f32, ProjectionMath::kTf32, false).bf16_copies);
+  // W's copy kept across calls (a constant W): room for x's rows only.
+  CHECK(ScratchNeedsFor(d, f32, ProjectionMath::kFp16, false).bf16_w);
+  CHECK(ScratchNeedsFor(d, f32, ProjectionMath::kFp16, true).bf16_copies);
+  CHECK(!ScratchNeedsFor(d, f32, ProjectionMath::kFp16, true).bf16_w);
+  CHECK(Bytes(d, f32, Precision::kFp16, true) < Bytes(d, f32, Precision::kFp16, false));
 }
 
 TEST(KeptWeightsSplitFromFewerRowsAndLeaveTheScratch) {

@@ -58,13 +58,13 @@ __global__ void ToBf16(const float* __restrict__ in, __nv_bfloat16* __restrict__
     out[i] = __float2bfloat16_rn(in[i]);
 }
 
+}  // namespace
+
 void ToBf16Async(const float* in, void* out, long long n, cudaStream_t stream) {
   ClearPending();
   ToBf16<<<GridStrideBlocks(n), kGridStrideThreads, 0, stream>>>(in, static_cast<__nv_bfloat16*>(out), n);
   Check(cudaGetLastError(), "bfloat16 copy for the input projection");
 }
-
-}  // namespace
 
 void SplitTf32Async(const float* x, float* hi, float* lo, long long n, cudaStream_t stream) {
   ClearPending();
@@ -94,9 +94,9 @@ void ProjectInput(const ProjectionArgs<T>& a, cublasHandle_t cublas, cudaStream_
              ProjectsFromKeptTf32(kElementTypeOf<T>, a.math, a.rows, a.I)) {
     Gemm(a, cublas, {a.kept.hi, w_rows, true}, a.x, 0, a.rows, CUDA_R_32F, CUBLAS_COMPUTE_32F_FAST_TF32, 0.f);
   } else if (a.x_bf16 && ProjectsWithBf16Copies(kElementTypeOf<T>, a.math, a.rows, a.I, a.G)) {
-    for (int d = 0; d < a.D; ++d)
+    const WeightOperand copied{a.kept.bf16 ? static_cast<const void*>(a.kept.bf16) : a.w_bf16, w_rows, false};
+    for (int d = 0; d < a.D && !a.kept.bf16; ++d)
       ToBf16Async(a.w + d * a.w_stride, static_cast<__nv_bfloat16*>(a.w_bf16) + d * w_rows, w_rows, stream);
-    const WeightOperand copied{a.w_bf16, w_rows, false};
     for (long long r0 = 0; r0 < a.rows; r0 += kSplitChunkRows) {
       const long long n = std::min<long long>(kSplitChunkRows, a.rows - r0);
       ToBf16Async(a.x + r0 * a.I, a.x_bf16, n * a.I, stream);

@@ -22,9 +22,9 @@ struct ProjectionArgs {
   // split into w_hi, w_lo as [D][I][G] where the call splits them itself.
   float *x_hi, *x_lo, *w_hi, *w_lo;
   // For fp16/bf16 projections (ProjectsWithBf16Copies): room for a chunk of x rows and W's input
-  // rows [D][I][G] in bfloat16.
+  // rows [D][I][G] in bfloat16 (w_bf16 only where the copy is not kept).
   void *x_bf16, *w_bf16;
-  KeptSplit kept;  // this layer's kept halves, [D][G][I] (gemm/kept_split.h), or none
+  KeptSplit kept;  // this layer's kept halves [D][G][I] or bfloat16 copy [D][I][G] (gemm/kept_split.h), or none
   ProjectionMath math = ProjectionMath::kFp32;  // fp32 models only: the precision mode's GEMM
 };
 
@@ -32,6 +32,8 @@ struct ProjectionArgs {
 void SplitTf32Async(const float* x, float* hi, float* lo, long long n, cudaStream_t stream);
 // The same for a [rows][cols] block, written transposed ([cols][rows]); hi or lo may be null.
 void SplitTf32TransposedAsync(const float* w, float* hi, float* lo, int64_t rows, int64_t cols, cudaStream_t stream);
+// out = x rounded to bfloat16 (to nearest even), n elements, enqueued on `stream`.
+void ToBf16Async(const float* x, void* out, long long n, cudaStream_t stream);
 
 // gx[d] = x @ Wx[d]. float16 runs on tensor cores with fp32 accumulation as it is; float32 as
 // plain SGEMM or, where heuristics.h says so, as three TF32 GEMMs on split halves; TF32 calls

@@ -5,6 +5,10 @@
 // [l][dir][4H][LayerInput(l)], half of W above the first layer. hi alone serves TF32 calls (W
 // rounded once, read in the order the tensor cores take); 3xTF32 calls read hi and lo, and lo is
 // made only once a call asks for it.
+// fp16/bf16 projections on an fp32 model multiply bfloat16 copies of W (ProjectsWithBf16Copies):
+// copied per call, each call read W (4 bytes a weight) and wrote the copy (2), 1.4 GB for an L4
+// H2048 bidirectional stack. The copy is kept as W is stored, [l][dir][LayerInput(l)][4H], at the
+// same offsets as the halves.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -14,6 +18,7 @@
 #include <functional>
 #include <mutex>
 
+#include "cuda/heuristics.h"
 #include "lstm_ort/contract.h"
 
 namespace lstm_ort {
@@ -25,10 +30,11 @@ inline int64_t KeptSplitOffset(const Dims& d, int64_t l, int64_t dir) {
   return off + dir * d.LayerInput(l) * kGates * d.H;
 }
 
-// Device pointers to the kept halves, K-major, or null where the call does not read them.
+// Device pointers to the kept forms, or null where the call does not read them.
 struct KeptSplit {
-  const float* hi = nullptr;
+  const float* hi = nullptr;  // K-major
   const float* lo = nullptr;  // null where the call reads hi only (TF32)
+  const uint16_t* bf16 = nullptr;  // bfloat16 bits, as W is stored
   // Both halves: the call's 3xTF32 split needs no room for W's.
   bool Kept() const { return hi != nullptr && lo != nullptr; }
 };
@@ -43,27 +49,29 @@ class KeptSplitWeights {
   KeptSplitWeights(const KeptSplitWeights&) = delete;
   KeptSplitWeights& operator=(const KeptSplitWeights&) = delete;
 
-  // hi (and lo, with `with_lo`) of w (a d-shaped W), ready for the work `stream` runs from now
-  // on: each half is made on the first call that asks for it (on that call's stream) and waited
-  // for by every stream after. Empty for any other w than the first one (a constant's address
-  // does not change; the caller then reads W itself) and where the memory could not be had.
-  KeptSplit For(const float* w, const Dims& d, cudaStream_t stream, bool with_lo);
+  // The form `which` names of w (a d-shaped W): hi, hi and lo, or the bfloat16 copy, ready for
+  // the work `stream` runs from now on: each is made on the first call that asks for it (on that
+  // call's stream) and waited for by every stream after. Empty for any other w than the first one
+  // (a constant's address does not change; the caller then reads W itself) and where the memory
+  // could not be had.
+  KeptSplit For(const float* w, const Dims& d, cudaStream_t stream, KeptHalves which);
 
  private:
+  enum class Form { kHi, kLo, kBf16 };
   struct Half {
     bool tried = false;
-    float* data = nullptr;
+    void* data = nullptr;
     cudaEvent_t ready = nullptr;
   };
-  // Makes `half` from W on its first call; false where it has no memory.
-  bool Ensure(Half& half, bool is_hi, const float* w, const Dims& d, cudaStream_t stream);
+  // Makes `half` (of form `form`) from W on its first call; false where it has no memory.
+  bool Ensure(Half& half, Form form, const float* w, const Dims& d, cudaStream_t stream);
 
   std::function<void*(size_t)> allocate_;
   std::function<void(void*)> release_;
   std::mutex mutex_;
   const float* source_ = nullptr;
   int64_t count_ = 0;
-  Half hi_, lo_;
+  Half hi_, lo_, bf16_;
 };
 
 }  // namespace lstm_ort

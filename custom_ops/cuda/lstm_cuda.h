@@ -36,8 +36,8 @@ void RunLstmCuda(const Attributes& attrs, const CallIO& io, void* stream, void* 
 
 // What a whole call's launches capture beyond the node's attributes and what its plan makes of
 // these: the key its CUDA graph is kept under (launch_graphs.h). The stream and the host thread
-// are part of it: the captured cuBLAS calls use the stream's lent handle and its workspace, or,
-// where none is lent, the thread's own.
+// are part of it: the graph replays on the stream, and its captured cuBLAS calls ran through the
+// thread's own handle and workspace (CublasLease). So are the kept forms of W it reads.
 LaunchKey CallLaunchKey(const CallIO& io, int device, void* stream, const void* scratch, const KeptSplit& kept);
 
 }  // namespace lstm_ort

@@ -432,7 +432,7 @@ LaunchKey CallLaunchKey(const CallIO& io, int device, void* stream, const void* 
   key.Add(d.T).Add(d.B).Add(d.I).Add(d.H).Add(d.L).Add(d.D).Add(io.max_len).Add(io.seq_lens);
   for (const void* in : io.in) key.Add(in);
   for (const void* out : io.out) key.Add(out);
-  return key.Add(scratch).Add(kept.hi).Add(kept.lo);
+  return key.Add(scratch).Add(kept.hi).Add(kept.lo).Add(kept.bf16);
 }
 
 template <typename T>

@@ -188,9 +188,7 @@ struct CudaKernel {
     KeptSplit kept;
     if constexpr (std::is_same_v<T, float>)
       kept = kept_split_->For(static_cast<const float*>(io.in[kW]), io.dims, stream, plan.kept);
-    const bool came = plan.kept == KeptHalves::kBf16 ? kept.bf16 != nullptr
-                                                     : kept.hi && (plan.kept != KeptHalves::kBoth || kept.Kept());
-    if (!came) plan.KeptHalvesUnavailable();
+    if (!kept.Has(plan.kept)) plan.KeptHalvesUnavailable();
     return kept;
   }
 

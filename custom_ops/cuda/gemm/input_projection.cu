@@ -95,8 +95,9 @@ void ProjectInput(const ProjectionArgs<T>& a, cublasHandle_t cublas, cudaStream_
     Gemm(a, cublas, {a.kept.hi, w_rows, true}, a.x, 0, a.rows, CUDA_R_32F, CUBLAS_COMPUTE_32F_FAST_TF32, 0.f);
   } else if (a.x_bf16 && ProjectsWithBf16Copies(kElementTypeOf<T>, a.math, a.rows, a.I, a.G)) {
     const WeightOperand copied{a.kept.bf16 ? static_cast<const void*>(a.kept.bf16) : a.w_bf16, w_rows, false};
-    for (int d = 0; d < a.D && !a.kept.bf16; ++d)
-      ToBf16Async(a.w + d * a.w_stride, static_cast<__nv_bfloat16*>(a.w_bf16) + d * w_rows, w_rows, stream);
+    if (!a.kept.bf16)
+      for (int d = 0; d < a.D; ++d)
+        ToBf16Async(a.w + d * a.w_stride, static_cast<__nv_bfloat16*>(a.w_bf16) + d * w_rows, w_rows, stream);
     for (long long r0 = 0; r0 < a.rows; r0 += kSplitChunkRows) {
       const long long n = std::min<long long>(kSplitChunkRows, a.rows - r0);
       ToBf16Async(a.x + r0 * a.I, a.x_bf16, n * a.I, stream);

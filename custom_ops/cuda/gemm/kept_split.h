@@ -37,6 +37,16 @@ struct KeptSplit {
   const uint16_t* bf16 = nullptr;  // bfloat16 bits, as W is stored
   // Both halves: the call's 3xTF32 split needs no room for W's.
   bool Kept() const { return hi != nullptr && lo != nullptr; }
+  // Whether the form a plan asked for (CallPlan::kept) came.
+  bool Has(KeptHalves which) const {
+    switch (which) {
+      case KeptHalves::kNone: return true;
+      case KeptHalves::kHi: return hi != nullptr;
+      case KeptHalves::kBoth: return Kept();
+      case KeptHalves::kBf16: return bf16 != nullptr;
+    }
+    return false;
+  }
 };
 
 class KeptSplitWeights {

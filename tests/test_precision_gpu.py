@@ -179,9 +179,9 @@ def test_tf32_reads_kept_weights_as_stored_ones(direction, rng):
 @pytest.mark.parametrize("direction", ["forward", "bidirectional"])
 def test_reduced_modes_read_kept_bf16_copy_as_a_per_call_one(direction, precision, rng):
     """fp16 and bf16 with a constant W multiply a bfloat16 copy of W kept across calls
-    (gemm/kept_split.h) from 2^35 multiply-adds a direction (ProjectsWithBf16Copies: rows x layer
-    input x 4H; here 8192 rows x 1024 x 4096 forward, 16384 x 1024 x 2048 both ways, in both layers);
-    W fed at run time is copied per call. The same rounding of the same W: a misplaced layer, row or
+    (gemm/kept_split.h); W fed at run time is copied per call from 2^35 multiply-adds a direction
+    (ProjectsWithBf16Copies: rows x layer input x 4H; here 8192 rows x 1024 x 4096 forward, 16384 x
+    1024 x 2048 both ways, in both layers). The same rounding of the same W: a misplaced layer, row or
     direction of the kept copy would be off by O(1). Two calls: the first makes the copy, the second
     reads it."""
     H, T = (1024, 8) if direction == "forward" else (512, 16)
@@ -197,6 +197,39 @@ def test_reduced_modes_read_kept_bf16_copy_as_a_per_call_one(direction, precisio
         kept = kept_session.run(None, feeds)
         assert max_abs(kept, stored) <= 1e-5
         assert max_abs(kept, expect) <= bound(precision)
+
+
+def _bf16_exact(a: np.ndarray) -> np.ndarray:
+    return (a.view(np.uint32) & np.uint32(0xFFFF0000)).view(np.float32)
+
+
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+@pytest.mark.parametrize("shape", [(1, "bidirectional", 37, 301, 7, 5), (1, "forward", 1, 64, 3, 1),
+                                   (2, "bidirectional", 37, 301, 7, 5), (3, "forward", 28, 200, 1, 5)])
+def test_reduced_modes_read_kept_bf16_copy_at_small_sizes(shape, precision, rng):
+    """Far below the 2^35 multiply-adds a per-call copy of W needs, a constant W is still multiplied
+    as its kept bfloat16 copy (ProjectsWithBf16Copies with the copy kept); W fed at run time is
+    multiplied by cuBLAS on the fp32 operands. On W and X that bfloat16 holds exactly, a first layer's
+    two products are exact and must agree to accumulation order: a misplaced row or direction of
+    the kept copy, at odd widths where I differs from H, would be off by O(1). A deeper layer's
+    input (h) is rounded by each product its own way, so a stack is held to the mode's bound of
+    stock's fp32, which a misplaced layer of the copy would also miss by O(1)."""
+    L, direction, I, H, T, B = shape
+    spec = LstmSpec(input_size=I, hidden_size=H, num_layers=L, direction=direction)
+    layers = [dataclasses.replace(lw, W=_bf16_exact(lw.W)) for lw in random_layers(spec, rng)]
+    feeds = make_feeds(spec, T, B, rng, seq_lens=True, initial_states=True)
+    feeds["X"] = _bf16_exact(feeds["X"])
+    kw = {"seq_lens": True, "initial_states": True}
+    kept_session = InferenceSession(fused_model(spec, layers, **kw), providers=CUDA, precision=precision)
+    model, weights = weights_as_graph_input(fused_model(spec, layers, **kw))
+    stored = InferenceSession(model, providers=CUDA, precision=precision).run(None, {**feeds, **weights})
+    expect = run_stock(spec, layers, feeds, **kw)
+    for _ in range(2):  # the first call makes the copy, the second reads it
+        kept = kept_session.run(None, feeds)
+        if L == 1:
+            assert max_abs(kept, stored) <= 1e-4
+        assert max_abs(kept, expect) <= bound(precision)
+        assert max_abs(stored, expect) <= bound(precision)
 
 
 def test_kept_halves_made_as_calls_ask(rng):

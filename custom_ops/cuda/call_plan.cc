@@ -251,7 +251,8 @@ void FallbackLog::Add(const std::string& what) {
 void CallPlan::KeptHalvesUnavailable() {
   if (kept == KeptHalves::kNone) return;
   fallbacks.Add(kept == KeptHalves::kBf16
-                    ? std::string("the kept bfloat16 copy of W could not be allocated: the call copies W itself")
+                    ? std::string("the kept bfloat16 copy of W could not be allocated: the call copies W itself where that pays, "
+                                  "else cuBLAS converts the fp32 operands")
                     : std::string("the kept TF32 halves of W could not be allocated: ") +
                           (kept == KeptHalves::kBoth ? "the call splits W itself" : "the projection reads W as stored"));
   kept = KeptHalves::kNone;

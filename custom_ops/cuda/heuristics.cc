@@ -48,20 +48,21 @@ bool ProjectsFromKeptTf32(ElementType type, ProjectionMath math, int64_t rows, i
          rows * input >= kMinRowsTimesInputForKeptTf32;
 }
 
-bool ProjectsWithBf16Copies(ElementType type, ProjectionMath math, int64_t rows, int64_t input, int64_t gates) {
+bool ProjectsWithBf16Copies(ElementType type, ProjectionMath math, int64_t rows, int64_t input, int64_t gates,
+                            bool weights_kept) {
   return type == ElementType::kFloat32 && (math == ProjectionMath::kFp16 || math == ProjectionMath::kBf16) &&
-         rows * input * gates >= kMinMultiplyAddsForBf16Copies;
+         (weights_kept || rows * input * gates >= kMinMultiplyAddsForBf16Copies);
 }
 
-bool CallProjectsWithBf16Copies(ElementType type, ProjectionMath math, const Dims& d) {
-  return ProjectsWithBf16Copies(type, math, d.T * d.B, WidestLayerInput(d), kGates * d.H);
+bool CallProjectsWithBf16Copies(ElementType type, ProjectionMath math, const Dims& d, bool weights_kept) {
+  return ProjectsWithBf16Copies(type, math, d.T * d.B, WidestLayerInput(d), kGates * d.H, weights_kept);
 }
 
 KeptHalves CallReadsKeptHalves(ElementType type, ProjectionMath math, const Dims& d) {
   if (CallProjectsWithSplitTf32(type, math, d, true)) return KeptHalves::kBoth;
   if (ProjectsFromKeptTf32(type, math, d.T * d.B, WidestLayerInput(d)))
     return KeptHalves::kHi;
-  if (CallProjectsWithBf16Copies(type, math, d)) return KeptHalves::kBf16;
+  if (CallProjectsWithBf16Copies(type, math, d, true)) return KeptHalves::kBf16;
   return KeptHalves::kNone;
 }
 

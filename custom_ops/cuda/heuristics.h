@@ -147,20 +147,25 @@ constexpr int64_t kMinRowsTimesInputForKeptTf32 = 512 * 1024;
 bool ProjectsFromKeptTf32(ElementType type, ProjectionMath math, int64_t rows, int64_t input);
 
 // fp16 and bf16 projections of fp32 models multiply bfloat16 copies of x (a chunk of rows at a
-// time, kSplitChunkRows) and of W's input rows, fp32 accumulation, from
-// kMinMultiplyAddsForBf16Copies per direction (rows x layer input x 4H). cuBLAS's fast-16F/16BF
-// compute on fp32 operands ran TF32 kernels (H100, fp16 mode, T100 H2048 B512: the projection
-// 4.87 ms against 2.22 for stock's float16 GEMM on the fp16 model). bfloat16, not float16, for x:
-// it keeps fp32's range (an input is not bounded as h is). Its rounding costs accuracy (fp16 mode,
-// max-abs against stock FP32: 4-6e-3 against 3-6e-4 before, within the mode's 2e-2), so the
-// copies are taken only where they save time (whole call, fp16 mode, ms before -> after: L1 T100
-// H2048 B512 (430G) 10.66 -> 8.05, H1024 B512 (215G) 3.34 -> 2.87, H2048 B64 (107G) 2.38 -> 2.00,
-// L1 T10 H1024 B1024 (43G) 0.68 -> 0.61; but L1 T100 H512 B512 (54G) 1.50 -> 1.47 and the seed's L4
-// H512 B64 (6.7G) 1.62 -> 1.59, no gain for 7x the error).
+// time, kSplitChunkRows) and of W's input rows, fp32 accumulation. cuBLAS's fast-16F/16BF compute
+// on fp32 operands ran TF32 kernels (H100, fp16 mode, T100 H2048 B512: the projection 4.87 ms
+// against 2.22 for stock's float16 GEMM on the fp16 model). bfloat16, not float16, for x: it keeps
+// fp32's range (an input is not bounded as h is). Its rounding costs accuracy (fp16 mode, max-abs
+// against stock FP32: 2-5e-3 against 1e-7-6e-4 before, within the mode's 2e-2).
+// Where W's copy is kept across calls (a constant W, gemm/kept_split.h), a call copies only x and
+// the copies pay at every size measured (H200, fp16 mode, whole call, 23 shapes of 65K to 43G
+// multiply-adds, best of 2 processes: 1.00-1.21x, and L4 T1 H2048 B512 bi 0.955 -> 0.539 ms; a
+// single process read 0.94-0.97x on three of the smallest, where the other read 1.12-1.21x), so
+// they are taken always. Where W is fed at run time, each call copies W too, and the
+// copies are taken from kMinMultiplyAddsForBf16Copies per direction (rows x layer input x 4H) on
+// (whole call, fp16 mode, ms before -> after: L1 T100 H2048 B512 (430G) 10.66 -> 8.05, H1024 B512
+// (215G) 3.34 -> 2.87, H2048 B64 (107G) 2.38 -> 2.00, L1 T10 H1024 B1024 (43G) 0.68 -> 0.61; but
+// L1 T100 H512 B512 (54G) 1.50 -> 1.47 and L4 H512 B64 (6.7G) 1.62 -> 1.59).
 constexpr int64_t kMinMultiplyAddsForBf16Copies = int64_t{1} << 35;  // 34G
-bool ProjectsWithBf16Copies(ElementType type, ProjectionMath math, int64_t rows, int64_t input, int64_t gates);
+bool ProjectsWithBf16Copies(ElementType type, ProjectionMath math, int64_t rows, int64_t input, int64_t gates,
+                            bool weights_kept);
 // Whether any layer of a call does: asked with the widest layer input; sizes the scratch.
-bool CallProjectsWithBf16Copies(ElementType type, ProjectionMath math, const Dims& d);
+bool CallProjectsWithBf16Copies(ElementType type, ProjectionMath math, const Dims& d, bool weights_kept);
 
 // Which kept form of a constant W a call reads (gemm/kept_split.h): both TF32 halves where a layer
 // splits for 3xTF32 with them, hi where a layer's TF32 projection reads it, the bfloat16 copy where

@@ -27,7 +27,7 @@ ScratchNeeds ScratchNeedsFor(const Dims& d, ElementType type, ProjectionMath mat
   }
   n.split_x = CallProjectsWithSplitTf32(type, math, d, weights_kept);
   n.split_w = n.split_x && !weights_kept;  // kept halves need no room here
-  n.bf16_copies = CallProjectsWithBf16Copies(type, math, d);
+  n.bf16_copies = CallProjectsWithBf16Copies(type, math, d, weights_kept);
   n.bf16_w = n.bf16_copies && !weights_kept;  // a kept copy needs no room here
   return n;
 }

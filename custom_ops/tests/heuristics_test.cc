@@ -101,20 +101,19 @@ TEST(CallReadsKeptHalvesAsItsWidestLayerDoes) {
   CHECK(CallReadsKeptHalves(f32, ProjectionMathFor(Runs(Precision::kFp32, d)), d) == KeptHalves::kBoth);
   // tf32 reads hi, from rows x widest layer input (D*H past the first layer) on.
   CHECK(CallReadsKeptHalves(f32, ProjectionMathFor(Runs(Precision::kTf32, d)), d) == KeptHalves::kHi);
-  // fp16 below the bfloat16 copies' threshold (rows x 1024 x 4096 < 34G): cuBLAS converts W itself,
-  // nothing kept; an fp16 model's projection reads its own W.
-  CHECK(!CallProjectsWithBf16Copies(f32, ProjectionMath::kFp16, d));
-  CHECK(CallReadsKeptHalves(f32, ProjectionMathFor(Runs(Precision::kFp16, d)), d) == KeptHalves::kNone);
+  // fp16 and bf16 multiply a kept bfloat16 copy of a constant W at every size, below the threshold
+  // a copy per call would need (rows x 1024 x 4096 < 34G) as above it (10240 rows: 43G); an fp16
+  // model's projection reads its own W.
+  CHECK(!CallProjectsWithBf16Copies(f32, ProjectionMath::kFp16, d, false));
+  CHECK(CallProjectsWithBf16Copies(f32, ProjectionMath::kFp16, d, true));
   CHECK(CallReadsKeptHalves(ElementType::kFloat16, ProjectionMathFor(Runs(Precision::kFp32, d)), d) == KeptHalves::kNone);
-  {
-    // From the threshold on (10240 rows: 43G), fp16 and bf16 multiply bfloat16 copies of W
-    // (ProjectsWithBf16Copies): the kept copy.
-    Dims big = Sizes(1024, 1024);
-    big.L = 2;
-    CHECK(CallProjectsWithBf16Copies(f32, ProjectionMath::kFp16, big));
-    CHECK(CallReadsKeptHalves(f32, ProjectionMathFor(Runs(Precision::kFp16, big)), big) == KeptHalves::kBf16);
-    CHECK(CallReadsKeptHalves(f32, ProjectionMathFor(Runs(Precision::kBf16, big)), big) == KeptHalves::kBf16);
-    CHECK(CallReadsKeptHalves(ElementType::kFloat16, ProjectionMathFor(Runs(Precision::kFp16, big)), big) ==
+  Dims big = Sizes(1024, 1024);
+  big.L = 2;
+  CHECK(CallProjectsWithBf16Copies(f32, ProjectionMath::kFp16, big, false));
+  for (const Dims& at : {d, big, Sizes(1, 1)}) {
+    CHECK(CallReadsKeptHalves(f32, ProjectionMathFor(Runs(Precision::kFp16, at)), at) == KeptHalves::kBf16);
+    CHECK(CallReadsKeptHalves(f32, ProjectionMathFor(Runs(Precision::kBf16, at)), at) == KeptHalves::kBf16);
+    CHECK(CallReadsKeptHalves(ElementType::kFloat16, ProjectionMathFor(Runs(Precision::kFp16, at)), at) ==
           KeptHalves::kNone);
   }
   d.T = 1;

@@ -97,7 +97,7 @@ void CheckLayout(const Dims& d, ElementType type, Precision precision, bool kept
   }
   // fp16/bf16 projections of fp32 models: bfloat16 copies of a chunk of x's rows and of W's input
   // rows, where W's copy is not kept.
-  const bool bf16 = ProjectsWithBf16Copies(type, MathOf(precision, d), d.T * d.B, WidestInput(d), 4 * d.H);
+  const bool bf16 = ProjectsWithBf16Copies(type, MathOf(precision, d), d.T * d.B, WidestInput(d), 4 * d.H, kept);
   CHECK_EQ(s.x_bf16 != nullptr, bf16);
   CHECK_EQ(s.w_bf16 != nullptr, bf16 && !kept);  // a kept copy lives outside the scratch
   if (bf16) regions.push_back({"x_bf16", s.x_bf16, 2 * std::min<int64_t>(d.T * d.B, kSplitChunkRows) * WidestInput(d)});
@@ -146,21 +146,27 @@ TEST(SplitBuffersFollowTheProjectionHeuristic) {
         Bytes(Sizes(3, 1, 5000, 4, 8, 8), ElementType::kFloat32, Precision::kFp32, false));
 }
 
-TEST(Bf16CopiesOnlyForReducedProjectionsOfFp32ModelsFromTheirThreshold) {
+TEST(Bf16CopiesOnlyForReducedProjectionsOfFp32Models_FedWFromTheirThreshold_KeptWAlways) {
   const ElementType f32 = ElementType::kFloat32;
   // rows x layer input x 4H at the threshold and one row below it (I = 512, 4H = 1024, T*B rows).
   const int64_t rows = kMinMultiplyAddsForBf16Copies / (512 * 1024);
   for (ProjectionMath math : {ProjectionMath::kFp16, ProjectionMath::kBf16}) {
-    CHECK(ProjectsWithBf16Copies(f32, math, rows, 512, 1024));
-    CHECK(!ProjectsWithBf16Copies(f32, math, rows - 1, 512, 1024));
-    CHECK(!ProjectsWithBf16Copies(ElementType::kFloat16, math, rows, 512, 1024));  // fp16 models multiply x as it is
+    CHECK(ProjectsWithBf16Copies(f32, math, rows, 512, 1024, false));
+    CHECK(!ProjectsWithBf16Copies(f32, math, rows - 1, 512, 1024, false));
+    // W's copy kept: at any size, down to one row of a 1-wide input.
+    CHECK(ProjectsWithBf16Copies(f32, math, rows - 1, 512, 1024, true));
+    CHECK(ProjectsWithBf16Copies(f32, math, 1, 1, 4, true));
+    for (bool kept : {false, true})  // fp16 models multiply x as it is
+      CHECK(!ProjectsWithBf16Copies(ElementType::kFloat16, math, rows, 512, 1024, kept));
   }
   for (ProjectionMath math : {ProjectionMath::kFp32, ProjectionMath::kTf32})
-    CHECK(!ProjectsWithBf16Copies(f32, math, rows, 512, 1024));
+    for (bool kept : {false, true}) CHECK(!ProjectsWithBf16Copies(f32, math, rows, 512, 1024, kept));
   // A call answers for its widest layer input: L2 bidirectional H256 (second layer input 512,
   // 4H = 1024) at I = 16, T*B = rows.
   const Dims d = Sizes(2, 2, rows, 1, 16, 256);
-  CHECK(CallProjectsWithBf16Copies(f32, ProjectionMath::kFp16, d));
+  CHECK(CallProjectsWithBf16Copies(f32, ProjectionMath::kFp16, d, false));
+  CHECK(!CallProjectsWithBf16Copies(f32, ProjectionMath::kFp16, Sizes(2, 2, rows - 1, 1, 16, 256), false));
+  CHECK(ScratchNeedsFor(Sizes(2, 2, rows - 1, 1, 16, 256), f32, ProjectionMath::kFp16, true).bf16_copies);
   CHECK(ScratchNeedsFor(d, f32, ProjectionMath::kFp16, false).bf16_copies);
   CHECK(!ScratchNeedsFor(d, f32, ProjectionMath::kTf32, false).bf16_copies);
   // W's copy kept across calls (a constant W): room for x's rows only.

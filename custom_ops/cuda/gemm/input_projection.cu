@@ -93,7 +93,7 @@ void ProjectInput(const ProjectionArgs<T>& a, cublasHandle_t cublas, cudaStream_
   } else if (a.math == ProjectionMath::kTf32 && a.kept.hi &&
              ProjectsFromKeptTf32(kElementTypeOf<T>, a.math, a.rows, a.I)) {
     Gemm(a, cublas, {a.kept.hi, w_rows, true}, a.x, 0, a.rows, CUDA_R_32F, CUBLAS_COMPUTE_32F_FAST_TF32, 0.f);
-  } else if (a.x_bf16 && ProjectsWithBf16Copies(kElementTypeOf<T>, a.math, a.rows, a.I, a.G)) {
+  } else if (a.x_bf16 && ProjectsWithBf16Copies(kElementTypeOf<T>, a.math, a.rows, a.I, a.G, a.kept.bf16 != nullptr)) {
     const WeightOperand copied{a.kept.bf16 ? static_cast<const void*>(a.kept.bf16) : a.w_bf16, w_rows, false};
     if (!a.kept.bf16)
       for (int d = 0; d < a.D; ++d)

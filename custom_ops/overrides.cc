@@ -133,7 +133,7 @@ const std::vector<Key>& Keys() {
        [] { return Text("a multiply-add count >= 1"); },
        [](const std::string& v, Overrides&, CpuOverrides& c) { c.int8_step_split_min = Integer(v, 1, INT64_MAX); }},
       {"cpu_int8_isa", "LSTM_ORT_CPU_INT8_ISA", false,
-       [] { return Text("amx, vnni512, avxvnni, avx2 or generic (checked against the CPU when the kernel is picked)"); },
+       [] { return Text("amx, vnni512, vnni256, avxvnni, avx2 or generic (checked against the CPU when the kernel is picked)"); },
        [](const std::string& v, Overrides&, CpuOverrides& c) { c.int8_isa = v; }},
       {"cpu_bf16_isa", "LSTM_ORT_CPU_BF16_ISA", false,
        [] { return Text("amx, avx512bf16 or none (none: precision bf16 is refused as on a CPU without bf16)"); },

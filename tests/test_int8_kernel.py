@@ -14,11 +14,13 @@ from lstm_ort.runtime.session import InferenceSession
 from lstm_ort.testing import child_python, make_feeds, max_abs
 
 CPU = ["CPUExecutionProvider"]
-ISAS = ("amx", "vnni512", "avxvnni", "avx2", "generic")
+ISAS = ("amx", "vnni512", "vnni256", "avxvnni", "avx2", "generic")
 
-# (I, H, layers, direction, B, T): odd sizes, batches that take each tile shape of the kernels.
+# (I, H, layers, direction, B, T): odd sizes, batches that take each tile shape of the kernels (a
+# step's B rows: 1 to 12 rows a tile in the 512-bit VNNI build, 3 to 6 in the 256-bit ones).
 CASES = [(37, 20, 1, "forward", 1, 9), (13, 9, 1, "reverse", 2, 5), (40, 33, 2, "bidirectional", 5, 6),
          (19, 64, 1, "forward", 13, 4), (8, 17, 2, "forward", 27, 3)]
+CASES += [(11 + B, 7 + B, 1, "forward", B, 2) for B in (3, 4, 6, 7, 8, 9, 10, 11, 12)]
 
 
 def _stock(model, feeds, threads=1):
@@ -365,3 +367,43 @@ def test_bad_int8_scales_name_the_values(rng):
             a.s = b"rows"
     with pytest.raises(Exception, match="attribute int8_scales must be call, row or slices, got 'rows'"):
         _ours(model, make_feeds(spec, 3, 2, rng))
+
+
+# --- stock's DynamicQuantizeLSTM as the floor (cpu_kernel stock) -------------------------------------
+
+def _with_kernel(model, kernel: str):
+    from lstm_ort.runtime.session import with_attributes
+
+    import onnx
+    return onnx.load_from_string(with_attributes(model.SerializeToString(), {"cpu_kernel": kernel}))
+
+
+@pytest.mark.parametrize("case", CASES[:5])
+def test_stock_kernel_on_int8_weights_is_the_original_model(case):
+    """cpu_kernel=stock on an int8 node runs onnxruntime's DynamicQuantizeLSTM on the node's own
+    weights (cpu/stock_model.h: W and R back to [D, K, 4H] int8, a scale per column): the original
+    model's results at one thread, to the bit but for the order of float sums, and the fused
+    kernel's (one scale per step: what stock computes on one thread)."""
+    original, fused, feeds = _case(case, seed=5)
+    want = _stock(original, feeds)
+    got = _ours(_with_kernel(fused, "stock"), feeds)
+    assert max_abs(got, want) <= 1e-6
+    assert max_abs(_ours(fused, feeds), got) <= 1e-5
+
+
+def test_auto_takes_stock_only_with_one_scale_per_step(rng):
+    """auto weighs stock's kernel against the fused one for int8_scales=call only: stock's sessions
+    of more threads and batch pieces quantize h per slice, and the row and slices modes have no
+    one-thread stock kernel. Forcing stock there is refused with that reason."""
+    from lstm_ort.runtime.native import describe_cpu
+    from lstm_ort.runtime.nodes import NodeShape
+
+    shape = NodeShape(1, 1, 16, 32, "int8")
+    call = describe_cpu(shape, 20, 8, threads=2)
+    assert "stock" in call and "stock_threads" not in call and "stock_split" not in call, call
+    for scales in ("row", "slices"):
+        described = describe_cpu(shape, 20, 8, threads=2, int8_scales=scales)
+        assert "no one-thread stock kernel" in described, described
+    _, fused, feeds = _case((19, 64, 1, "forward", 13, 4))
+    with pytest.raises(Exception, match="no one-thread stock kernel"):
+        _ours(_with_kernel(_with_scales(fused, "row"), "stock"), feeds)

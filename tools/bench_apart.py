@@ -212,7 +212,11 @@ def torch_quantized_rows(corpus, only: list[str], batches: list[int]):
             continue
         for B in batches:
             sized = Sized(**dataclasses.asdict(cfg), batch=B)
-            model = corpus.torch_quantized(sized)()
+            try:
+                model = corpus.torch_quantized(sized)()
+            except corpus.Unavailable as e:
+                print(f"{name} B{B}: skipped ({e})", file=sys.stderr)
+                continue
             yield f"{name} B{B} T{TORCH_STEPS}", model, optimize(model), sized.feeds(np.random.default_rng(B)), None
 
 

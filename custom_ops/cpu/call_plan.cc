@@ -242,8 +242,10 @@ void PlanKernel(CpuCallPlan& p, const CpuCallInputs& in, const Attributes& attrs
     return;
   }
   std::vector<CpuKernel> candidates = {CpuKernel::kFused, CpuKernel::kStock};
-  if (p.stock_pieces > 1) candidates.push_back(CpuKernel::kStockSplit);
-  if (m.pool_threads > 1) candidates.push_back(CpuKernel::kStockThreads);
+  if (!in.int8_weights) {  // int8: pieces and stock's own threads quantize per slice (Int8WhyNoStock)
+    if (p.stock_pieces > 1) candidates.push_back(CpuKernel::kStockSplit);
+    if (m.pool_threads > 1) candidates.push_back(CpuKernel::kStockThreads);
+  }
   const CpuKernel tuned = TunedCpuKernel(attrs, m.name, in.dims.T, B);
   if (tuned != CpuKernel::kAuto) {
     auto can = [&](CpuKernel k) { return std::find(candidates.begin(), candidates.end(), k) != candidates.end(); };
@@ -261,6 +263,11 @@ void PlanKernel(CpuCallPlan& p, const CpuCallInputs& in, const Attributes& attrs
 }
 
 }  // namespace
+
+const char* Int8WhyNoStock(Int8Scales scales) {
+  return scales == Int8Scales::kCall ? nullptr
+                                     : "int8_scales=row and slices quantize h as no one-thread stock kernel does";
+}
 
 WeightFormat FormatFor(const Attributes& attrs, bool int8_weights, const CpuMath& math) {
   if (int8_weights) return WeightFormat::kInt8;

@@ -111,6 +111,14 @@ CpuCallPlan PlanCpuCall(const CpuCallInputs& in, const Attributes& attrs, const 
 // else fp32.
 WeightFormat FormatFor(const Attributes& attrs, bool int8_weights, const CpuMath& math);
 
+// Why stock's kernel cannot answer an int8 node's calls with the node's arithmetic, or null where
+// it can: with one scale per step (int8_scales=call) the fused kernel computes what onnxruntime's
+// DynamicQuantizeLSTM computes on one thread, so stock's kernel on a session of one thread (kStock)
+// is a floor with the same results. Its sessions of more threads, and batch pieces side by side,
+// quantize h per slice of the batch (other results), and the row and slices modes have no stock
+// equivalent on one thread.
+const char* Int8WhyNoStock(Int8Scales scales);
+
 // The kernel a preset `tuned` entry names for this call's class on this CPU, or kAuto.
 CpuKernel TunedCpuKernel(const Attributes& attrs, const std::string& cpu_name, int64_t T, int64_t B);
 

@@ -178,9 +178,14 @@ struct CpuLstm<T>::State {
     if (stock_failed.load(std::memory_order_acquire)) return nullptr;
     try {
       const ConstantWeights& c = constants;
-      held = std::make_shared<StockStack>(attrs, c.dims, sig, static_cast<const float*>(c.w),
-                                          static_cast<const float*>(c.b), static_cast<const float*>(c.p), threads,
-                                          threads > 1 ? 1 : StockCopies(c.dims));
+      StackWeights weights;
+      if (int8)
+        weights.w8 = static_cast<const int8_t*>(c.w), weights.w_scale = static_cast<const float*>(c.s);
+      else
+        weights.w = static_cast<const float*>(c.w);
+      weights.b = static_cast<const float*>(c.b);
+      weights.p = static_cast<const float*>(c.p);
+      held = std::make_shared<StockStack>(attrs, c.dims, sig, weights, threads, threads > 1 ? 1 : StockCopies(c.dims));
     } catch (const std::exception& e) {
       RefuseLocked(std::string("onnxruntime could not make stock's LSTM session: ") + e.what());
       return nullptr;
@@ -318,10 +323,11 @@ template <typename T>
 const char* CpuLstm<T>::WhyNotStock(const CallIO& io) const {
   const State& st = *state_;
   const ConstantWeights& c = st.constants;
-  if (st.int8) return "int8 weights have no stock LSTM on these weights";
+  if (st.int8 && cpu::Int8WhyNoStock(st.attrs.int8_scales)) return cpu::Int8WhyNoStock(st.attrs.int8_scales);
   if (!std::is_same_v<T, float>) return "onnxruntime's CPU LSTM has no float16 kernel";
   if (st.attrs.ranks.Any()) return "the node has factored weights, which stock's LSTM does not take";
-  if (c.dims.I != io.dims.I || c.w != io.in[kW] || c.b != io.in[kB] || c.p != io.in[kP])
+  if (c.dims.I != io.dims.I || c.w != io.in[kW] || c.b != io.in[kB] || c.p != io.in[kP] ||
+      (st.int8 && c.s != io.in[kWScale]))
     return "the weights are not constant initializers";
   if (io.dims.T < 1 || io.dims.B < 1) return "an empty call";
   if (st.stock_failed.load(std::memory_order_acquire)) return st.stock_refused.c_str();

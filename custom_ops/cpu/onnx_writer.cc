@@ -1,5 +1,6 @@
 #include "cpu/onnx_writer.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace lstm_ort::onnx_writer {
@@ -12,7 +13,7 @@ constexpr int kVarint = 0, kLengthDelimited = 2, kFixed32 = 5;
 namespace model { constexpr int kIrVersion = 1, kProducerName = 2, kGraph = 7, kOpsetImport = 8; }
 namespace opset { constexpr int kDomain = 1, kVersion = 2; }
 namespace graph { constexpr int kNode = 1, kName = 2, kInitializer = 5, kInput = 11, kOutput = 12; }
-namespace node { constexpr int kInput = 1, kOutput = 2, kName = 3, kOpType = 4, kAttribute = 5; }
+namespace node { constexpr int kInput = 1, kOutput = 2, kName = 3, kOpType = 4, kAttribute = 5, kDomain = 7; }
 namespace attr {
 constexpr int kName = 1, kF = 2, kI = 3, kS = 4, kFloats = 7, kInts = 8, kStrings = 9, kType = 20;
 // AttributeProto.AttributeType
@@ -113,7 +114,8 @@ Message& Message::Prefix(int field, size_t size) {
 }
 
 void Graph::Node(const std::string& op_type, const std::vector<std::string>& inputs,
-                 const std::vector<std::string>& outputs, const std::vector<Attribute>& attributes) {
+                 const std::vector<std::string>& outputs, const std::vector<Attribute>& attributes,
+                 const std::string& domain) {
   Message m;
   // Trailing absent inputs are left out; inner ones stay as "" (ONNX's empty name).
   size_t n = inputs.size();
@@ -123,6 +125,10 @@ void Graph::Node(const std::string& op_type, const std::vector<std::string>& inp
   m.String(node::kName, op_type + "_" + std::to_string(nodes_++));
   m.String(node::kOpType, op_type);
   for (const Attribute& a : attributes) m.Sub(node::kAttribute, AttributeMessage(a));
+  if (!domain.empty()) {
+    m.String(node::kDomain, domain);
+    if (std::find(domains_.begin(), domains_.end(), domain) == domains_.end()) domains_.push_back(domain);
+  }
   body_.Sub(graph::kNode, m);
 }
 
@@ -147,6 +153,11 @@ std::string Graph::Model(int64_t ir_version, int64_t opset_version, const std::s
   m.Varint(model::kIrVersion, static_cast<uint64_t>(ir_version));
   m.String(model::kProducerName, "lstm_ort");
   m.Sub(model::kOpsetImport, os);
+  for (const std::string& domain : domains_) {
+    Message other;
+    other.String(opset::kDomain, domain).Varint(opset::kVersion, 1);
+    m.Sub(model::kOpsetImport, other);
+  }
   m.Prefix(model::kGraph, body_.bytes().size() + tail.bytes().size());
   std::string out;
   out.reserve(m.bytes().size() + body_.bytes().size() + tail.bytes().size());

@@ -32,7 +32,7 @@ class Message {
   std::string bytes_;
 };
 
-enum class ElemType : int { kFloat = 1, kInt32 = 6, kInt64 = 7 };
+enum class ElemType : int { kFloat = 1, kInt8 = 3, kInt32 = 6, kInt64 = 7 };
 
 struct Attribute {
   enum Kind { kInt, kFloat, kString, kFloats, kInts, kStrings };
@@ -87,15 +87,17 @@ struct ValueInfo {
 
 class Graph {
  public:
-  // Inputs named "" are absent optional inputs.
+  // Inputs named "" are absent optional inputs. A node of another domain than ONNX's (onnxruntime's
+  // com.microsoft) imports that domain at version 1.
   void Node(const std::string& op_type, const std::vector<std::string>& inputs,
-            const std::vector<std::string>& outputs, const std::vector<Attribute>& attributes = {});
+            const std::vector<std::string>& outputs, const std::vector<Attribute>& attributes = {},
+            const std::string& domain = "");
   void Initializer(const std::string& name, ElemType type, const std::vector<int64_t>& dims, const void* data,
                    size_t bytes);
   void Input(const ValueInfo& v) { inputs_.push_back(v); }
   void Output(const ValueInfo& v) { outputs_.push_back(v); }
 
-  // The serialized ModelProto of this graph in the default domain at `opset`. Initializers are
+  // The serialized ModelProto of this graph, ONNX's domain at `opset`. Initializers are
   // copied once into the graph as they are added and once more here, and no more: the model of a
   // large stack is a few hundred megabytes.
   std::string Model(int64_t ir_version, int64_t opset, const std::string& graph_name) const;
@@ -104,6 +106,7 @@ class Graph {
   Message body_;  // the GraphProto's nodes and initializers so far
   int nodes_ = 0;
   std::vector<ValueInfo> inputs_, outputs_;
+  std::vector<std::string> domains_;  // other domains the nodes use
 };
 
 }  // namespace lstm_ort::onnx_writer

@@ -43,7 +43,7 @@ LSTM_ORT_C_ENTRY int LstmOrtDescribeCpuCall(int64_t L, int64_t D, int64_t T, int
     machine.pool_threads = threads;
     const cpu::CpuCallInputs in{MakeDims(L, D, T, B, I, H), T, w == "float16", w == "int8",
                                 w == "float32"  ? nullptr
-                                : w == "int8" ? "int8 weights have no stock LSTM on these weights"
+                                : w == "int8" ? cpu::Int8WhyNoStock(attrs.int8_scales)
                                               : "onnxruntime's CPU LSTM has no float16 kernel"};
     const std::string& env = CpuOverridesFromEnvironment().cpu_kernel;
     const CpuKernel env_kernel = env.empty() || w == "int8" ? CpuKernel::kAuto : ResolveCpuKernel(env);

@@ -17,10 +17,10 @@ int64_t StateRow(int64_t layout, int64_t k, int64_t b, int64_t B, int64_t LD) { 
 
 }  // namespace
 
-StockStack::StockStack(const Attributes& attrs, const Dims& dims, const StockSignature& sig, const float* w,
-                       const float* b, const float* p, int threads, int copies)
+StockStack::StockStack(const Attributes& attrs, const Dims& dims, const StockSignature& sig,
+                       const StackWeights& weights, int threads, int copies)
     : attrs_(attrs), dims_(dims), sig_(sig), threads_(threads), env_(ORT_LOGGING_LEVEL_ERROR, "lstm_ort_stock") {
-  const std::string model = StockStackModel(attrs, dims, sig, w, b, p);
+  const std::string model = StockStackModel(attrs, dims, sig, weights);
   Ort::SessionOptions so;
   // threads = 1 where the FusedLSTM session's pool runs the pieces (StockStack::Run's callers); a
   // pool of this session's own would compete with that one for the same cores. Else the pool's

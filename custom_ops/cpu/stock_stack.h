@@ -26,8 +26,8 @@ class StockStack {
   // two pieces on two threads: 0.215-0.22 ms a call, 0.19-0.20 on a copy each, and the slowest
   // quarter of the calls from 0.25-0.27 to 0.20-0.21; H200 B8 T24: 0.46-0.51 -> 0.41-0.45 with the
   // arena off, which made large calls slower: H320 B64 T150 L2 117 -> 147 ms).
-  StockStack(const Attributes& attrs, const Dims& dims, const StockSignature& sig, const float* w, const float* b,
-             const float* p, int threads, int copies = 1);
+  StockStack(const Attributes& attrs, const Dims& dims, const StockSignature& sig, const StackWeights& weights,
+             int threads, int copies = 1);
 
   // Rows [b0, b1) of the call, outputs written into io.out, on session copy `copy % copies`. Where the
   // call is one piece in layout 0 the session reads and writes the call's own buffers; else pieces

@@ -1,6 +1,7 @@
 // The CPU call plan (cpu/call_plan.cc): the kernel (forced, tuned, measured, refused), the weight
 // format from the precision decision, the int8 scales' constraint on the threads, the description.
 #include <string>
+#include <vector>
 
 #include "check.h"
 #include "cpu/call_plan.h"
@@ -43,6 +44,28 @@ TEST(CpuPlanMeasuresUnderAutoAmongTheKernelsThatCanRun) {
   const CpuCallPlan no = PlanCpuCall(Call(10, 4, 64, 1, 1, "factored"), Attrs(), Machine(), {});
   CHECK(no.kernel == CpuKernel::kFused);
   CHECK(Has(no.kernel_why, "stock's LSTM cannot: factored"));
+}
+
+TEST(CpuPlanWeighsStocksOneThreadInt8KernelOnlyWithOneScalePerStep) {
+  // int8 weights, one scale per call and step: the fused kernel and stock's DynamicQuantizeLSTM on
+  // one thread compute the same; stock's own threads and batch pieces quantize per slice.
+  CpuCallInputs in = Call(10, 8);
+  in.int8_weights = true;
+  in.why_no_stock = Int8WhyNoStock(Int8Scales::kCall);
+  CHECK(in.why_no_stock == nullptr);
+  const CpuCallPlan p = PlanCpuCall(in, Attrs(), Machine(2, 2), {});
+  CHECK(p.kernel == CpuKernel::kAuto);
+  CHECK(p.candidates == (std::vector<CpuKernel>{CpuKernel::kFused, CpuKernel::kStock}));
+  for (Int8Scales other : {Int8Scales::kRow, Int8Scales::kSlices}) {
+    Attributes a = Attrs();
+    a.int8_scales = other;
+    in.why_no_stock = Int8WhyNoStock(other);
+    CHECK(in.why_no_stock != nullptr);
+    CHECK(PlanCpuCall(in, a, Machine(2, 2), {}).kernel == CpuKernel::kFused);
+    a.cpu_kernel = CpuKernel::kStock;
+    a.cpu_kernel_set = true;
+    CHECK(Has(PlanCpuCall(in, a, Machine(2, 2), {}).refused, "no one-thread stock kernel"));
+  }
 }
 
 TEST(CpuPlanForcedKernelsAndTheirRefusals) {

@@ -86,11 +86,14 @@ extern const Table kTable;
 namespace vnni512 {
 extern const Table kTable;
 }
+namespace vnni256 {
+extern const Table kTable;
+}
 namespace amx {
 extern const Table kTable;
 }
 
-// The best table this CPU runs; LSTM_ORT_CPU_INT8_ISA=generic|avx2|avxvnni|vnni512|amx forces one
+// The best table this CPU runs; LSTM_ORT_CPU_INT8_ISA=generic|avx2|avxvnni|vnni256|vnni512|amx forces one
 // (an instruction set the CPU lacks is refused with the reason, for testing).
 const Table& Int8Kernels();
 

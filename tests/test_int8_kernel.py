@@ -407,3 +407,21 @@ def test_auto_takes_stock_only_with_one_scale_per_step(rng):
     _, fused, feeds = _case((19, 64, 1, "forward", 13, 4))
     with pytest.raises(Exception, match="no one-thread stock kernel"):
         _ours(_with_kernel(_with_scales(fused, "row"), "stock"), feeds)
+
+
+def test_auto_settles_on_one_kernel_and_keeps_its_weights_only():
+    """auto measures fused against stock's DynamicQuantizeLSTM on an int8 node, every call giving the
+    one-thread result whichever ran; once the class settles (its rechecks after 256 and 2048 calls,
+    cpu/kernel_tuner.h), only the chosen kernel's weights are held (stock's session was kept before)."""
+    from lstm_ort.runtime.native import cpu_kernel_report
+
+    original, fused, feeds = _case((19, 64, 1, "forward", 13, 4), seed=6)
+    want = _stock(original, feeds)
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    sess = InferenceSession(fused.SerializeToString(), options, providers=CPU)
+    for _ in range(2400):
+        assert max_abs(sess.run(None, feeds), want) <= 1e-5
+    [choice] = [c for c in cpu_kernel_report() if c.node == "fused_lstm" and c.B == 13]
+    assert set(choice.median_ms) == {"fused", "stock"}, choice
+    assert choice.held == (choice.chosen,), choice

@@ -185,7 +185,9 @@ struct CpuLstm<T>::State {
         weights.w = static_cast<const float*>(c.w);
       weights.b = static_cast<const float*>(c.b);
       weights.p = static_cast<const float*>(c.p);
-      held = std::make_shared<StockStack>(attrs, c.dims, sig, weights, threads, threads > 1 ? 1 : StockCopies(c.dims));
+      // int8 runs stock's kernel in one piece (the only candidate with its arithmetic): one copy.
+      const int copies = threads > 1 || int8 ? 1 : StockCopies(c.dims);
+      held = std::make_shared<StockStack>(attrs, c.dims, sig, weights, threads, copies);
     } catch (const std::exception& e) {
       RefuseLocked(std::string("onnxruntime could not make stock's LSTM session: ") + e.what());
       return nullptr;
@@ -212,14 +214,14 @@ struct CpuLstm<T>::State {
   void DropUnused() {
     {
       std::lock_guard<std::mutex> lock(weights_mutex);
-      if (!!packed + !!packed16 + !!stock + !!stock_threads < 2) return;  // one kernel's weights held
+      if (!!packed + !!packed16 + !!packed8 + !!stock + !!stock_threads < 2) return;  // one kernel's weights held
     }
     if (!tuner.Settled()) return;
     const bool fused = tuner.Uses(CpuKernel::kFused);
     const bool one_thread = tuner.Uses(CpuKernel::kStock) || tuner.Uses(CpuKernel::kStockSplit);
     const bool pool = tuner.Uses(CpuKernel::kStockThreads);
     std::lock_guard<std::mutex> lock(weights_mutex);
-    if (!fused) packed.reset(), packed16.reset();
+    if (!fused) packed.reset(), packed16.reset();  // (int8's packed8 stays: it is not made again)
     if (!one_thread) stock.reset();
     if (!pool) stock_threads.reset();
   }

@@ -31,7 +31,7 @@ bool Has(const char* feature) {
 }
 
 // Whether 512-bit vectors run at twice the 256-bit rate: on Intel's AVX-512 cores (an Intel Xeon
-// with VNNI and no AMX, torch int8 fixtures: 0.63-0.82x of stock on 256-bit vectors, 0.89-1.16x on
+// with VNNI and no AMX, torch int8 fixtures: 0.63-0.82x of stock on 256-bit vectors, 0.98-1.37x on
 // 512-bit); not on AMD before Zen 5 (family 0x1A), whose 512-bit operations are two 256-bit halves
 // (Zen 4: 512-bit vectors no faster, and slower beside a busy hyperthread).
 bool WideVectorsPay() {

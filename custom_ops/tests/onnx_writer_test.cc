@@ -46,3 +46,21 @@ TEST(AModelHoldsItsGraphAndOpset) {
   // The opset import: field 8 holding domain "" and version 14.
   CHECK(model.find(std::string("\x42\x04\x0a\x00\x10\x0e", 6)) != std::string::npos);
 }
+
+TEST(ANodeOfAnotherDomainNamesItAndTheModelImportsItOnce) {
+  Graph g;
+  g.Input({"X", ElemType::kFloat, {3}});
+  g.Output({"Z", ElemType::kFloat, {3}});
+  g.Node("Foo", {"X"}, {"Y"}, {}, "com.microsoft");
+  g.Node("Foo", {"Y"}, {"Z"}, {}, "com.microsoft");
+  const std::string model = g.Model(7, 14, "g");
+  // NodeProto.domain (field 7, 13 bytes), in both nodes.
+  const std::string domain = std::string("\x3a\x0d", 2) + "com.microsoft";
+  const size_t first = model.find(domain);
+  CHECK(first != std::string::npos && model.find(domain, first + 1) != std::string::npos);
+  // One opset import of it at version 1 (field 8 holding domain and version 1), besides ONNX's.
+  const std::string import = std::string("\x42\x11\x0a\x0d", 4) + "com.microsoft" + std::string("\x10\x01", 2);
+  const size_t at = model.find(import);
+  CHECK(at != std::string::npos && model.find(import, at + 1) == std::string::npos);
+  CHECK(model.find(std::string("\x42\x04\x0a\x00\x10\x0e", 6)) != std::string::npos);
+}

@@ -303,11 +303,16 @@ def test_an_inf_in_one_row_of_a_precision_int8_model(rng):
 
 # --- per-row scales (issue 45, row 2) -----------------------------------------------------------------
 
-def _with_scales(model, scales: str):
+def _with(model, **attributes: str):
+    """The model with these FusedLSTM attributes set (int8_scales, cpu_kernel)."""
     from lstm_ort.runtime.session import with_attributes
 
     import onnx
-    return onnx.load_from_string(with_attributes(model.SerializeToString(), {"int8_scales": scales}))
+    return onnx.load_from_string(with_attributes(model.SerializeToString(), attributes))
+
+
+def _with_scales(model, scales: str):
+    return _with(model, int8_scales=scales)
 
 
 @pytest.mark.parametrize("threads", [1, 2])
@@ -371,13 +376,6 @@ def test_bad_int8_scales_name_the_values(rng):
 
 # --- stock's DynamicQuantizeLSTM as the floor (cpu_kernel stock) -------------------------------------
 
-def _with_kernel(model, kernel: str):
-    from lstm_ort.runtime.session import with_attributes
-
-    import onnx
-    return onnx.load_from_string(with_attributes(model.SerializeToString(), {"cpu_kernel": kernel}))
-
-
 @pytest.mark.parametrize("case", CASES[:5])
 def test_stock_kernel_on_int8_weights_is_the_original_model(case):
     """cpu_kernel=stock on an int8 node runs onnxruntime's DynamicQuantizeLSTM on the node's own
@@ -386,7 +384,7 @@ def test_stock_kernel_on_int8_weights_is_the_original_model(case):
     kernel's (one scale per step: what stock computes on one thread)."""
     original, fused, feeds = _case(case, seed=5)
     want = _stock(original, feeds)
-    got = _ours(_with_kernel(fused, "stock"), feeds)
+    got = _ours(_with(fused, cpu_kernel="stock"), feeds)
     assert max_abs(got, want) <= 1e-6
     assert max_abs(_ours(fused, feeds), got) <= 1e-5
 
@@ -406,7 +404,7 @@ def test_auto_takes_stock_only_with_one_scale_per_step(rng):
         assert "no one-thread stock kernel" in described, described
     _, fused, feeds = _case((19, 64, 1, "forward", 13, 4))
     with pytest.raises(Exception, match="no one-thread stock kernel"):
-        _ours(_with_kernel(_with_scales(fused, "row"), "stock"), feeds)
+        _ours(_with(fused, int8_scales="row", cpu_kernel="stock"), feeds)
 
 
 def test_auto_settles_on_one_kernel_and_keeps_its_weights_only():

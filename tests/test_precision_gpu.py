@@ -152,8 +152,13 @@ def test_large_initial_h_stays_out_of_the_half_copy(monkeypatch, rng):
     assert max_abs(half, fp32_weights) <= bound("tf32")
 
 
+def _exact_in(a: np.ndarray, mantissa_bits: int) -> np.ndarray:
+    """a with its float32 mantissa cut to the format's bits (TF32 10, bfloat16 7): exact in it."""
+    return (a.view(np.uint32) & np.uint32((0xFFFFFFFF << (23 - mantissa_bits)) & 0xFFFFFFFF)).view(np.float32)
+
+
 def _tf32_exact(a: np.ndarray) -> np.ndarray:
-    return (a.view(np.uint32) & np.uint32(0xFFFFE000)).view(np.float32)
+    return _exact_in(a, 10)
 
 
 @pytest.mark.parametrize("direction", DIRECTIONS)
@@ -200,7 +205,7 @@ def test_reduced_modes_read_kept_bf16_copy_as_a_per_call_one(direction, precisio
 
 
 def _bf16_exact(a: np.ndarray) -> np.ndarray:
-    return (a.view(np.uint32) & np.uint32(0xFFFF0000)).view(np.float32)
+    return _exact_in(a, 7)
 
 
 @pytest.mark.parametrize("precision", ["fp16", "bf16"])

@@ -1,11 +1,14 @@
 #include "precision.h"
 
+#include <string>
+
 #include "enum_names.h"
 
 namespace lstm_ort {
 
 bool AutoRunsAsTf32(const Dims& d) {
   return d.B >= kMinBatchForAutoTf32 || (d.H >= kMinHiddenForAutoTf32 && d.B * d.H >= kMinCellsForAutoTf32) ||
+         (d.H >= kMinHiddenForAutoTf32Weights && d.T >= kMinStepsForHalfWeights) ||
          MmaStepTakesStack(d, /*tf32x3=*/false) || ResidentMmaStepTakesStack(d, /*fp16_runs=*/false);
 }
 
@@ -29,12 +32,15 @@ PrecisionDecision OnCuda(Precision requested, const Dims& d) {
     out.words =
         "tf32: auto on this stack, which the tensor-core step runs in tf32 faster than any fp32 path where its "
         "weights fit on chip (elsewhere tf32 is no slower than fp32)";
+  else if (d.H >= kMinHiddenForAutoTf32Weights && d.T >= kMinStepsForHalfWeights && d.B < kMinBatchForAutoTf32 &&
+           d.B * d.H < kMinCellsForAutoTf32)
+    out.words = "tf32: auto at this size, where a step's 16-bit weight copy halves what it reads";
   else
     out.words = "tf32: auto at this size, where fp32 would lose to stock's TF32 default";
   return out;
 }
 
-PrecisionDecision OnCpu(Precision requested, const CpuMath& cpu) {
+PrecisionDecision OnCpu(Precision requested, const Dims& d, const CpuMath& cpu) {
   PrecisionDecision out;
   out.requested = requested;
   out.runs = Arithmetic::kFp32;
@@ -55,6 +61,14 @@ PrecisionDecision OnCpu(Precision requested, const CpuMath& cpu) {
         out.words = "refused: " + out.refused;
         break;
       }
+      if (!cpu.amx_bf16 && cpu.bf16_half_rate && !Bf16PaysAtHalfRate(d)) {
+        out.words =
+            "fp32: this CPU's bf16 products (AVX512-BF16, no AMX) run at half fp32's rate, and bf16 pays only where a "
+            "step streams its weights (B <= " + std::to_string(kHalfRateBf16Rows) + ", or B <= " +
+            std::to_string(kHalfRateBf16StreamRows) + " at H >= " + std::to_string(kHalfRateBf16StreamHidden) +
+            "); fp32 is within bf16's bound";
+        break;
+      }
       out.runs = Arithmetic::kBf16;
       out.words = std::string("bf16 weights and inputs to the products, fp32 accumulation and cell (") +
                   (cpu.amx_bf16 ? "AMX-BF16" : "AVX512-BF16") + ")";
@@ -65,8 +79,12 @@ PrecisionDecision OnCpu(Precision requested, const CpuMath& cpu) {
 
 }  // namespace
 
+bool Bf16PaysAtHalfRate(const Dims& d) {
+  return d.B <= kHalfRateBf16Rows || (d.B <= kHalfRateBf16StreamRows && d.H >= kHalfRateBf16StreamHidden);
+}
+
 PrecisionDecision DecidePrecision(Precision requested, Device device, const Dims& d, const CpuMath& cpu) {
-  return device == Device::kCuda ? OnCuda(requested, d) : OnCpu(requested, cpu);
+  return device == Device::kCuda ? OnCuda(requested, d) : OnCpu(requested, d, cpu);
 }
 
 }  // namespace lstm_ort

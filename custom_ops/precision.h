@@ -21,8 +21,24 @@ struct CpuMath {
   bool avx512_bf16 = false;  // vdpbf16ps: pairs of bf16 products summed into fp32
   bool amx_bf16 = false;     // AMX tiles with BF16 products, granted to this process by the OS
   bool amx_int8 = false;     // AMX tiles with int8 products, likewise
+  // vdpbf16ps sums bf16 products at half the rate the FMAs sum fp32 ones (Intel's AVX512-BF16:
+  // 0.48 a cycle on 12 chains against 2 FMAs a cycle, Xeon without AMX; a zmm of each sums 32
+  // and 16 products). Without AMX such a CPU's bf16 is faster only where a step streams its
+  // weights (Bf16PaysAtHalfRate).
+  bool bf16_half_rate = false;
   bool Bf16() const { return avx512_bf16 || amx_bf16; }
 };
+
+// Where bf16 products at half fp32's rate still pay: a step of a few rows, whose weights stream
+// from beyond L2 each step, half as many bytes in bf16. One thread, T=50, I=H/2, fused bf16 vs
+// fp32 (ms; Xeon with AVX512-BF16, no AMX): H64 B1 0.053 vs 0.083, H256 B2 1.04 vs 1.11,
+// H512 B1 2.80 vs 7.53, H512 B4 7.90 vs 9.33, H1024 B2 20.5 vs 33.8; it loses at H256 B3 1.56 vs
+// 1.26, H384 B4 4.89 vs 4.39, H512 B6 12.2 vs 11.8, H1024 B8 T50 51.9 vs 40.1, H200 B8 T24 1.11
+// vs 0.69. Two threads alike (H512 B4 4.76 vs 5.93, H1024 B1 8.3 vs 15.7).
+constexpr int64_t kHalfRateBf16Rows = 2;
+constexpr int64_t kHalfRateBf16StreamRows = 4;
+constexpr int64_t kHalfRateBf16StreamHidden = 512;
+bool Bf16PaysAtHalfRate(const Dims& d);
 
 // `auto` on CUDA runs a call as TF32 (stock's own default class) where FP32 costs time:
 // - where FP32 measurably loses to stock's TF32 default: from kMinBatchForAutoTf32 rows on, and for
@@ -37,10 +53,19 @@ struct CpuMath {
 //   ran 1.3-2.1x our fp32 (H100, T=100: L2 H512 B64 1.24 vs 1.79 ms, L4 H256 B64 0.99 vs 1.28, L4
 //   H384 B64 1.40 vs 2.93). By the sizes alone, not the device: where resident does not fit, the
 //   backends before the step run tf32 no slower than fp32 (1.54 vs 1.79, 1.24 vs 1.28, 2.49 vs 2.93).
+// - from kMinHiddenForAutoTf32Weights units and kMinStepsForHalfWeights steps at any batch: there
+//   tf32's step reads R's 16-bit copy (cuda/heuristics.h, StepWeightsFor: TF32's significand), half
+//   the bytes a step streams, where fp32's R no longer stays in L2 (H200, T=100, auto's fp32 vs
+//   tf32, ms: H1536 B1 1.556 vs 0.998 (stock's best 1.40), B4 1.316 vs 1.135, B8 1.758 vs 1.627;
+//   H2048 B1 2.245 vs 1.257, B2 2.453 vs 1.195, B4 2.473 vs 1.343, B7 2.976 vs 2.051; bidirectional
+//   H2048 B1 3.743 vs 2.450, B4 4.216 vs 2.640; L2 H2048 B2 4.880 vs 2.357; T1000 H2048 B1 21.59 vs
+//   10.39; max-abs against stock FP32 4-5e-4, stock's TF32 default's alike; at H1024, whose fp32 R
+//   stays in L2, 1.03-1.17x only, and at T=10 H2048 B1 1.14x).
 // All within auto's stated bound, which is tf32's (docs/ops.md).
 constexpr int64_t kMinBatchForAutoTf32 = 256;
 constexpr int64_t kMinHiddenForAutoTf32 = 1024;
 constexpr int64_t kMinCellsForAutoTf32 = 16 * 1024;
+constexpr int64_t kMinHiddenForAutoTf32Weights = 1536;
 bool AutoRunsAsTf32(const Dims& d);
 
 struct PrecisionDecision {
@@ -58,7 +83,8 @@ struct PrecisionDecision {
 //   CPU: fp32 -> fp32; auto, tf32 and fp16 -> fp32 (the CPU has no TF32 arithmetic, fp16 products
 //        would not be faster than the fp32 ones here, and fp32 is within each mode's bound;
 //        auto never takes bf16, whose bound is beyond auto's); bf16 -> bf16 where the CPU has
-//        AVX512-BF16 or AMX-BF16, else refused with the reason.
+//        AMX-BF16, or AVX512-BF16 at full rate, or at half rate where Bf16PaysAtHalfRate (else fp32,
+//        within bf16's bound); refused with the reason where it has neither.
 PrecisionDecision DecidePrecision(Precision requested, Device device, const Dims& d, const CpuMath& cpu = {});
 
 }  // namespace lstm_ort

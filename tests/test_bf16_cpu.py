@@ -56,7 +56,9 @@ def test_features_within_the_bound_of_stock_fp32(direction, layout, seq_lens, st
                                          (16, 64, 1, 2, 40, 17), (7, 9, 3, 1, 3, 2)])
 def test_shapes_within_the_bound_and_bf16_really_ran(I, H, L, D, T, B, rng):
     """Tile shapes of both units (1-3 rows on vectors, AMX tiles of 16 rows and their tails, odd H and
-    I padded to a tile's depth), within the bound; and not fp32 (bf16 rounding shows)."""
+    I padded to a tile's depth), within the bound; and not fp32 (bf16 rounding shows) where the
+    precision decision runs bf16 at this size, else fp32's results bit for bit (a CPU whose bf16
+    products run at half fp32's rate: Bf16PaysAtHalfRate, custom_ops/precision.h)."""
     spec = LstmSpec(input_size=I, hidden_size=H, num_layers=L, direction="bidirectional" if D == 2 else "forward")
     layers = random_layers(spec, rng)
     feeds = make_feeds(spec, T, B, rng, seq_lens=True, initial_states=True)
@@ -64,14 +66,17 @@ def test_shapes_within_the_bound_and_bf16_really_ran(I, H, L, D, T, B, rng):
     fp32 = run_fused(spec, layers, feeds, **kw)
     got = run_fused(spec, layers, feeds, precision="bf16", **kw)
     assert _within(got, run_stock(spec, layers, feeds, **kw)) <= BOUND.atol
-    assert max_abs(got, fp32) > 1e-5  # bf16 products, not fp32's
+    if decide_precision("cpu", "bf16", H, B).runs == "bf16":
+        assert max_abs(got, fp32) > 1e-5  # bf16 products, not fp32's
+    else:
+        assert max_abs(got, fp32) == 0.0
 
 
 @needs_bf16
 def test_float16_storage_runs_bf16_products(rng):
     spec = LstmSpec(input_size=11, hidden_size=24, direction="bidirectional")
     layers = random_layers(spec, rng)
-    feeds = make_feeds(spec, 6, 4, rng, dtype=np.float16)
+    feeds = make_feeds(spec, 6, 2, rng, dtype=np.float16)  # two rows: bf16 on every bf16 unit
     fp32 = run_fused(spec, layers, feeds, np.float16)
     got = run_fused(spec, layers, feeds, np.float16, precision="bf16")
     assert all(o.dtype == np.float16 for o in got)
@@ -139,9 +144,37 @@ def test_refused_with_the_reason_where_the_cpu_has_no_bf16(tmp_path, rng):
 
 @needs_bf16
 def test_the_plan_says_bf16():
-    text = describe_cpu(NodeShape(1, 1, 16, 64, "float32"), 20, 8, precision="bf16")
+    text = describe_cpu(NodeShape(1, 1, 16, 64, "float32"), 20, 1, precision="bf16")
     assert "fused: bf16 weights" in text and ("AMX-BF16" in text or "AVX512-BF16" in text)
     assert "fused: fp32 weights" in describe_cpu(NodeShape(1, 1, 16, 64, "float32"), 20, 8, precision="fp32")
+    # At eight rows the plan says what the precision decision says for this CPU at that size.
+    decision = decide_precision("cpu", "bf16", 64, 8)
+    assert f"fused: {decision.runs} weights, {decision.words}" in describe_cpu(
+        NodeShape(1, 1, 16, 64, "float32"), 20, 8, precision="bf16")
+
+
+@needs_bf16
+def test_half_rate_bf16_runs_each_call_in_its_faster_format(tmp_path, rng):
+    """Where bf16 products run at half fp32's rate, one bf16 node runs a call of one row in bf16 and
+    a call of eight rows in fp32 (fp32's results bit for bit), each packing its format when first
+    needed; a unit named by LSTM_ORT_CPU_BF16_ISA runs bf16 at every size."""
+    if decide_precision("cpu", "bf16", 64, 8).runs == "bf16":
+        pytest.skip("this CPU runs bf16 at every size")
+    spec = LstmSpec(input_size=16, hidden_size=64)
+    layers = random_layers(spec, rng)
+    model = fused_model(spec, layers)
+    bf16 = InferenceSession(model, providers=CPU, precision="bf16")
+    for B in (1, 8, 1):
+        feeds = make_feeds(spec, 6, B, rng)
+        got = bf16.run(None, feeds)
+        fp32 = InferenceSession(model, providers=CPU).run(None, feeds)
+        assert (max_abs(got, fp32) > 1e-5) == (B == 1)
+        assert _within(got, run_stock(spec, layers, feeds)) <= BOUND.atol
+    feeds = make_feeds(spec, 6, 8, rng)
+    done = _run_with("avx512bf16", model, feeds, tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    forced = [a for _, a in sorted(np.load(tmp_path / "out.npz").items())]
+    assert max_abs(forced, InferenceSession(model, providers=CPU).run(None, feeds)) > 1e-5
 
 
 @needs_bf16

@@ -269,9 +269,9 @@ const char* Int8WhyNoStock(Int8Scales scales) {
                                      : "int8_scales=row and slices quantize h as no one-thread stock kernel does";
 }
 
-WeightFormat FormatFor(const Attributes& attrs, bool int8_weights, const CpuMath& math) {
+WeightFormat FormatFor(const Attributes& attrs, bool int8_weights, const CpuMath& math, const Dims& d) {
   if (int8_weights) return WeightFormat::kInt8;
-  const bool bf16 = DecidePrecision(attrs.precision, Device::kCpu, Dims{}, math).runs == Arithmetic::kBf16;
+  const bool bf16 = DecidePrecision(attrs.precision, Device::kCpu, d, math).runs == Arithmetic::kBf16;
   return bf16 && !attrs.ranks.Any() ? WeightFormat::kBf16 : WeightFormat::kFp32;
 }
 
@@ -300,7 +300,7 @@ CpuCallPlan PlanCpuCall(const CpuCallInputs& in, const Attributes& attrs, const 
       p.refused = p.precision.refused;
       return p;
     }
-    p.format = FormatFor(attrs, false, m.math);
+    p.format = FormatFor(attrs, false, m.math, d);
     if (p.precision.runs == Arithmetic::kBf16 && p.factored) {
       p.precision.runs = Arithmetic::kFp32;  // factored weights keep their fp32 path (docs/ops.md)
       p.precision.words = "fp32: factored weights run fp32 (bf16 takes whole weights)";

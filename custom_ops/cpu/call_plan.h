@@ -106,10 +106,10 @@ struct CpuPlanKnobs {
 CpuCallPlan PlanCpuCall(const CpuCallInputs& in, const Attributes& attrs, const CpuMachine& machine,
                         const CpuPlanKnobs& knobs, CpuKernel env_kernel = CpuKernel::kAuto);
 
-// The weight format the fused kernel runs a node in: int8 for int8 weights, bf16 where the
-// precision decision for this CPU says bf16 and the weights are whole (factored weights keep fp32),
-// else fp32.
-WeightFormat FormatFor(const Attributes& attrs, bool int8_weights, const CpuMath& math);
+// The weight format the fused kernel runs a call of sizes `d` in: int8 for int8 weights, bf16 where
+// the precision decision for this CPU at these sizes says bf16 and the weights are whole (factored
+// weights keep fp32), else fp32.
+WeightFormat FormatFor(const Attributes& attrs, bool int8_weights, const CpuMath& math, const Dims& d);
 
 // Why stock's kernel cannot answer an int8 node's calls with the node's arithmetic, or null where
 // it can: with one scale per step (int8_scales=call) the fused kernel computes what onnxruntime's

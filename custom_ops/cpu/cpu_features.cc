@@ -47,6 +47,8 @@ CpuMath HardwareCpuMath() {
   const bool amx_tile = r7[3] & (1u << 24);
   m.amx_bf16 = amx_state && amx_tile && (r7[3] & (1u << 22));
   m.amx_int8 = amx_state && amx_tile && (r7[3] & (1u << 25));
+  __builtin_cpu_init();
+  m.bf16_half_rate = m.avx512_bf16 && __builtin_cpu_is("intel");
 #endif
   return m;
 }
@@ -64,6 +66,7 @@ const CpuMath& ThisCpuMath() {
     }
     if (forced == "none") m.avx512_bf16 = m.amx_bf16 = false;
     if (forced == "avx512bf16") m.amx_bf16 = false;
+    if (forced == "amx" || forced == "avx512bf16") m.bf16_half_rate = false;  // the unit named runs at every size
     return m;
   }();
   return math;

@@ -220,8 +220,19 @@ struct CpuLstm<T>::State {
     const bool fused = tuner.Uses(CpuKernel::kFused);
     const bool one_thread = tuner.Uses(CpuKernel::kStock) || tuner.Uses(CpuKernel::kStockSplit);
     const bool pool = tuner.Uses(CpuKernel::kStockThreads);
+    // The float formats the plans kept name (precision bf16 runs fp32 at some sizes: Bf16PaysAtHalfRate);
+    // a format dropped that a new call needs is packed again.
+    bool fp32_planned = false, bf16_planned = false;
+    {
+      std::lock_guard<std::mutex> lock(plans_mutex);
+      for (const auto& [key, plan] : plans) {
+        fp32_planned = fp32_planned || plan->format == cpu::WeightFormat::kFp32;
+        bf16_planned = bf16_planned || plan->format == cpu::WeightFormat::kBf16;
+      }
+    }
     std::lock_guard<std::mutex> lock(weights_mutex);
-    if (!fused) packed.reset(), packed16.reset();  // (int8's packed8 stays: it is not made again)
+    if (!fused || !fp32_planned) packed.reset();
+    if (!fused || !bf16_planned) packed16.reset();  // (int8's packed8 stays: it is not made again)
     if (!one_thread) stock.reset();
     if (!pool) stock_threads.reset();
   }
@@ -305,7 +316,11 @@ CpuLstm<T>::CpuLstm(const OrtKernelInfo* info, const Attributes& attrs) : state_
     if (b && (tb != type || static_cast<int64_t>(nb) != d.BiasCount())) b = nullptr;
     if (p && (tp != type || static_cast<int64_t>(np) != d.PeepholeCount())) p = nullptr;
     st.constants = {d, w, b, p, f, nullptr};
-    if (cpu::FormatFor(attrs, false, ThisMachine().math) == cpu::WeightFormat::kBf16)
+    // The calls' batch is not known yet: packed for a call of one row (where a CPU's bf16 runs at
+    // half rate, larger calls may run fp32 and pack it then).
+    Dims one_row = d;
+    one_row.B = 1;
+    if (cpu::FormatFor(attrs, false, ThisMachine().math, one_row) == cpu::WeightFormat::kBf16)
       st.Bf16Weights();
     else
       st.PackedWeights();

@@ -26,9 +26,9 @@ bool RunsOnCluster(Strategy strategy, const Dims& d) {
 StepKernel ChooseStepKernel(Strategy strategy, ElementType type, const Dims& d) {
   if (strategy == Strategy::kSplitK && d.H <= kSplitKMaxHidden) return StepKernel::kSplitK;
   if (strategy == Strategy::kTiled || strategy == Strategy::kSplitK) return StepKernel::kTiled;
-  if (d.B <= kSplitKMaxBatch && d.H <= kSplitKMaxHidden) return StepKernel::kSplitK;
-  if (type == ElementType::kFloat32 && (d.H >= kMinHiddenForGemmStep || d.B >= kMinBatchForGemmStep))
-    return StepKernel::kGemm;
+  const bool gemm = type == ElementType::kFloat32 && (d.H >= kMinHiddenForGemmStep || d.B >= kMinBatchForGemmStep);
+  if (d.B <= kSplitKMaxBatch && d.H <= kSplitKMaxHidden && !gemm) return StepKernel::kSplitK;
+  if (gemm) return StepKernel::kGemm;
   return StepKernel::kTiled;
 }
 

@@ -112,6 +112,15 @@ TEST(CpuPlanWeightFormatFollowsThePrecisionDecision) {
   const CpuCallPlan factored = PlanCpuCall(Call(10, 8), a, Machine(), {});
   CHECK(factored.format == WeightFormat::kFp32 && factored.factored);
   CHECK(factored.precision.runs == Arithmetic::kFp32);
+  // bf16 at half fp32's rate (AVX512-BF16 on Intel, no AMX): bf16 weights where a step streams
+  // them, fp32 weights (the faster) elsewhere, each call by its own sizes.
+  const CpuMachine half = Machine(2, 2, CpuMath{true, false, false, /*bf16_half_rate=*/true});
+  a.ranks.recurrent.clear();
+  CHECK(PlanCpuCall(Call(10, 1, 64), a, half, {}).format == WeightFormat::kBf16);
+  CHECK(PlanCpuCall(Call(10, 4, 1024), a, half, {}).format == WeightFormat::kBf16);
+  const CpuCallPlan wide = PlanCpuCall(Call(10, 8, 1024), a, half, {});
+  CHECK(wide.format == WeightFormat::kFp32 && wide.precision.runs == Arithmetic::kFp32);
+  CHECK(Has(DescribeCpuCall(wide), "fused: fp32 weights, fp32: this CPU's bf16 products"));
 }
 
 TEST(CpuPlanInt8CallScalesNeverSplitTheBatch) {

@@ -35,6 +35,15 @@ TEST(StepKernelAutoPicksSplitKForSmallBatchesAndUnits) {
   }
 }
 
+TEST(StepKernelAutoTakesTheCublasStepOverSplitKForFp32FromItsHidden) {
+  for (Strategy s : {Strategy::kAuto, Strategy::kPersistent, Strategy::kWavefront}) {
+    CHECK(ChooseStepKernel(s, ElementType::kFloat32, Sizes(4, kMinHiddenForGemmStep)) == StepKernel::kGemm);
+    CHECK(ChooseStepKernel(s, ElementType::kFloat32, Sizes(1, kMinHiddenForGemmStep - 1)) == StepKernel::kSplitK);
+    CHECK(ChooseStepKernel(s, ElementType::kFloat32, Sizes(16, 768)) == StepKernel::kSplitK);
+  }
+  CHECK(ChooseStepKernel(Strategy::kSplitK, ElementType::kFloat32, Sizes(4, 1024)) == StepKernel::kSplitK);  // forced
+}
+
 TEST(StepKernelForcedByStrategy) {
   CHECK(ChooseStepKernel(Strategy::kTiled, ElementType::kFloat16, Sizes(1, 64)) == StepKernel::kTiled);
   CHECK(ChooseStepKernel(Strategy::kSplitK, ElementType::kFloat16, Sizes(512, 64)) == StepKernel::kSplitK);
@@ -206,7 +215,8 @@ TEST(LargeFp32StepsRunOnCublas) {
   CHECK(ChooseStepKernel(Strategy::kAuto, f32, Sizes(17, 1024)) == StepKernel::kGemm);
   CHECK(ChooseStepKernel(Strategy::kAuto, f32, Sizes(256, 64)) == StepKernel::kGemm);
   CHECK(ChooseStepKernel(Strategy::kAuto, f32, Sizes(1, 2048)) == StepKernel::kGemm);
-  CHECK(ChooseStepKernel(Strategy::kWavefront, f32, Sizes(8, 1024)) == StepKernel::kSplitK);  // registers hold it
+  CHECK(ChooseStepKernel(Strategy::kWavefront, f32, Sizes(8, 1024)) == StepKernel::kGemm);  // split-K's registers spill
+  CHECK(ChooseStepKernel(Strategy::kWavefront, f32, Sizes(8, 1023)) == StepKernel::kSplitK);  // registers hold it
   CHECK(ChooseStepKernel(Strategy::kAuto, f32, Sizes(64, 512)) == StepKernel::kTiled);
   CHECK(ChooseStepKernel(Strategy::kAuto, f16, Sizes(17, 1024)) == StepKernel::kTiled);  // fp16 h would need a copy
   CHECK(ChooseStepKernel(Strategy::kTiled, f32, Sizes(256, 2048)) == StepKernel::kTiled);  // forced v1 stays

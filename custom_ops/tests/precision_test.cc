@@ -28,15 +28,29 @@ TEST(AutoRunsAsTf32OnCudaWhereFp32LosesToStocksDefault) {
   CHECK(OnCuda(Precision::kAuto, 128, 512) == Arithmetic::kFp32);  // fp32 still wins
   CHECK(OnCuda(Precision::kAuto, 16, 1024) == Arithmetic::kTf32);  // weights stream: B*H = 16K
   CHECK(OnCuda(Precision::kAuto, 8, 1024) == Arithmetic::kFp32);
+  CHECK(OnCuda(Precision::kAuto, 15, 1024) == Arithmetic::kFp32);
   CHECK(OnCuda(Precision::kAuto, 8, 2048) == Arithmetic::kTf32);
-  CHECK(OnCuda(Precision::kAuto, 4, 2048) == Arithmetic::kFp32);
-  CHECK(OnCuda(Precision::kAuto, 1, 8192) == Arithmetic::kFp32);
   CHECK(AutoRunsAsTf32(Sizes(256, 1)) && !AutoRunsAsTf32(Sizes(255, 1023)));
   CHECK(AutoRunsAsTf32(Sizes(16, 1024)) && !AutoRunsAsTf32(Sizes(15, 1024)));
   // Every other mode runs as asked, at any size.
   for (Precision p : {Precision::kFp32, Precision::kTf32, Precision::kFp16, Precision::kBf16})
     for (int64_t B : {1, 512}) CHECK(static_cast<int>(OnCuda(p, B, 2048)) == static_cast<int>(p));
   CHECK(DecidePrecision(Precision::kAuto, Device::kCuda, Sizes(256, 128)).words.rfind("tf32: auto", 0) == 0);
+}
+
+TEST(AutoRunsAsTf32OnCudaWhereTheStepsHalfWeightsHalveWhatTheyRead) {
+  // From H = 1536 and the steps a 16-bit copy of R pays for, at any batch (T = 10 in Sizes).
+  for (int64_t B : {1, 4, 9, 10})
+    for (int64_t H : {kMinHiddenForAutoTf32Weights, int64_t{2048}, int64_t{8192}}) CHECK(OnCuda(Precision::kAuto, B, H) == Arithmetic::kTf32);
+  CHECK(OnCuda(Precision::kAuto, 1, kMinHiddenForAutoTf32Weights - 1) == Arithmetic::kFp32);
+  Dims short_call = Sizes(1, 2048);
+  short_call.T = kMinStepsForHalfWeights - 1;  // no copy of R at these lengths: fp32 reads the same bytes
+  CHECK(!AutoRunsAsTf32(short_call));
+  short_call.D = 2;
+  CHECK(!AutoRunsAsTf32(short_call));
+  CHECK(DecidePrecision(Precision::kAuto, Device::kCuda, Sizes(1, 2048)).words ==
+        "tf32: auto at this size, where a step's 16-bit weight copy halves what it reads");
+  CHECK(DecidePrecision(Precision::kAuto, Device::kCuda, Sizes(8, 2048)).words.find("lose to stock") != std::string::npos);
 }
 
 TEST(AutoRunsAsTf32OnCudaOnTheStacksTheTensorCoreStepTakes) {
@@ -162,6 +176,27 @@ TEST(CpuBf16NeedsBf16UnitsElseIsRefusedWithTheReason) {
   CHECK(none.refused.find("needs AVX512-BF16 or AMX-BF16, which this CPU lacks") != std::string::npos);
   // AMX-INT8 alone is no bf16 unit.
   CHECK(!DecidePrecision(Precision::kBf16, Device::kCpu, Sizes(8, 64), CpuMath{false, false, true}).refused.empty());
+}
+
+TEST(CpuBf16AtHalfRateRunsWhereAStepStreamsItsWeightsElseFp32) {
+  const CpuMath half{true, false, false, /*bf16_half_rate=*/true};
+  auto runs = [&](const CpuMath& cpu, int64_t B, int64_t H) {
+    return DecidePrecision(Precision::kBf16, Device::kCpu, Sizes(B, H), cpu).runs;
+  };
+  for (int64_t H : {8, 64, 511, 512, 4096}) {
+    CHECK(runs(half, 1, H) == Arithmetic::kBf16);
+    CHECK(runs(half, kHalfRateBf16Rows, H) == Arithmetic::kBf16);
+    CHECK(runs(half, 8, H) == Arithmetic::kFp32);
+  }
+  CHECK(runs(half, 3, 511) == Arithmetic::kFp32 && runs(half, 3, 512) == Arithmetic::kBf16);
+  CHECK(runs(half, kHalfRateBf16StreamRows, 512) == Arithmetic::kBf16);
+  CHECK(runs(half, kHalfRateBf16StreamRows + 1, 4096) == Arithmetic::kFp32);
+  const PrecisionDecision fp32 = DecidePrecision(Precision::kBf16, Device::kCpu, Sizes(8, 64), half);
+  CHECK(fp32.refused.empty());
+  CHECK(fp32.words.rfind("fp32: this CPU's bf16 products (AVX512-BF16, no AMX) run at half fp32's rate", 0) == 0);
+  // AMX, or vectors at full rate, run bf16 at every size.
+  for (const CpuMath cpu : {CpuMath{true, true, false, true}, CpuMath{true, false, false, false}})
+    for (int64_t B : {1, 8, 512}) CHECK(runs(cpu, B, 64) == Arithmetic::kBf16);
 }
 
 TEST(ArithmeticNamesFollowPrecisionNames) {

@@ -61,7 +61,7 @@ Recurrence PlanRecurrence(const Dims& d, int64_t np, int64_t steps, int P, doubl
     }
     return plan;
   }
-  if (step_flops * steps < kn.parallel_min) return plan;
+  if (step_flops * steps < std::max<double>(kn.parallel_min, kMinCallFlopsToSplitSteps)) return plan;
   // Batch rows split with no synchronisation while each thread still gets whole row tiles and
   // the weights stay in cache; else the panels split, which costs a meeting per step.
   const bool weights_cached = weight_bytes <= (1 << 20);
@@ -73,15 +73,19 @@ Recurrence PlanRecurrence(const Dims& d, int64_t np, int64_t steps, int P, doubl
     plan.unit_chunks = std::min<int64_t>(per_dir, np);
     return plan;
   }
-  if (!rows_coupled && d.B >= 2 * per_dir) {
-    plan.batch_chunks = std::min<int64_t>(per_dir, d.B);
+  // Fewer groups than threads, each of three rows or more (many cores, a small step).
+  if (!rows_coupled && d.B / 3 >= 2) {
+    plan.batch_chunks = std::min<int64_t>(per_dir, d.B / 3);
     return plan;
   }
-  // Two threads and too few rows to split them: the panels split from half the threshold, else the
-  // step keeps one thread while stock's LSTM splits its rows (H100 B3 T24, 240k flops a step: 0.93-0.95
-  // of the original on one thread, 1.02 split; B >= 4 splits its rows instead: H72 B5, 207k, rows
-  // 1.12-1.16 of the original, panels 1.09-1.11). Measured on two cores only: other machines keep
-  // the threshold.
+  // Two threads and too few rows for groups of three or more: the panels split from half the
+  // threshold, else the step keeps one thread while stock's LSTM splits its rows (H100 B3 T24, 240k
+  // flops a step: 0.93-0.95 of the original on one thread, 1.02 split). Rows are not split into
+  // groups of two: such a group's tiles sum in another order than a larger group's, so a pool of
+  // one thread cannot run the groups as one (MergeGroupsForPool) and runs them in turn, each a call
+  // of its own (one thread, us, no split / rows / panels: H72 B5 T24 86.8 / 119.3 / 90.1, H100 B4 T24
+  // 130 / 192 / 133, H200 B5 T24 386 / 575 / 388; two threads: 88.3 / 81.9 / 86.2, 131 / 115 / 113,
+  // 386 / 332 / 271). Measured on two cores only: other machines keep the threshold.
   if (P == 2 && 2 * step_flops >= kn.split_min) plan.unit_chunks = std::min<int64_t>(per_dir, np);
   return plan;
 }

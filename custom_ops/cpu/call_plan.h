@@ -125,6 +125,12 @@ CpuKernel TunedCpuKernel(const Attributes& attrs, const std::string& cpu_name, i
 // "fused (fp32 weights, AVX2 build); layer 0: projection on 2 threads (8 items); recurrence: ..."
 std::string DescribeCpuCall(const CpuCallPlan& plan);
 
+// The least flops of a direction's whole recurrence (a step's times the steps) that its steps split
+// over threads for: below, a call is over before another thread pays for its start and the meetings
+// (two threads, us, one thread vs split: H72 B5 T7 31.2 vs 35.7 (rows) and 35.2 (panels), 1.45M flops;
+// T12 47.3 vs 53.3 and 50.8, 2.5M; from ~5M the split wins: T24 88.3 vs 81.9, H100 B3 T24 112 vs 96).
+constexpr double kMinCallFlopsToSplitSteps = 4e6;
+
 // Rules the plan is made of, for their unit tests.
 Recurrence PlanRecurrence(const Dims& d, int64_t np, int64_t steps, int P, double step_flops, double weight_bytes,
                           const CpuPlanKnobs& knobs, bool rows_coupled);

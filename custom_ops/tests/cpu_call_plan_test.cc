@@ -224,7 +224,11 @@ TEST(RowGroupsThePoolWouldRunInTurnRunAsOne) {
   CHECK_EQ(chunks(2, 8), 2);  // a pool thread per group
   CHECK_EQ(chunks(0, 8), 2);  // the pool not counted: as planned
   CHECK_EQ(chunks(1, 8), 1);  // one thread: one group, the weights read once per step
-  CHECK_EQ(chunks(1, 4, 1, 2, 32, 20), 2);  // groups of two rows run other arithmetic than one of four: kept
+  CHECK_EQ(chunks(2, 4, 1, 2, 256, 20), 1);  // never groups of two rows (below): B4 stays whole
+  // Groups of two rows run other arithmetic than one of four: forced (LSTM_ORT_CPU_SPLIT=2), kept apart.
+  CpuPlanKnobs rows;
+  rows.split = 2;
+  CHECK_EQ(PlanCpuCall(Call(20, 4, 32), Attrs(32), Machine(2, 1), rows).layers[0].recurrence.batch_chunks, 2);
   CHECK_EQ(chunks(2, 12, 2, 4), 1);  // two directions on two of four cores' threads: a group each
   // The rule alone: merged only where every group keeps three rows or more.
   Recurrence r;
@@ -244,9 +248,13 @@ TEST(TooFewRowsToSplitSplitThePanelsFromHalfTheThresholdOnTwoCores) {
   CHECK_EQ(rec(2, 3, 100).batch_chunks, 1);
   // Under half the threshold (H72 B3: 124k): one thread.
   CHECK_EQ(rec(2, 3, 72).unit_chunks, 1);
-  // Rows that can split still do (H72 B5, 207k: 3 + 2 rows).
-  CHECK_EQ(rec(2, 5, 72).batch_chunks, 2);
-  CHECK_EQ(rec(2, 5, 72).unit_chunks, 1);
+  // Rows are never split into groups of two (H72 B5, 207k: 3 + 2 rows): the panels split instead.
+  CHECK_EQ(rec(2, 5, 72).batch_chunks, 1);
+  CHECK_EQ(rec(2, 5, 72).unit_chunks, 2);
+  CHECK_EQ(rec(2, 6, 72).batch_chunks, 2);  // 3 + 3
+  // A whole recurrence under kMinCallFlopsToSplitSteps keeps one thread (H72 B5 T7: 1.45M flops).
+  CHECK_EQ(rec(2, 5, 72, 7).unit_chunks, 1);
+  CHECK_EQ(rec(2, 5, 72, 7).batch_chunks, 1);
   // Other machines keep the threshold (measured on two cores only).
   CHECK_EQ(rec(4, 3, 100).unit_chunks, 1);
   // Too little work for a second thread at all (T1: 240k flops in the call): one thread.

@@ -6,9 +6,16 @@
 
 namespace lstm_ort {
 
+namespace {
+
+// Where tf32's step reads R's 16-bit copy at a size fp32 would read it whole (precision.h).
+bool StepHalvesWhatItReads(const Dims& d) { return d.H >= kMinHiddenForAutoTf32Weights && d.T >= kMinStepsForHalfWeights; }
+
+}  // namespace
+
 bool AutoRunsAsTf32(const Dims& d) {
   return d.B >= kMinBatchForAutoTf32 || (d.H >= kMinHiddenForAutoTf32 && d.B * d.H >= kMinCellsForAutoTf32) ||
-         (d.H >= kMinHiddenForAutoTf32Weights && d.T >= kMinStepsForHalfWeights) ||
+         StepHalvesWhatItReads(d) ||
          MmaStepTakesStack(d, /*tf32x3=*/false) || ResidentMmaStepTakesStack(d, /*fp16_runs=*/false);
 }
 
@@ -32,8 +39,7 @@ PrecisionDecision OnCuda(Precision requested, const Dims& d) {
     out.words =
         "tf32: auto on this stack, which the tensor-core step runs in tf32 faster than any fp32 path where its "
         "weights fit on chip (elsewhere tf32 is no slower than fp32)";
-  else if (d.H >= kMinHiddenForAutoTf32Weights && d.T >= kMinStepsForHalfWeights && d.B < kMinBatchForAutoTf32 &&
-           d.B * d.H < kMinCellsForAutoTf32)
+  else if (StepHalvesWhatItReads(d) && d.B < kMinBatchForAutoTf32 && d.B * d.H < kMinCellsForAutoTf32)
     out.words = "tf32: auto at this size, where a step's 16-bit weight copy halves what it reads";
   else
     out.words = "tf32: auto at this size, where fp32 would lose to stock's TF32 default";

@@ -113,12 +113,17 @@ def torch_runner(spec: LstmSpec, layers, x: np.ndarray, device: str, tf32: bool 
     return run, outputs, sync
 
 
-def bench_config(cfg, device: str, runs: int, warmup: int, use_torch: bool, strategies=(), precisions=()) -> Row:
+def config_case(cfg):
+    """(spec, layers, x) of a config: I = H, weights and input drawn from seed 0."""
     L, T, H, B, bi = cfg
     spec = LstmSpec(input_size=H, hidden_size=H, num_layers=L, direction="bidirectional" if bi else "forward")
     rng = np.random.default_rng(0)
     layers = random_layers(spec, rng)
-    x = rng.standard_normal((T, B, H)).astype(np.float32)
+    return spec, layers, rng.standard_normal((T, B, H)).astype(np.float32)
+
+
+def bench_config(cfg, device: str, runs: int, warmup: int, use_torch: bool, strategies=(), precisions=()) -> Row:
+    spec, layers, x = config_case(cfg)
     feeds = {"X": x}
     stock = OrtRunner(stock_model(spec, layers), feeds, device, fused=False)
     ours = OrtRunner(fused_model(spec, layers), feeds, device, fused=True, precision=OPTIMIZE_PRECISION)

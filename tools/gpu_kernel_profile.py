@@ -28,9 +28,9 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench import label, parse_config, torch_runner  # noqa: E402  (tools/bench.py)
+from bench import config_case, label, parse_config, torch_runner  # noqa: E402  (tools/bench.py)
 
-from lstm_ort.builders import LstmSpec, fused_model, random_layers, stock_model  # noqa: E402
+from lstm_ort.builders import LstmSpec, fused_model, stock_model  # noqa: E402
 from lstm_ort.tuning.timing import OrtRunner  # noqa: E402
 
 SYSTEMS = ("ours", "stock_tf32", "stock_fp32", "stock_fp16", "torch_tf32", "torch_fp32")
@@ -124,11 +124,7 @@ def main(argv=None) -> int:
     results = []
     for text in args.config:
         cfg = parse_config(text)
-        L, T, H, B, bi = cfg
-        spec = LstmSpec(input_size=H, hidden_size=H, num_layers=L, direction="bidirectional" if bi else "forward")
-        rng = np.random.default_rng(0)
-        layers = random_layers(spec, rng)
-        x = rng.standard_normal((T, B, H)).astype(np.float32)
+        spec, layers, x = config_case(cfg)
         row = {"config": label(cfg), "precision": args.precision, "systems": {}}
         for system in systems:
             call, sync = runner_for(system, spec, layers, x, args.precision)

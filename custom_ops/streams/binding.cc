@@ -105,6 +105,7 @@ class PyEngine {
     c.max_wait = nb::cast<double>(config["max_wait"]);
     c.max_calls = nb::cast<int>(config["max_calls"]);
     c.workers = nb::cast<int>(config["workers"]);
+    if (config.contains("submitter_calls")) c.submitter_calls = nb::cast<int>(config["submitter_calls"]);
     if (config.contains("pad_below")) c.pad_below = nb::cast<int>(config["pad_below"]);
     std::unique_ptr<CallRunner> runner;
     if (!device_states) {

@@ -79,11 +79,11 @@ double CompanyWait(const CallCost& cost, double arrivals_per_s, int ready, int l
   return wait > 0 ? std::min(wait, cap_left) : 0;
 }
 
-bool SubmitterRunsAlone(const CallCost& cost, double arrivals_per_s, double since_own_last) {
+bool SubmitterRunsAlone(const CallCost& cost, double arrivals_per_s, double since_own_last, bool beside) {
   if (cost.calls() == 0) return false;
   const double call = cost.Predict(1);
   if (since_own_last >= 0 && since_own_last < kBurstCalls * call) return false;
-  return arrivals_per_s * call < kLoneCompany;
+  return arrivals_per_s * call < (beside ? kBesideCompany : kLoneCompany);
 }
 
 }  // namespace lstm_ort::streams

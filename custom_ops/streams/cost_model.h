@@ -58,11 +58,19 @@ double CompanyWait(const CallCost& cost, double arrivals_per_s, int ready, int l
 // It runs alone where fewer than kLoneCompany steps are expected to arrive during its call (below
 // one, calls of one step keep up with the arrivals; at 0.5 the g2p open loop of 256 streams every
 // 32 ms still queued most steps for the workers: queue wait p50 0.052 ms and client p50 0.33 ms,
-// against 0.002 and 0.26 ms at 1.0), and its own thread is not submitting a burst (its previous
-// step came more than kBurstCalls calls ago: an event loop stepping many streams in a row should
-// batch them). `since_own_last` < 0: the thread's first step. False before a call is measured.
+// against 0.002 and 0.26 ms at 1.0), and, on an engine whose submitters have no call slot of their
+// own, its own thread is not submitting a burst (its previous step came more than kBurstCalls calls
+// ago: an event loop stepping many streams in a row should batch them). `since_own_last` < 0: the
+// thread's first step, or no burst rule. False before a call is measured.
+// `beside`: another call is in flight (an engine whose submitters have call slots of their own):
+// then fewer than kBesideCompany. Beside a call the step takes a second core, and where calls of
+// one step come near to filling one, the steps that queue behind the call in flight would batch
+// (2 cores; companies expected, p10-p90: g2p-id decoder 0.33-0.58, where running beside took client
+// p99 from 2-4 ms to 0.9-1.5 against stock's 1.0-1.4; silero-vad 0.76-0.87, where it took every
+// step alone and p99 from 5-9 to 35-110 ms).
 constexpr double kLoneCompany = 1.0;
+constexpr double kBesideCompany = 0.7;
 constexpr double kBurstCalls = 2.0;
-bool SubmitterRunsAlone(const CallCost& cost, double arrivals_per_s, double since_own_last);
+bool SubmitterRunsAlone(const CallCost& cost, double arrivals_per_s, double since_own_last, bool beside = false);
 
 }  // namespace lstm_ort::streams

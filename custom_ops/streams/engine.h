@@ -6,9 +6,10 @@
 // flight), no other caller waits and no other thread stepped in the last 5 ms, taking with its own
 // step every step of its kind queued then: one client alone runs on its own thread, as a plain
 // `run` would, with no hand-over. A step submitted for a future runs on the submitting thread
-// where the engine is idle and the arrivals make company during its call unlikely
-// (SubmitterRunsAlone): steps spread in time do not pay a hand-over each. Steps that arrive while
-// a call runs queue; the engine's worker threads (one per call slot) take them, each call every
+// where the arrivals make company during its call unlikely (SubmitterRunsAlone) and a call slot is
+// free: the engine idle, or on the CPU (EngineConfig::submitter_calls) one call beside those in
+// flight, as that thread's plain `run` would be: steps spread in time do not pay a hand-over each,
+// nor wait behind another stream's call. Other steps that arrive while a call runs queue; the engine's worker threads (one per call slot) take them, each call every
 // step of a kind queued by then (continuous batching), and chain call after call without
 // sleeping while steps wait, so a busy engine never pays a thread hand-over per call. (Callers
 // taking turns to lead a busy engine, each waking the next, measured 34k steps/s where one
@@ -117,7 +118,11 @@ struct Step {
 struct EngineConfig {
   int max_batch = 256;
   double max_wait = 0.002;  // seconds: the cap on waiting for company
-  int max_calls = 1;        // calls in flight at once
+  int max_calls = 1;        // calls in flight at once, the workers'
+  // Calls a submitter may run on its own thread beside max_calls (SubmitterRunsAlone), so a step
+  // that arrives while a call runs does not queue behind it for a worker: what one `run` per
+  // stream from the same threads does.
+  int submitter_calls = 0;
   int workers = 1;          // threads that chain calls while steps queue
   int pad_below = 0;        // padding never reaches this batch size from below it (0: no bound)
 };
@@ -158,7 +163,8 @@ class Engine {
   // until completion hands them back. True where the caller should run them itself with Lead: one
   // step with a token, `may_lead`, an idle engine, and no company to expect (SubmitterRunsAlone).
   bool Enqueue(const std::vector<Step*>& steps, bool may_lead = false);
-  // Runs a call of what is ready on this thread, if the engine is still idle (else the workers do).
+  // Runs a call of what is ready on this thread, if a submitter's call slot is still free (else
+  // the workers do).
   void Lead();
   // Returns when every step of `waiter` is done, leading calls meanwhile where it may.
   void Wait(Waiter& waiter);
@@ -179,7 +185,8 @@ class Engine {
     int64_t padded = 0;  // rows the call runs (its steps, padded to the group's bucket)
   };
   int PaddedSize(Group& g, int n, int limit);
-  bool TakeBatch(Batch* batch, double* wake_at);
+  bool TakeBatch(Batch* batch, double* wake_at, int calls_allowed);
+  bool SubmitterMayLead() const;
   void RunBatch(Batch& batch);
   bool RunCall(Group& g, const std::vector<Step*>& steps, int64_t padded, std::string* error);
   std::vector<Step*> Finish(Batch& batch, double started, double finished);

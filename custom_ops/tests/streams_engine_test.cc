@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -52,12 +53,17 @@ class FakeRunner : public CallRunner {
   }
   std::shared_ptr<void> Run(const CallInputs& in, std::vector<CallOutput>* outputs) override {
     const int64_t n = static_cast<int64_t>(in.slots->size());
+    const float* x = static_cast<const float*>(in.data[0]);
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      std::unique_lock<std::mutex> lock(mu_);
       threads_.push_back(std::this_thread::get_id());
       batches_.push_back(n);
+      if (x[1] == kHeld) {  // a call held in flight until Release
+        ++held_;
+        cv_.notify_all();
+        cv_.wait(lock, [this] { return released_; });
+      }
     }
-    const float* x = static_cast<const float*>(in.data[0]);
     for (int64_t i = 0; i < n; ++i)
       if (std::isnan(x[i * kWidth])) throw std::runtime_error("a NaN step");
     auto out = std::make_shared<std::vector<float>>(2 * n * kWidth);
@@ -72,6 +78,17 @@ class FakeRunner : public CallRunner {
     outputs->assign({{out->data(), {n, kWidth}, 1, 4}, {out->data() + n * kWidth, {n, kWidth}, 1, 4}});
     return out;
   }
+  // Calls whose first step has x[1] == kHeld stay in flight until Release.
+  static constexpr float kHeld = 99;
+  void WaitUntilHeld() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [this] { return held_ > 0; });
+  }
+  void Release() {
+    std::lock_guard<std::mutex> lock(mu_);
+    released_ = true;
+    cv_.notify_all();
+  }
   std::vector<std::thread::id> threads() {
     std::lock_guard<std::mutex> lock(mu_);
     return threads_;
@@ -85,6 +102,9 @@ class FakeRunner : public CallRunner {
   bool pads_ = false;
   std::unique_ptr<HostSlots> slots_;
   std::mutex mu_;
+  std::condition_variable cv_;
+  int held_ = 0;
+  bool released_ = false;
   std::vector<std::thread::id> threads_;
   std::vector<int64_t> batches_;
 };
@@ -202,6 +222,8 @@ TEST(streams_a_submitter_runs_alone_only_without_company) {
   CHECK(!SubmitterRunsAlone(cost, 30000, -1));           // 1.2 expected: the workers batch them
   CHECK(!SubmitterRunsAlone(cost, 100, 50e-6));          // its thread is bursting (last step 50 us ago)
   CHECK(!SubmitterRunsAlone(CallCost(), 0, -1));         // nothing measured yet
+  CHECK(SubmitterRunsAlone(cost, 15000, -1, true));      // beside a call in flight: 0.6 expected
+  CHECK(!SubmitterRunsAlone(cost, 20000, -1, true));     // 0.8: the steps queue behind that call
 }
 
 TEST(streams_returning_callers_are_waited_for_only_while_cheaper_than_a_call) {
@@ -268,6 +290,41 @@ TEST(streams_submits_spread_in_time_run_on_the_submitting_thread) {
   const float* y = reinterpret_cast<const float*>(f.handed_back.back()->result.block.get());
   CHECK_EQ(y[0], 11.0f);  // x + the state of the 10 steps before it
 }
+
+// A submitter with a call slot of its own (the CPU's) runs its step on its thread while another
+// call is in flight, as a plain `run` from that thread would, instead of queueing behind it; an
+// engine without one queues it for the workers, and so does any engine for a step whose stream
+// has a step in flight.
+static void SubmitBesideACallInFlight(int submitter_calls) {
+  EngineConfig config;
+  config.submitter_calls = submitter_calls;
+  Fixture f(config);
+  const int64_t busy = f.engine->Open({}), other = f.engine->Open({});
+  const float x[kWidth] = {1, 0, 0}, held[kWidth] = {1, FakeRunner::kHeld, 0};
+  f.StepOne(other, x);  // a measured call
+  std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  f.engine->Enqueue({f.MakeStep(busy, held).release()});  // the worker's call, held in flight
+  f.fake->WaitUntilHeld();
+  std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  CHECK(!f.engine->Enqueue({f.MakeStep(busy, x).release()}, true));  // its stream is busy: queued
+  Step* mine = f.MakeStep(other, x).release();
+  const bool leads = f.engine->Enqueue({mine}, true);
+  CHECK_EQ(leads, submitter_calls > 0);
+  if (leads) {
+    f.engine->Lead();
+    std::lock_guard<std::mutex> lock(f.mu);  // done when Lead returns, on this thread, beside the held call
+    CHECK(!f.handed_back.empty() && f.handed_back.back().get() == mine);
+    CHECK(f.fake->threads().back() == std::this_thread::get_id());
+  }
+  f.fake->Release();
+  f.engine->Shutdown(true);
+  std::lock_guard<std::mutex> lock(f.mu);
+  CHECK_EQ(f.handed_back.size(), static_cast<size_t>(3));
+  for (const auto& step : f.handed_back) CHECK(step->failure == Failure::kNone);
+}
+
+TEST(streams_a_submitter_with_a_slot_runs_beside_a_call_in_flight) { SubmitBesideACallInFlight(1); }
+TEST(streams_a_submitter_without_a_slot_queues_behind_a_call_in_flight) { SubmitBesideACallInFlight(0); }
 
 static void ManyThreadsEachStreamAsAlone(bool pads) {
   EngineConfig config;

@@ -85,9 +85,11 @@ class StreamBatcher:
         self.max_batch, self.max_wait = max_batch, max_wait_ms / 1e3
         on_device = CUDA in self.session.get_providers()
         self.device_states = on_device if device_states is None else bool(device_states)
-        # One call in flight on the CPU (a second one takes cores its clients' Python needs: 8
-        # client threads made 29k steps/s with two, 58k with one, g2p-id decoder on 2 cores); two
-        # on a GPU, so one call's host work overlaps the other's device work.
+        # One worker's call in flight on the CPU (a second one takes cores its clients' Python
+        # needs: 8 client threads made 29k steps/s with two, 58k with one, g2p-id decoder on 2
+        # cores), and beside it one a submitter runs on its own thread (engine.h: what one `run`
+        # per step from that thread would do); two on a GPU, so one call's host work overlaps the
+        # other's device work.
         self.workers = workers if workers is not None else (2 if on_device else 1)
         self._kinds = Kinds(self.model, self._in, lambda full: self.session.run(None, full))
         self.fallback_reasons = self._kinds.fallback_reasons
@@ -102,6 +104,7 @@ class StreamBatcher:
             engine_providers(self.session, providers), [(n, _onnx_type(d)) for n, d in zip(self._in.needed, self._in.needed_dtypes)],
             list(self.carry.items()),
             {"max_batch": max_batch, "max_wait": self.max_wait, "max_calls": self.workers, "workers": self.workers,
+             "submitter_calls": 0 if on_device else 1,
              "pad_below": _tf32_from(self.model, max_batch) if on_device else 0},
             engine_error, _settle, self.device_states)
         self._opset = next((o.version for o in session_model.opset_import if o.domain in ("", "ai.onnx")), 0)

@@ -112,8 +112,11 @@ StepWeights StepWeightsFor(ProjectionMath math, const Dims& d);
 
 // With 16-bit weights the streaming step serves one row too (H2048 B1 tf32 1.44 ms, against
 // 3.08 for fp32 on cuBLAS's GEMV) and up to kStreamMaxBatchForHalf rows; above, cuBLAS's 16-bit
-// GEMM is faster (H2048: B16 1.65 ms on cuBLAS, B8 streamed 2.42).
-constexpr int64_t kStreamMaxBatchForHalf = 8;
+// GEMM and the cell kernel are faster, its GEMM reading R at about twice the streaming kernel's
+// rate (H200, T=100, streamed vs cuBLAS, ms: auto H2048 B8 2.12 vs 1.26, B8 bi 4.19 vs 2.68, B4
+// 1.34 vs 1.27, H1536 B8 1.53 vs 1.09; fp16 H2048 B8 2.02 vs 1.26, H1024 B8 bi 1.40 vs 0.93;
+// B2 1.19 vs 1.20).
+constexpr int64_t kStreamMaxBatchForHalf = 2;
 bool StepStreamsWeights(const Dims& d, StepWeights weights);
 int StreamColumnTiles(int64_t H);  // blocks along 4H per direction and split
 // K splits for H rows, `tiles` column tiles and D directions when the GPU holds `resident_blocks`

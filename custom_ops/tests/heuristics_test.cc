@@ -296,8 +296,9 @@ TEST(SmallBatchStepsStreamTheWeights) {
   CHECK(StepStreamsWeights(Sizes(2, kStreamMaxSplits * kStreamMaxRowsPerSplit), f32));
   CHECK(!StepStreamsWeights(Sizes(2, kStreamMaxSplits * kStreamMaxRowsPerSplit + 1), f32));  // a split would not fit
   CHECK(StepStreamsWeights(Sizes(1, 2048), StepWeights::kFp16));  // 16-bit weights stream from one row
-  CHECK(StepStreamsWeights(Sizes(8, 2048), StepWeights::kBf16));
-  CHECK(!StepStreamsWeights(Sizes(9, 2048), StepWeights::kFp16));  // to 8: no partial sums reserved above
+  CHECK(StepStreamsWeights(Sizes(2, 2048), StepWeights::kBf16));
+  CHECK(StepStreamsWeights(Sizes(2, 2048), StepWeights::kFp16));
+  CHECK(!StepStreamsWeights(Sizes(3, 2048), StepWeights::kFp16));  // to 2: no partial sums reserved above
   for (int H : {1, 31, 32, 100, 513, 1024, 2048, 3000, 8192}) {
     for (int D : {1, 2}) {
       const int s = StreamSplits(H, StreamColumnTiles(H), D, 4 * 132);
@@ -306,14 +307,15 @@ TEST(SmallBatchStepsStreamTheWeights) {
       CHECK((H + s - 1) / s <= kStreamMaxRowsPerSplit);          // a split's h fits shared memory
     }
   }
-  // FP32 streams at every such shape; the reduced modes with their 16-bit weights from 1 to 8 rows
+  // FP32 streams at every such shape; the reduced modes with their 16-bit weights from 1 to 2 rows
   // (cuBLAS's 16-bit GEMM above), and tf32 on short sequences (fp32 weights) from 2 to 8 rows.
   CHECK(StreamsStepWith(ProjectionMath::kFp32, Sizes(16, 2048)));
   CHECK(!StreamsStepWith(ProjectionMath::kFp32, Sizes(1, 2048)));
   for (ProjectionMath m : {ProjectionMath::kTf32, ProjectionMath::kFp16, ProjectionMath::kBf16}) {
     CHECK(StreamsStepWith(m, Sizes(1, 2048)));
-    CHECK(StreamsStepWith(m, Sizes(8, 2048)));
-    CHECK(!StreamsStepWith(m, Sizes(9, 2048)));
+    CHECK(StreamsStepWith(m, Sizes(2, 2048)));
+    CHECK(!StreamsStepWith(m, Sizes(3, 2048)));
+    CHECK(!StreamsStepWith(m, Sizes(8, 2048)));
   }
   Dims short_seq = Sizes(8, 2048);
   short_seq.T = kMinStepsForHalfWeights - 1;

@@ -205,7 +205,7 @@ TEST(HBufHoldsTheBatchRoundedUpTo128) {
 
 TEST(HalfStepCopiesOnlyWhereTheReducedModesTakeThem) {
   const ElementType f32 = ElementType::kFloat32, f16 = ElementType::kFloat16;
-  const Dims d = Sizes(2, 2, kMinStepsForHalfWeights, 8, 8, 64);
+  const Dims d = Sizes(2, 2, kMinStepsForHalfWeights, 2, 8, 64);  // two rows: the streaming step's
   const size_t copies = 2 * 2 * 64 * 4 * 64;  // a layer's recurrent weights, both directions, 16-bit
   CHECK(Bytes(d, f32, Precision::kTf32, false) >= Bytes(d, f32, Precision::kFp32, false) + copies);
   CHECK(Bytes(d, f32, Precision::kBf16, false) >= Bytes(d, f32, Precision::kFp32, false) + copies);

@@ -9,14 +9,15 @@
 // where the arrivals make company during its call unlikely (SubmitterRunsAlone) and a call slot is
 // free: the engine idle, or on the CPU (EngineConfig::submitter_calls) one call beside those in
 // flight, as that thread's plain `run` would be: steps spread in time do not pay a hand-over each,
-// nor wait behind another stream's call. Other steps that arrive while a call runs queue; the engine's worker threads (one per call slot) take them, each call every
-// step of a kind queued by then (continuous batching), and chain call after call without
-// sleeping while steps wait, so a busy engine never pays a thread hand-over per call. (Callers
-// taking turns to lead a busy engine, each waking the next, measured 34k steps/s where one
-// chaining worker made 58k: g2p-id decoder, 8 client threads, 2 cores.) A worker waits for more
-// steps only where the cost model (cost_model.h) says calls of the size at hand cannot keep up
-// with the arrivals, or for callers between two steps that come back sooner than the fixed cost
-// of the call their steps would otherwise need (callers.h); `max_wait` caps that.
+// nor wait behind another stream's call. Other steps that arrive while a call runs queue; the
+// engine's worker threads (one per call slot) take them, each call every step of a kind queued by
+// then (continuous batching), and chain call after call without sleeping while steps wait, so a
+// busy engine never pays a thread hand-over per call. (Callers taking turns to lead a busy engine,
+// each waking the next, measured 34k steps/s where one chaining worker made 58k: g2p-id decoder, 8
+// client threads, 2 cores.) A worker waits for more steps only where the cost model
+// (cost_model.h) says calls of the size at hand cannot keep up with the arrivals, or for callers
+// between two steps that come back sooner than the fixed cost of the call their steps would
+// otherwise need (callers.h); `max_wait` caps that.
 #pragma once
 
 #include <array>
@@ -161,7 +162,8 @@ class Engine {
   // Queues steps (their stream_id, group, submitted and feeds set), in order per stream: all or
   // none (EngineError: a stream not open, or shut down). Steps with a token are owned by the engine
   // until completion hands them back. True where the caller should run them itself with Lead: one
-  // step with a token, `may_lead`, an idle engine, and no company to expect (SubmitterRunsAlone).
+  // step with a token whose stream is idle, `may_lead`, a call slot free for it (SubmitterMayLead)
+  // and no company to expect (SubmitterRunsAlone).
   bool Enqueue(const std::vector<Step*>& steps, bool may_lead = false);
   // Runs a call of what is ready on this thread, if a submitter's call slot is still free (else
   // the workers do).

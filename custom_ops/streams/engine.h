@@ -188,6 +188,7 @@ class Engine {
   };
   int PaddedSize(Group& g, int n, int limit);
   bool TakeBatch(Batch* batch, double* wake_at, int calls_allowed);
+  int SubmitterCallLimit() const;  // calls in flight, a submitter's own included, that it may lead beside
   bool SubmitterMayLead() const;
   void RunBatch(Batch& batch);
   bool RunCall(Group& g, const std::vector<Step*>& steps, int64_t padded, std::string* error);

@@ -15,8 +15,6 @@ the reference the tests compare against.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
-import logging
 import os
 import threading
 import weakref
@@ -40,6 +38,7 @@ from lstm_ort.serving.streams.kinds import Kind, Kinds, with_row_scales
 from lstm_ort.serving.streams.native_session import api_base, engine_model, engine_options, engine_providers
 from lstm_ort.serving.streams.options import check_batcher_options, step_pair, stream_id, stream_ids
 from lstm_ort.serving.streams.stats import StreamStats, snapshot
+from lstm_ort.serving.streams.step_future import StepFuture, in_a_callback, settle
 
 CUDA = "CUDAExecutionProvider"
 
@@ -106,7 +105,7 @@ class StreamBatcher:
             {"max_batch": max_batch, "max_wait": self.max_wait, "max_calls": self.workers, "workers": self.workers,
              "submitter_calls": 0 if on_device else 1,
              "pad_below": _tf32_from(self.model, max_batch) if on_device else 0},
-            engine_error, _settle, self.device_states)
+            engine_error, settle, self.device_states)
         self._opset = next((o.version for o in session_model.opset_import if o.domain in ("", "ai.onnx")), 0)
         if self.device_states and self._opset < 11:
             raise ValueError(f"device states need ScatterND (opset 11), the model imports opset {self._opset}")
@@ -166,8 +165,8 @@ class StreamBatcher:
         thread and the Future is done when submit returns (no hand-over to a worker,
         docs/streams.md); False: always the workers' (``astep`` passes False, so an event loop
         never runs a call; a step submitted from a step's done-callback is always queued too)."""
-        future = _StepFuture()
-        run_here = run_here and not _in_a_callback()
+        future = StepFuture()
+        run_here = run_here and not in_a_callback()
         if not self._engine.submit(stream, feeds, future, run_here):
             stream, feeds = self._prepare(stream, feeds)
             if not self._engine.submit(stream, feeds, future, run_here):
@@ -340,46 +339,3 @@ def _describe(feeds: dict) -> str:
     return ", ".join(f"{n}: {getattr(v, 'dtype', '?')}{getattr(v, 'shape', '')}" for n, v in feeds.items())
 
 
-# How deep this thread is in the done-callbacks of steps' Futures. A step submitted from inside one
-# is queued for the workers, never run on the spot: a client that submits each stream's next step
-# from the callback of its last would otherwise nest one call deeper per step (a Future done when
-# submit returns runs a callback added to it at once, inside add_done_callback).
-_in_callbacks = threading.local()
-
-
-class _CallbackDepth:
-    def __enter__(self):
-        _in_callbacks.depth = getattr(_in_callbacks, "depth", 0) + 1
-
-    def __exit__(self, *exc):
-        _in_callbacks.depth -= 1
-
-
-def _in_a_callback() -> bool:
-    return getattr(_in_callbacks, "depth", 0) > 0
-
-
-class _StepFuture(Future):
-    """A step's Future: a callback added once it is done runs at once, as Future's does, counted in
-    `_in_callbacks` (see there)."""
-
-    def add_done_callback(self, fn):
-        with _CallbackDepth():
-            super().add_done_callback(fn)
-
-
-def _settle(done: list) -> None:
-    """Hands a call's results to their Futures (from the engine's thread, once per call): ``done``
-    holds (future, outputs or error) pairs; a cancelled Future drops its result."""
-    with _CallbackDepth():
-        for future, result in done:
-            try:
-                if isinstance(result, BaseException):
-                    future.set_exception(result)
-                else:
-                    future.set_result(result)
-            except concurrent.futures.InvalidStateError:
-                pass
-            except BaseException:  # a callback's SystemExit or KeyboardInterrupt (Future logs its
-                # Exceptions itself): the call's other Futures still get their results
-                logging.getLogger("concurrent.futures").exception("exception settling %r", future)

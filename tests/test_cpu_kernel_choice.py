@@ -88,7 +88,8 @@ def test_auto_measures_each_class_then_keeps_the_faster(threads, rng):
     spec, layers, model_kw, feeds = _case(CASES[2], rng)
     expected = run_stock(spec, layers, feeds, **model_kw)
     sess = session(fused_model(spec, layers, **model_kw), "auto", threads)
-    # Three or four candidates (B = 5 splits over two pieces), two rounds of blocks at least.
+    # Two candidates on one thread, up to four on two (B = 5 splits over two pieces), two rounds of
+    # blocks at least.
     def close_to_stock(got):
         for g, e in zip(got, expected):
             np.testing.assert_allclose(g, e, atol=1e-5)
@@ -96,11 +97,14 @@ def test_auto_measures_each_class_then_keeps_the_faster(threads, rng):
     assert run_until_decided(sess, feeds, close_to_stock) >= 12
     [choice] = report_for()
     assert (choice.T, choice.B) == (8, 5)  # T = 6 is in the class of 5..8
-    # stock_threads where the session's pool was found to have more than one thread: never with one
-    # (the count may come out low on a loaded machine, never high).
-    assert set(choice.median_ms) - {"stock_threads"} == {"fused", "stock", "stock_split"}
+    # stock_split and stock_threads where the session's pool was found to have more than one
+    # thread: never with one, where stock_split's pieces would run in turn (the count may come out
+    # low on a loaded machine, never high).
+    pooled = {"stock_split", "stock_threads"}
+    assert set(choice.median_ms) - pooled == {"fused", "stock"}
+    assert set(choice.median_ms) & pooled in (set(), pooled)
     if threads == 1:
-        assert "stock_threads" not in choice.median_ms
+        assert not set(choice.median_ms) & pooled
     assert choice.chosen == min(choice.median_ms, key=choice.median_ms.get)
     # Another batch is another class, measured anew.
     sess.run(None, {**feeds, **make_feeds(spec, 6, 2, rng, **model_kw)})
@@ -235,7 +239,7 @@ def test_tune_cpu_caches_winners_that_sessions_attach(tmp_path, rng, capsys):
     out = capsys.readouterr().out
     [measured] = json.loads(out[out.index("\n[") + 1:])  # after the line per measurement
     assert (measured["T"], measured["B"], measured["threads"]) == (8, 3, 1)
-    assert set(measured["ms"]) == {"fused", "stock", "stock_split"}
+    assert set(measured["ms"]) == {"fused", "stock"}  # one thread: no pieces side by side
     [(device, shapes)] = load_cache().items()
     assert device == "cpu:" + native.cpu_name()
     assert shapes["L1 D1 I12 H16 float32"]["T8 B3 threads1"]["strategy"] == measured["winner"]

@@ -247,7 +247,10 @@ void PlanKernel(CpuCallPlan& p, const CpuCallInputs& in, const Attributes& attrs
   }
   std::vector<CpuKernel> candidates = {CpuKernel::kFused, CpuKernel::kStock};
   if (!in.int8_weights) {  // int8: pieces and stock's own threads quantize per slice (Int8WhyNoStock)
-    if (p.stock_pieces > 1) candidates.push_back(CpuKernel::kStockSplit);
+    // Pieces run side by side on the pool's threads; on a pool of one they would run in turn,
+    // stock's own kernel on smaller GEMMs, never faster than stock on the whole batch (1 thread:
+    // 0.82-1.02 of the original in the calls the tuner gave stock_split, stop 59's runs).
+    if (p.stock_pieces > 1 && m.pool_threads != 1) candidates.push_back(CpuKernel::kStockSplit);
     if (m.pool_threads > 1) candidates.push_back(CpuKernel::kStockThreads);
   }
   const CpuKernel tuned = TunedCpuKernel(attrs, m.name, in.dims.T, B);

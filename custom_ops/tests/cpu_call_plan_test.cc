@@ -41,6 +41,9 @@ TEST(CpuPlanMeasuresUnderAutoAmongTheKernelsThatCanRun) {
   CHECK(p.kernel == CpuKernel::kAuto);
   CHECK_EQ(p.candidates.size(), size_t(4));  // fused, stock, stock_split, stock_threads
   CHECK(PlanCpuCall(Call(10, 1), Attrs(), Machine(2, 1), {}).candidates.size() == 2);  // one row, one pool thread
+  // Rows to split but a pool of one thread: the pieces would run in turn, so stock_split is not offered.
+  CHECK(PlanCpuCall(Call(10, 4), Attrs(), Machine(2, 1), {}).candidates ==
+        (std::vector<CpuKernel>{CpuKernel::kFused, CpuKernel::kStock}));
   const CpuCallPlan no = PlanCpuCall(Call(10, 4, 64, 1, 1, "factored"), Attrs(), Machine(), {});
   CHECK(no.kernel == CpuKernel::kFused);
   CHECK(Has(no.kernel_why, "stock's LSTM cannot: factored"));

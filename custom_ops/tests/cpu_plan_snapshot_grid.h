@@ -3,7 +3,8 @@
 // a replica of that code, commit 6c41dc9's RunFused, CpuLstmInt8::Compute and CpuLstm::Compute; the
 // bf16, int8 per-row and int8 per-slice rows, formats that code did not have, by PlanCpuCall when
 // they were added; the int8 rows' recurrence since by its row split with one scale per step, which
-// follows the pool as counted: `auto-nostock` counts a pool of one, `auto-nostock-pool16` of all),
+// follows the pool as counted: `auto-nostock` counts a pool of one, `auto-nostock-pool16` of all;
+// and `auto` on a pool of one no longer offers stock_split, whose pieces would run in turn),
 // and the text the decisions are compared as. Rows are groups of calls (format, knob, threads,
 // kernel, L, D, T, I) over a grid of H x B, each with an FNV-1a hash of its calls' decision lines.
 #pragma once

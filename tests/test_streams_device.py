@@ -63,6 +63,31 @@ def test_device_states_reused_slots_start_fresh(torch_hc, rng):
     assert support.worst_difference([[got]], [support.alone(torch_hc, CARRY, [x], zero)]) <= 1e-5
 
 
+def test_a_stream_alone_then_batched_then_alone_keeps_one_chain_of_states(torch_hc, rng):
+    """A call of one stream runs the model as it came with the stream's state from the host (its
+    first state, or its last lone call's) or from its row of the slot arrays (its last call was
+    batched); a batched call writes the host states in first. Every step and state as alone."""
+    x = [{"x": rng.standard_normal((2, 1, 40)).astype(np.float32)} for _ in range(6)]
+    other = {"x": rng.standard_normal((2, 1, 40)).astype(np.float32)}
+    init = {"h": rng.standard_normal((2, 1, 64)).astype(np.float32), "c": rng.standard_normal((2, 1, 64)).astype(np.float32)}
+    want = support.alone(torch_hc, CARRY, x, init)
+    got = []
+    with StreamBatcher(torch_hc, CARRY, device_states=True) as b:
+        s, t = b.open(init), b.open()
+        got.append(b.step(s, x[0]))  # alone: the first state from the host
+        stacked = {"x": np.concatenate([x[1]["x"], other["x"]], axis=1)}
+        y, hn, cn = b.step_batch([s, t], stacked)  # batched: s's host state written into the arrays first
+        got.append([y[:, :1], hn[:, :1], cn[:, :1]])  # every output's batch axis is 1
+        got.append(b.step(s, x[2]))  # alone: its row of the slot arrays
+        np.testing.assert_array_equal(b.state(s)["h"], got[-1][1])
+        got.append(b.step(s, x[3]))  # alone: the host state its last call left
+        got.append(b.step_batch([t, s], {"x": np.concatenate([other["x"], x[4]["x"]], axis=1)}))
+        got[-1] = [out[:, 1:] for out in got[-1]]
+        got.append(b.step(s, x[5]))
+        np.testing.assert_array_equal(b.state(s)["c"], got[-1][2])
+    assert support.worst_difference([got], [want]) <= 1e-5
+
+
 def test_silero_device_states_on_cpu(rng):
     model, carry = support.corpus_optimized(support.SILERO)
     streams = [[{"input": (0.1 * rng.standard_normal((1, 576))).astype(np.float32), "sr": np.array(16000)}

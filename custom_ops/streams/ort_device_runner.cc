@@ -53,11 +53,16 @@ OrtDeviceRunner::OrtDeviceRunner(const SessionSpec& spec, std::vector<std::strin
     device_ = Ort::MemoryInfo::CreateCpu(OrtDeviceAllocator, OrtMemTypeDefault);
     pinned_ = Ort::MemoryInfo::CreateCpu(OrtDeviceAllocator, OrtMemTypeDefault);
   }
-  // The model's own outputs: the spec's model is the unwrapped one.
-  Ort::Session plain = MakeSession(spec_);
+  // The spec's model is the unwrapped one: its outputs, and the session of lone calls.
+  alone_ = MakeSession(spec_);
   Ort::AllocatorWithDefaultOptions allocator;
-  for (size_t k = 0; k < plain.GetOutputCount(); ++k)
-    output_names_.push_back(plain.GetOutputNameAllocated(k, allocator).get());
+  for (size_t k = 0; k < alone_.GetOutputCount(); ++k)
+    output_names_.push_back(alone_.GetOutputNameAllocated(k, allocator).get());
+  for (const auto& [out, in] : carry_) {
+    const auto it = std::find(output_names_.begin(), output_names_.end(), out);
+    if (it == output_names_.end()) throw std::invalid_argument("the model has no output " + out);
+    carried_output_.push_back(static_cast<size_t>(it - output_names_.begin()));
+  }
 }
 
 OrtDeviceRunner::~OrtDeviceRunner() = default;
@@ -209,8 +214,74 @@ void OrtDeviceRunner::Flush(const std::vector<int64_t>& slots) {
   writer_.Run(Ort::RunOptions{nullptr}, binding);
 }
 
+std::shared_ptr<void> OrtDeviceRunner::RunAlone(const CallInputs& in, std::vector<CallOutput>* outputs) {
+  const int64_t slot = (*in.slots)[0];
+  std::vector<std::vector<char>> held;  // the stream's state on the host, where it is there
+  {
+    std::lock_guard<std::mutex> lock(pending_mu_);
+    auto it = pending_.find(slot);
+    if (it != pending_.end()) {
+      held = std::move(it->second);
+      pending_.erase(it);
+    }
+  }
+  try {
+    std::shared_lock<std::shared_mutex> arrays(arrays_mu_);
+    if (held.empty() && slot >= capacity_)  // a state neither pending nor ever gathered
+      throw std::logic_error("stream slot " + std::to_string(slot) + " has no state on the device");
+    Ort::IoBinding binding(alone_);
+    for (size_t k = 0; k < in.data.size(); ++k) {
+      const size_t bytes = TensorLayout{in.types[k], ElementSize(in.types[k]), in.shapes[k]}.Bytes();
+      binding.BindInput(step_inputs_[k].c_str(), HostTensor(in.data[k], in.shapes[k], in.types[k], bytes));
+    }
+    std::vector<std::vector<int64_t>> shapes(states_.size());
+    for (size_t s = 0; s < states_.size(); ++s) {
+      TensorLayout one = states_[s];
+      one.batch_axis = (*in.state_axes)[s];
+      shapes[s] = one.Stacked(1);
+      const size_t bytes = states_[s].Bytes();
+      if (!held.empty()) {
+        binding.BindInput(carry_[s].second.c_str(), HostTensor(held[s].data(), shapes[s], states_[s].type, bytes));
+      } else {  // its row of the slot array (one stream's state; a batch axis of 1 moves no bytes)
+        char* row = arrays_[s].GetTensorMutableData<char>() + slot * static_cast<int64_t>(bytes);
+        binding.BindInput(carry_[s].second.c_str(),
+                          Ort::Value::CreateTensor(device_, row, bytes, shapes[s].data(), shapes[s].size(),
+                                                   static_cast<ONNXTensorElementDataType>(states_[s].type)));
+      }
+    }
+    for (const std::string& name : output_names_) binding.BindOutput(name.c_str(), pinned_);
+    alone_.Run(Ort::RunOptions{nullptr}, binding);
+    auto hold = std::make_shared<DeviceCallHold>();
+    hold->outputs = binding.GetOutputValues();
+    std::vector<std::vector<char>> state(states_.size());
+    for (size_t s = 0; s < states_.size(); ++s) {
+      const Ort::Value& v = hold->outputs[carried_output_[s]];
+      const std::vector<int64_t> got = v.GetTensorTypeAndShapeInfo().GetShape();
+      if (got != shapes[s])
+        throw std::invalid_argument("carried output '" + carry_[s].first + "' came back with shape " + ShapeText(got) +
+                                    ", input '" + carry_[s].second + "' takes " + ShapeText(shapes[s]));
+      const char* data = static_cast<const char*>(v.GetTensorRawData());
+      state[s].assign(data, data + states_[s].Bytes());
+    }
+    {
+      std::lock_guard<std::mutex> lock(pending_mu_);
+      pending_[slot] = std::move(state);
+    }
+    outputs->clear();
+    for (size_t k = 0; k < output_names_.size(); ++k) outputs->push_back(OutputOf(hold->outputs[k]));
+    return hold;
+  } catch (...) {
+    if (!held.empty()) {  // a failed step keeps its stream's state
+      std::lock_guard<std::mutex> lock(pending_mu_);
+      pending_.emplace(slot, std::move(held));
+    }
+    throw;
+  }
+}
+
 std::shared_ptr<void> OrtDeviceRunner::Run(const CallInputs& in, std::vector<CallOutput>* outputs) {
   const std::vector<int64_t>& slots = *in.slots;
+  if (slots.size() == 1) return RunAlone(in, outputs);
   const int64_t last = *std::max_element(slots.begin(), slots.end());
   {
     std::shared_lock<std::shared_mutex> shared(arrays_mu_);

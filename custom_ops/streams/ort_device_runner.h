@@ -7,6 +7,12 @@
 // disjoint streams may run at once. Small models of the same kind write a new stream's first
 // state, read a state back, and grow the arrays. Chunks and outputs move through pageable host
 // memory (pinned measured slower: ort_device_runner.cc).
+//
+// A call of one stream runs the model as it came instead (RunAlone): the wrapper's Gather,
+// Transposes and ScatterND cost more launches than a lone stream's copies. Its state comes from
+// the host where the stream's last call was alone too (or its first state is still to be
+// written), else from a view of its row of the slot arrays, and goes back to the host as the
+// stream's pending state, which the next call that gathers the stream writes first (Flush).
 #pragma once
 
 #include <map>
@@ -49,6 +55,7 @@ class OrtDeviceRunner : public CallRunner {
   bool PadsBatches() const override { return on_cuda_; }
 
  private:
+  std::shared_ptr<void> RunAlone(const CallInputs& in, std::vector<CallOutput>* outputs);
   void EnsureCapacity(int64_t slots);
   void Flush(const std::vector<int64_t>& slots);
   Ort::Value HostTensor(const void* data, const std::vector<int64_t>& shape, int32_t type, size_t bytes) const;
@@ -57,6 +64,8 @@ class OrtDeviceRunner : public CallRunner {
   std::vector<std::string> step_inputs_;
   std::vector<std::pair<std::string, std::string>> carry_;
   std::vector<std::string> output_names_;  // the model's
+  std::vector<size_t> carried_output_;     // each carried input's output, in output_names_
+  Ort::Session alone_{nullptr};            // the model as it came: calls of one stream
   std::vector<TensorLayout> states_;
   Ort::Session writer_{nullptr}, reader_{nullptr}, grow_{nullptr};
   Ort::MemoryInfo cpu_{nullptr}, device_{nullptr}, pinned_{nullptr};

@@ -2,7 +2,8 @@
 # On a GPU machine with onnxruntime-gpu: build the op library with CMake, then run the stages asked for.
 #   tools/gpu_check.sh build test sanitize bench low-rank mma-step streams
 # (mma-step needs no onnxruntime: tools/gpu_mma_step.sh, the tensor-core step's harness.)
-# ORT_INCLUDE_DIR may point at headers carried in (the machine may have no network).
+# ORT_INCLUDE_DIR may point at headers carried in (the machine may have no network); so may
+# LSTM_ORT_CORPUS_DIR at a folder of the corpus wheels (models/corpus.py: silero-vad's for `streams`).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${BUILD_DIR:-/tmp/lstm-ort-build}

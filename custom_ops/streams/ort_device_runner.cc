@@ -58,11 +58,7 @@ OrtDeviceRunner::OrtDeviceRunner(const SessionSpec& spec, std::vector<std::strin
   Ort::AllocatorWithDefaultOptions allocator;
   for (size_t k = 0; k < alone_.GetOutputCount(); ++k)
     output_names_.push_back(alone_.GetOutputNameAllocated(k, allocator).get());
-  for (const auto& [out, in] : carry_) {
-    const auto it = std::find(output_names_.begin(), output_names_.end(), out);
-    if (it == output_names_.end()) throw std::invalid_argument("the model has no output " + out);
-    carried_output_.push_back(static_cast<size_t>(it - output_names_.begin()));
-  }
+  carried_output_ = CarriedOutputIndexes(output_names_, carry_);
 }
 
 OrtDeviceRunner::~OrtDeviceRunner() = default;
@@ -123,6 +119,13 @@ Ort::Value OrtDeviceRunner::HostTensor(const void* data, const std::vector<int64
   // onnxruntime reads inputs and never writes them; its API takes them as void*.
   return Ort::Value::CreateTensor(cpu_, const_cast<void*>(data), bytes, shape.data(), shape.size(),
                                   static_cast<ONNXTensorElementDataType>(type));
+}
+
+void OrtDeviceRunner::BindStepInputs(Ort::IoBinding& binding, const CallInputs& in) const {
+  for (size_t k = 0; k < in.data.size(); ++k) {
+    const size_t bytes = TensorLayout{in.types[k], ElementSize(in.types[k]), in.shapes[k]}.Bytes();
+    binding.BindInput(step_inputs_[k].c_str(), HostTensor(in.data[k], in.shapes[k], in.types[k], bytes));
+  }
 }
 
 void OrtDeviceRunner::ReadState(int64_t slot, std::vector<std::vector<char>>* values) {
@@ -230,10 +233,7 @@ std::shared_ptr<void> OrtDeviceRunner::RunAlone(const CallInputs& in, std::vecto
     if (held.empty() && slot >= capacity_)  // a state neither pending nor ever gathered
       throw std::logic_error("stream slot " + std::to_string(slot) + " has no state on the device");
     Ort::IoBinding binding(alone_);
-    for (size_t k = 0; k < in.data.size(); ++k) {
-      const size_t bytes = TensorLayout{in.types[k], ElementSize(in.types[k]), in.shapes[k]}.Bytes();
-      binding.BindInput(step_inputs_[k].c_str(), HostTensor(in.data[k], in.shapes[k], in.types[k], bytes));
-    }
+    BindStepInputs(binding, in);
     std::vector<std::vector<int64_t>> shapes(states_.size());
     for (size_t s = 0; s < states_.size(); ++s) {
       TensorLayout one = states_[s];
@@ -256,10 +256,7 @@ std::shared_ptr<void> OrtDeviceRunner::RunAlone(const CallInputs& in, std::vecto
     std::vector<std::vector<char>> state(states_.size());
     for (size_t s = 0; s < states_.size(); ++s) {
       const Ort::Value& v = hold->outputs[carried_output_[s]];
-      const std::vector<int64_t> got = v.GetTensorTypeAndShapeInfo().GetShape();
-      if (got != shapes[s])
-        throw std::invalid_argument("carried output '" + carry_[s].first + "' came back with shape " + ShapeText(got) +
-                                    ", input '" + carry_[s].second + "' takes " + ShapeText(shapes[s]));
+      CheckCarriedShape(v, shapes[s], carry_[s]);
       const char* data = static_cast<const char*>(v.GetTensorRawData());
       state[s].assign(data, data + states_[s].Bytes());
     }
@@ -300,10 +297,7 @@ std::shared_ptr<void> OrtDeviceRunner::Run(const CallInputs& in, std::vector<Cal
   }
   Flush(slots);
   Ort::IoBinding binding(*session);
-  for (size_t k = 0; k < in.data.size(); ++k) {
-    const size_t bytes = TensorLayout{in.types[k], ElementSize(in.types[k]), in.shapes[k]}.Bytes();
-    binding.BindInput(step_inputs_[k].c_str(), HostTensor(in.data[k], in.shapes[k], in.types[k], bytes));
-  }
+  BindStepInputs(binding, in);
   const std::vector<int64_t> n{static_cast<int64_t>(slots.size())};
   binding.BindInput(kSlots.c_str(), HostTensor(slots.data(), n, ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64,
                                                slots.size() * sizeof(int64_t)));

@@ -59,6 +59,7 @@ class OrtDeviceRunner : public CallRunner {
   void EnsureCapacity(int64_t slots);
   void Flush(const std::vector<int64_t>& slots);
   Ort::Value HostTensor(const void* data, const std::vector<int64_t>& shape, int32_t type, size_t bytes) const;
+  void BindStepInputs(Ort::IoBinding& binding, const CallInputs& in) const;  // the chunks, from the host
 
   SessionSpec spec_;  // its model unused: each session is made from its own
   std::vector<std::string> step_inputs_;

@@ -1,5 +1,6 @@
 #include "ort_runner.h"
 
+#include <algorithm>
 #include <cstring>
 #include <stdexcept>
 
@@ -22,6 +23,25 @@ std::string ShapeText(const std::vector<int64_t>& shape) {
   return out + (shape.size() == 1 ? ",)" : ")");
 }
 
+std::vector<size_t> CarriedOutputIndexes(const std::vector<std::string>& outputs,
+                                         const std::vector<std::pair<std::string, std::string>>& carry) {
+  std::vector<size_t> indexes;
+  for (const auto& [out, in] : carry) {
+    const auto it = std::find(outputs.begin(), outputs.end(), out);
+    if (it == outputs.end()) throw std::invalid_argument("the model has no output " + out);
+    indexes.push_back(static_cast<size_t>(it - outputs.begin()));
+  }
+  return indexes;
+}
+
+void CheckCarriedShape(const Ort::Value& output, const std::vector<int64_t>& want,
+                       const std::pair<std::string, std::string>& carried) {
+  const std::vector<int64_t> got = output.GetTensorTypeAndShapeInfo().GetShape();
+  if (got != want)
+    throw std::invalid_argument("carried output '" + carried.first + "' came back with shape " + ShapeText(got) +
+                                ", input '" + carried.second + "' takes " + ShapeText(want));
+}
+
 OrtHostRunner::OrtHostRunner(const SessionSpec& spec, std::vector<std::string> step_inputs,
                              std::vector<std::pair<std::string, std::string>> carry, const std::string& single_model)
     : session_(MakeSession(spec)),
@@ -31,12 +51,7 @@ OrtHostRunner::OrtHostRunner(const SessionSpec& spec, std::vector<std::string> s
   Ort::AllocatorWithDefaultOptions allocator;
   for (size_t k = 0; k < session_.GetOutputCount(); ++k)
     output_names_.push_back(session_.GetOutputNameAllocated(k, allocator).get());
-  for (const auto& [out, in] : carry_) {
-    size_t k = 0;
-    while (k < output_names_.size() && output_names_[k] != out) ++k;
-    if (k == output_names_.size()) throw std::invalid_argument("the model has no output " + out);
-    carried_output_.push_back(k);
-  }
+  carried_output_ = CarriedOutputIndexes(output_names_, carry_);
   for (const std::string& name : step_inputs_) input_names_.push_back(name.c_str());
   for (const auto& [out, in] : carry_) input_names_.push_back(in.c_str());
   for (const std::string& name : output_names_) output_ptrs_.push_back(name.c_str());
@@ -107,14 +122,8 @@ std::shared_ptr<void> OrtHostRunner::Run(const CallInputs& in, std::vector<CallO
   hold->outputs = session.Run(Ort::RunOptions{nullptr}, input_names_.data(), values.data(), values.size(),
                               output_ptrs_.data(), output_ptrs_.size());
   // Every carried output must fit its input's rows before any is written back.
-  for (size_t s = 0; s < states.size(); ++s) {
-    const Ort::Value& v = hold->outputs[carried_output_[s]];
-    const std::vector<int64_t> want = stacked[s].Stacked(n);
-    const std::vector<int64_t> got = v.GetTensorTypeAndShapeInfo().GetShape();
-    if (got != want)
-      throw std::invalid_argument("carried output '" + carry_[s].first + "' came back with shape " + ShapeText(got) +
-                                  ", input '" + carry_[s].second + "' takes " + ShapeText(want));
-  }
+  for (size_t s = 0; s < states.size(); ++s)
+    CheckCarriedShape(hold->outputs[carried_output_[s]], stacked[s].Stacked(n), carry_[s]);
   for (size_t s = 0; s < states.size(); ++s) {
     const void* src = hold->outputs[carried_output_[s]].GetTensorRawData();
     if (n == 1) {

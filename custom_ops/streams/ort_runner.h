@@ -46,4 +46,14 @@ CallOutput OutputOf(const Ort::Value& value);
 // "(1, 2, 3)", as numpy writes a shape
 std::string ShapeText(const std::vector<int64_t>& shape);
 
+// Each carried (output, input) pair's index in `outputs` (the model's output names);
+// std::invalid_argument for an output the model lacks.
+std::vector<size_t> CarriedOutputIndexes(const std::vector<std::string>& outputs,
+                                         const std::vector<std::pair<std::string, std::string>>& carry);
+
+// std::invalid_argument where a carried output's shape is not its input's (`want`): checked before
+// any state is written back.
+void CheckCarriedShape(const Ort::Value& output, const std::vector<int64_t>& want,
+                       const std::pair<std::string, std::string>& carried);
+
 }  // namespace lstm_ort::streams

@@ -211,8 +211,8 @@ void Int8Format::Step(const StepArgs& a, const LayerRun& r, int64_t k, int, int6
     ++live;
   }
   // The next step's gates were written by the projection, long out of cache: fetched toward L2
-  // now, the product and the cell of this step hide the wait.
-  for (int64_t i = 0; i < a.rows && s + 1 < r.steps; ++i) {
+  // now, the product and the cell of this step hide the wait (where that pays: Table).
+  for (int64_t i = 0; i < a.rows && s + 1 < r.steps && q_.prefetch_next_gates; ++i) {
     const int64_t b = a.b0 + i, len = a.lens ? a.lens[b] : a.T;
     if (s + 1 >= len) continue;
     const int64_t t = a.reverse ? len - 2 - s : s + 1;

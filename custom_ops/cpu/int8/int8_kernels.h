@@ -61,6 +61,11 @@ struct Table {
   int group;      // 4: uint8 x int8 quads; 2: int16 pairs
   int depth_pad;  // K is padded to a multiple of this (the group; an AMX tile's 64)
   int row_pad;    // activation buffers hold rows in multiples of this (AMX tiles read 16)
+  // Whether a step fetches the next step's gates (written by the projection, out of cache) while it
+  // runs: where the product is on tiles (amx), the step is short and waits on them; with the
+  // product on vectors the prefetches cost more than they hide (Intel Xeon, AVX-512 VNNI, one
+  // thread: 2-6% slower on the torch int8 fixtures and tashkeel at B 8 and 32, stop 60).
+  bool prefetch_next_gates;
   // Bytes of one panel of K (unpadded) rows.
   size_t (*panel_bytes)(int64_t K);
   // Rows [0, K) of a row-major [K][4H] int8 source in the contract's column order (4j + g) as panels.

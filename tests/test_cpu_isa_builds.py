@@ -25,10 +25,13 @@ GRID = [
     ("reverse", 4, 1, 24, 120, 1, "peep,clip,if,lens"),
     ("bidirectional", 2, 64, 19, 33, 1, "states"),
     ("forward", 1, 6, 257, 129, 3, "acts"),
-    # one row, odd depths (the lone row's products over panel pairs and their last odd k): a T=1
-    # call (the lone-row projection too) and an odd number of panels (one left after the pairs)
+    # few rows (1 to 6: products over panel pairs) at odd depths and odd panel counts (one panel
+    # left after the pairs); a T=1 call of one row (the lone-row projection too)
     ("forward", 1, 1, 33, 45, 2, "states"),
     ("forward", 3, 1, 9, 37, 1, "states"),
+    ("forward", 4, 2, 11, 21, 1, "states"),
+    ("reverse", 3, 4, 5, 19, 1, "states,lens"),
+    ("forward", 3, 6, 7, 27, 1, "states"),
 ]
 
 _CHILD = r"""

@@ -70,9 +70,10 @@ PrecisionDecision OnCpu(Precision requested, const Dims& d, const CpuMath& cpu) 
       if (!cpu.amx_bf16 && cpu.bf16_half_rate && !Bf16PaysAtHalfRate(d)) {
         out.words =
             "fp32: this CPU's bf16 products (AVX512-BF16, no AMX) run at half fp32's rate, and bf16 pays only where a "
-            "step streams its weights (B <= " + std::to_string(kHalfRateBf16Rows) + ", or B <= " +
-            std::to_string(kHalfRateBf16StreamRows) + " at H >= " + std::to_string(kHalfRateBf16StreamHidden) +
-            "); fp32 is within bf16's bound";
+            "step streams its weights (B <= " + std::to_string(kHalfRateBf16Rows) + ", B <= " +
+            std::to_string(kHalfRateBf16PairRows) + " at H >= " + std::to_string(kHalfRateBf16PairHidden) +
+            ", or B <= " + std::to_string(kHalfRateBf16StreamRows) + " at H >= " +
+            std::to_string(kHalfRateBf16StreamHidden) + "); fp32 is within bf16's bound";
         break;
       }
       out.runs = Arithmetic::kBf16;
@@ -86,7 +87,8 @@ PrecisionDecision OnCpu(Precision requested, const Dims& d, const CpuMath& cpu) 
 }  // namespace
 
 bool Bf16PaysAtHalfRate(const Dims& d) {
-  return d.B <= kHalfRateBf16Rows || (d.B <= kHalfRateBf16StreamRows && d.H >= kHalfRateBf16StreamHidden);
+  return d.B <= kHalfRateBf16Rows || (d.B <= kHalfRateBf16PairRows && d.H >= kHalfRateBf16PairHidden) ||
+         (d.B <= kHalfRateBf16StreamRows && d.H >= kHalfRateBf16StreamHidden);
 }
 
 PrecisionDecision DecidePrecision(Precision requested, Device device, const Dims& d, const CpuMath& cpu) {

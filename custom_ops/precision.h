@@ -30,13 +30,18 @@ struct CpuMath {
 };
 
 // Where bf16 products at half fp32's rate still pay: a step of a few rows, whose weights stream
-// from beyond L2 each step, half as many bytes in bf16. One thread, T=50, I=H/2, fused bf16 vs
-// fp32 (ms; Xeon with AVX512-BF16, no AMX): H64 B1 0.053 vs 0.083, H256 B2 1.04 vs 1.11,
-// H512 B1 2.80 vs 7.53, H512 B4 7.90 vs 9.33, H1024 B2 20.5 vs 33.8; it loses at H256 B3 1.56 vs
-// 1.26, H384 B4 4.89 vs 4.39, H512 B6 12.2 vs 11.8, H1024 B8 T50 51.9 vs 40.1, H200 B8 T24 1.11
-// vs 0.69. Two threads alike (H512 B4 4.76 vs 5.93, H1024 B1 8.3 vs 15.7).
-constexpr int64_t kHalfRateBf16Rows = 2;
-constexpr int64_t kHalfRateBf16StreamRows = 4;
+// from beyond L2 each step in fp32 (4H x H x 4 bytes a direction), half as many bytes in bf16.
+// One thread, T=50, I=H/2, fused bf16 vs fp32 (ms; Xeon with AVX512-BF16, no AMX; stop 60, after
+// the fp32 kernel's few-row products over panel pairs): bf16 wins at B1 for every H (H64 0.053 vs
+// 0.058, H256 0.52 vs 0.58, H384 1.15 vs 3.04, H512 2.93 vs 8.01), at B2 from H384 on (H384 2.22
+// vs 3.45, H1024 20.3 vs 32.5; H320 1.56 vs 1.53, H256 1.01 vs 0.85, H200 T24 0.31 vs 0.24), at
+// B3-4 from H512 (H512 B3 6.10 vs 8.86, B4 7.99 vs 9.15, H1024 B4 T20 12.7 vs 14.7; H384 B4 4.47
+// vs 4.02, H256 B3 1.55 vs 1.00), and loses at more rows (H512 B6 12.2 vs 11.8, H1024 B8 51.9 vs
+// 40.1). Two threads alike (stop 57: H512 B4 4.76 vs 5.93, H1024 B1 8.3 vs 15.7).
+constexpr int64_t kHalfRateBf16Rows = 1;            // bf16 at every H
+constexpr int64_t kHalfRateBf16PairRows = 2;        // bf16 from kHalfRateBf16PairHidden on
+constexpr int64_t kHalfRateBf16PairHidden = 384;
+constexpr int64_t kHalfRateBf16StreamRows = 4;      // bf16 from kHalfRateBf16StreamHidden on
 constexpr int64_t kHalfRateBf16StreamHidden = 512;
 bool Bf16PaysAtHalfRate(const Dims& d);
 

@@ -188,6 +188,8 @@ TEST(CpuBf16AtHalfRateRunsWhereAStepStreamsItsWeightsElseFp32) {
     CHECK(runs(half, kHalfRateBf16Rows, H) == Arithmetic::kBf16);
     CHECK(runs(half, 8, H) == Arithmetic::kFp32);
   }
+  CHECK(runs(half, 2, 383) == Arithmetic::kFp32 && runs(half, 2, 384) == Arithmetic::kBf16);
+  CHECK(runs(half, 2, 200) == Arithmetic::kFp32);  // fp32's pair products win while its weights fit in L2
   CHECK(runs(half, 3, 511) == Arithmetic::kFp32 && runs(half, 3, 512) == Arithmetic::kBf16);
   CHECK(runs(half, kHalfRateBf16StreamRows, 512) == Arithmetic::kBf16);
   CHECK(runs(half, kHalfRateBf16StreamRows + 1, 4096) == Arithmetic::kFp32);

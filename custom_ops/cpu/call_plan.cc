@@ -61,7 +61,13 @@ Recurrence PlanRecurrence(const Dims& d, int64_t np, int64_t steps, int P, doubl
     }
     return plan;
   }
-  if (step_flops * steps < std::max<double>(kn.parallel_min, kMinCallFlopsToSplitSteps)) return plan;
+  if (step_flops * steps < std::max<double>(kn.parallel_min, kMinCallFlopsToSplitSteps)) {
+    // A short call: one thread, unless its steps stream large weights; then the panels split
+    // (measured on two cores only: other machines keep one thread).
+    if (P == 2 && weight_bytes >= kMinWeightBytesToSplitAnyCall && step_flops >= kn.split_min)
+      plan.unit_chunks = std::min<int64_t>(per_dir, np);
+    return plan;
+  }
   // Batch rows split with no synchronisation while each thread still gets whole row tiles and
   // the weights stay in cache; else the panels split, which costs a meeting per step.
   const bool weights_cached = weight_bytes <= (1 << 20);
@@ -133,10 +139,12 @@ int64_t StockSliceRows(int64_t B, int64_t H, int P) {
 namespace {
 
 // A float (fp32 or bf16) product [M] x [Q panels] of depth K on up to P threads: a thread per
-// parallel_min flops.
-ProjectSplit FloatProduct(int64_t M, int64_t K, int64_t Q, int P, const CpuPlanKnobs& kn) {
+// parallel_min flops; on two threads both where its weights are as large as a short call's step
+// that splits (kMinWeightBytesToSplitAnyCall: a row or two stream them, two cores twice as fast).
+ProjectSplit FloatProduct(int64_t M, int64_t K, int64_t Q, int P, const CpuPlanKnobs& kn, double weight_size) {
   const double flops = 2.0 * M * K * Q * kPanel;
-  const int64_t workers = std::min<int64_t>(P, std::max<int64_t>(1, static_cast<int64_t>(flops / kn.parallel_min)));
+  int64_t workers = std::min<int64_t>(P, std::max<int64_t>(1, static_cast<int64_t>(flops / kn.parallel_min)));
+  if (P == 2 && weight_size * K * Q * kPanel >= kMinWeightBytesToSplitAnyCall && flops >= kn.split_min) workers = 2;
   return SplitProjection(M, K, Q, workers);
 }
 
@@ -327,17 +335,18 @@ CpuCallPlan PlanCpuCall(const CpuCallInputs& in, const Attributes& attrs, const 
     bool input_factored = false;
     for (int64_t dir = 0; dir < d.D; ++dir) input_factored = input_factored || attrs.ranks.Input(l * d.D + dir) > 0;
     if (in.max_len > 0 && !input_factored) {
-      lp.projection.push_back(int8 ? Int8Product(M, I, d.D * np, P, kn) : FloatProduct(M, I, d.D * np, P, kn));
+      lp.projection.push_back(int8 ? Int8Product(M, I, d.D * np, P, kn)
+                                   : FloatProduct(M, I, d.D * np, P, kn, weight_size));
     } else if (in.max_len > 0) {
       for (int64_t dir = 0; dir < d.D; ++dir) {
         const int64_t r = attrs.ranks.Input(l * d.D + dir);
         if (!r) {
-          lp.projection.push_back(FloatProduct(M, I, np, P, kn));
+          lp.projection.push_back(FloatProduct(M, I, np, P, kn, weight_size));
           continue;
         }
         const int64_t a_panels = (r + kPanel - 1) / kPanel;
-        lp.projection.push_back(FloatProduct(M, I, a_panels, P, kn));
-        lp.projection.push_back(FloatProduct(M, r, np, P, kn));
+        lp.projection.push_back(FloatProduct(M, I, a_panels, P, kn, weight_size));
+        lp.projection.push_back(FloatProduct(M, r, np, P, kn, weight_size));
       }
     }
     // A factored direction's step is two products, h x A then (h A) x B with the cell:

@@ -130,6 +130,13 @@ std::string DescribeCpuCall(const CpuCallPlan& plan);
 // (two threads, us, one thread vs split: H72 B5 T7 31.2 vs 35.7 (rows) and 35.2 (panels), 1.45M flops;
 // T12 47.3 vs 53.3 and 50.8, 2.5M; from ~5M the split wins: T24 88.3 vs 81.9, H100 B3 T24 112 vs 96).
 constexpr double kMinCallFlopsToSplitSteps = 4e6;
+// ... unless a step's weights are this large or larger (and the step >= split_min), on two threads:
+// then its panels split, since a step of few rows streams its weights from L2 or beyond, and two
+// cores stream twice as fast from the first step on (two threads, one step B1 T1 with initial
+// states, us, one thread vs panels split, back to back / after a 200 us pause:
+// H256 23.3 vs 21.5 / 40.2 vs 31.2, H512 197 vs 123 / 212 vs 137, where stock's LSTM on two
+// threads took 24.8 / 36.1 and 104 / 128; H128's 256 KiB stays faster on one, 13.7 vs 16.7).
+constexpr double kMinWeightBytesToSplitAnyCall = 1 << 20;
 
 // Rules the plan is made of, for their unit tests.
 Recurrence PlanRecurrence(const Dims& d, int64_t np, int64_t steps, int P, double step_flops, double weight_bytes,

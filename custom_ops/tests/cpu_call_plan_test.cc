@@ -242,6 +242,24 @@ TEST(RowGroupsThePoolWouldRunInTurnRunAsOne) {
   CHECK_EQ(MergeGroupsForPool(r, MakeDims(1, 1, 1, 12, 16, 64), 1).batch_chunks, 4);
 }
 
+TEST(AShortCallSplitsWhereItsStepsStreamLargeWeightsOnTwoCores) {
+  const auto plan = [](int threads, int64_t T, int64_t B, int64_t H, int64_t I = 16) {
+    return PlanCpuCall(CpuCallInputs{MakeDims(1, 1, T, B, I, H), T, false, false, nullptr}, Attrs(H),
+                       Machine(threads, threads), {}).layers[0];
+  };
+  // One step of one row at H256 (1 MiB of recurrent weights, 524k flops): the panels split, each
+  // core streaming half; at H128 (256 KiB, 131k flops) one thread.
+  CHECK_EQ(plan(2, 1, 1, 256).recurrence.unit_chunks, 2);
+  CHECK_EQ(plan(2, 1, 1, 128).recurrence.unit_chunks, 1);
+  CHECK_EQ(plan(2, 1, 1, 200).recurrence.unit_chunks, 1);  // 640 KiB
+  CHECK_EQ(plan(4, 1, 1, 256).recurrence.unit_chunks, 1);   // measured on two cores only
+  // The lone row's projection likewise: I128 x 4H2048 is 1 MiB.
+  const auto workers = [&](int threads, int64_t I) { return plan(threads, 1, 1, 512, I).projection.at(0).workers; };
+  CHECK_EQ(workers(2, 128), int64_t(2));
+  CHECK_EQ(workers(2, 32), int64_t(1));
+  CHECK_EQ(workers(4, 128), int64_t(1));
+}
+
 TEST(TooFewRowsToSplitSplitThePanelsFromHalfTheThresholdOnTwoCores) {
   const auto rec = [](int threads, int64_t B, int64_t H, int64_t T = 24) {
     return PlanCpuCall(Call(T, B, H), Attrs(H), Machine(threads, threads), {}).layers[0].recurrence;

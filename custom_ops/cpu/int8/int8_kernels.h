@@ -64,7 +64,8 @@ struct Table {
   // Whether a step fetches the next step's gates (written by the projection, out of cache) while it
   // runs: where the product is on tiles (amx), the step is short and waits on them; with the
   // product on vectors the prefetches cost more than they hide (Intel Xeon, AVX-512 VNNI, one
-  // thread: 2-6% slower on the torch int8 fixtures and tashkeel at B 8 and 32, stop 60).
+  // thread, with and without them interleaved in one process: 2-6% slower on the torch int8
+  // fixtures and tashkeel at B 8 and 32; each side in a process of its own, within noise; stop 60).
   bool prefetch_next_gates;
   // Bytes of one panel of K (unpadded) rows.
   size_t (*panel_bytes)(int64_t K);

@@ -64,7 +64,7 @@ Recurrence PlanRecurrence(const Dims& d, int64_t np, int64_t steps, int P, doubl
   if (step_flops * steps < std::max<double>(kn.parallel_min, kMinCallFlopsToSplitSteps)) {
     // A short call: one thread, unless its steps stream large weights; then the panels split
     // (measured on two cores only: other machines keep one thread).
-    if (P == 2 && weight_bytes >= kMinWeightBytesToSplitAnyCall && step_flops >= kn.split_min)
+    if (ShortCallStreamsWeights(P, weight_bytes) && step_flops >= kn.split_min)
       plan.unit_chunks = std::min<int64_t>(per_dir, np);
     return plan;
   }
@@ -144,7 +144,7 @@ namespace {
 ProjectSplit FloatProduct(int64_t M, int64_t K, int64_t Q, int P, const CpuPlanKnobs& kn, double weight_size) {
   const double flops = 2.0 * M * K * Q * kPanel;
   int64_t workers = std::min<int64_t>(P, std::max<int64_t>(1, static_cast<int64_t>(flops / kn.parallel_min)));
-  if (P == 2 && weight_size * K * Q * kPanel >= kMinWeightBytesToSplitAnyCall && flops >= kn.split_min) workers = 2;
+  if (ShortCallStreamsWeights(P, weight_size * K * Q * kPanel) && flops >= kn.split_min) workers = 2;
   return SplitProjection(M, K, Q, workers);
 }
 

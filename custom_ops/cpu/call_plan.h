@@ -137,6 +137,9 @@ constexpr double kMinCallFlopsToSplitSteps = 4e6;
 // H256 23.3 vs 21.5 / 40.2 vs 31.2, H512 197 vs 123 / 212 vs 137, where stock's LSTM on two
 // threads took 24.8 / 36.1 and 104 / 128; H128's 256 KiB stays faster on one, 13.7 vs 16.7).
 constexpr double kMinWeightBytesToSplitAnyCall = 1 << 20;
+inline bool ShortCallStreamsWeights(int P, double weight_bytes) {
+  return P == 2 && weight_bytes >= kMinWeightBytesToSplitAnyCall;
+}
 
 // Rules the plan is made of, for their unit tests.
 Recurrence PlanRecurrence(const Dims& d, int64_t np, int64_t steps, int P, double step_flops, double weight_bytes,

@@ -88,6 +88,8 @@ struct Waiter {
   std::condition_variable cv;
   int remaining = 0;
   bool asked_to_lead = false;
+  bool sleeping = false;   // blocked on cv (a caller: a notify wakes it)
+  bool waking = false;     // woken as a done caller: it wakes the next as it leaves
   std::thread::id thread;  // the caller's
 };
 
@@ -198,6 +200,7 @@ class Engine {
   void Release(Stream* stream);
   void Unref(Stream* stream);
   void WakeLeader();
+  bool WakeNextCaller();
   bool CallerLeads() const;
   bool AnyReady() const;
   void Record(const std::vector<double>& submitted, double started, double finished, int failed);
@@ -220,6 +223,10 @@ class Engine {
   int waiting_callers_ = 0;  // callers blocked in Wait
   Callers callers_;
   std::vector<Step*> handed_back_;  // steps TakeBatch failed, to hand back outside the lock
+  // Callers whose steps are done, woken one after another: a call's finish wakes the first and each
+  // wakes the next as it leaves Wait, so the worker that chains calls does not pay every wake-up.
+  std::deque<Waiter*> done_callers_;
+  int waking_ = 0;  // done callers woken and not yet left Wait
   std::vector<Waiter*> idle_workers_;
   std::vector<std::thread> workers_;
   std::vector<std::unique_ptr<Waiter>> worker_waiters_;

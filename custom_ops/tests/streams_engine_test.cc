@@ -2,6 +2,7 @@
 // splitting rows, the cost model and the callers' think time, and the engine over a fake model
 // (y = x + state, state += x) from many threads: each stream's results as if alone, in order,
 // a failing step failing alone, close and shutdown semantics, and no wait ever rescued.
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -325,6 +326,35 @@ static void SubmitBesideACallInFlight(int submitter_calls) {
 
 TEST(streams_a_submitter_with_a_slot_runs_beside_a_call_in_flight) { SubmitBesideACallInFlight(1); }
 TEST(streams_a_submitter_without_a_slot_queues_behind_a_call_in_flight) { SubmitBesideACallInFlight(0); }
+
+// A call of several callers' steps wakes them one after another (the finisher wakes the first and
+// each woken caller the next as it leaves): every caller returns with its own result, and none is
+// left to the safety net (a lost wake-up of a done caller counts as rescued).
+TEST(streams_every_caller_of_a_call_wakes) {
+  Fixture f;
+  constexpr int kCallers = 6;
+  std::vector<int64_t> ids;
+  for (int s = 0; s <= kCallers; ++s) ids.push_back(f.engine->Open({}));
+  const float held[kWidth] = {1, FakeRunner::kHeld, 0};
+  f.engine->Enqueue({f.MakeStep(ids[kCallers], held).release()});  // the worker's call, held in flight
+  f.fake->WaitUntilHeld();
+  std::atomic<int> wrong{0};
+  std::vector<std::thread> callers;
+  for (int c = 0; c < kCallers; ++c)
+    callers.emplace_back([&, c] {
+      const float x[kWidth] = {static_cast<float>(c), 1, 0};
+      const std::vector<float> y = f.StepOne(ids[c], x);
+      if (y.size() != kWidth || y[0] != c || y[1] != 1) ++wrong;
+    });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the callers queue behind the held call
+  f.fake->Release();
+  for (auto& t : callers) t.join();
+  CHECK_EQ(wrong.load(), 0);
+  int64_t largest = 0;
+  for (int64_t n : f.fake->batches()) largest = std::max(largest, n);
+  CHECK(largest >= 3);  // one call woke three callers or more
+  CHECK_EQ(f.engine->Stats().rescued, 0);
+}
 
 static void ManyThreadsEachStreamAsAlone(bool pads) {
   EngineConfig config;

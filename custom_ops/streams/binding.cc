@@ -106,6 +106,7 @@ class PyEngine {
     c.max_calls = nb::cast<int>(config["max_calls"]);
     c.workers = nb::cast<int>(config["workers"]);
     if (config.contains("submitter_calls")) c.submitter_calls = nb::cast<int>(config["submitter_calls"]);
+    if (config.contains("callers_wake_in_turn")) c.callers_wake_in_turn = nb::cast<bool>(config["callers_wake_in_turn"]);
     if (config.contains("pad_below")) c.pad_below = nb::cast<int>(config["pad_below"]);
     std::unique_ptr<CallRunner> runner;
     if (!device_states) {

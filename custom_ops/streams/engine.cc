@@ -406,6 +406,10 @@ void Engine::Complete(Step* step, std::vector<Step*>* handed_back) {
     Waiter* w = step->waiter;
     if (--w->remaining == 0) {
       callers_.Done(w->thread, Now());
+      if (!config_.callers_wake_in_turn) {
+        w->cv.notify_one();
+        return;
+      }
       done_callers_.push_back(w);
       if (waking_ == 0) WakeNextCaller();
     }

@@ -126,6 +126,10 @@ struct EngineConfig {
   // that arrives while a call runs does not queue behind it for a worker: what one `run` per
   // stream from the same threads does.
   int submitter_calls = 0;
+  // A call's callers wake one another in turn (Engine::WakeNextCaller) instead of all by the thread
+  // that finished it: where that thread's time is the engine's (the CPU, whose worker computes the
+  // calls), not where it waits for a device.
+  bool callers_wake_in_turn = false;
   int workers = 1;          // threads that chain calls while steps queue
   int pad_below = 0;        // padding never reaches this batch size from below it (0: no bound)
 };

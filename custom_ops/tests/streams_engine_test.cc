@@ -331,7 +331,9 @@ TEST(streams_a_submitter_without_a_slot_queues_behind_a_call_in_flight) { Submit
 // each woken caller the next as it leaves): every caller returns with its own result, and none is
 // left to the safety net (a lost wake-up of a done caller counts as rescued).
 TEST(streams_every_caller_of_a_call_wakes) {
-  Fixture f;
+  EngineConfig config;
+  config.callers_wake_in_turn = true;
+  Fixture f(config);
   constexpr int kCallers = 6;
   std::vector<int64_t> ids;
   for (int s = 0; s <= kCallers; ++s) ids.push_back(f.engine->Open({}));
@@ -356,9 +358,10 @@ TEST(streams_every_caller_of_a_call_wakes) {
   CHECK_EQ(f.engine->Stats().rescued, 0);
 }
 
-static void ManyThreadsEachStreamAsAlone(bool pads) {
+static void ManyThreadsEachStreamAsAlone(bool pads, bool in_turn = false) {
   EngineConfig config;
   config.max_wait = 0.0005;
+  config.callers_wake_in_turn = in_turn;
   Fixture f(config, pads);
   constexpr int kStreams = 24, kThreads = 6, kSteps = 40;
   std::vector<int64_t> ids;
@@ -388,6 +391,7 @@ static void ManyThreadsEachStreamAsAlone(bool pads) {
 }
 
 TEST(streams_many_threads_each_stream_as_alone) { ManyThreadsEachStreamAsAlone(false); }
+TEST(streams_many_threads_woken_in_turn_each_stream_as_alone) { ManyThreadsEachStreamAsAlone(false, true); }
 
 // Calls padded to their batch-size bucket (a runner on CUDA): the padded rows' results and state
 // go nowhere a stream sees.

@@ -340,21 +340,28 @@ TEST(streams_every_caller_of_a_call_wakes) {
   const float held[kWidth] = {1, FakeRunner::kHeld, 0};
   f.engine->Enqueue({f.MakeStep(ids[kCallers], held).release()});  // the worker's call, held in flight
   f.fake->WaitUntilHeld();
-  std::atomic<int> wrong{0};
+  std::atomic<int> wrong{0}, queued{0};
   std::vector<std::thread> callers;
   for (int c = 0; c < kCallers; ++c)
     callers.emplace_back([&, c] {
       const float x[kWidth] = {static_cast<float>(c), 1, 0};
-      const std::vector<float> y = f.StepOne(ids[c], x);
-      if (y.size() != kWidth || y[0] != c || y[1] != 1) ++wrong;
+      auto step = f.MakeStep(ids[c], x);
+      Waiter w;
+      w.remaining = 1;
+      step->waiter = &w;
+      f.engine->Enqueue({step.get()});
+      ++queued;
+      f.engine->Wait(w);
+      const float* y = reinterpret_cast<const float*>(step->result.block.get());
+      if (step->failure != Failure::kNone || y[0] != c || y[1] != 1) ++wrong;
     });
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the callers queue behind the held call
+  while (queued.load() < kCallers) std::this_thread::yield();  // all queued behind the held call
   f.fake->Release();
   for (auto& t : callers) t.join();
   CHECK_EQ(wrong.load(), 0);
-  int64_t largest = 0;
-  for (int64_t n : f.fake->batches()) largest = std::max(largest, n);
-  CHECK(largest >= 3);  // one call woke three callers or more
+  const std::vector<int64_t> batches = f.fake->batches();
+  CHECK_EQ(batches.size(), static_cast<size_t>(2));  // the held call, then one of all six
+  CHECK_EQ(batches.back(), static_cast<int64_t>(kCallers));
   CHECK_EQ(f.engine->Stats().rescued, 0);
 }
 

@@ -110,7 +110,9 @@ class PyEngine {
     if (config.contains("pad_below")) c.pad_below = nb::cast<int>(config["pad_below"]);
     std::unique_ptr<CallRunner> runner;
     if (!device_states) {
-      runner = std::make_unique<OrtHostRunner>(spec, names, carry, single_model);
+      auto host = std::make_unique<OrtHostRunner>(spec, names, carry, single_model);
+      host_ = host.get();
+      runner = std::move(host);
     } else {
       auto device = std::make_unique<OrtDeviceRunner>(spec, names, carry);
       device_ = device.get();
@@ -179,6 +181,14 @@ class PyEngine {
     kind.shared = shared;
     kind.groups[values] = id;
     return id;
+  }
+
+  // A group's own models (specialize.py), which its calls run from now on (states on the host only).
+  void AddGroupModels(int group, nb::bytes batched, nb::bytes single) {
+    if (!host_) throw std::logic_error("add_group_models: this engine keeps its states on a device");
+    const std::string b = Bytes(batched), s = Bytes(single);
+    nb::gil_scoped_release release;
+    host_->AddGroupModels(group, b, s);
   }
 
   // The wrapped model of calls with the states' batch on these axes (device states only).
@@ -578,6 +588,7 @@ class PyEngine {
 
   std::unique_ptr<Engine> engine_;
   OrtDeviceRunner* device_ = nullptr;  // the engine's runner, where it keeps the states on a device
+  OrtHostRunner* host_ = nullptr;      // or on the host
   std::vector<nb::object> input_names_;
   std::vector<int32_t> input_types_;
   std::vector<TensorLayout> state_types_;
@@ -597,6 +608,7 @@ NB_MODULE(_engine, m) {
       .def("add_device_model", &PyEngine::AddDeviceModel)
       .def("set_states", &PyEngine::SetStates, nb::arg("states"), nb::arg("device_models").none() = nb::none())
       .def("add_group", &PyEngine::AddGroup)
+      .def("add_group_models", &PyEngine::AddGroupModels)
       .def("open", &PyEngine::Open)
       .def("close", &PyEngine::Close)
       .def("state", &PyEngine::State)

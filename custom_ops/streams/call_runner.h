@@ -24,6 +24,7 @@ struct CallInputs {
   std::vector<int32_t> types;                // their ONNX element types
   const std::vector<int64_t>* slots = nullptr;  // the streams' state rows, in batch order
   const std::vector<int>* state_axes = nullptr;  // each carried input's batch axis in the model's layout
+  int group = -1;                                 // the engine's group of the call's steps
 };
 
 class CallRunner {

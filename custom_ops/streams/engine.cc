@@ -310,6 +310,7 @@ bool Engine::RunCall(Group& g, const std::vector<Step*>& steps, int64_t padded, 
   for (int64_t i = 0; i < real; ++i) slots[i] = steps[i]->stream->slot;
   in.slots = &slots;
   in.state_axes = &g.state_axes;
+  in.group = g.id;
   try {
     std::vector<CallOutput> outs;
     std::shared_ptr<void> keep = runner_->Run(in, &outs);
@@ -569,6 +570,7 @@ std::shared_ptr<void> Engine::RunStacked(const std::vector<int64_t>& ids, int gr
   const double started = Now();
   inputs.slots = &slots;
   inputs.state_axes = &g->state_axes;
+  inputs.group = group_id;
   std::shared_ptr<void> keep;
   std::string error;
   try {

@@ -44,22 +44,78 @@ void CheckCarriedShape(const Ort::Value& output, const std::vector<int64_t>& wan
 
 OrtHostRunner::OrtHostRunner(const SessionSpec& spec, std::vector<std::string> step_inputs,
                              std::vector<std::pair<std::string, std::string>> carry, const std::string& single_model)
-    : session_(MakeSession(spec)),
-      cpu_(Ort::MemoryInfo::CreateCpu(OrtDeviceAllocator, OrtMemTypeDefault)),
+    : cpu_(Ort::MemoryInfo::CreateCpu(OrtDeviceAllocator, OrtMemTypeDefault)),
       step_inputs_(std::move(step_inputs)),
       carry_(std::move(carry)) {
+  for (const std::string& name : step_inputs_) input_names_.push_back(name);
+  for (const auto& [out, in] : carry_) input_names_.push_back(in);
+  spec_ = spec;
+  spec_.model.clear();
+  session_ = Bind(MakeSession(spec));
   Ort::AllocatorWithDefaultOptions allocator;
-  for (size_t k = 0; k < session_.GetOutputCount(); ++k)
-    output_names_.push_back(session_.GetOutputNameAllocated(k, allocator).get());
+  for (size_t k = 0; k < session_.session.GetOutputCount(); ++k)
+    output_names_.push_back(session_.session.GetOutputNameAllocated(k, allocator).get());
   carried_output_ = CarriedOutputIndexes(output_names_, carry_);
-  for (const std::string& name : step_inputs_) input_names_.push_back(name.c_str());
-  for (const auto& [out, in] : carry_) input_names_.push_back(in.c_str());
   for (const std::string& name : output_names_) output_ptrs_.push_back(name.c_str());
   if (!single_model.empty()) {
-    SessionSpec single = spec;
+    SessionSpec single = spec_;
     single.model = single_model;
-    single_ = MakeSession(single);
+    single_ = Bind(MakeSession(single));
   }
+}
+
+OrtHostRunner::Bound OrtHostRunner::Bind(Ort::Session session) const {
+  Bound b;
+  Ort::AllocatorWithDefaultOptions allocator;
+  for (size_t k = 0; k < session.GetInputCount(); ++k) {
+    std::string name = session.GetInputNameAllocated(k, allocator).get();
+    const auto it = std::find(input_names_.begin(), input_names_.end(), name);
+    if (it == input_names_.end())
+      throw std::invalid_argument("the step path's model takes an input it is not given: " + name);
+    b.feeds.push_back(static_cast<size_t>(it - input_names_.begin()));
+    b.names.push_back(std::move(name));
+  }
+  for (const std::string& name : b.names) b.name_ptrs.push_back(name.c_str());
+  b.session = std::move(session);
+  return b;
+}
+
+void OrtHostRunner::AddGroupModels(int group, const std::string& batched, const std::string& single) {
+  auto sessions = std::make_shared<GroupSessions>();
+  SessionSpec spec = spec_;
+  if (!batched.empty()) {
+    spec.model = batched;
+    sessions->batched = Bind(MakeSession(spec));
+  }
+  if (!single.empty()) {
+    spec.model = single;
+    sessions->single = Bind(MakeSession(spec));
+  }
+  Ort::AllocatorWithDefaultOptions allocator;
+  for (const Bound* b : {&sessions->batched, &sessions->single}) {
+    if (!b->session) continue;
+    std::vector<std::string> names;
+    for (size_t k = 0; k < b->session.GetOutputCount(); ++k)
+      names.push_back(b->session.GetOutputNameAllocated(k, allocator).get());
+    if (names != output_names_) throw std::invalid_argument("a group's model gives other outputs than the model");
+  }
+  std::lock_guard<std::mutex> lock(groups_mu_);
+  groups_[group] = std::move(sessions);
+}
+
+OrtHostRunner::Bound& OrtHostRunner::Choose(int group, int64_t streams,
+                                                  std::shared_ptr<GroupSessions>* hold) {
+  {
+    std::lock_guard<std::mutex> lock(groups_mu_);
+    const auto it = groups_.find(group);
+    if (it != groups_.end()) *hold = it->second;
+  }
+  GroupSessions* own = hold->get();
+  if (streams == 1) {
+    if (own && own->single.session) return own->single;
+    if (single_.session) return single_;
+  }
+  return own && own->batched.session ? own->batched : session_;
 }
 
 void OrtHostRunner::SetStateLayouts(const std::vector<TensorLayout>& states) {
@@ -89,14 +145,13 @@ std::shared_ptr<void> OrtHostRunner::Run(const CallInputs& in, std::vector<CallO
   const std::vector<int64_t>& slots = *in.slots;
   const int64_t n = static_cast<int64_t>(slots.size());
   const std::vector<TensorLayout>& states = slots_->layouts();
-  std::vector<Ort::Value> values;
-  values.reserve(input_names_.size());
+  // Every input of the engine (step inputs, then the carried ones) as a tensor: its data, shape
+  // and type; the chosen session takes those it names.
+  std::vector<TensorLayout> all(in.data.size() + states.size());
+  std::vector<const void*> data(all.size());
   for (size_t k = 0; k < in.data.size(); ++k) {
-    const size_t bytes = TensorLayout{in.types[k], ElementSize(in.types[k]), in.shapes[k]}.Bytes();
-    // onnxruntime reads inputs and never writes them; its API takes them as void*.
-    values.push_back(Ort::Value::CreateTensor(cpu_, const_cast<void*>(in.data[k]), bytes, in.shapes[k].data(),
-                                              in.shapes[k].size(),
-                                              static_cast<ONNXTensorElementDataType>(in.types[k])));
+    all[k] = TensorLayout{in.types[k], ElementSize(in.types[k]), in.shapes[k]};
+    data[k] = in.data[k];
   }
   // The carried inputs: the streams' rows, stacked on each one's batch axis (one stream: its row).
   std::vector<TensorLayout> stacked(states.size());
@@ -106,21 +161,29 @@ std::shared_ptr<void> OrtHostRunner::Run(const CallInputs& in, std::vector<CallO
   for (size_t s = 0; s < states.size(); ++s) {
     stacked[s] = states[s];
     stacked[s].batch_axis = (*in.state_axes)[s];
-    void* data = slots_->Row(s, slots[0]);
+    const void* row = slots_->Row(s, slots[0]);
     if (n > 1) {
       for (int64_t i = 0; i < n; ++i) rows[i] = slots_->Row(s, slots[i]);
       staging.emplace_back(new char[states[s].Bytes() * n]);
       Stack(stacked[s], rows.data(), n, staging.back().get());
-      data = staging.back().get();
+      row = staging.back().get();
     }
-    const std::vector<int64_t> shape = stacked[s].Stacked(n);
-    values.push_back(Ort::Value::CreateTensor(cpu_, data, states[s].Bytes() * n, shape.data(), shape.size(),
-                                              static_cast<ONNXTensorElementDataType>(states[s].type)));
+    all[in.data.size() + s] = TensorLayout{states[s].type, states[s].elem_size, stacked[s].Stacked(n)};
+    data[in.data.size() + s] = row;
+  }
+  std::shared_ptr<GroupSessions> group_hold;
+  Bound& chosen = Choose(in.group, n, &group_hold);
+  std::vector<Ort::Value> values;
+  values.reserve(chosen.feeds.size());
+  for (const size_t k : chosen.feeds) {
+    const TensorLayout& t = all[k];
+    // onnxruntime reads inputs and never writes them; its API takes them as void*.
+    values.push_back(Ort::Value::CreateTensor(cpu_, const_cast<void*>(data[k]), t.Bytes(), t.shape.data(),
+                                              t.shape.size(), static_cast<ONNXTensorElementDataType>(t.type)));
   }
   auto hold = std::make_shared<CallHold>();
-  Ort::Session& session = n == 1 && single_ ? single_ : session_;
-  hold->outputs = session.Run(Ort::RunOptions{nullptr}, input_names_.data(), values.data(), values.size(),
-                              output_ptrs_.data(), output_ptrs_.size());
+  hold->outputs = chosen.session.Run(Ort::RunOptions{nullptr}, chosen.name_ptrs.data(), values.data(), values.size(),
+                                     output_ptrs_.data(), output_ptrs_.size());
   // Every carried output must fit its input's rows before any is written back.
   for (size_t s = 0; s < states.size(); ++s)
     CheckCarriedShape(hold->outputs[carried_output_[s]], stacked[s].Stacked(n), carry_[s]);

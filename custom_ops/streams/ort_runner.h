@@ -3,7 +3,9 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "call_runner.h"
@@ -28,14 +30,37 @@ class OrtHostRunner : public CallRunner {
   void ReadState(int64_t slot, std::vector<std::vector<char>>* values) override;
   std::shared_ptr<void> Run(const CallInputs& in, std::vector<CallOutput>* outputs) override;
 
+  // A group's own models (specialize.py: its shapes fixed, its shared inputs made constants and
+  // folded away), which its calls run from then on: `batched` for calls of several streams (and of
+  // one where the runner has no model of its own for those), `single` for calls of one; an empty
+  // one leaves those calls as they were. Their inputs are the engine's, less any made constant.
+  void AddGroupModels(int group, const std::string& batched, const std::string& single);
+
  private:
-  Ort::Session session_{nullptr};
-  Ort::Session single_{nullptr};  // for calls of one stream, where given
+  // A session and which of the engine's inputs (step inputs, then carried inputs) it takes.
+  struct Bound {
+    Ort::Session session{nullptr};
+    std::vector<size_t> feeds;
+    std::vector<std::string> names;
+    std::vector<const char*> name_ptrs;
+  };
+  struct GroupSessions {
+    Bound batched, single;
+  };
+  Bound Bind(Ort::Session session) const;
+  Bound& Choose(int group, int64_t streams, std::shared_ptr<GroupSessions>* hold);
+
+  SessionSpec spec_;  // without its model: how the groups' sessions are made
+  Bound session_;
+  Bound single_;  // for calls of one stream, where given
+  std::mutex groups_mu_;
+  std::unordered_map<int, std::shared_ptr<GroupSessions>> groups_;
   Ort::MemoryInfo cpu_{nullptr};
   std::vector<std::string> step_inputs_, output_names_;
   std::vector<std::pair<std::string, std::string>> carry_;
   std::vector<size_t> carried_output_;  // each carried pair's output index
-  std::vector<const char*> input_names_, output_ptrs_;  // step inputs then carried inputs
+  std::vector<std::string> input_names_;  // step inputs then carried inputs
+  std::vector<const char*> output_ptrs_;
   std::unique_ptr<HostSlots> slots_;
 };
 

@@ -37,6 +37,7 @@ from lstm_ort.serving.streams.feeds import StepInputs
 from lstm_ort.serving.streams.kinds import Kind, Kinds, with_row_scales
 from lstm_ort.serving.streams.native_session import api_base, engine_model, engine_options, engine_providers
 from lstm_ort.serving.streams.options import check_batcher_options, step_pair, stream_id, stream_ids
+from lstm_ort.serving.streams.specialize import kind_models
 from lstm_ort.serving.streams.stats import StreamStats, snapshot
 from lstm_ort.serving.streams.step_future import StepFuture, in_a_callback, settle
 
@@ -51,15 +52,16 @@ class StreamBatcher:
     most. ``max_wait_ms``: the most a step waits for company before its call runs (it waits only
     while calls of the size at hand cannot keep up with the arrivals: see docs/streams.md, *How
     steps are batched*). ``workers``: calls in flight at once (default 1 on the CPU, 2 on CUDA).
-    ``batch_convs``: run 1-D
-    convolutions as one 2-D convolution over the batch (default: on CPU; convs.py; calls of one
-    stream run the model as it came).
+    ``batch_convs``: run 1-D convolutions as one 2-D convolution over the batch (default: on CPU;
+    convs.py; calls of one stream run the model as it came). ``specialize``: each kind of step
+    gets models of its own, its shapes and shared inputs folded in (default: with the states on
+    the host; specialize.py; ``specialized`` says, by group, why not where one did not).
     ``device_states``: keep the states on the session's device (default: with CUDA).
     """
 
     def __init__(self, model, carry: dict[str, str], providers=None, session_options: ort.SessionOptions | None = None,
                  max_batch: int = 256, max_wait_ms: float = 2.0, *, device_states: bool | None = None,
-                 batch_convs: bool | None = None, workers: int | None = None):
+                 batch_convs: bool | None = None, workers: int | None = None, specialize: bool | None = None):
         check_batcher_options(max_batch, max_wait_ms, workers)
         # int8 nodes quantize each stream's rows with their own scales: batched, each stream's result
         # is, bit for bit, its own (kinds.with_row_scales).
@@ -113,6 +115,11 @@ class StreamBatcher:
         if self.device_states and self._opset < 11:
             raise ValueError(f"device states need ScatterND (opset 11), the model imports opset {self._opset}")
         self._device_axes: set[tuple[int, ...]] = set()
+        # Each kind's own models (specialize.py), on the host: made on a thread of their own, so a
+        # kind's first step does not wait for them. `specialized`: group -> '' or why (not all).
+        self.specialize = (not self.device_states) if specialize is None else bool(specialize) and not self.device_states
+        self.specialized: dict[int, str] = {}
+        self._specializers: list[threading.Thread] = []
         self._finalizer = weakref.finalize(self, _engine.Engine.shutdown, self._engine, True)
 
     # -- streams ---------------------------------------------------------------------------------
@@ -300,7 +307,43 @@ class StreamBatcher:
                 [int(layout.rows.get(o, 1)) for o in self.output_names],
                 self.max_batch if batched else 1)
             self._groups[key] = group
+            if self.specialize and len(self._specializers) < _MAX_SPECIALIZED_KINDS:
+                t = threading.Thread(target=self._specialize, args=(group, kind), daemon=True,
+                                     name=f"lstm-ort-specialize-{group}")
+                self._specializers.append(t)
+                t.start()
             return group
+
+    def _specialize(self, group: int, kind: Kind) -> None:
+        """Makes, proves and hands the engine the kind's own models (on its own thread)."""
+        batched = kind.layout.batched
+        input_axes = {n: kind.layout.inputs.get(n) if batched else None for n in kind.example if n not in kind.shared}
+        states = {n: np.zeros(s, self._in.state_dtypes[n]) for n, s in self._states.items()}
+        state_axes = {n: kind.layout.inputs.get(n) if batched else None for n in states}
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = 1  # the proof's sessions: no pool of threads of their own
+        try:
+            models = kind_models(self.session_model, self.model if self.convs_rewritten else None, kind.example,
+                                 kind.shared, input_axes, states, state_axes,
+                                 lambda feeds: self.session.run(None, feeds),
+                                 lambda model: _runner(model, options))
+            batched_model, single_model, why = models
+            if batched_model or single_model:
+                self._engine.add_group_models(group, batched_model, single_model)
+        except Exception as e:  # noqa: BLE001 - the kind keeps the model as it came
+            why = f"{type(e).__name__}: {e}"
+        self.specialized[group] = why
+
+
+# Kinds that get models of their own (two sessions each): most streaming deployments have one.
+_MAX_SPECIALIZED_KINDS = 4
+
+
+def _runner(model: bytes, options: ort.SessionOptions):
+    """Runs ``model`` on full feeds, of which it takes those it still has as inputs."""
+    session = InferenceSession(model, options, providers=["CPUExecutionProvider"])
+    names = [i.name for i in session.get_inputs()]
+    return lambda feeds: session.run(None, {n: feeds[n] for n in names})
 
 
 def _c_order(v: np.ndarray) -> np.ndarray:

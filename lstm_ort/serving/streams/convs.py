@@ -8,6 +8,11 @@ height N with a 1 x k kernel ([N, C, L] -> [1, C, N, L]), the batch becomes the 
 stream's result is its own; the sums run in another order, within float32 rounding of the
 original (docs/streams.md, *Exactness*).
 
+Between two such convolutions an elementwise activation would take the batch back to the 1-D
+layout and out again (Squeeze, Transpose, Relu, Transpose, Unsqueeze); the round trip is dropped,
+the activation applied in the 2-D layout (the same values, element for element), so that
+onnxruntime fuses it into the Conv and keeps its blocked layout from one Conv to the next.
+
 Used by StreamBatcher on the CPU execution provider, on its own copy of the model.
 """
 
@@ -25,7 +30,7 @@ def convs_as_2d(model: onnx.ModelProto) -> int:
     weights: dict[str, onnx.TensorProto] = {}
     count = [0]
 
-    def collect(graph: onnx.GraphProto) -> None:
+    def collect(graph: onnx.GraphProto) -> None:  # the constants, theirs and ours
         weights.update({t.name: t for t in graph.initializer})
         for node in graph.node:
             if node.op_type == "Constant" and not node.domain:
@@ -54,7 +59,89 @@ def convs_as_2d(model: onnx.ModelProto) -> int:
 
     collect(model.graph)
     rewrite(model.graph)
+    if count[0]:
+        collect(model.graph)  # with the axes of the Squeezes and Unsqueezes just written
+        _drop_round_trips(model.graph, weights)
     return count[0]
+
+
+# Elementwise ops of one tensor input (others, where any, are scalars): they commute with the
+# layout change.
+_ELEMENTWISE = {"Relu", "LeakyRelu", "PRelu", "Sigmoid", "Tanh", "Elu", "Selu", "Celu", "HardSigmoid", "HardSwish",
+                "Softplus", "Softsign", "Clip", "Gelu", "Mish", "ThresholdedRelu"}
+
+
+def _drop_round_trips(graph: onnx.GraphProto, constants: dict[str, onnx.TensorProto]) -> None:
+    """Squeeze(0) -> Transpose(1,0,2) -> activation -> Transpose(1,0,2) -> Unsqueeze(0) becomes the
+    activation alone, where each link has no other reader (in every graph)."""
+    for node in graph.node:
+        for a in node.attribute:
+            for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else a.graphs):
+                _drop_round_trips(g, constants)
+    producer = {o: n for n in graph.node for o in n.output}
+    readers: dict[str, int] = {}
+    for n in graph.node:
+        for i in n.input:
+            readers[i] = readers.get(i, 0) + 1
+    for o in graph.output:
+        readers[o.name] = readers.get(o.name, 0) + 2  # an output of the graph is never dropped
+    only_read_by = {}
+    for n in graph.node:
+        for i in n.input:
+            only_read_by[i] = n if readers[i] == 1 else None
+
+    def link(name: str, op: str, check) -> onnx.NodeProto | None:
+        node = producer.get(name)
+        return node if node is not None and node.op_type == op and not node.domain and check(node) else None
+
+    dropped = set()
+    for act in list(graph.node):
+        if act.op_type not in _ELEMENTWISE or act.domain or readers.get(act.input[0]) != 1:
+            continue
+        t1 = link(act.input[0], "Transpose", _swaps_01)
+        squeeze = t1 is not None and readers.get(t1.input[0]) == 1 and link(t1.input[0], "Squeeze",
+                                                                            lambda n: _on_axis0(n, constants))
+        t2 = only_read_by.get(act.output[0])
+        t2 = t2 if t2 is not None and t2.op_type == "Transpose" and not t2.domain and _swaps_01(t2) else None
+        unsqueeze = only_read_by.get(t2.output[0]) if t2 is not None else None
+        if not squeeze or unsqueeze is None or unsqueeze.op_type != "Unsqueeze" or not _on_axis0(unsqueeze, constants):
+            continue
+        act.input[0] = squeeze.input[0]
+        act.output[0] = unsqueeze.output[0]
+        dropped.update(id(n) for n in (squeeze, t1, t2, unsqueeze))
+    if dropped:
+        axes = {n.input[1] for n in graph.node if id(n) in dropped and len(n.input) > 1}
+        kept = [n for n in graph.node if id(n) not in dropped]
+        read = _read_names(kept)
+        # the dropped Squeezes' and Unsqueezes' axes, left unread (onnxruntime warns of each)
+        kept = [n for n in kept if not (n.op_type == "Constant" and n.output[0] in axes and n.output[0] not in read)]
+        del graph.node[:]
+        graph.node.extend(kept)
+
+
+def _read_names(nodes) -> set[str]:
+    """The names these nodes and their subgraphs read."""
+    read = set()
+    for n in nodes:
+        read.update(n.input)
+        for a in n.attribute:
+            for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else a.graphs):
+                read |= _read_names(g.node)
+    return read
+
+
+def _swaps_01(node: onnx.NodeProto) -> bool:
+    return [helper.get_attribute_value(a) for a in node.attribute if a.name == "perm"] == [[1, 0, 2]]
+
+
+def _on_axis0(node: onnx.NodeProto, constants: dict[str, onnx.TensorProto]) -> bool:
+    """Whether a Squeeze or Unsqueeze takes axis 0 only (its attribute, or a constant input)."""
+    axes = [helper.get_attribute_value(a) for a in node.attribute if a.name == "axes"]
+    if axes:
+        return list(axes[0]) == [0]
+    if len(node.input) < 2 or node.input[1] not in constants:
+        return False
+    return numpy_helper.to_array(constants[node.input[1]]).tolist() == [0]
 
 
 def _as_2d(node: onnx.NodeProto, weight: onnx.TensorProto, p: str, opset: int) -> list[onnx.NodeProto]:

@@ -8,7 +8,7 @@ import itertools
 import threading
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
@@ -30,6 +30,7 @@ class Kind:
     signature: tuple  # each step input's shape, in the model's order
     layout: BatchLayout
     shared: dict[str, np.ndarray]  # the inputs without a batch axis and the values that chose this kind
+    example: dict[str, np.ndarray] = field(default_factory=dict, compare=False)  # the step that found it
 
     def values(self, feeds: dict[str, np.ndarray]) -> tuple[bytes, ...]:
         """The bytes of ``feeds``' shared inputs: with the signature, which group of this kind."""
@@ -193,7 +194,7 @@ class Kinds:
             layout.reasons.append(self._per_call)
         # One stream per call shares nothing: any values of these shapes take that path.
         shared = [n for n in self.inputs.needed if layout.inputs.get(n) is None] if layout.batched else []
-        return Kind(signature, layout, {n: feeds[n].copy() for n in shared})
+        return Kind(signature, layout, {n: feeds[n].copy() for n in shared}, {n: v.copy() for n, v in feeds.items()})
 
     def _note(self, kind: Kind) -> None:
         if kind.layout.batched:

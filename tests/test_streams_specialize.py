@@ -1,0 +1,176 @@
+"""A kind's own models (lstm_ort/serving/streams/specialize.py): folded on the kind's shapes and
+shared values, proved against the model before use, run by the engine for that kind's calls (of
+one stream and of several); and convs.py's round trips around activations, dropped."""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from lstm_ort.builders import LstmSpec, fused_model, random_layers
+from lstm_ort.runtime.session import InferenceSession
+from lstm_ort.serving.streams import StreamBatcher, specialize
+from lstm_ort.serving.streams.convs import convs_as_2d
+
+_spec = importlib.util.spec_from_file_location("streams_support", Path(__file__).parent / "streams_support.py")
+support = sys.modules.get("streams_support") or importlib.util.module_from_spec(_spec)
+if "streams_support" not in sys.modules:
+    sys.modules["streams_support"] = support
+    _spec.loader.exec_module(support)
+
+TOL = 1e-5
+
+
+def settled(b: StreamBatcher) -> dict:
+    for t in b._specializers:
+        t.join(timeout=120)
+    return dict(b.specialized)
+
+
+def op_count(model: onnx.ModelProto, op: str) -> int:
+    return sum(n.op_type == op for n in model.graph.node)
+
+
+def conv_stack(rng, shared_activation: bool = False) -> onnx.ModelProto:
+    """x [N, 4, 9] -> Conv -> Relu -> Conv(stride 2) -> Sigmoid -> Conv -> y; with
+    ``shared_activation`` the Relu's output is also an output of the model."""
+    w = [numpy_helper.from_array((0.3 * rng.standard_normal(s)).astype(np.float32), f"w{k}")
+         for k, s in enumerate([(6, 4, 3), (5, 6, 3), (3, 5, 1)])]
+    b0 = numpy_helper.from_array((0.1 * rng.standard_normal(6)).astype(np.float32), "b0")
+    nodes = [helper.make_node("Conv", ["x", "w0", "b0"], ["c0"], pads=[1, 1]),
+             helper.make_node("Relu", ["c0"], ["r0"]),
+             helper.make_node("Conv", ["r0", "w1"], ["c1"], pads=[1, 1], strides=[2]),
+             helper.make_node("Sigmoid", ["c1"], ["s1"]),
+             helper.make_node("Conv", ["s1", "w2"], ["y"])]
+    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]
+    if shared_activation:
+        outputs.append(helper.make_tensor_value_info("r0", TensorProto.FLOAT, None))
+    graph = helper.make_graph(nodes, "convs", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4, 9])],
+                              outputs, [*w, b0])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+@pytest.mark.parametrize("shared_activation", [False, True])
+def test_conv_round_trips_around_activations_dropped(rng, shared_activation):
+    model = conv_stack(rng, shared_activation)
+    rewritten = onnx.ModelProto()
+    rewritten.CopyFrom(model)
+    assert convs_as_2d(rewritten) == 3
+    # three convs, each wrapped in two Transposes; an activation read only by the next conv loses
+    # the two between it and each neighbour
+    assert op_count(rewritten, "Transpose") == (4 if shared_activation else 2)
+    assert op_count(rewritten, "Squeeze") == (2 if shared_activation else 1)
+    want_sess, got_sess = InferenceSession(model.SerializeToString()), InferenceSession(rewritten.SerializeToString())
+    for n in (1, 2, 5):
+        x = rng.standard_normal((n, 4, 9)).astype(np.float32)
+        for want, got in zip(want_sess.run(None, {"x": x}), got_sess.run(None, {"x": x})):
+            assert got.shape == want.shape
+            np.testing.assert_allclose(got, want, rtol=TOL, atol=TOL)
+
+
+def scaled(model: onnx.ModelProto, output: str, factor: float) -> bytes:
+    """``model`` with ``output`` multiplied by ``factor``: a model that is not the model."""
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    for node in m.graph.node:
+        node.output[:] = [o + "_raw" if o == output else o for o in node.output]
+        node.input[:] = [i + "_raw" if i == output else i for i in node.input]
+    m.graph.initializer.append(numpy_helper.from_array(np.array(factor, np.float32), "factor"))
+    m.graph.node.append(helper.make_node("Mul", [output + "_raw", "factor"], [output]))
+    return m.SerializeToString()
+
+
+def test_the_engine_runs_a_groups_own_models(rng):
+    """Calls of one stream run the group's single model, calls of several its batched model; a
+    group without a single model runs its batched one for one stream too (this model has no model
+    of its own for calls of one stream: no convolutions to batch)."""
+    spec = LstmSpec(6, 8)
+    model = fused_model(spec, random_layers(spec, rng), initial_states=True)
+    carry = {"Y_h": "initial_h", "Y_c": "initial_c"}
+    x = {"X": rng.standard_normal((2, 1, 6)).astype(np.float32)}
+    with StreamBatcher(model, carry, specialize=False) as b:
+        ids = [b.open() for _ in range(3)]
+        want = b.step_many([(i, x) for i in ids])  # the group is registered by the first step
+        group = b._groups[next(iter(b._groups))]
+        b._engine.add_group_models(group, scaled(model, "Y", 3.0), scaled(model, "Y", 2.0))
+        one = b.step(ids[0], x)
+        several = b.step_many([(i, x) for i in ids[1:]])
+        b._engine.add_group_models(group, scaled(model, "Y", 5.0), b"")
+        one_by_batched = b.step(ids[0], x)
+    # the same steps through a batcher without the scaled models
+    with StreamBatcher(model, carry, specialize=False) as ref:
+        rids = [ref.open() for _ in range(3)]
+        ref.step_many([(i, x) for i in rids])
+        plain_one = ref.step(rids[0], x)
+        plain_several = ref.step_many([(i, x) for i in rids[1:]])
+        plain_again = ref.step(rids[0], x)
+    assert len(want) == 3
+    np.testing.assert_allclose(one[0], 2.0 * plain_one[0], rtol=TOL, atol=TOL)
+    for got, plain in zip(several, plain_several):
+        np.testing.assert_allclose(got[0], 3.0 * plain[0], rtol=TOL, atol=TOL)
+        np.testing.assert_allclose(got[1], plain[1], rtol=TOL, atol=TOL)  # Y_h untouched
+    np.testing.assert_allclose(one_by_batched[0], 5.0 * plain_again[0], rtol=TOL, atol=TOL)
+
+
+@pytest.fixture(scope="module")
+def silero():
+    return support.corpus_optimized(support.SILERO)
+
+
+def silero_chunks(rng, n, sr=16000, samples=576):
+    return [[{"input": (0.1 * rng.standard_normal((1, samples))).astype(np.float32), "sr": np.array(sr, np.int64)}
+             for _ in range(k)] for k in rng.integers(2, 8, n)]
+
+
+def test_silero_kinds_get_folded_models(silero, rng):
+    """sr and the shapes fixed, silero-vad's branches fold away (most of its nodes); each sample
+    rate's kind gets its own models, and every stream still gets its own run's results."""
+    model, carry = silero
+    streams = silero_chunks(rng, 12, 16000) + silero_chunks(rng, 12, 8000, samples=288)
+    zero = {"state": np.zeros((2, 1, 128), np.float32)}
+    want = [support.alone(model, carry, s, zero) for s in streams]
+    with StreamBatcher(model, carry) as b:
+        ids = [b.open() for _ in range(2)]
+        b.step(ids[0], streams[0][0])
+        b.step(ids[1], streams[-1][0])
+        assert settled(b) == {0: "", 1: ""}
+        got = support.serve_concurrently(b, streams, 4)
+    assert support.worst_difference(got, want) <= TOL
+    shapes = {"input": (1, 576), "state": (2, 1, 128)}
+    folded, why = specialize.folded(model, shapes, {"input": 0, "state": 1}, {"sr": np.array(16000, np.int64)})
+    assert not why and specialize._count_nodes(folded.graph) < specialize._count_nodes(model.graph) / 2
+
+
+def test_a_folded_model_that_is_not_the_model_is_refused(silero, rng, monkeypatch):
+    """The proof runs the folded model against the model: a wrong one is refused with the
+    reason, and the kind runs the model as it came."""
+    model, carry = silero
+    real = specialize.folded
+
+    def wrong(m, *args):
+        out, why = real(m, *args)
+        return (onnx.load_from_string(scaled(out, "output", 1.5)) if out is not None else None), why
+
+    monkeypatch.setattr(specialize, "folded", wrong)
+    streams = silero_chunks(rng, 6)
+    zero = {"state": np.zeros((2, 1, 128), np.float32)}
+    want = [support.alone(model, carry, s, zero) for s in streams]
+    with StreamBatcher(model, carry) as b:
+        b.step(b.open(), streams[0][0])
+        why = settled(b)[0]
+        got = support.serve_concurrently(b, streams, 3)
+    assert "several streams: the folded model is not the model: output 0 differs" in why
+    assert "one stream: the folded model is not the model: output 0 differs" in why
+    assert support.worst_difference(got, want) <= TOL
+
+
+def test_nothing_to_fold_leaves_the_kind_as_it_came(rng):
+    spec = LstmSpec(6, 8)
+    model = fused_model(spec, random_layers(spec, rng), initial_states=True)
+    with StreamBatcher(model, {"Y_h": "initial_h", "Y_c": "initial_c"}) as b:
+        b.step(b.open(), {"X": rng.standard_normal((2, 1, 6)).astype(np.float32)})
+        assert "folding removed no node" in settled(b)[0]

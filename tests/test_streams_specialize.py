@@ -15,6 +15,8 @@ from lstm_ort.builders import LstmSpec, fused_model, random_layers
 from lstm_ort.runtime.session import InferenceSession
 from lstm_ort.serving.streams import StreamBatcher, specialize
 from lstm_ort.serving.streams.convs import convs_as_2d
+from lstm_ort.serving.streams.device import state_axes as state_axes_of
+from lstm_ort.serving.streams.device import wrapped_model
 
 _spec = importlib.util.spec_from_file_location("streams_support", Path(__file__).parent / "streams_support.py")
 support = sys.modules.get("streams_support") or importlib.util.module_from_spec(_spec)
@@ -23,12 +25,6 @@ if "streams_support" not in sys.modules:
     _spec.loader.exec_module(support)
 
 TOL = 1e-5
-
-
-def settled(b: StreamBatcher) -> dict:
-    for t in b._specializers:
-        t.join(timeout=120)
-    return dict(b.specialized)
 
 
 def op_count(model: onnx.ModelProto, op: str) -> int:
@@ -72,8 +68,9 @@ def test_conv_round_trips_around_activations_dropped(rng, shared_activation):
             np.testing.assert_allclose(got, want, rtol=TOL, atol=TOL)
 
 
-def scaled(model: onnx.ModelProto, output: str, factor: float) -> bytes:
-    """``model`` with ``output`` multiplied by ``factor``: a model that is not the model."""
+def scaled(model: onnx.ModelProto, output: str, factor: float, wrap_for=None) -> bytes:
+    """``model`` with ``output`` multiplied by ``factor``: a model that is not the model (wrapped
+    for ``wrap_for``'s device states, where given)."""
     m = onnx.ModelProto()
     m.CopyFrom(model)
     for node in m.graph.node:
@@ -81,28 +78,36 @@ def scaled(model: onnx.ModelProto, output: str, factor: float) -> bytes:
         node.input[:] = [i + "_raw" if i == output else i for i in node.input]
     m.graph.initializer.append(numpy_helper.from_array(np.array(factor, np.float32), "factor"))
     m.graph.node.append(helper.make_node("Mul", [output + "_raw", "factor"], [output]))
+    if wrap_for is not None:
+        kind = next(iter(wrap_for._kinds._kinds.values()))[0]
+        axes = state_axes_of(kind.layout, True, wrap_for._states)
+        m = wrapped_model(m, wrap_for.carry, dict(zip(wrap_for._states, axes)), wrap_for._states, wrap_for._opset)
     return m.SerializeToString()
 
 
-def test_the_engine_runs_a_groups_own_models(rng):
-    """Calls of one stream run the group's single model, calls of several its batched model; a
-    group without a single model runs its batched one for one stream too (this model has no model
-    of its own for calls of one stream: no convolutions to batch)."""
+@pytest.mark.parametrize("device_states", [False, True])
+def test_the_engine_runs_a_groups_own_models(rng, device_states):
+    """Calls of one stream run the group's single model, calls of several its batched model (with
+    device states, wrapped); on the host a group without a single model runs its batched one for
+    one stream too (this model has no model of its own for calls of one stream: no convolutions
+    to batch). Device states run on host memory here (docs/streams.md)."""
     spec = LstmSpec(6, 8)
     model = fused_model(spec, random_layers(spec, rng), initial_states=True)
     carry = {"Y_h": "initial_h", "Y_c": "initial_c"}
     x = {"X": rng.standard_normal((2, 1, 6)).astype(np.float32)}
-    with StreamBatcher(model, carry, specialize=False) as b:
+    with StreamBatcher(model, carry, specialize=False, device_states=device_states) as b:
         ids = [b.open() for _ in range(3)]
         want = b.step_many([(i, x) for i in ids])  # the group is registered by the first step
         group = b._groups[next(iter(b._groups))]
-        b._engine.add_group_models(group, scaled(model, "Y", 3.0), scaled(model, "Y", 2.0))
+        wrap = b if device_states else None
+        b._engine.add_group_models(group, scaled(model, "Y", 3.0, wrap), scaled(model, "Y", 2.0))
         one = b.step(ids[0], x)
         several = b.step_many([(i, x) for i in ids[1:]])
-        b._engine.add_group_models(group, scaled(model, "Y", 5.0), b"")
+        if not device_states:
+            b._engine.add_group_models(group, scaled(model, "Y", 5.0), b"")
         one_by_batched = b.step(ids[0], x)
     # the same steps through a batcher without the scaled models
-    with StreamBatcher(model, carry, specialize=False) as ref:
+    with StreamBatcher(model, carry, specialize=False, device_states=device_states) as ref:
         rids = [ref.open() for _ in range(3)]
         ref.step_many([(i, x) for i in rids])
         plain_one = ref.step(rids[0], x)
@@ -113,7 +118,7 @@ def test_the_engine_runs_a_groups_own_models(rng):
     for got, plain in zip(several, plain_several):
         np.testing.assert_allclose(got[0], 3.0 * plain[0], rtol=TOL, atol=TOL)
         np.testing.assert_allclose(got[1], plain[1], rtol=TOL, atol=TOL)  # Y_h untouched
-    np.testing.assert_allclose(one_by_batched[0], 5.0 * plain_again[0], rtol=TOL, atol=TOL)
+    np.testing.assert_allclose(one_by_batched[0], (2.0 if device_states else 5.0) * plain_again[0], rtol=TOL, atol=TOL)
 
 
 @pytest.fixture(scope="module")
@@ -126,18 +131,19 @@ def silero_chunks(rng, n, sr=16000, samples=576):
              for _ in range(k)] for k in rng.integers(2, 8, n)]
 
 
-def test_silero_kinds_get_folded_models(silero, rng):
+@pytest.mark.parametrize("device_states", [False, True])
+def test_silero_kinds_get_folded_models(silero, rng, device_states):
     """sr and the shapes fixed, silero-vad's branches fold away (most of its nodes); each sample
     rate's kind gets its own models, and every stream still gets its own run's results."""
     model, carry = silero
     streams = silero_chunks(rng, 12, 16000) + silero_chunks(rng, 12, 8000, samples=288)
     zero = {"state": np.zeros((2, 1, 128), np.float32)}
     want = [support.alone(model, carry, s, zero) for s in streams]
-    with StreamBatcher(model, carry) as b:
+    with StreamBatcher(model, carry, device_states=device_states) as b:
         ids = [b.open() for _ in range(2)]
         b.step(ids[0], streams[0][0])
         b.step(ids[1], streams[-1][0])
-        assert settled(b) == {0: "", 1: ""}
+        assert b.wait_specialized(120) == {0: "", 1: ""}
         got = support.serve_concurrently(b, streams, 4)
     assert support.worst_difference(got, want) <= TOL
     shapes = {"input": (1, 576), "state": (2, 1, 128)}
@@ -161,7 +167,7 @@ def test_a_folded_model_that_is_not_the_model_is_refused(silero, rng, monkeypatc
     want = [support.alone(model, carry, s, zero) for s in streams]
     with StreamBatcher(model, carry) as b:
         b.step(b.open(), streams[0][0])
-        why = settled(b)[0]
+        why = b.wait_specialized(120)[0]
         got = support.serve_concurrently(b, streams, 3)
     assert "several streams: the folded model is not the model: output 0 differs" in why
     assert "one stream: the folded model is not the model: output 0 differs" in why
@@ -173,4 +179,4 @@ def test_nothing_to_fold_leaves_the_kind_as_it_came(rng):
     model = fused_model(spec, random_layers(spec, rng), initial_states=True)
     with StreamBatcher(model, {"Y_h": "initial_h", "Y_c": "initial_c"}) as b:
         b.step(b.open(), {"X": rng.standard_normal((2, 1, 6)).astype(np.float32)})
-        assert "folding removed no node" in settled(b)[0]
+        assert "folding removed no node" in b.wait_specialized(120)[0]

@@ -110,14 +110,13 @@ class PyEngine {
     if (config.contains("pad_below")) c.pad_below = nb::cast<int>(config["pad_below"]);
     std::unique_ptr<CallRunner> runner;
     if (!device_states) {
-      auto host = std::make_unique<OrtHostRunner>(spec, names, carry, single_model);
-      host_ = host.get();
-      runner = std::move(host);
+      runner = std::make_unique<OrtHostRunner>(spec, names, carry, single_model);
     } else {
       auto device = std::make_unique<OrtDeviceRunner>(spec, names, carry);
       device_ = device.get();
       runner = std::move(device);
     }
+    runner_ = runner.get();
     engine_ = std::make_unique<Engine>(c, std::move(runner), [this](std::vector<Step*>& steps) { Settle(steps); });
   }
 
@@ -183,12 +182,11 @@ class PyEngine {
     return id;
   }
 
-  // A group's own models (specialize.py), which its calls run from now on (states on the host only).
+  // A group's own models (specialize.py), which its calls run from now on.
   void AddGroupModels(int group, nb::bytes batched, nb::bytes single) {
-    if (!host_) throw std::logic_error("add_group_models: this engine keeps its states on a device");
     const std::string b = Bytes(batched), s = Bytes(single);
     nb::gil_scoped_release release;
-    host_->AddGroupModels(group, b, s);
+    runner_->AddGroupModels(group, b, s);
   }
 
   // The wrapped model of calls with the states' batch on these axes (device states only).
@@ -588,7 +586,7 @@ class PyEngine {
 
   std::unique_ptr<Engine> engine_;
   OrtDeviceRunner* device_ = nullptr;  // the engine's runner, where it keeps the states on a device
-  OrtHostRunner* host_ = nullptr;      // or on the host
+  CallRunner* runner_ = nullptr;       // the engine's runner
   std::vector<nb::object> input_names_;
   std::vector<int32_t> input_types_;
   std::vector<TensorLayout> state_types_;

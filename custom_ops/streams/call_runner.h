@@ -5,6 +5,8 @@
 
 #include <cstdint>
 #include <memory>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "tensor_layout.h"
@@ -46,6 +48,14 @@ class CallRunner {
   // Whether calls should keep one batch size while the load does (padding rows): where a new input
   // shape costs more than padded rows (onnxruntime's CUDA kernels set up again on each new shape).
   virtual bool PadsBatches() const { return false; }
+  // A group's own models (lstm_ort/serving/streams/specialize.py: its shapes fixed, its shared
+  // inputs made constants and folded away), which its calls run from then on: `batched` for calls
+  // of several streams, `single` for calls of one; an empty one leaves those calls as they were.
+  // Their inputs are the model's, less any made constant.
+  virtual void AddGroupModels(int group, const std::string& batched, const std::string& single) {
+    (void)group, (void)batched, (void)single;
+    throw std::logic_error("this runner takes no models of a group's own");
+  }
   // Memory to stack a call's inputs in (a runner that copies them to a device gives pinned memory).
   virtual std::shared_ptr<char> Staging(size_t bytes) { return std::shared_ptr<char>(new char[bytes], std::default_delete<char[]>()); }
 };

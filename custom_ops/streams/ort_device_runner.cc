@@ -80,6 +80,30 @@ void OrtDeviceRunner::AddModel(const std::vector<int>& axes, const std::string& 
   sessions_.emplace(axes, std::move(session));
 }
 
+OrtDeviceRunner::Bound OrtDeviceRunner::Bind(const std::string& model) const {
+  Bound b;
+  if (model.empty()) return b;
+  b.session = std::make_unique<Ort::Session>(SessionOf(spec_, model));
+  const std::vector<std::string> names = InputNames(*b.session);
+  for (const std::string& input : step_inputs_)
+    b.takes.push_back(std::find(names.begin(), names.end(), input) != names.end());
+  return b;
+}
+
+void OrtDeviceRunner::AddGroupModels(int group, const std::string& batched, const std::string& single) {
+  auto sessions = std::make_shared<GroupSessions>();
+  sessions->wrapped = Bind(batched);  // seconds on a GPU: outside the lock
+  sessions->alone = Bind(single);
+  std::lock_guard<std::mutex> lock(models_mu_);
+  groups_[group] = std::move(sessions);
+}
+
+std::shared_ptr<OrtDeviceRunner::GroupSessions> OrtDeviceRunner::GroupOf(int group) {
+  std::lock_guard<std::mutex> lock(models_mu_);
+  const auto it = groups_.find(group);
+  return it == groups_.end() ? nullptr : it->second;
+}
+
 void OrtDeviceRunner::SetStateLayouts(const std::vector<TensorLayout>& states) { states_ = states; }
 
 int64_t OrtDeviceRunner::AllocateSlot() {
@@ -121,8 +145,10 @@ Ort::Value OrtDeviceRunner::HostTensor(const void* data, const std::vector<int64
                                   static_cast<ONNXTensorElementDataType>(type));
 }
 
-void OrtDeviceRunner::BindStepInputs(Ort::IoBinding& binding, const CallInputs& in) const {
+void OrtDeviceRunner::BindStepInputs(Ort::IoBinding& binding, const CallInputs& in,
+                                     const std::vector<bool>* takes) const {
   for (size_t k = 0; k < in.data.size(); ++k) {
+    if (takes && !(*takes)[k]) continue;
     const size_t bytes = TensorLayout{in.types[k], ElementSize(in.types[k]), in.shapes[k]}.Bytes();
     binding.BindInput(step_inputs_[k].c_str(), HostTensor(in.data[k], in.shapes[k], in.types[k], bytes));
   }
@@ -232,8 +258,11 @@ std::shared_ptr<void> OrtDeviceRunner::RunAlone(const CallInputs& in, std::vecto
     std::shared_lock<std::shared_mutex> arrays(arrays_mu_);
     if (held.empty() && slot >= capacity_)  // a state neither pending nor ever gathered
       throw std::logic_error("stream slot " + std::to_string(slot) + " has no state on the device");
-    Ort::IoBinding binding(alone_);
-    BindStepInputs(binding, in);
+    const std::shared_ptr<GroupSessions> own = GroupOf(in.group);
+    const bool own_alone = own && own->alone.session;
+    Ort::Session& session = own_alone ? *own->alone.session : alone_;
+    Ort::IoBinding binding(session);
+    BindStepInputs(binding, in, own_alone ? &own->alone.takes : nullptr);
     std::vector<std::vector<int64_t>> shapes(states_.size());
     for (size_t s = 0; s < states_.size(); ++s) {
       TensorLayout one = states_[s];
@@ -250,7 +279,7 @@ std::shared_ptr<void> OrtDeviceRunner::RunAlone(const CallInputs& in, std::vecto
       }
     }
     for (const std::string& name : output_names_) binding.BindOutput(name.c_str(), pinned_);
-    alone_.Run(Ort::RunOptions{nullptr}, binding);
+    session.Run(Ort::RunOptions{nullptr}, binding);
     auto hold = std::make_shared<DeviceCallHold>();
     hold->outputs = binding.GetOutputValues();
     std::vector<std::vector<char>> state(states_.size());
@@ -289,7 +318,11 @@ std::shared_ptr<void> OrtDeviceRunner::Run(const CallInputs& in, std::vector<Cal
   }
   std::shared_lock<std::shared_mutex> arrays(arrays_mu_);
   Ort::Session* session = nullptr;
-  {
+  const std::shared_ptr<GroupSessions> own = GroupOf(in.group);
+  const bool own_wrapped = own && own->wrapped.session;
+  if (own_wrapped) {
+    session = own->wrapped.session.get();
+  } else {
     std::lock_guard<std::mutex> lock(models_mu_);
     auto it = sessions_.find(*in.state_axes);
     if (it == sessions_.end()) throw std::logic_error("no wrapped model for these state axes");
@@ -297,7 +330,7 @@ std::shared_ptr<void> OrtDeviceRunner::Run(const CallInputs& in, std::vector<Cal
   }
   Flush(slots);
   Ort::IoBinding binding(*session);
-  BindStepInputs(binding, in);
+  BindStepInputs(binding, in, own_wrapped ? &own->wrapped.takes : nullptr);
   const std::vector<int64_t> n{static_cast<int64_t>(slots.size())};
   binding.BindInput(kSlots.c_str(), HostTensor(slots.data(), n, ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64,
                                                slots.size() * sizeof(int64_t)));

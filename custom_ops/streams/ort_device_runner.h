@@ -44,6 +44,8 @@ class OrtDeviceRunner : public CallRunner {
 
   // The wrapped model for calls whose carried inputs have the batch on these axes.
   void AddModel(const std::vector<int>& axes, const std::string& model);
+  // `batched`: the group's model wrapped as AddModel's are; `single`: its model as it came.
+  void AddGroupModels(int group, const std::string& batched, const std::string& single) override;
 
   void SetStateLayouts(const std::vector<TensorLayout>& states) override;
   int64_t AllocateSlot() override;
@@ -55,11 +57,22 @@ class OrtDeviceRunner : public CallRunner {
   bool PadsBatches() const override { return on_cuda_; }
 
  private:
+  // A session and which step inputs it takes (a group's own models lack those made constants).
+  struct Bound {
+    std::unique_ptr<Ort::Session> session;
+    std::vector<bool> takes;
+  };
+  struct GroupSessions {
+    Bound wrapped, alone;
+  };
+  Bound Bind(const std::string& model) const;
+  std::shared_ptr<GroupSessions> GroupOf(int group);
   std::shared_ptr<void> RunAlone(const CallInputs& in, std::vector<CallOutput>* outputs);
   void EnsureCapacity(int64_t slots);
   void Flush(const std::vector<int64_t>& slots);
   Ort::Value HostTensor(const void* data, const std::vector<int64_t>& shape, int32_t type, size_t bytes) const;
-  void BindStepInputs(Ort::IoBinding& binding, const CallInputs& in) const;  // the chunks, from the host
+  // the chunks, from the host (those `takes` names, where given)
+  void BindStepInputs(Ort::IoBinding& binding, const CallInputs& in, const std::vector<bool>* takes) const;
 
   SessionSpec spec_;  // its model unused: each session is made from its own
   std::vector<std::string> step_inputs_;
@@ -75,6 +88,7 @@ class OrtDeviceRunner : public CallRunner {
   bool on_cuda_ = false;
   std::mutex models_mu_;
   std::map<std::vector<int>, std::unique_ptr<Ort::Session>> sessions_;
+  std::unordered_map<int, std::shared_ptr<GroupSessions>> groups_;  // under models_mu_
   std::shared_mutex arrays_mu_;    // calls share the slot arrays; growing them is exclusive
   std::vector<Ort::Value> arrays_;  // each carried input's [capacity, *one stream's state]
   int64_t capacity_ = 0;

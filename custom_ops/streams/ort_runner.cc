@@ -64,11 +64,16 @@ OrtHostRunner::OrtHostRunner(const SessionSpec& spec, std::vector<std::string> s
   }
 }
 
+std::vector<std::string> InputNames(const Ort::Session& session) {
+  Ort::AllocatorWithDefaultOptions allocator;
+  std::vector<std::string> names;
+  for (size_t k = 0; k < session.GetInputCount(); ++k) names.push_back(session.GetInputNameAllocated(k, allocator).get());
+  return names;
+}
+
 OrtHostRunner::Bound OrtHostRunner::Bind(Ort::Session session) const {
   Bound b;
-  Ort::AllocatorWithDefaultOptions allocator;
-  for (size_t k = 0; k < session.GetInputCount(); ++k) {
-    std::string name = session.GetInputNameAllocated(k, allocator).get();
+  for (std::string& name : InputNames(session)) {
     const auto it = std::find(input_names_.begin(), input_names_.end(), name);
     if (it == input_names_.end())
       throw std::invalid_argument("the step path's model takes an input it is not given: " + name);

@@ -30,11 +30,9 @@ class OrtHostRunner : public CallRunner {
   void ReadState(int64_t slot, std::vector<std::vector<char>>* values) override;
   std::shared_ptr<void> Run(const CallInputs& in, std::vector<CallOutput>* outputs) override;
 
-  // A group's own models (specialize.py: its shapes fixed, its shared inputs made constants and
-  // folded away), which its calls run from then on: `batched` for calls of several streams (and of
-  // one where the runner has no model of its own for those), `single` for calls of one; an empty
-  // one leaves those calls as they were. Their inputs are the engine's, less any made constant.
-  void AddGroupModels(int group, const std::string& batched, const std::string& single);
+  // Calls of one stream run the group's `batched` model where it has no `single` and the runner no
+  // model of its own for them.
+  void AddGroupModels(int group, const std::string& batched, const std::string& single) override;
 
  private:
   // A session and which of the engine's inputs (step inputs, then carried inputs) it takes.
@@ -67,6 +65,9 @@ class OrtHostRunner : public CallRunner {
 // A call's output as the engine reads it (its bytes, shape and element type); std::invalid_argument
 // for a type the native step path does not move.
 CallOutput OutputOf(const Ort::Value& value);
+
+// The names of a session's inputs, in its order.
+std::vector<std::string> InputNames(const Ort::Session& session);
 
 // "(1, 2, 3)", as numpy writes a shape
 std::string ShapeText(const std::vector<int64_t>& shape);

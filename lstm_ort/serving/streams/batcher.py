@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+import time
 import weakref
 from concurrent.futures import Future
 
@@ -31,7 +32,8 @@ from lstm_ort.runtime.session import InferenceSession
 from lstm_ort.serving.batch.batcher import normalize_providers
 from lstm_ort.serving.streams import _engine
 from lstm_ort.serving.streams.convs import convs_as_2d
-from lstm_ort.serving.streams.device import grow_model, reader_model, state_axes, wrapped_model, writer_model
+from lstm_ort.serving.streams.device import grow_model, reader_model, wrapped_model, writer_model
+from lstm_ort.serving.streams.device import state_axes as state_axes_of
 from lstm_ort.serving.streams.errors import BatcherShutDown, StreamError, closed, engine_error
 from lstm_ort.serving.streams.feeds import StepInputs
 from lstm_ort.serving.streams.kinds import Kind, Kinds, with_row_scales
@@ -54,8 +56,8 @@ class StreamBatcher:
     steps are batched*). ``workers``: calls in flight at once (default 1 on the CPU, 2 on CUDA).
     ``batch_convs``: run 1-D convolutions as one 2-D convolution over the batch (default: on CPU;
     convs.py; calls of one stream run the model as it came). ``specialize``: each kind of step
-    gets models of its own, its shapes and shared inputs folded in (default: with the states on
-    the host; specialize.py; ``specialized`` says, by group, why not where one did not).
+    gets models of its own, its shapes and shared inputs folded in (default: on; specialize.py;
+    ``specialized`` says, by group, why not where one did not).
     ``device_states``: keep the states on the session's device (default: with CUDA).
     """
 
@@ -115,9 +117,9 @@ class StreamBatcher:
         if self.device_states and self._opset < 11:
             raise ValueError(f"device states need ScatterND (opset 11), the model imports opset {self._opset}")
         self._device_axes: set[tuple[int, ...]] = set()
-        # Each kind's own models (specialize.py), on the host: made on a thread of their own, so a
-        # kind's first step does not wait for them. `specialized`: group -> '' or why (not all).
-        self.specialize = (not self.device_states) if specialize is None else bool(specialize) and not self.device_states
+        # Each kind's own models (specialize.py), made on a thread of their own, so a kind's first
+        # step does not wait for them. `specialized`: group -> '' or why (not all).
+        self.specialize = True if specialize is None else bool(specialize)
         self.specialized: dict[int, str] = {}
         self._specializers: list[threading.Thread] = []
         self._finalizer = weakref.finalize(self, _engine.Engine.shutdown, self._engine, True)
@@ -220,6 +222,14 @@ class StreamBatcher:
         group = self._group(kind, kind.values(feeds))
         return self._engine.step_stacked(ids, group, [_c_order(feeds[n]) for n in self._in.needed])
 
+    def wait_specialized(self, timeout: float | None = None) -> dict[int, str]:
+        """Waits (up to ``timeout`` seconds) until the kinds seen so far have their own models or
+        the reasons they have none; returns ``specialized``. Steps never need to wait for it."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for t in list(self._specializers):
+            t.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        return dict(self.specialized)
+
     # -- counters and life -----------------------------------------------------------------------
     def stats(self) -> StreamStats:
         return snapshot(self._engine.stats(), self.open_streams)
@@ -290,7 +300,7 @@ class StreamBatcher:
             needed = self._in.needed
             shared = [k for k, n in enumerate(needed) if n in kind.shared]
             if self.device_states:  # the wrapped model for these state axes (device.py)
-                axes = state_axes(layout, batched, self._states)
+                axes = state_axes_of(layout, batched, self._states)
                 if axes not in self._device_axes:
                     wrapped = wrapped_model(self.session_model, self.carry, dict(zip(self._states, axes)), self._states,
                                             self._opset)
@@ -323,11 +333,21 @@ class StreamBatcher:
         options = ort.SessionOptions()
         options.intra_op_num_threads = 1  # the proof's sessions: no pool of threads of their own
         try:
-            models = kind_models(self.session_model, self.model if self.convs_rewritten else None, kind.example,
-                                 kind.shared, input_axes, states, state_axes,
-                                 lambda feeds: self.session.run(None, feeds),
-                                 lambda model: _runner(model, options))
-            batched_model, single_model, why = models
+            # the proof runs on the CPU: the folding, not a device's precision, is what it checks
+            reference = (_runner(self.session_model.SerializeToString(), options) if self.device_states
+                         else lambda feeds: self.session.run(None, feeds))
+            batched_model, single_model, why = kind_models(
+                self.session_model, self.model if self.convs_rewritten else None, kind.example, kind.shared,
+                input_axes, states, state_axes, reference, lambda model: _runner(model, options))
+            if self.device_states:  # calls of several streams run it wrapped; of one, as it is
+                single_model = single_model or batched_model
+                if batched_model and batched:
+                    axes = state_axes_of(kind.layout, batched, self._states)
+                    batched_model = wrapped_model(onnx.load_from_string(batched_model), self.carry,
+                                                  dict(zip(self._states, axes)), self._states,
+                                                  self._opset).SerializeToString()
+                else:
+                    batched_model = b""
             if batched_model or single_model:
                 self._engine.add_group_models(group, batched_model, single_model)
         except Exception as e:  # noqa: BLE001 - the kind keeps the model as it came

@@ -55,9 +55,7 @@ OrtDeviceRunner::OrtDeviceRunner(const SessionSpec& spec, std::vector<std::strin
   }
   // The spec's model is the unwrapped one: its outputs, and the session of lone calls.
   alone_ = MakeSession(spec_);
-  Ort::AllocatorWithDefaultOptions allocator;
-  for (size_t k = 0; k < alone_.GetOutputCount(); ++k)
-    output_names_.push_back(alone_.GetOutputNameAllocated(k, allocator).get());
+  output_names_ = OutputNames(alone_);
   carried_output_ = CarriedOutputIndexes(output_names_, carry_);
 }
 
@@ -84,9 +82,12 @@ OrtDeviceRunner::Bound OrtDeviceRunner::Bind(const std::string& model) const {
   Bound b;
   if (model.empty()) return b;
   b.session = std::make_unique<Ort::Session>(SessionOf(spec_, model));
-  const std::vector<std::string> names = InputNames(*b.session);
+  const std::vector<std::string> names = InputNames(*b.session), outputs = OutputNames(*b.session);
   for (const std::string& input : step_inputs_)
     b.takes.push_back(std::find(names.begin(), names.end(), input) != names.end());
+  for (const std::string& output : output_names_)
+    if (std::find(outputs.begin(), outputs.end(), output) == outputs.end())
+      throw std::invalid_argument("a group's model lacks the model's output " + output);
   return b;
 }
 

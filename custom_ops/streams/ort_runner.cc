@@ -52,9 +52,7 @@ OrtHostRunner::OrtHostRunner(const SessionSpec& spec, std::vector<std::string> s
   spec_ = spec;
   spec_.model.clear();
   session_ = Bind(MakeSession(spec));
-  Ort::AllocatorWithDefaultOptions allocator;
-  for (size_t k = 0; k < session_.session.GetOutputCount(); ++k)
-    output_names_.push_back(session_.session.GetOutputNameAllocated(k, allocator).get());
+  output_names_ = OutputNames(session_.session);
   carried_output_ = CarriedOutputIndexes(output_names_, carry_);
   for (const std::string& name : output_names_) output_ptrs_.push_back(name.c_str());
   if (!single_model.empty()) {
@@ -68,6 +66,13 @@ std::vector<std::string> InputNames(const Ort::Session& session) {
   Ort::AllocatorWithDefaultOptions allocator;
   std::vector<std::string> names;
   for (size_t k = 0; k < session.GetInputCount(); ++k) names.push_back(session.GetInputNameAllocated(k, allocator).get());
+  return names;
+}
+
+std::vector<std::string> OutputNames(const Ort::Session& session) {
+  Ort::AllocatorWithDefaultOptions allocator;
+  std::vector<std::string> names;
+  for (size_t k = 0; k < session.GetOutputCount(); ++k) names.push_back(session.GetOutputNameAllocated(k, allocator).get());
   return names;
 }
 
@@ -96,14 +101,9 @@ void OrtHostRunner::AddGroupModels(int group, const std::string& batched, const 
     spec.model = single;
     sessions->single = Bind(MakeSession(spec));
   }
-  Ort::AllocatorWithDefaultOptions allocator;
-  for (const Bound* b : {&sessions->batched, &sessions->single}) {
-    if (!b->session) continue;
-    std::vector<std::string> names;
-    for (size_t k = 0; k < b->session.GetOutputCount(); ++k)
-      names.push_back(b->session.GetOutputNameAllocated(k, allocator).get());
-    if (names != output_names_) throw std::invalid_argument("a group's model gives other outputs than the model");
-  }
+  for (const Bound* b : {&sessions->batched, &sessions->single})
+    if (b->session && OutputNames(b->session) != output_names_)
+      throw std::invalid_argument("a group's model gives other outputs than the model");
   std::lock_guard<std::mutex> lock(groups_mu_);
   groups_[group] = std::move(sessions);
 }

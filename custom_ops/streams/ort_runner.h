@@ -66,8 +66,9 @@ class OrtHostRunner : public CallRunner {
 // for a type the native step path does not move.
 CallOutput OutputOf(const Ort::Value& value);
 
-// The names of a session's inputs, in its order.
+// The names of a session's inputs, and of its outputs, in its order.
 std::vector<std::string> InputNames(const Ort::Session& session);
+std::vector<std::string> OutputNames(const Ort::Session& session);
 
 // "(1, 2, 3)", as numpy writes a shape
 std::string ShapeText(const std::vector<int64_t>& shape);

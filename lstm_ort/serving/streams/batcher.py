@@ -318,8 +318,9 @@ class StreamBatcher:
                 self.max_batch if batched else 1)
             self._groups[key] = group
             if self.specialize and len(self._specializers) < _MAX_SPECIALIZED_KINDS:
-                t = threading.Thread(target=self._specialize, args=(group, kind), daemon=True,
-                                     name=f"lstm-ort-specialize-{group}")
+                # not a daemon: a process that ends meanwhile waits for it rather than tear down
+                # onnxruntime under a session being made
+                t = threading.Thread(target=self._specialize, args=(group, kind), name=f"lstm-ort-specialize-{group}")
                 self._specializers.append(t)
                 t.start()
             return group

@@ -99,11 +99,12 @@ def kind_models(batched: onnx.ModelProto, single: onnx.ModelProto | None, exampl
     sizes = (1, 2) if any(a is not None for a in axes.values()) else (1,)
     probes = [_stacked(example, input_axes, states, state_axes, n, rng) for n in sizes]
     made, reasons = [], []
-    for label, model, runs in (("of several streams", batched, probes), ("of one stream", single, probes[:1])):
+    # the model of one stream's calls takes one stream's shapes, the batch axis too
+    for label, model, runs, free in (("of several streams", batched, probes, axes), ("of one stream", single, probes[:1], {})):
         if model is None:
             made.append(b"")
             continue
-        out, why = folded(model, shapes, axes, shared)
+        out, why = folded(model, shapes, free, shared)
         if out is not None:
             out = out.SerializeToString()
             try:

@@ -1,6 +1,7 @@
 """A kind's own models (lstm_ort/serving/streams/specialize.py): folded on the kind's shapes and
 shared values, proved against the model before use, run by the engine for that kind's calls (of
-one stream and of several); and convs.py's round trips around activations, dropped."""
+one stream and of several); convs.py's round trips around activations, dropped; tf2onnx's
+Tensordot (tensordot.py) as one MatMul."""
 
 import importlib.util
 import sys
@@ -17,6 +18,7 @@ from lstm_ort.serving.streams import StreamBatcher, specialize
 from lstm_ort.serving.streams.convs import convs_as_2d
 from lstm_ort.serving.streams.device import state_axes as state_axes_of
 from lstm_ort.serving.streams.device import wrapped_model
+from lstm_ort.serving.streams.tensordot import collapse_tensordots
 
 _spec = importlib.util.spec_from_file_location("streams_support", Path(__file__).parent / "streams_support.py")
 support = sys.modules.get("streams_support") or importlib.util.module_from_spec(_spec)
@@ -180,3 +182,56 @@ def test_nothing_to_fold_leaves_the_kind_as_it_came(rng):
     with StreamBatcher(model, {"Y_h": "initial_h", "Y_c": "initial_c"}) as b:
         b.step(b.open(), {"X": rng.standard_normal((2, 1, 6)).astype(np.float32)})
         assert "folding removed no node" in b.wait_specialized(120)[0]
+
+
+def tensordot_model(rng, order=(0, 1), flat=(-1, 8)) -> onnx.ModelProto:
+    """Keras' Dense over [N, T, 8] as tf2onnx writes it (Tensordot), its output shape from
+    Shape(x)[order] + [5]."""
+    nodes = [helper.make_node("Reshape", ["x", "flat"], ["x2"]),
+             helper.make_node("MatMul", ["x2", "w"], ["y2"]),
+             helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("Cast", ["s"], ["s32"], to=TensorProto.INT32),
+             helper.make_node("Gather", ["s32", "free"], ["lead"], axis=0),
+             helper.make_node("Concat", ["lead", "m"], ["shape32"], axis=0),
+             helper.make_node("Cast", ["shape32"], ["shape"], to=TensorProto.INT64),
+             helper.make_node("Reshape", ["y2", "shape"], ["y3"]),
+             helper.make_node("Relu", ["y3"], ["y"])]
+    inits = [numpy_helper.from_array(np.array(flat, np.int64), "flat"),
+             numpy_helper.from_array((0.3 * rng.standard_normal((8, 5))).astype(np.float32), "w"),
+             numpy_helper.from_array(np.array(order, np.int64), "free"),
+             numpy_helper.from_array(np.array([5], np.int32), "m")]
+    graph = helper.make_graph(nodes, "dense", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", "T", 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+@pytest.mark.parametrize("order, flat, collapses", [((0, 1), (-1, 8), True),
+                                                    ((1, 0), (-1, 8), False),  # the leading axes swapped back
+                                                    ((0, 1), (4, 8), False)])  # a flattening that fixes N * T
+def test_tensordot_becomes_one_matmul_only_where_it_is_one(rng, order, flat, collapses):
+    model = tensordot_model(rng, order, flat)
+    rewritten = onnx.ModelProto()
+    rewritten.CopyFrom(model)
+    assert collapse_tensordots(rewritten) == int(collapses)
+    if not collapses:
+        return
+    dense = next(n for n in rewritten.graph.node if "y3" in n.output)  # the rest goes unread
+    assert dense.op_type == "MatMul" and list(dense.input) == ["x", "w"]
+    want, got = InferenceSession(model.SerializeToString()), InferenceSession(rewritten.SerializeToString())
+    for n, t in ((1, 1), (3, 1), (2, 7)):
+        x = rng.standard_normal((n, t, 8)).astype(np.float32)
+        np.testing.assert_allclose(got.run(None, {"x": x})[0], want.run(None, {"x": x})[0], rtol=TOL, atol=TOL)
+
+
+def test_g2p_decoder_kind_folds_its_dense_layer(rng):
+    model, carry = support.corpus_optimized(support.G2P_DECODER)
+    streams = [[{"input_2": rng.standard_normal((1, 1, 32)).astype(np.float32)} for _ in range(k)]
+               for k in rng.integers(2, 8, 16)]
+    init = [{"input_3": rng.standard_normal((1, 256)).astype(np.float32),
+             "input_4": rng.standard_normal((1, 256)).astype(np.float32)} for _ in streams]
+    want = [support.alone(model, carry, s, i) for s, i in zip(streams, init)]
+    with StreamBatcher(model, carry) as b:
+        b.step(b.open(init[0]), streams[0][0])
+        assert b.wait_specialized(120) == {0: ""}
+        got = support.serve_concurrently(b, streams, 4, initial=init)
+    assert support.worst_difference(got, want) <= TOL

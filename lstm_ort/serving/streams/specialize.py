@@ -1,12 +1,13 @@
 """A kind's own model: the model with the step shapes of one kind fixed (the batch axis left free)
 and the values its steps share (the inputs without a batch axis) made constants, folded by
 onnxscript's constant folding, so that the shape tests and branches that hinge on them go before the
-first call instead of running in every call.
+first call instead of running in every call (and a dense layer over a sequence, as tf2onnx writes
+it, becomes one MatMul: tensordot.py).
 
 Exports are full of them: silero-vad 16k branches on its ``sr`` input and, inside, on the sizes
-of its tensors (nested Ifs that squeeze an axis where it is 1), 413 nodes where its calls need
-71; each node is a kernel launch of onnxruntime's on every call (CPU, one core: a lone stream's
-call 99 -> 85 us, a call of 8 streams 197 -> 181 us; the g2p-id decoder's call of 8, 68 -> 63 us).
+of its tensors (nested Ifs that squeeze an axis where it is 1), 413 nodes where a call of several
+streams needs 51 and a call of one 39; each node is a kernel of onnxruntime's run on every call
+(this 2-core machine: a call of one stream 90-100 -> 76-83 us, of 8 streams 185 -> 165 us).
 
 A folded model is used only where it is proved: ``prove`` runs it and the model it came from on
 the kind's own feeds, one stream and two, and refuses it, with the reason, where their outputs
@@ -23,6 +24,8 @@ import onnx
 import onnx_ir as ir
 import onnxscript.optimizer
 from onnx import numpy_helper
+
+from lstm_ort.serving.streams.tensordot import collapse_tensordots
 
 # The batch axis of a kind's inputs and carried inputs, a symbolic dimension in its own model.
 BATCH_DIM = "streams"
@@ -64,10 +67,13 @@ def fixed_inputs(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]], ba
 
 def folded(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]], batch_axes: Mapping[str, int | None],
            constants: Mapping[str, np.ndarray]) -> tuple[onnx.ModelProto | None, str]:
-    """``fixed_inputs`` folded (_optimize): (the model, '') or (None, why not)."""
+    """``fixed_inputs``, its dense layers over sequences as one MatMul each (tensordot.py), folded
+    (_optimize): (the model, '') or (None, why not)."""
     try:
         with _OPTIMIZER:
-            out = _optimize(fixed_inputs(model, shapes, batch_axes, constants))
+            fixed = fixed_inputs(model, shapes, batch_axes, constants)
+            collapse_tensordots(fixed)
+            out = _optimize(fixed)
     except Exception as e:  # noqa: BLE001 - any failure of the folding leaves the kind on the model as it came
         return None, f"onnxscript's constant folding failed on it: {type(e).__name__}: {e}"
     before, after = _count_nodes(model.graph), _count_nodes(out.graph)

@@ -172,6 +172,7 @@ class _Bench:
             initial = self.batcher.state(probe)  # one stream's first carried inputs
             self.batcher.step(probe, self.pool[0])  # bad chunks fail here, named, before anything is timed
             self.batcher.close(probe)
+            self.batcher.wait_specialized(120)  # the kind's own models, made once, before anything is timed
         except Exception:
             self.batcher.shutdown()
             raise

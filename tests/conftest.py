@@ -1,6 +1,8 @@
 import collections
 import os
+import sys
 import zlib
+from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
@@ -12,6 +14,10 @@ import pytest
 # timing). tests/test_cpu_kernel_choice.py names the choice on its nodes. Read once per process,
 # so set before any session is made.
 os.environ.setdefault("LSTM_ORT_CPU_KERNEL", "fused")
+
+# The tests' shared helpers (streams_support.py) import as modules of their own: the suite runs in
+# importlib mode, which puts no test directory on the path.
+sys.path.insert(0, str(Path(__file__).parent))
 
 
 def cuda_available() -> bool:

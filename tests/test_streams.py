@@ -6,25 +6,19 @@ one stream per call, the counters."""
 
 import asyncio
 import gc
-import importlib.util
 import sys
 import threading
 import time
 import warnings
-from pathlib import Path
 
 import numpy as np
 import onnx
 import pytest
+import streams_support as support
 
 from lstm_ort.builders import LstmSpec, fused_model, random_layers
 from lstm_ort.serving.streams import StreamBatcher, StreamClosed, StreamError
 
-_spec = importlib.util.spec_from_file_location("streams_support", Path(__file__).parent / "streams_support.py")
-support = sys.modules.get("streams_support") or importlib.util.module_from_spec(_spec)
-if "streams_support" not in sys.modules:
-    sys.modules["streams_support"] = support
-    _spec.loader.exec_module(support)
 
 # float32 through the CPU kernels: a batch and its rows alone round differently (FusedLSTM's and
 # MatMul's blocking depend on B; Conv's order under batch_convs), by ~1e-6 relative a step.

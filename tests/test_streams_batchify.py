@@ -3,27 +3,19 @@ model exported for batch 1 gets a symbolic batch where every op keeps the entrie
 apart (checked: a batch of streams equals each run alone), else a refusal naming the op; a
 StreamBatcher falls back to one call per stream before, and batches after."""
 
-import importlib.util
 import io
-import sys
 import warnings
-from pathlib import Path
 
 import numpy as np
 import onnx
 import pytest
+import streams_support as support
 
 from lstm_ort.cli import main
 from lstm_ort.rewriter import Report, optimize
 from lstm_ort.rewriter.batchify import BatchifyRefused, batchify
 from lstm_ort.serving.streams import StreamBatcher
 from lstm_ort.serving.streams.parity import batch_parity
-
-_spec = importlib.util.spec_from_file_location("streams_support", Path(__file__).parent / "streams_support.py")
-support = sys.modules.get("streams_support") or importlib.util.module_from_spec(_spec)
-if "streams_support" not in sys.modules:
-    sys.modules["streams_support"] = support
-    _spec.loader.exec_module(support)
 
 
 def batch1_export(head: str, exporter: str = "torchscript") -> onnx.ModelProto:

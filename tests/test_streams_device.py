@@ -2,25 +2,17 @@
 Gather / ScatterND over slot arrays, run with I/O binding. The CPU suite runs the same path on host
 OrtValues (device_states=True); the `gpu` tests run it on CUDA, where it is the default."""
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
+import streams_support as support
 
 from lstm_ort.serving.streams import StreamBatcher
-
-_spec = importlib.util.spec_from_file_location("streams_support", Path(__file__).parent / "streams_support.py")
-support = sys.modules.get("streams_support") or importlib.util.module_from_spec(_spec)
-if "streams_support" not in sys.modules:
-    sys.modules["streams_support"] = support
-    _spec.loader.exec_module(support)
 
 # use_tf32=0: onnxruntime's own CUDA MatMul/Conv/Gemm default to TF32, whose rounding depends on
 # the batch (measured on two H200s with it on: 1.0e-4 between a stream batched with 199 others and
 # its own run); with it off every op of the model computes in float32.
 from lstm_ort.testing import CUDA  # noqa: E402
+
 CARRY = {"hn": "h", "cn": "c"}
 
 

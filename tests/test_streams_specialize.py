@@ -3,13 +3,10 @@ shared values, proved against the model before use, run by the engine for that k
 one stream and of several); convs.py's round trips around activations, dropped; tf2onnx's
 Tensordot (tensordot.py) as one MatMul."""
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import numpy as np
 import onnx
 import pytest
+import streams_support as support
 from onnx import TensorProto, helper, numpy_helper
 
 from lstm_ort.builders import LstmSpec, fused_model, random_layers
@@ -20,11 +17,6 @@ from lstm_ort.serving.streams.device import state_axes as state_axes_of
 from lstm_ort.serving.streams.device import wrapped_model
 from lstm_ort.serving.streams.tensordot import collapse_tensordots
 
-_spec = importlib.util.spec_from_file_location("streams_support", Path(__file__).parent / "streams_support.py")
-support = sys.modules.get("streams_support") or importlib.util.module_from_spec(_spec)
-if "streams_support" not in sys.modules:
-    sys.modules["streams_support"] = support
-    _spec.loader.exec_module(support)
 
 TOL = 1e-5
 

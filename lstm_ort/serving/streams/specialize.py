@@ -21,8 +21,6 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import onnx
-import onnx_ir as ir
-import onnxscript.optimizer
 from onnx import numpy_helper
 
 from lstm_ort.serving.streams.tensordot import collapse_tensordots
@@ -148,6 +146,10 @@ def _optimize(model: onnx.ModelProto) -> onnx.ModelProto:
     folds the small ConstantOfShape nodes it keeps by default (to spare a model large tensors):
     exporters build pads and shapes with them (silero-vad's reflection pads), and a Pad of unknown
     pads hides every length after it."""
+    # imported here: a StreamBatcher that never folds (specialize=False) never loads onnxscript
+    import onnx_ir as ir
+    import onnxscript.optimizer
+
     ir_model = ir.serde.deserialize_model(model)
     for _ in range(_FOLDING_ROUNDS):
         result = onnxscript.optimizer.fold_constants(ir_model, onnx_shape_inference=True,

@@ -174,6 +174,7 @@ def test_nothing_to_fold_leaves_the_kind_as_it_came(rng):
     with StreamBatcher(model, {"Y_h": "initial_h", "Y_c": "initial_c"}) as b:
         b.step(b.open(), {"X": rng.standard_normal((2, 1, 6)).astype(np.float32)})
         assert "folding removed no node" in b.wait_specialized(120)[0]
+        assert b._specialized_bytes == 0  # the budget it took, given back
 
 
 def tensordot_model(rng, order=(0, 1), flat=(-1, 8)) -> onnx.ModelProto:
@@ -227,3 +228,19 @@ def test_g2p_decoder_kind_folds_its_dense_layer(rng):
         assert b.wait_specialized(120) == {0: ""}
         got = support.serve_concurrently(b, streams, 4, initial=init)
     assert support.worst_difference(got, want) <= TOL
+
+
+def test_kinds_past_the_budget_keep_the_model_and_say_why(silero, rng, monkeypatch):
+    """Each kind's own models hold the weights again: past the budget, a kind says so (and a
+    refused kind gives its share back)."""
+    from lstm_ort.serving.streams import batcher as batcher_module
+
+    model, carry = silero
+    monkeypatch.setattr(batcher_module, "_SPECIALIZED_BYTES", int(model.ByteSize() * 3.5))  # room for one
+    with StreamBatcher(model, carry) as b:
+        ids = [b.open() for _ in range(2)]
+        b.step(ids[0], silero_chunks(rng, 1)[0][0])
+        b.step(ids[1], silero_chunks(rng, 1, 8000, samples=288)[0][0])
+        why = b.wait_specialized(120)
+        assert why[0] == "" and "MiB of weights again" in why[1]
+        assert b._specialized_bytes > 0

@@ -122,6 +122,7 @@ class StreamBatcher:
         self.specialize = True if specialize is None else bool(specialize)
         self.specialized: dict[int, str] = {}
         self._specializers: list[threading.Thread] = []
+        self._specialized_bytes = 0  # the kinds' own models, held by their sessions
         self._finalizer = weakref.finalize(self, _engine.Engine.shutdown, self._engine, True)
 
     # -- streams ---------------------------------------------------------------------------------
@@ -317,16 +318,31 @@ class StreamBatcher:
                 [int(layout.rows.get(o, 1)) for o in self.output_names],
                 self.max_batch if batched else 1)
             self._groups[key] = group
-            if self.specialize and len(self._specializers) < _MAX_SPECIALIZED_KINDS:
-                # not a daemon: a process that ends meanwhile waits for it rather than tear down
-                # onnxruntime under a session being made
-                t = threading.Thread(target=self._specialize, args=(group, kind), name=f"lstm-ort-specialize-{group}")
-                self._specializers.append(t)
-                t.start()
+            if self.specialize:
+                self._start_specializing(group, kind)
             return group
 
-    def _specialize(self, group: int, kind: Kind) -> None:
-        """Makes, proves and hands the engine the kind's own models (on its own thread)."""
+    def _start_specializing(self, group: int, kind: Kind) -> None:
+        """The kind's own models, made on a thread of their own (called under _learn_lock)."""
+        if len(self._specializers) >= _MAX_SPECIALIZED_KINDS:
+            self.specialized[group] = f"only the first {_MAX_SPECIALIZED_KINDS} kinds get models of their own"
+            return
+        # each kind's sessions hold the weights once more: a budget for all kinds
+        need = self.session_model.ByteSize() + (self.model.ByteSize() if self.convs_rewritten else 0)
+        if self._specialized_bytes + need > _SPECIALIZED_BYTES:
+            self.specialized[group] = (f"its own models would hold {need / 2**20:.0f} MiB of weights again, past the "
+                                       f"{_SPECIALIZED_BYTES / 2**20:.0f} MiB all kinds' own models may take")
+            return
+        self._specialized_bytes += need
+        # not a daemon: a process that ends meanwhile waits for it rather than tear down onnxruntime
+        # under a session being made
+        t = threading.Thread(target=self._specialize, args=(group, kind, need), name=f"lstm-ort-specialize-{group}")
+        self._specializers.append(t)
+        t.start()
+
+    def _specialize(self, group: int, kind: Kind, budgeted: int) -> None:
+        """Makes, proves and hands the engine the kind's own models (on its own thread); gives back
+        the ``budgeted`` bytes where it makes none."""
         batched = kind.layout.batched
         input_axes = {n: kind.layout.inputs.get(n) if batched else None for n in kind.example if n not in kind.shared}
         states = {n: np.zeros(s, self._in.state_dtypes[n]) for n, s in self._states.items()}
@@ -349,15 +365,21 @@ class StreamBatcher:
                                                   self._opset).SerializeToString()
                 else:
                     batched_model = b""
-            if batched_model or single_model:
+            made = bool(batched_model or single_model)
+            if made:
                 self._engine.add_group_models(group, batched_model, single_model)
         except Exception as e:  # noqa: BLE001 - the kind keeps the model as it came
-            why = f"{type(e).__name__}: {e}"
+            why, made = f"{type(e).__name__}: {e}", False
+        if not made:
+            with self._learn_lock:
+                self._specialized_bytes -= budgeted
         self.specialized[group] = why
 
 
 # Kinds that get models of their own (two sessions each): most streaming deployments have one.
 _MAX_SPECIALIZED_KINDS = 4
+# and the most their models may hold (the weights of each, again; silero-vad 16k's model: 3.3 MB)
+_SPECIALIZED_BYTES = 256 << 20
 
 
 def _runner(model: bytes, options: ort.SessionOptions):

@@ -104,7 +104,8 @@ def kind_models(batched: onnx.ModelProto, single: onnx.ModelProto | None, exampl
     probes = [_stacked(example, input_axes, states, state_axes, n, rng) for n in sizes]
     made, reasons = [], []
     # the model of one stream's calls takes one stream's shapes, the batch axis too
-    for label, model, runs, free in (("of several streams", batched, probes, axes), ("of one stream", single, probes[:1], {})):
+    jobs = (("of several streams", batched, probes, axes), ("of one stream", single, probes[:1], {}))
+    for label, model, runs, free in jobs:
         if model is None:
             made.append(b"")
             continue

@@ -31,12 +31,12 @@ def collapse_tensordots(model: onnx.ModelProto) -> int:
     returns how many."""
     graph = model.graph
     shapes = _known_shapes(model)
-    constants = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
+    constants = {t.name: t for t in graph.initializer}  # protos: read only where a rewrite needs them
     for node in graph.node:
         if node.op_type == "Constant" and not node.domain:
             value = next((a.t for a in node.attribute if a.name == "value"), None)
             if value is not None:
-                constants[node.output[0]] = numpy_helper.to_array(value)
+                constants[node.output[0]] = value
     producer = {o: n for n in graph.node for o in n.output}
     readers: dict[str, int] = {}
     for n in graph.node:
@@ -64,14 +64,16 @@ def _tensordot(back, producer, readers, outputs, constants, shapes, where) -> tu
     if back.op_type != "Reshape" or back.domain or len(back.input) < 2:
         return None
     matmul = producer.get(back.input[0])
-    if matmul is None or matmul.op_type != "MatMul" or matmul.domain or not _only_read(matmul.output[0], readers, outputs):
+    if matmul is None or matmul.op_type != "MatMul" or matmul.domain \
+            or not _only_read(matmul.output[0], readers, outputs):
         return None
     flat, weights = producer.get(matmul.input[0]), constants.get(matmul.input[1])
-    if flat is None or flat.op_type != "Reshape" or flat.domain or weights is None or weights.ndim != 2:
+    if flat is None or flat.op_type != "Reshape" or flat.domain or weights is None or len(weights.dims) != 2:
         return None
-    k, m = weights.shape
+    k, m = weights.dims
     flat_shape = constants.get(flat.input[1]) if len(flat.input) > 1 else None
-    if flat_shape is None or flat_shape.tolist() != [-1, k] or not _only_read(flat.output[0], readers, outputs):
+    if flat_shape is None or numpy_helper.to_array(flat_shape).tolist() != [-1, k] \
+            or not _only_read(flat.output[0], readers, outputs):
         return None
     x = flat.input[0]
     dims = shapes.get(x)
@@ -114,12 +116,20 @@ def _shape_of(name: str, x: str, producer, constants, position, opset):
     if name == shape_out:
         return lambda shape: shape
     used = {i for n in nodes for i in n.input}
-    inits = [numpy_helper.from_array(v, k) for k, v in constants.items() if k in used]
+    inits = [_named(constants[k], k) for k in used if k in constants]
     graph = helper.make_graph(sorted(nodes, key=lambda n: position[id(n)]), "shape",
                               [helper.make_tensor_value_info(shape_out, onnx.TensorProto.INT64, [None])],
                               [onnx.ValueInfoProto(name=name)], inits)
     evaluator = ReferenceEvaluator(helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]))
     return lambda shape: evaluator.run(None, {shape_out: shape})[0]
+
+
+def _named(tensor: onnx.TensorProto, name: str) -> onnx.TensorProto:
+    """``tensor`` (an initializer, or a Constant node's value) as an initializer called ``name``."""
+    out = onnx.TensorProto()
+    out.CopyFrom(tensor)
+    out.name = name
+    return out
 
 
 def _samples(dims):

@@ -244,3 +244,14 @@ def test_kinds_past_the_budget_keep_the_model_and_say_why(silero, rng, monkeypat
         why = b.wait_specialized(120)
         assert why[0] == "" and "MiB of weights again" in why[1]
         assert b._specialized_bytes > 0
+
+
+def test_a_first_step_of_nans_still_gets_the_kind_its_models(silero, rng):
+    """The proof runs the kind's example made finite: a stream that starts with NaNs gets NaNs
+    back, as alone, and the kind its models."""
+    model, carry = silero
+    bad = {"input": np.full((1, 576), np.nan, np.float32), "sr": np.array(16000, np.int64)}
+    with StreamBatcher(model, carry) as b:
+        out = b.step(b.open(), bad)
+        assert b.wait_specialized(120) == {0: ""}
+    assert np.isnan(out[0]).all()

@@ -124,9 +124,12 @@ def kind_models(batched: onnx.ModelProto, single: onnx.ModelProto | None, exampl
 
 
 def _stacked(example, input_axes, states, state_axes, n: int, rng) -> dict:
-    """Feeds of ``n`` streams: the example's rows repeated, each stream's states its own."""
+    """Feeds of ``n`` streams: the example's rows repeated (finite: a first step of NaNs proves
+    nothing either way), each stream's states its own."""
     feeds = {}
     for name, v in example.items():
+        if v.dtype.kind == "f":
+            v = np.nan_to_num(v, nan=0.0, posinf=0.0, neginf=0.0)
         axis = input_axes.get(name)
         feeds[name] = v if axis is None else np.concatenate([v] * n, axis=axis)
     for name, one in states.items():

@@ -347,6 +347,8 @@ def _document(args, bench, load, counts, phases, summary, notes) -> dict:
             "max_wait_ms": args.max_wait_ms, "workers": args.workers, "intra_op_threads": args.intra_op_threads,
             "providers": bench.batcher.session.get_providers(), "batched": bench.batcher.batched,
             "fallback_reasons": bench.batcher.fallback_reasons, "notes": notes,
+            # each kind's own models: '' where it runs them, else why it runs the model as it came
+            "specialized": {str(group): why for group, why in sorted(bench.batcher.specialized.items())},
             "late_threshold_ms": LATE_S * 1e3,
             "stats": batcher_last["counters"] if batcher_last else None,
             "steps_per_s": batcher_last["steps_per_s"] if batcher_last else None,

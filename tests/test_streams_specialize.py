@@ -25,35 +25,39 @@ def op_count(model: onnx.ModelProto, op: str) -> int:
     return sum(n.op_type == op for n in model.graph.node)
 
 
-def conv_stack(rng, shared_activation: bool = False) -> onnx.ModelProto:
+def conv_stack(rng, shared_activation: bool = False, first: str = "Relu") -> onnx.ModelProto:
     """x [N, 4, 9] -> Conv -> Relu -> Conv(stride 2) -> Sigmoid -> Conv -> y; with
-    ``shared_activation`` the Relu's output is also an output of the model."""
+    ``shared_activation`` the Relu's output is also an output of the model; ``first="PRelu"``: a
+    PRelu of one slope per channel in the Relu's place."""
     w = [numpy_helper.from_array((0.3 * rng.standard_normal(s)).astype(np.float32), f"w{k}")
          for k, s in enumerate([(6, 4, 3), (5, 6, 3), (3, 5, 1)])]
     b0 = numpy_helper.from_array((0.1 * rng.standard_normal(6)).astype(np.float32), "b0")
     nodes = [helper.make_node("Conv", ["x", "w0", "b0"], ["c0"], pads=[1, 1]),
-             helper.make_node("Relu", ["c0"], ["r0"]),
+             helper.make_node(first, ["c0", "slope"] if first == "PRelu" else ["c0"], ["r0"]),
              helper.make_node("Conv", ["r0", "w1"], ["c1"], pads=[1, 1], strides=[2]),
              helper.make_node("Sigmoid", ["c1"], ["s1"]),
              helper.make_node("Conv", ["s1", "w2"], ["y"])]
     outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]
     if shared_activation:
         outputs.append(helper.make_tensor_value_info("r0", TensorProto.FLOAT, None))
+    slope = numpy_helper.from_array((0.1 + 0.1 * rng.random((6, 1))).astype(np.float32), "slope")
     graph = helper.make_graph(nodes, "convs", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4, 9])],
-                              outputs, [*w, b0])
+                              outputs, [*w, b0, slope])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 
 
-@pytest.mark.parametrize("shared_activation", [False, True])
-def test_conv_round_trips_around_activations_dropped(rng, shared_activation):
-    model = conv_stack(rng, shared_activation)
+@pytest.mark.parametrize("shared_activation, first", [(False, "Relu"), (True, "Relu"), (False, "PRelu")])
+def test_conv_round_trips_around_activations_dropped(rng, shared_activation, first):
+    model = conv_stack(rng, shared_activation, first)
     rewritten = onnx.ModelProto()
     rewritten.CopyFrom(model)
     assert convs_as_2d(rewritten) == 3
     # three convs, each wrapped in two Transposes; an activation read only by the next conv loses
-    # the two between it and each neighbour
-    assert op_count(rewritten, "Transpose") == (4 if shared_activation else 2)
-    assert op_count(rewritten, "Squeeze") == (2 if shared_activation else 1)
+    # the two between it and each neighbour (not one whose slope is per channel: it would broadcast
+    # on the wrong axes in the 2-D layout)
+    kept = shared_activation or first == "PRelu"
+    assert op_count(rewritten, "Transpose") == (4 if kept else 2)
+    assert op_count(rewritten, "Squeeze") == (2 if kept else 1)
     want_sess, got_sess = InferenceSession(model.SerializeToString()), InferenceSession(rewritten.SerializeToString())
     for n in (1, 2, 5):
         x = rng.standard_normal((n, 4, 9)).astype(np.float32)

@@ -98,6 +98,8 @@ def _drop_round_trips(graph: onnx.GraphProto, constants: dict[str, onnx.TensorPr
     for act in list(graph.node):
         if act.op_type not in _ELEMENTWISE or act.domain or readers.get(act.input[0]) != 1:
             continue
+        if not all(_scalar(i, constants) for i in act.input[1:] if i):  # PRelu's slope per channel: no
+            continue
         t1 = link(act.input[0], "Transpose", _swaps_01)
         squeeze = t1 is not None and readers.get(t1.input[0]) == 1 and link(t1.input[0], "Squeeze",
                                                                             lambda n: _on_axis0(n, constants))
@@ -128,6 +130,11 @@ def _read_names(nodes) -> set[str]:
             for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else a.graphs):
                 read |= _read_names(g.node)
     return read
+
+
+def _scalar(name: str, constants: dict[str, onnx.TensorProto]) -> bool:
+    """A constant of one value (which broadcasts the same in either layout)."""
+    return name in constants and int(np.prod(constants[name].dims, dtype=np.int64)) == 1
 
 
 def _swaps_01(node: onnx.NodeProto) -> bool:

@@ -58,12 +58,32 @@ def test_conv_round_trips_around_activations_dropped(rng, shared_activation, fir
     kept = shared_activation or first == "PRelu"
     assert op_count(rewritten, "Transpose") == (4 if kept else 2)
     assert op_count(rewritten, "Squeeze") == (2 if kept else 1)
+    same_outputs(model, rewritten, rng)
+
+
+def same_outputs(model, rewritten, rng, extra=None):
     want_sess, got_sess = InferenceSession(model.SerializeToString()), InferenceSession(rewritten.SerializeToString())
     for n in (1, 2, 5):
-        x = rng.standard_normal((n, 4, 9)).astype(np.float32)
-        for want, got in zip(want_sess.run(None, {"x": x}), got_sess.run(None, {"x": x})):
+        feeds = {"x": rng.standard_normal((n, 4, 9)).astype(np.float32), **(extra or {})}
+        for want, got in zip(want_sess.run(None, feeds), got_sess.run(None, feeds)):
             assert got.shape == want.shape
             np.testing.assert_allclose(got, want, rtol=TOL, atol=TOL)
+
+
+def test_an_activation_a_subgraph_reads_keeps_its_round_trip(rng):
+    """The Relu's output read inside an If branch (from the enclosing scope): it keeps its name and
+    layout, and the model still loads and computes the same."""
+    model = conv_stack(rng)
+    branch = helper.make_graph([helper.make_node("Identity", ["r0"], ["seen"])], "branch", [],
+                               [helper.make_tensor_value_info("seen", TensorProto.FLOAT, None)])
+    model.graph.input.append(helper.make_tensor_value_info("flag", TensorProto.BOOL, []))
+    model.graph.node.append(helper.make_node("If", ["flag"], ["z"], then_branch=branch, else_branch=branch))
+    model.graph.output.append(helper.make_tensor_value_info("z", TensorProto.FLOAT, None))
+    rewritten = onnx.ModelProto()
+    rewritten.CopyFrom(model)
+    assert convs_as_2d(rewritten) == 3
+    assert op_count(rewritten, "Transpose") == 4  # the Sigmoid's round trip dropped, the Relu's kept
+    same_outputs(model, rewritten, rng, {"flag": np.array(True)})
 
 
 def scaled(model: onnx.ModelProto, output: str, factor: float, wrap_for=None) -> bytes:

@@ -85,6 +85,11 @@ def _drop_round_trips(graph: onnx.GraphProto, constants: dict[str, onnx.TensorPr
             readers[i] = readers.get(i, 0) + 1
     for o in graph.output:
         readers[o.name] = readers.get(o.name, 0) + 2  # an output of the graph is never dropped
+    for n in graph.node:  # nor a value a subgraph reads from this scope
+        for a in n.attribute:
+            for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else a.graphs):
+                for name in _read_names(g.node):
+                    readers[name] = readers.get(name, 0) + 2
     only_read_by = {}
     for n in graph.node:
         for i in n.input:

@@ -24,7 +24,7 @@ from lstm_ort.ops.identity import DOMAIN, OP_TYPE, is_fused
 from lstm_ort.ops.packing import input_size_from_weight_count
 from lstm_ort.ops.spec import LstmSpec
 from lstm_ort.rewriter.report import ErrorFigure
-from lstm_ort.runtime.model_io import iter_graphs
+from lstm_ort.runtime.model_io import constant_tensors, iter_graphs
 from lstm_ort.runtime.nodes import node_ranks
 from lstm_ort.runtime.session import InferenceSession
 from lstm_ort.verify import CPU, cast_exactly, random_feeds
@@ -179,22 +179,6 @@ def _fused(model: onnx.ModelProto) -> list[tuple[onnx.NodeProto, bool]]:
             if is_fused(n)]
 
 
-def _constants(model: onnx.ModelProto) -> dict[str, onnx.TensorProto]:
-    """Initializers and Constant-node tensors of every graph, by name (names are unique model-wide)."""
-    out = {}
-    for g in iter_graphs(model):
-        for t in getattr(g, "initializer", []):
-            out[t.name] = t
-        for n in g.node:
-            if n.op_type == "Constant" and n.domain in ("", "ai.onnx"):
-                for a in n.attribute:
-                    if a.name == "value" and a.type == onnx.AttributeProto.TENSOR:
-                        out[n.output[0]] = onnx.TensorProto()
-                        out[n.output[0]].CopyFrom(a.t)
-                        out[n.output[0]].name = n.output[0]
-    return out
-
-
 def _node_model(model: onnx.ModelProto, node: onnx.NodeProto, consts: dict, runtime: dict[str, int]) -> onnx.ModelProto:
     """`node` alone: its constant inputs copied, `runtime` (name -> element type) as graph inputs,
     any other input left out (a random-fed node's states)."""
@@ -255,7 +239,7 @@ def measure(unfactored: onnx.ModelProto, factored: onnx.ModelProto,
     """(per model output, per FusedLSTM node) errors of `factored` against `unfactored`; a node is
     measured where `changed(node of factored, its constants)` says the pass changed it. `what`
     names the pass in messages ("low-rank" or "int8", _WORDS)."""
-    consts = {"unfactored": _constants(unfactored), "factored": _constants(factored)}
+    consts = {"unfactored": constant_tensors(unfactored), "factored": constant_tensors(factored)}
     nodes = list(zip(_fused(unfactored), _fused(factored)))
     # The unfactored model shows the call inputs of its main-graph nodes as extra outputs.
     shown = {}

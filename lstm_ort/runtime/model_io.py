@@ -127,6 +127,23 @@ def iter_graphs(model: onnx.ModelProto) -> Iterator[onnx.GraphProto | onnx.Funct
                     pending.extend(attr.graphs)
 
 
+def constant_tensors(model: onnx.ModelProto) -> dict[str, onnx.TensorProto]:
+    """Initializers and Constant-node tensors of every graph, by name (names are unique model-wide;
+    a Constant's tensor is a copy named after its output, an initializer is the model's own)."""
+    out = {}
+    for g in iter_graphs(model):
+        for t in getattr(g, "initializer", []):
+            out[t.name] = t
+        for n in g.node:
+            if n.op_type == "Constant" and n.domain in ("", "ai.onnx"):
+                for a in n.attribute:
+                    if a.name == "value" and a.type == onnx.AttributeProto.TENSOR:
+                        out[n.output[0]] = onnx.TensorProto()
+                        out[n.output[0]].CopyFrom(a.t)
+                        out[n.output[0]].name = n.output[0]
+    return out
+
+
 # Larger models keep their weights in a side file (protobuf cannot serialize 2 GB).
 EXTERNAL_DATA_THRESHOLD = 1 << 30
 

@@ -22,24 +22,15 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from lstm_ort.runtime.model_io import constant_tensors, iter_graphs
+
 
 def convs_as_2d(model: onnx.ModelProto) -> int:
     """Rewrites, in place, every Conv with a constant 3-D float weight (a 1-D convolution), in
     every graph; returns how many."""
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 13)
-    weights: dict[str, onnx.TensorProto] = {}
+    weights = constant_tensors(model)
     count = [0]
-
-    def collect(graph: onnx.GraphProto) -> None:  # the constants, theirs and ours
-        weights.update({t.name: t for t in graph.initializer})
-        for node in graph.node:
-            if node.op_type == "Constant" and not node.domain:
-                for a in node.attribute:
-                    if a.name == "value":
-                        weights[node.output[0]] = a.t
-            for a in node.attribute:
-                for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else a.graphs):
-                    collect(g)
 
     def rewrite(graph: onnx.GraphProto) -> None:
         nodes = []
@@ -57,11 +48,13 @@ def convs_as_2d(model: onnx.ModelProto) -> int:
         del graph.node[:]
         graph.node.extend(nodes)
 
-    collect(model.graph)
     rewrite(model.graph)
     if count[0]:
-        collect(model.graph)  # with the axes of the Squeezes and Unsqueezes just written
-        _drop_round_trips(model.graph, weights)
+        constants = constant_tensors(model)  # with the axes of the Squeezes and Unsqueezes just written
+        # subgraphs before the graph that holds them: a graph's rewrite copies its nodes anew, and a
+        # subgraph rewritten after would be a copy its graph no longer holds
+        for graph in reversed(list(iter_graphs(model))):
+            _drop_round_trips(graph, constants)
     return count[0]
 
 
@@ -73,11 +66,7 @@ _ELEMENTWISE = {"Relu", "LeakyRelu", "PRelu", "Sigmoid", "Tanh", "Elu", "Selu", 
 
 def _drop_round_trips(graph: onnx.GraphProto, constants: dict[str, onnx.TensorProto]) -> None:
     """Squeeze(0) -> Transpose(1,0,2) -> activation -> Transpose(1,0,2) -> Unsqueeze(0) becomes the
-    activation alone, where each link has no other reader (in every graph)."""
-    for node in graph.node:
-        for a in node.attribute:
-            for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else a.graphs):
-                _drop_round_trips(g, constants)
+    activation alone, where each link has no other reader (in ``graph``)."""
     producer = {o: n for n in graph.node for o in n.output}
     readers: dict[str, int] = {}
     for n in graph.node:

@@ -23,6 +23,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from lstm_ort.runtime.model_io import iter_graphs
 from lstm_ort.serving.streams.tensordot import collapse_tensordots
 
 # The batch axis of a kind's inputs and carried inputs, a symbolic dimension in its own model.
@@ -74,7 +75,7 @@ def folded(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]], batch_ax
             out = _optimize(fixed)
     except Exception as e:  # noqa: BLE001 - any failure of the folding leaves the kind on the model as it came
         return None, f"onnxscript's constant folding failed on it: {type(e).__name__}: {e}"
-    before, after = _count_nodes(model.graph), _count_nodes(out.graph)
+    before, after = _count_nodes(model), _count_nodes(out)
     if after >= before:
         return None, f"folding removed no node ({before} nodes)"
     if out.ByteSize() > _MAX_GROWTH * model.ByteSize():
@@ -197,12 +198,6 @@ def prove(run_original: Callable[[dict], list], run_folded: Callable[[dict], lis
     return ""
 
 
-def _count_nodes(graph: onnx.GraphProto) -> int:
+def _count_nodes(model: onnx.ModelProto) -> int:
     """The nodes that run (a Constant is an initializer to onnxruntime), subgraphs included."""
-    n = 0
-    for node in graph.node:
-        n += node.op_type != "Constant"
-        for a in node.attribute:
-            for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else a.graphs):
-                n += _count_nodes(g)
-    return n
+    return sum(node.op_type != "Constant" for graph in iter_graphs(model) for node in graph.node)

@@ -21,6 +21,8 @@ import onnx
 from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
+from lstm_ort.runtime.model_io import constant_tensors
+
 # The ops a computed shape may take (what exporters build shapes with).
 _SHAPE_OPS = {"Shape", "Cast", "Gather", "Concat", "Slice", "Squeeze", "Unsqueeze", "Identity", "Reshape"}
 _SAMPLE_SIZES = (1, 2, 5)
@@ -31,12 +33,7 @@ def collapse_tensordots(model: onnx.ModelProto) -> int:
     returns how many."""
     graph = model.graph
     shapes = _known_shapes(model)
-    constants = {t.name: t for t in graph.initializer}  # protos: read only where a rewrite needs them
-    for node in graph.node:
-        if node.op_type == "Constant" and not node.domain:
-            value = next((a.t for a in node.attribute if a.name == "value"), None)
-            if value is not None:
-                constants[node.output[0]] = value
+    constants = constant_tensors(model)  # protos: read only where a rewrite needs them
     producer = {o: n for n in graph.node for o in n.output}
     readers: dict[str, int] = {}
     for n in graph.node:
@@ -116,20 +113,12 @@ def _shape_of(name: str, x: str, producer, constants, position, opset):
     if name == shape_out:
         return lambda shape: shape
     used = {i for n in nodes for i in n.input}
-    inits = [_named(constants[k], k) for k in used if k in constants]
+    inits = [constants[k] for k in used if k in constants]
     graph = helper.make_graph(sorted(nodes, key=lambda n: position[id(n)]), "shape",
                               [helper.make_tensor_value_info(shape_out, onnx.TensorProto.INT64, [None])],
                               [onnx.ValueInfoProto(name=name)], inits)
     evaluator = ReferenceEvaluator(helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]))
     return lambda shape: evaluator.run(None, {shape_out: shape})[0]
-
-
-def _named(tensor: onnx.TensorProto, name: str) -> onnx.TensorProto:
-    """``tensor`` (an initializer, or a Constant node's value) as an initializer called ``name``."""
-    out = onnx.TensorProto()
-    out.CopyFrom(tensor)
-    out.name = name
-    return out
 
 
 def _samples(dims):

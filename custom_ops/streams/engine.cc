@@ -4,6 +4,8 @@
 #include <chrono>
 #include <cstring>
 
+#include "batch_buckets.h"
+
 namespace lstm_ort::streams {
 
 double Now() {
@@ -74,19 +76,10 @@ void Engine::SetStateLayouts(const std::vector<TensorLayout>& states) {
 
 int Engine::PaddedSize(Group& g, int n, int limit) {
   if (!runner_->PadsBatches() || g.limit <= 1) return n;
-  // The batch-size bucket (a power of two) the group held over its last calls: onnxruntime's CUDA
-  // kernels set up again whenever an input's shape changes (cuDNN's convolutions: ~18 ms a call of
-  // silero-vad on the H100 where the batch size changed from call to call, 0.7 ms where it did not),
-  // so calls keep one shape while the load does, at the cost of padded rows.
-  int bucket = 1;
-  while (bucket < n) bucket *= 2;
+  const int bucket = BatchBucket(n, config_.pad_below);
   g.recent_buckets[g.recent_next++ % g.recent_buckets.size()] = bucket;
-  for (int b : g.recent_buckets) bucket = std::max(bucket, b);
-  // Never padded into a batch size the model's kernels compute in another precision class (auto's
-  // TF32 from a batch size on: config.pad_below): a stream's result keeps its batch's class.
-  if (config_.pad_below > 0 && n < config_.pad_below)
-    while (bucket >= config_.pad_below) bucket /= 2;
-  return std::max(n, std::min(bucket, limit));
+  const int held = *std::max_element(g.recent_buckets.begin(), g.recent_buckets.end());
+  return PaddedRows(n, held, config_.pad_below, limit);
 }
 
 int64_t Engine::Open(const std::vector<const void*>& initial) {

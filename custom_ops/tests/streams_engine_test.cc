@@ -17,6 +17,7 @@
 #include "check.h"
 #include "streams/callers.h"
 #include "streams/cost_model.h"
+#include "streams/batch_buckets.h"
 #include "streams/engine.h"
 #include "streams/host_slots.h"
 #include "streams/tensor_layout.h"
@@ -403,6 +404,30 @@ TEST(streams_many_threads_woken_in_turn_each_stream_as_alone) { ManyThreadsEachS
 // Calls padded to their batch-size bucket (a runner on CUDA): the padded rows' results and state
 // go nowhere a stream sees.
 TEST(streams_padded_calls_each_stream_as_alone) { ManyThreadsEachStreamAsAlone(true); }
+
+TEST(streams_batch_buckets) {
+  // powers of two; below a precision bound, the last bucket is the bound minus one
+  const int cases[][3] = {{1, 0, 1},     {3, 0, 4},     {129, 0, 256},   {129, 256, 255}, {255, 256, 255},
+                          {256, 256, 256}, {300, 256, 512}, {100, 200, 128}, {150, 200, 199}, {2, 3, 2}};
+  for (const auto& c : cases) CHECK_EQ(BatchBucket(c[0], c[1]), c[2]);
+  CHECK_EQ(PaddedRows(100, 256, 256, 1024), 255);  // a held bucket at or past the bound: just below it
+  CHECK_EQ(PaddedRows(100, 128, 0, 1024), 128);    // the held bucket
+  CHECK_EQ(PaddedRows(300, 0, 256, 1024), 512);
+  CHECK_EQ(PaddedRows(300, 0, 256, 400), 400);     // never past the call's limit
+  CHECK_EQ(PaddedRows(7, 0, 0, 5), 7);             // never fewer rows than steps
+  // every call size of 1-1024 runs one of few shapes (powers of two and the bound minus one), on
+  // its own side of the precision bound
+  for (int bound : {0, 200, 256}) {
+    std::vector<int> shapes;
+    for (int n = 1; n <= 1024; ++n) {
+      const int rows = PaddedRows(n, 0, bound, 1024);
+      CHECK(rows >= n);
+      if (bound) CHECK((n < bound) == (rows < bound));
+      if (std::find(shapes.begin(), shapes.end(), rows) == shapes.end()) shapes.push_back(rows);
+    }
+    CHECK(shapes.size() <= 12);
+  }
+}
 
 TEST(streams_a_failing_step_fails_alone_and_keeps_its_state) {
   Fixture f;

@@ -89,7 +89,7 @@ def batch_layout(model: onnx.ModelProto, feeds: dict[str, np.ndarray], carried=(
         return BatchLayout({n: None for n in names}, {}, reasons=why)
     layout = best.layout(names)
     if not fixed_batch:
-        layout.reasons += _fixed_dims(model, layout)
+        layout.reasons += _fixed_dims(model, layout, values)
     return layout
 
 
@@ -126,13 +126,18 @@ def _batch_candidates(vi: onnx.ValueInfoProto | None, shape, fixed_batch: bool) 
     return out
 
 
-def _fixed_dims(model: onnx.ModelProto, layout: BatchLayout) -> list[str]:
-    """A batch axis the model declares as 1: onnxruntime refuses a batch there."""
+def _fixed_dims(model: onnx.ModelProto, layout: BatchLayout, values: dict[str, np.ndarray]) -> list[str]:
+    """A batch axis the model declares as 1: onnxruntime refuses a batch there. Not an output
+    declared with another rank than the graph computes (``values``: the trace): onnxruntime sets
+    such a declaration aside for the shape it infers (torch 2.11's dynamo exporter declares an
+    LSTM's h_n [layers, 1, batch, hidden] for the [layers, batch, hidden] it computes)."""
     reasons = []
     for kind, infos, axes in (("input", model.graph.input, layout.inputs), ("output", model.graph.output, layout.outputs)):
         for vi in infos:
             axis = axes.get(vi.name)
             dims = vi.type.tensor_type.shape.dim
+            if kind == "output" and vi.name in values and len(dims) != np.ndim(values[vi.name]):
+                continue
             if axis is not None and axis < len(dims) and dims[axis].HasField("dim_value") and dims[axis].dim_value == 1:
                 reasons.append(f"{kind} {vi.name!r} declares a fixed batch of 1 on axis {axis} "
                                f"(lstm-ort optimize --batchify makes it symbolic)")

@@ -6,9 +6,13 @@
            same call as one plain `run` of the model on the stacked chunks and states
   clients  S streams stepped with step() by K client threads, each stepping its streams in turn:
            steps/s and per-step latency p50/p99/p99.9 (measured around each call)
+  async    S streams, each sending a chunk every 32 ms from one event loop (a coroutine per stream
+           awaiting astep: streams-bench's async pattern): steps/s, latency from each chunk's time,
+           late chunks; beside it the same load through asyncio.wrap_future(submit(...)) (astep
+           before its results were set per call in the loop)
 
     python tools/streams_gpu_bench.py --stages one,tick,clients --ticks 1024,4096,10000,25000 \\
-        --clients 256x16,1024x16,4096x32,10000x32 --seconds 5 --json streams_gpu.json
+        --clients 256x16,1024x16,4096x32,10000x32 --async 1000,4000,10000 --seconds 5 --json streams_gpu.json
 
 Without a CUDA GPU it runs on the CPU provider (for trying it out); the numbers it prints say which.
 """
@@ -141,12 +145,44 @@ def stage_clients(batcher, rng, streams: int, clients: int, seconds: float) -> d
             "latency_ms": {k: v * 1e3 for k, v in percentiles(allv).items()}, "mean_batch": st.mean_batch}
 
 
+class WrappedSubmit:
+    """astep as it was: the step's concurrent Future wrapped for the loop, one hand-over a step."""
+
+    def __init__(self, system):
+        self.system, self.name = system, "wrap_future"
+
+    def __getattr__(self, name):
+        return getattr(self.system, name)
+
+    async def astep(self, stream, feeds):
+        import asyncio
+
+        await asyncio.wrap_future(self.system.batcher.submit(stream, feeds, run_here=False))
+
+
+def stage_async(batcher, streams: int, seconds: float, wrapped: bool) -> dict:
+    from lstm_ort.serving.streams.load import Load, run_phase
+    from lstm_ort.serving.streams.systems import BatcherSystem
+
+    rng = np.random.default_rng(1)
+    pool = [{"input": chunk(rng), "sr": np.array(16000, np.int64)} for _ in range(32)]
+    system = BatcherSystem(batcher)
+    phase = run_phase(WrappedSubmit(system) if wrapped else system,
+                      Load("async", streams, 1, seconds, warmup=1.0, period=0.032), pool)
+    r = phase.summary()
+    r["way"] = "wrap_future" if wrapped else "astep"
+    r["due_per_s"] = streams / 0.032
+    return r
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--stages", default="one,tick,clients")
     p.add_argument("--ticks", default="1024,4096,10000,25000")
     p.add_argument("--tick-count", type=int, default=50)
     p.add_argument("--clients", default="256x16,1024x16,4096x32,10000x32")
+    p.add_argument("--async", dest="async_streams", default="1000,4000,10000")
+    p.add_argument("--max-batch", type=int, default=256)
     p.add_argument("--seconds", type=float, default=5.0)
     p.add_argument("--json")
     p.add_argument("--no-specialize", action="store_true", help="kinds run the model as it came (StreamBatcher specialize=False)")
@@ -163,7 +199,8 @@ def main(argv=None) -> int:
     rng = np.random.default_rng(0)
     session = InferenceSession(model.SerializeToString(), providers=providers)
     out = {"device": "cuda" if cuda else "cpu", "stages": {}}
-    with StreamBatcher(model, carry, providers=providers, specialize=not args.no_specialize) as b:
+    with StreamBatcher(model, carry, providers=providers, specialize=not args.no_specialize,
+                       max_batch=args.max_batch) as b:
         b.step(b.open(), {"input": chunk(rng), "sr": np.array(16000, np.int64)})  # the kind, and its own models
         out["specialized"] = b.wait_specialized(300)
         print(f"specialized: {out['specialized']}", flush=True)
@@ -192,6 +229,16 @@ def main(argv=None) -> int:
                 print(f"step() {s:>6} streams x {k} clients: {r['steps_per_s']:,.0f} steps/s (real time for "
                       f"{r['real_time_streams']}), latency p50 {lat['p50']:.2f} p99 {lat['p99']:.2f} "
                       f"p99.9 {lat['p999']:.2f} ms, mean batch {r['mean_batch']:.1f}", flush=True)
+        if "async" in stages:
+            out["stages"]["async"] = []
+            for s in (int(v) for v in args.async_streams.split(",")):
+                for wrapped in (False, True):
+                    r = stage_async(b, s, args.seconds, wrapped)
+                    out["stages"]["async"].append(r)
+                    print(f"async {s:>6} streams ({r['way']}): {r['steps_per_s']:,.0f} steps/s of {r['due_per_s']:,.0f} due, "
+                          f"latency p50 {r['latency_p50_ms']:.2f} p99 {r['latency_p99_ms']:.2f} p99.9 "
+                          f"{r['latency_p999_ms']:.2f} ms, late {r['late']}/{r['ticks']}, mean batch "
+                          f"{r['counters']['mean_batch']:.1f}", flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1))
     return 0

@@ -176,18 +176,24 @@ class StreamBatcher:
         The feeds are copied: the caller may reuse its arrays at once. ``run_here``: where the
         engine is idle and no other step is expected during the call, the step runs on this
         thread and the Future is done when submit returns (no hand-over to a worker,
-        docs/streams.md); False: always the workers' (``astep`` passes False, so an event loop
-        never runs a call; a step submitted from a step's done-callback is always queued too)."""
+        docs/streams.md); False: always the workers' (a step submitted from a step's
+        done-callback is always queued too)."""
         future = StepFuture()
-        run_here = run_here and not in_a_callback()
+        self._submit(stream, feeds, future, run_here and not in_a_callback())
+        return future
+
+    async def astep(self, stream: int, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        """``step`` for an event loop: the step is queued for the workers (the loop never runs a
+        call) and its result set in this loop, a call's results at once."""
+        future = asyncio.get_running_loop().create_future()
+        self._submit(stream, feeds, future, False)
+        return await future
+
+    def _submit(self, stream, feeds, future, run_here: bool) -> None:
         if not self._engine.submit(stream, feeds, future, run_here):
             stream, feeds = self._prepare(stream, feeds)
             if not self._engine.submit(stream, feeds, future, run_here):
                 raise RuntimeError(f"StreamBatcher: the step path refused feeds it registered ({_describe(feeds)})")
-        return future
-
-    async def astep(self, stream: int, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-        return await asyncio.wrap_future(self.submit(stream, feeds, run_here=False))
 
     def step_many(self, steps, return_exceptions: bool = False) -> list:
         """Several steps (``[(stream, feeds), ...]``, a stream may appear more than once: in order)

@@ -1,4 +1,4 @@
-"""`lstm-ort streams-bench MODEL --carry OUT=IN [--pattern closed|open|rounds] [--clients K]
+"""`lstm-ort streams-bench MODEL --carry OUT=IN [--pattern closed|open|async|rounds] [--clients K]
 [--period-ms P] [--streams N | --ladder N,N,...]`: many streams of a stateful model through a
 StreamBatcher against what it replaces, one ``run`` per stream per step with the state carried by
 hand, by stock onnxruntime on the original model and by lstm_ort's session on the optimized one:
@@ -46,10 +46,12 @@ def add_streams_bench_parser(sub) -> None:
                    help="one stream's feed shape for input NAME, batch axis 1 (repeatable; unknown dims default 1)")
     s.add_argument("--value", action="append", type=_value, default=[], metavar="NAME=V[,V...]",
                    help="a fixed value for input NAME (e.g. sr=16000)")
-    s.add_argument("--pattern", choices=("closed", "open", "rounds"), default=None,
+    s.add_argument("--pattern", choices=("closed", "open", "async", "rounds"), default=None,
                    help="closed (default): each client steps its streams one after another with step(); open: every "
-                        "stream sends a chunk every --period-ms, at a random phase, through submit(); rounds: each "
-                        "client steps all its streams at once (step_many, or step_batch with --stacked)")
+                        "stream sends a chunk every --period-ms, at a random phase, through submit(); async: the same "
+                        "chunks from one event loop, a coroutine per stream awaiting astep() (the run systems: "
+                        "run_in_executor on --clients threads); rounds: each client steps all its streams at once "
+                        "(step_many, or step_batch with --stacked)")
     s.add_argument("--streams", type=integer(1), default=256)
     s.add_argument("--ladder", type=integers(1), metavar="N,N,...",
                    help="stream counts to measure in turn (replaces --streams; with --plot, the latency against them)")
@@ -85,7 +87,7 @@ def cmd_streams_bench(args, optimize=None) -> int:
     """``optimize(model) -> model``: how MODEL is optimized (lstm_ort/cli.py passes the rewriter's)."""
     from lstm_ort.runtime.model_io import ModelError, load_model
     from lstm_ort.runtime.output_files import OutputRefused
-    from lstm_ort.serving.streams.load import Load, Stalled
+    from lstm_ort.serving.streams.load import PERIODIC, Load, Stalled
 
     pattern = args.pattern or ("rounds" if args.stacked else "closed")
     if args.stacked and pattern != "rounds":
@@ -94,7 +96,7 @@ def cmd_streams_bench(args, optimize=None) -> int:
         targets = _targets(args)
     except OutputRefused as e:
         return _usage(str(e))
-    period = args.period_ms if args.period_ms is not None else OPEN_PERIOD_MS if pattern == "open" else None
+    period = args.period_ms if args.period_ms is not None else OPEN_PERIOD_MS if pattern in PERIODIC else None
     counts = args.ladder or [args.streams]
     load = Load(pattern, counts[0], args.clients, args.seconds, args.warmup, None if period is None else period / 1e3,
                 args.stacked, args.seed)
@@ -303,14 +305,19 @@ def print_table(title: str, rows: list[tuple], file=None, columns: tuple[str, ..
 
 
 def _describe(load) -> str:
-    text = f"{load.pattern + ' loop' if load.pattern != 'rounds' else 'rounds'}, {load.clients} client " \
-           f"thread{'s' * (load.clients > 1)}"
+    if load.pattern == "async":
+        text = f"async loop (a coroutine per stream; run systems on {load.clients} executor thread{'s' * (load.clients > 1)})"
+    else:
+        text = f"{load.pattern + ' loop' if load.pattern != 'rounds' else 'rounds'}, {load.clients} client " \
+               f"thread{'s' * (load.clients > 1)}"
     if load.period:
         text += f", every {load.period * 1e3:g} ms"
     return text
 
 
 def _print_report(args, bench, load, summary: list[dict], phases: list) -> None:
+    from lstm_ort.serving.streams.load import PERIODIC
+
     name = Path(args.model).name
     last = summary[-1]["streams"]
     batcher_rows = [r for r in summary if r["streams"] == last and r["counters"] is not None]
@@ -319,7 +326,7 @@ def _print_report(args, bench, load, summary: list[dict], phases: list) -> None:
 
         stats = StreamStats(**batcher_rows[0]["counters"])
         extra = [("behind real time", f"{batcher_rows[0]['late']} of {batcher_rows[0]['ticks']} "
-                                      f"{'chunks' if load.pattern == 'open' else 'passes'}")] if load.period else []
+                                      f"{'chunks' if load.pattern in PERIODIC else 'passes'}")] if load.period else []
         print_table(f"StreamBatcher's counters: {name}, {last} streams, {_describe(load)}", [*stats.rows(), *extra])
     rows = []
     for r in summary:
@@ -331,7 +338,7 @@ def _print_report(args, bench, load, summary: list[dict], phases: list) -> None:
                 columns=("streams", "system", "steps/s", "p50 ms", "p99 ms", "p99.9 ms", "late", "batcher x"))
     print("batcher: the StreamBatcher; run ours / run stock: one run per stream per step, lstm_ort's session on the "
           "optimized model / stock onnxruntime on the original; latency: per step, as the client threads measured it"
-          + ("; late: chunks sent more than 1 ms after their time, of those due" if load.pattern == "open" else
+          + ("; late: chunks sent more than 1 ms after their time, of those due" if load.pattern in PERIODIC else
              "; late: passes that began after their time" if load.period else "") +
           "; batcher x: its steps/s over the system's")
 

@@ -16,6 +16,10 @@ sees, not only what the batcher counts. Patterns (``Load.pattern``):
   Chunks still unsent when the measured window closes are not sent (a system far behind would
   otherwise take minutes to catch up): each counts as late and unanswered, its latency the time
   it had waited then (a lower bound).
+- ``async``: the open loop's chunks (every stream every period, at its phase) sent from one event
+  loop, a coroutine per stream awaiting each step (an asyncio server): the batcher's ``astep``; a
+  system of plain ``run`` calls runs them in the loop's default executor, K threads. The loop
+  wakes with epoll's millisecond resolution, so a chunk may be sent up to ~1 ms after its time.
 - ``rounds``: each client submits one step of each of its streams at once (``step_many``, or with
   ``stacked`` one ``step_batch`` of their chunks stacked, as a server gathering a tick would) and
   waits for all of them; each step's latency is its round's. With a period, rounds are paced.
@@ -28,6 +32,7 @@ reported (``Stalled``), never waited for without end.
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import threading
 import time
@@ -35,7 +40,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-PATTERNS = ("closed", "open", "rounds")
+PATTERNS = ("closed", "open", "async", "rounds")
+PERIODIC = ("open", "async")  # the patterns of chunks sent every period
 LATE_S = 1e-3  # open loop: a chunk sent later than its time by more than this is a late tick
 LEAD_S = 0.02  # the clients' threads start this long before the phase's clock does
 # Open loop: a client with nothing due sleeps until its next chunk's time plus WAKE_S, then sends
@@ -65,8 +71,8 @@ class Load:
     def __post_init__(self):
         if self.pattern not in PATTERNS:
             raise ValueError(f"pattern: one of {PATTERNS}, not {self.pattern!r}")
-        if self.pattern == "open" and not self.period:
-            raise ValueError("the open loop needs a period")
+        if self.pattern in PERIODIC and not self.period:
+            raise ValueError(f"the {self.pattern} loop needs a period")
         if self.stacked and self.pattern != "rounds":
             raise ValueError("stacked steps go with the rounds pattern")
 
@@ -137,11 +143,15 @@ def run_phase(system, load: Load, pool: list[dict]) -> Phase:
         clock = _Clock.of(load)
         groups = [ids[k::load.clients] for k in range(load.clients) if ids[k::load.clients]]
         records = [_Record() for _ in groups]
-        if load.pattern == "open":
+        if load.pattern in PERIODIC:
             phases = np.random.default_rng(load.seed).uniform(0, load.period, len(ids))
             order = np.argsort(phases, kind="stable")
-            groups = [[(ids[i], float(phases[i]), int(i)) for i in order[k::load.clients]] for k in range(len(groups))]
-            target = _open_client
+            if load.pattern == "async":  # one thread: the event loop
+                groups, records = [[(ids[i], float(phases[i]), int(i)) for i in order]], records[:1]
+                target = _async_client
+            else:
+                groups = [[(ids[i], float(phases[i]), int(i)) for i in order[k::load.clients]] for k in range(len(groups))]
+                target = _open_client
         else:
             target = _closed_client if load.pattern == "closed" else _rounds_client
         threads = [threading.Thread(target=_guard, args=(target, system, mine, pool, load, clock, rec), daemon=True,
@@ -327,3 +337,54 @@ def _open_client(system, mine, pool, load, clock, rec) -> None:
     if not streams.drain(clock.stop + load.stall + 1.0):
         # Still waiting past run_phase's deadline (it sees this thread alive and reports Stalled).
         return
+
+
+def _async_client(system, mine, pool, load, clock, rec) -> None:
+    """The async pattern's thread: an event loop, a coroutine per stream of ``mine`` ((stream,
+    phase, index)); its default executor has ``load.clients`` threads."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    async def streams():
+        asyncio.get_running_loop().set_default_executor(
+            ThreadPoolExecutor(load.clients, thread_name_prefix="streams-bench-executor"))
+        await asyncio.gather(*(_async_stream(system, stream, phase, index, pool, load, clock, rec)
+                               for stream, phase, index in mine))
+
+    asyncio.run(streams())
+
+
+async def _async_stream(system, stream, phase: float, index: int, pool, load, clock, rec) -> None:
+    """One stream's chunks, each sent at its time or, where the last answer came later, at once."""
+    tick = 0
+    while True:
+        due = clock.start + phase + tick * load.period
+        if due >= clock.stop:
+            return
+        now = time.perf_counter()
+        if now >= clock.stop:  # behind when the window closed: the rest is not sent
+            for t in range(tick, tick + int((clock.stop - due) / load.period) + 1):
+                d = clock.start + phase + t * load.period
+                if clock.measure <= d < clock.stop:
+                    rec.ticks += 1
+                    rec.late += 1
+                    rec.unanswered += 1
+                    rec.latencies.append(now - d)
+            return
+        if due > now:
+            await asyncio.sleep(due - now)
+        measured = clock.measure <= due < clock.stop
+        if measured:
+            rec.ticks += 1
+            rec.late += time.perf_counter() - due > LATE_S
+        try:
+            await system.astep(stream, pool[(index + tick) % len(pool)])
+        except Exception as e:  # noqa: BLE001 - run_phase raises the first
+            rec.failed += 1
+            rec.errors.append(e)
+        else:
+            ended = time.perf_counter()
+            if measured:
+                rec.latencies.append(ended - due)
+            if clock.measure <= ended < clock.stop:
+                rec.steps += 1
+        tick += 1

@@ -1,6 +1,6 @@
 """The Future of a submitted step (a `concurrent.futures.Future`: asyncio.wrap_future, wait and
-as_completed take it), how a call's Futures are settled, and whether this thread is inside one's
-done-callback."""
+as_completed take it), how a call's Futures are settled (and the asyncio Futures of ``astep``'s
+steps, in their event loops), and whether this thread is inside one's done-callback."""
 
 from __future__ import annotations
 
@@ -47,9 +47,16 @@ class StepFuture(Future):
 
 def settle(done: list) -> None:
     """Hands a call's results to their Futures (from the engine's thread, once per call): ``done``
-    holds (future, outputs or error) pairs; a cancelled Future drops its result."""
+    holds (future, outputs or error) pairs; a cancelled Future drops its result. An asyncio
+    Future (``astep``) is set in its loop: one hand-over per loop and call, where wrap_future's
+    one a step (a wake-up of the loop each) held 2,000 coroutines stepping a tiny model every 32
+    ms to 17k steps/s on this 2-core machine."""
+    in_loops: dict = {}
     with CallbackDepth():
         for future, result in done:
+            if type(future) is not StepFuture:
+                in_loops.setdefault(future.get_loop(), []).append((future, result))
+                continue
             try:
                 if isinstance(result, BaseException):
                     future.set_exception(result)
@@ -60,3 +67,18 @@ def settle(done: list) -> None:
             except BaseException:  # a callback's SystemExit or KeyboardInterrupt (Future logs its
                 # Exceptions itself): the call's other Futures still get their results
                 logging.getLogger("concurrent.futures").exception("exception settling %r", future)
+    for loop, pairs in in_loops.items():
+        try:
+            loop.call_soon_threadsafe(_settle_in_loop, pairs)
+        except RuntimeError:  # the loop is closed: no one is left to await these steps
+            pass
+
+
+def _settle_in_loop(pairs: list) -> None:
+    for future, result in pairs:
+        if future.done():  # cancelled while its step ran: the step's state is kept, its result dropped
+            continue
+        if isinstance(result, BaseException):
+            future.set_exception(result)
+        else:
+            future.set_result(result)

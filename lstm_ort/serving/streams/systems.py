@@ -2,7 +2,7 @@
 one ``run`` per stream per step with each stream's state carried by the client thread that owns it
 (the same client threads, so the comparison is of the systems, not of the load). Each gives the
 load generator the same verbs: open/close streams, one blocking step, one step whose answer comes
-back through a callback, a round of its streams."""
+back through a callback, one awaited in an event loop, a round of its streams."""
 
 from __future__ import annotations
 
@@ -33,6 +33,9 @@ class BatcherSystem:
     def submit(self, stream, feeds, answered) -> None:
         """``answered(error or None)`` once the step is done, on the thread that finished it."""
         self.batcher.submit(stream, feeds).add_done_callback(lambda f: answered(f.exception()))
+
+    async def astep(self, stream, feeds) -> None:
+        await self.batcher.astep(stream, feeds)
 
     def round(self, ids, chunks) -> None:
         self.batcher.step_many(list(zip(ids, chunks)))
@@ -91,6 +94,12 @@ class RunSystem:
             answered(e)
             return
         answered(None)
+
+    async def astep(self, stream, feeds) -> None:
+        """On a thread of the event loop's default executor (the async pattern gives it K)."""
+        import asyncio
+
+        await asyncio.get_running_loop().run_in_executor(None, self.step, stream, feeds)
 
     def round(self, ids, chunks) -> None:
         for s, c in zip(ids, chunks):

@@ -1,7 +1,8 @@
 // How many rows a padded call runs. onnxruntime's CUDA kernels set up again whenever an input's
-// shape changes (cuDNN's convolutions: ~18 ms a call of silero-vad on the H100 where the batch
-// size changed from call to call, 0.7 ms where it did not), so a call is padded to a bucket and
-// the group keeps the largest bucket of its last calls while the load holds. Pure, unit-tested.
+// shape changes from one call to the next, even to a shape seen before (cuDNN's convolutions:
+// ~18 ms a call of silero-vad on the H100 where the batch size changed from call to call, 0.7 ms
+// where it did not), so a call is padded to a bucket and the group keeps the largest bucket of its
+// last calls (Group::recent_buckets) while the load holds. Pure, unit-tested.
 #pragma once
 
 #include <algorithm>
@@ -27,6 +28,22 @@ inline int PaddedRows(int n, int held, int pad_below, int limit) {
   int rows = std::max(BatchBucket(n, pad_below), held);
   if (pad_below > 0 && n < pad_below) rows = std::min(rows, pad_below - 1);
   return std::max(n, std::min(rows, limit));
+}
+
+// The most steps a call of a group takes (`limit`: max_batch and the group's own), where the
+// precision bound lies within it. A call past the bound and one below it are two shapes, and on
+// CUDA every change of shape from one call to the next costs more than any padding saves
+// (silero-vad on an H200: 17 ms a call of step_batch alternating 255 and 256 streams, or 128 and
+// 255; 0.75-1.08 ms a call of any one size from 64 to 512). So calls stay below the bound
+// (pad_below - 1 steps at most) unless calls past it can be much larger (a limit of twice that at
+// least) and either the group's recent calls went past it (`held`) or what is queued (`ready`)
+// fills two calls below it. With max_batch = the bound (silero-vad's 256, the default), calls
+// never take the last step that would cross it.
+inline int CallLimit(int limit, int held, int pad_below, int ready) {
+  if (pad_below <= 1 || limit < pad_below) return limit;
+  const int below = pad_below - 1;
+  if (limit < 2 * below) return below;
+  return held >= pad_below || ready >= 2 * below ? limit : below;
 }
 
 }  // namespace lstm_ort::streams

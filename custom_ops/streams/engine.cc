@@ -76,10 +76,12 @@ void Engine::SetStateLayouts(const std::vector<TensorLayout>& states) {
 
 int Engine::PaddedSize(Group& g, int n, int limit) {
   if (!runner_->PadsBatches() || g.limit <= 1) return n;
-  const int bucket = BatchBucket(n, config_.pad_below);
-  g.recent_buckets[g.recent_next++ % g.recent_buckets.size()] = bucket;
-  const int held = *std::max_element(g.recent_buckets.begin(), g.recent_buckets.end());
-  return PaddedRows(n, held, config_.pad_below, limit);
+  g.recent_buckets[g.recent_next++ % g.recent_buckets.size()] = BatchBucket(n, config_.pad_below);
+  return PaddedRows(n, HeldBucket(g), config_.pad_below, limit);
+}
+
+int Engine::HeldBucket(const Group& g) {
+  return *std::max_element(g.recent_buckets.begin(), g.recent_buckets.end());
 }
 
 int64_t Engine::Open(const std::vector<const void*>& initial) {
@@ -230,7 +232,9 @@ bool Engine::TakeBatch(Batch* batch, double* wake_at, int calls_allowed) {
         g = candidate.get();
     if (!g) return false;
     const int ready = static_cast<int>(g->ready.size());
-    const int limit = std::min(config_.max_batch, g->limit);
+    const int limit = runner_->PadsBatches() ? CallLimit(std::min(config_.max_batch, g->limit), HeldBucket(*g),
+                                                         config_.pad_below, ready)
+                                             : std::min(config_.max_batch, g->limit);
     const int free_slots = std::max(config_.max_calls - running_, 1);
     // Free slots share what is queued, so calls overlap instead of one taking everything.
     const int take = std::min(limit, (ready + free_slots - 1) / free_slots);

@@ -429,6 +429,16 @@ TEST(streams_batch_buckets) {
   }
 }
 
+TEST(streams_call_limit_below_the_precision_bound) {
+  CHECK_EQ(CallLimit(256, 256, 256, 1000), 255);  // max_batch = the bound: never past it
+  CHECK_EQ(CallLimit(300, 0, 256, 1000), 255);    // calls past it would be barely larger
+  CHECK_EQ(CallLimit(1024, 128, 256, 300), 255);  // calls stay below the bound...
+  CHECK_EQ(CallLimit(1024, 128, 256, 510), 1024); // ...unless a backlog fills two of them
+  CHECK_EQ(CallLimit(1024, 512, 256, 10), 1024);  // calls past the bound stay past it
+  CHECK_EQ(CallLimit(128, 64, 256, 1000), 128);   // the bound beyond the limit: nothing to keep below
+  CHECK_EQ(CallLimit(1024, 0, 0, 1000), 1024);    // no bound
+}
+
 TEST(streams_a_failing_step_fails_alone_and_keeps_its_state) {
   Fixture f;
   const int64_t good = f.engine->Open({}), bad = f.engine->Open({});

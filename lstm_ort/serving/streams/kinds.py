@@ -18,6 +18,7 @@ from lstm_ort.graph.trace import TraceFailed
 from lstm_ort.ops.identity import INT8_WEIGHT_TYPE, is_fused
 from lstm_ort.ops.spec import attribute
 from lstm_ort.runtime.messages import clean_message
+from lstm_ort.runtime.model_io import iter_graphs
 from lstm_ort.runtime.nodes import set_attribute
 from lstm_ort.serving.streams.errors import StreamError
 from lstm_ort.serving.streams.feeds import StepInputs
@@ -45,7 +46,7 @@ class Kind:
 def int8_nodes(model: onnx.ModelProto) -> list[onnx.NodeProto]:
     """The FusedLSTM nodes with int8 weights, subgraphs included."""
     int8 = {t.name for t in model.graph.initializer if t.data_type == INT8_WEIGHT_TYPE}
-    return [n for n in _all_nodes(model.graph) if is_fused(n) and len(n.input) > 1 and n.input[1] in int8]
+    return [n for g in iter_graphs(model) for n in g.node if is_fused(n) and len(n.input) > 1 and n.input[1] in int8]
 
 
 def with_row_scales(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -67,14 +68,6 @@ def per_call_quantized(model: onnx.ModelProto) -> str:
             return (f"FusedLSTM node {node.name or node.output[0]!r} quantizes its input and h with one scale per call "
                     "(int8 weights, int8_scales 'call'): streams batched together would change each other's results")
     return ""
-
-
-def _all_nodes(graph: onnx.GraphProto):
-    for node in graph.node:
-        yield node
-        for a in node.attribute:
-            for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else a.graphs):
-                yield from _all_nodes(g)
 
 
 class Kinds:

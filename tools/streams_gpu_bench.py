@@ -11,8 +11,8 @@
            late chunks; beside it the same load through asyncio.wrap_future(submit(...)) (astep
            before its results were set per call in the loop)
 
-    python tools/streams_gpu_bench.py --stages one,tick,clients --ticks 1024,4096,10000,25000 \\
-        --clients 256x16,1024x16,4096x32,10000x32 --async 1000,4000,10000 --seconds 5 --json streams_gpu.json
+    python tools/streams_gpu_bench.py --stages one,tick,clients,async --ticks 1024,4096,10000,25000 \\
+        --clients 256x16,1024x16,4096x32,10000x32 --async 1000,2000,3000,10000 --seconds 5 --json streams_gpu.json
 
 Without a CUDA GPU it runs on the CPU provider (for trying it out); the numbers it prints say which.
 """
@@ -177,11 +177,11 @@ def stage_async(batcher, streams: int, seconds: float, wrapped: bool) -> dict:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--stages", default="one,tick,clients")
+    p.add_argument("--stages", default="one,tick,clients,async")
     p.add_argument("--ticks", default="1024,4096,10000,25000")
     p.add_argument("--tick-count", type=int, default=50)
     p.add_argument("--clients", default="256x16,1024x16,4096x32,10000x32")
-    p.add_argument("--async", dest="async_streams", default="1000,4000,10000")
+    p.add_argument("--async", dest="async_streams", default="1000,2000,3000,10000")
     p.add_argument("--max-batch", type=int, default=256)
     p.add_argument("--seconds", type=float, default=5.0)
     p.add_argument("--json")

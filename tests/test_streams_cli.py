@@ -140,10 +140,11 @@ def test_optimized_given_beside_the_original(original_path, model_path, tmp_path
     assert [r["system"] for r in doc["summary"]] == ["run stock", "batcher"]
 
 
-def test_open_loop(model_path, tmp_path, capsys):
-    code, doc, captured = run_json([str(model_path), *QUICK, "--pattern", "open", "--period-ms", "10"], tmp_path,
+@pytest.mark.parametrize("pattern", ["open", "async"])
+def test_open_loop(model_path, tmp_path, capsys, pattern):
+    code, doc, captured = run_json([str(model_path), *QUICK, "--pattern", pattern, "--period-ms", "10"], tmp_path,
                                    capsys)
-    assert code == 0 and doc["pattern"] == "open" and doc["period_ms"] == 10
+    assert code == 0 and doc["pattern"] == pattern and doc["period_ms"] == 10
     for phase in doc["phases"]:  # 6 streams, a chunk each 10 ms, 0.2 s measured
         assert 0 < phase["ticks"] <= 6 * 0.2 / 0.01 + 6 and 0 <= phase["late"] <= phase["ticks"]
         assert phase["measured_steps"] == phase["ticks"]

@@ -135,6 +135,21 @@ class _Record:
     errors: list = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
+    def sent(self, clock: _Clock, due: float, at: float) -> None:
+        """A chunk of the periodic patterns sent at ``at``: due in the window, a tick, late past LATE_S."""
+        if clock.measure <= due < clock.stop:
+            self.ticks += 1
+            self.late += at - due > LATE_S
+
+    def unsent(self, clock: _Clock, due: float, now: float) -> None:
+        """A chunk the window closed on before it was sent: late and unanswered, its latency the
+        wait so far (a lower bound)."""
+        if clock.measure <= due < clock.stop:
+            self.ticks += 1
+            self.late += 1
+            self.unanswered += 1
+            self.latencies.append(now - due)
+
 
 def run_phase(system, load: Load, pool: list[dict]) -> Phase:
     """Opens ``load.streams`` streams of ``system``, drives them as ``load`` says and closes them."""
@@ -260,21 +275,12 @@ class _OpenStreams:
     def unsent(self, due: float, now: float) -> None:
         """A chunk due in the window that the window closed on before it could be sent."""
         with self.rec.lock:
-            self._give_up(due, now)
-
-    def _give_up(self, due: float, now: float) -> None:  # with the lock held
-        if self.clock.measure <= due < self.clock.stop:
-            self.rec.ticks += 1
-            self.rec.late += 1
-            self.rec.unanswered += 1
-            self.rec.latencies.append(now - due)
+            self.rec.unsent(self.clock, due, now)
 
     def _send(self, stream, due: float, feeds) -> None:
         sent = time.perf_counter()
-        if self.clock.measure <= due < self.clock.stop:
-            with self.rec.lock:
-                self.rec.ticks += 1
-                self.rec.late += sent - due > LATE_S
+        with self.rec.lock:
+            self.rec.sent(self.clock, due, sent)
         self.system.submit(stream, feeds, lambda error: self._answered(stream, due, error))
 
     def _answered(self, stream, due: float, error) -> None:
@@ -293,7 +299,7 @@ class _OpenStreams:
             nxt = waiting.popleft() if waiting else None
             if nxt is not None and now >= self.clock.stop:  # the window closed: what waits is not sent
                 for d, _ in [nxt, *waiting]:
-                    self._give_up(d, now)
+                    self.rec.unsent(self.clock, d, now)
                 self.out -= 1 + len(waiting)
                 waiting.clear()
                 nxt = None
@@ -363,19 +369,12 @@ async def _async_stream(system, stream, phase: float, index: int, pool, load, cl
         now = time.perf_counter()
         if now >= clock.stop:  # behind when the window closed: the rest is not sent
             for t in range(tick, tick + int((clock.stop - due) / load.period) + 1):
-                d = clock.start + phase + t * load.period
-                if clock.measure <= d < clock.stop:
-                    rec.ticks += 1
-                    rec.late += 1
-                    rec.unanswered += 1
-                    rec.latencies.append(now - d)
+                rec.unsent(clock, clock.start + phase + t * load.period, now)
             return
         if due > now:
             await asyncio.sleep(due - now)
         measured = clock.measure <= due < clock.stop
-        if measured:
-            rec.ticks += 1
-            rec.late += time.perf_counter() - due > LATE_S
+        rec.sent(clock, due, time.perf_counter())
         try:
             await system.astep(stream, pool[(index + tick) % len(pool)])
         except Exception as e:  # noqa: BLE001 - run_phase raises the first

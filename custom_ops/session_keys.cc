@@ -12,6 +12,8 @@ namespace {
 // library (tests/test_op_identity.py holds Python to SessionKeys()).
 constexpr const char* kNodeOptionKeys[] = {"strategy", "precision", "cpu_kernel", "int8_scales"};
 constexpr const char kRegisteredKey[] = "library_registered";
+// lstm_ort.serving.streams.native_session's: the step engine's, which its sessions' options carry too
+constexpr const char kStreamsKey[] = "streams.cuda_graphs";
 constexpr const char kDebugPrefix[] = "debug.";
 
 }  // namespace
@@ -19,6 +21,7 @@ constexpr const char kDebugPrefix[] = "debug.";
 std::vector<std::string> SessionKeys() {
   std::vector<std::string> keys(std::begin(kNodeOptionKeys), std::end(kNodeOptionKeys));
   keys.push_back(kRegisteredKey);
+  keys.push_back(kStreamsKey);
   std::istringstream debug(DebugKeys(","));
   for (std::string key; std::getline(debug, key, ',');)
     if (!key.empty()) keys.push_back(kDebugPrefix + key);
@@ -39,7 +42,7 @@ std::string UnknownSessionKeyMessage(const std::string& key) {
   std::string options;
   for (const char* k : kNodeOptionKeys) options += std::string(options.empty() ? "" : ", ") + k;
   return "lstm_ort: session config entry '" + key + "' is none of lstm_ort's: " + kSessionKeyPrefix +
-         "<option> with option one of " + options + ", or " + kSessionKeyPrefix + kDebugPrefix +
+         "<option> with option one of " + options + ", " + kSessionKeyPrefix + kStreamsKey + ", or " + kSessionKeyPrefix + kDebugPrefix +
          "<key> with key one of " + DebugKeys(", ");
 }
 

@@ -131,3 +131,128 @@ def test_gpu_silero_many_streams_match_alone(rng):
         got = support.serve_concurrently(b, streams, 8)
         assert b.stats().mean_batch > 1
     assert support.worst_difference(got, want) <= 1e-5
+
+
+# -- calls of one stream on a CUDA graph (custom_ops/streams/graphed_call.h) -----------------------
+
+def graph_options(value: str | None):
+    from lstm_ort.serving.streams.native_session import CUDA_GRAPHS_KEY
+
+    so = fp32_options()
+    if value is not None:
+        so.add_session_config_entry(CUDA_GRAPHS_KEY, value)
+    return so
+
+
+def test_cuda_graphs_say_why_not_off_cuda(torch_hc, rng):
+    x = {"x": rng.standard_normal((1, 1, 40)).astype(np.float32)}
+    for device_states, why in ((True, "CUDA graphs are for calls on CUDA"),
+                               (False, "the engine keeps its states on the host")):
+        with StreamBatcher(torch_hc, CARRY, device_states=device_states) as b:
+            b.step(b.open(), x)
+            b.wait_specialized(120)
+            assert b.cuda_graphs() == {0: (0, why)}
+
+
+def test_cuda_graphs_key_takes_0_or_1(torch_hc):
+    with pytest.raises(ValueError, match="lstm_ort.streams.cuda_graphs must be one of 0, 1, got 'yes'"):
+        StreamBatcher(torch_hc, CARRY, session_options=graph_options("yes"))
+
+
+@pytest.mark.parametrize("value", ["1", "True", 1])
+def test_onnxruntimes_session_wide_cuda_graph_is_refused(torch_hc, value):
+    providers = [("CUDAExecutionProvider", {"enable_cuda_graph": value}), "CPUExecutionProvider"]
+    with pytest.raises(ValueError, match="enable_cuda_graph would replay each call on the first call's buffers"):
+        StreamBatcher(torch_hc, CARRY, providers=providers)
+
+
+def lone_then_batched_then_lone(b, chunks, other):
+    """One stream's steps: alone, then one batched with another stream, then alone again (the torch
+    export: every output has its batch on axis 1)."""
+    s, t = b.open(), b.open()
+    got = [b.step(s, chunks[0])]
+    b.wait_specialized(300)
+    got += [b.step(s, c) for c in chunks[1:8]]
+    outs = b.step_batch([s, t], {"x": np.concatenate([chunks[8]["x"], other["x"]], axis=1)})
+    got.append([o[:, :1] for o in outs])
+    got += [b.step(s, c) for c in chunks[9:]]
+    return got
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("graphs", [None, "0"])
+def test_gpu_one_stream_replays_a_cuda_graph(torch_hc, rng, graphs):
+    """A stream alone, batched once, alone again: every step as its own run, on the kind's graph
+    (captured on its third call; the call after the batched one reads the state from the slot
+    arrays, the plain way) unless turned off."""
+    from lstm_ort.runtime.session import InferenceSession
+
+    chunks = [{"x": rng.standard_normal((1, 1, 40)).astype(np.float32)} for _ in range(14)]
+    other = {"x": rng.standard_normal((1, 1, 40)).astype(np.float32)}
+    zero = {"h": np.zeros((2, 1, 64), np.float32), "c": np.zeros((2, 1, 64), np.float32)}
+    sess = InferenceSession(torch_hc.SerializeToString(), fp32_options(), providers=CUDA)
+    want = support.alone(torch_hc, CARRY, chunks, zero, sess)
+    with StreamBatcher(torch_hc, CARRY, providers=CUDA, session_options=graph_options(graphs)) as b:
+        got = lone_then_batched_then_lone(b, chunks, other)
+        calls, why = b.cuda_graphs()[0]
+    assert support.worst_difference([got], [want]) <= 1e-5
+    if graphs == "0":
+        assert (calls, why) == (0, "turned off (lstm_ort.streams.cuda_graphs=0)")
+    else:  # 13 lone calls: the first ran before the kind's models, the second binds the buffers, the
+        # one after the batched call reads the slot arrays
+        assert (calls, why) == (10, "")
+
+
+@pytest.mark.gpu
+def test_gpu_silero_one_stream_on_a_cuda_graph(rng):
+    from lstm_ort.runtime.session import InferenceSession
+
+    model, carry = support.corpus_optimized(support.SILERO)
+    chunks = [{"input": (0.1 * rng.standard_normal((1, 576))).astype(np.float32), "sr": np.array(16000)}
+              for _ in range(40)]
+    zero = {"state": np.zeros((2, 1, 128), np.float32)}
+    sess = InferenceSession(model.SerializeToString(), fp32_options(), providers=CUDA)
+    want = support.alone(model, carry, chunks, zero, sess)
+    with StreamBatcher(model, carry, providers=CUDA, session_options=fp32_options()) as b:
+        s = b.open()
+        got = [b.step(s, chunks[0])]
+        assert b.wait_specialized(300) == {0: ""}
+        got += [b.step(s, c) for c in chunks[1:]]
+        assert b.cuda_graphs() == {0: (38, "")}
+    assert support.worst_difference([got], [want]) <= 1e-5
+
+
+@pytest.mark.gpu
+def test_gpu_threads_each_stepping_a_kind_alone_capture_while_others_run(torch_hc, rng):
+    """8 client threads, each stepping a stream of its own kind (x of T = 1..8 steps: calls never
+    batch), all at once: the first 4 kinds' calls run on their graphs (onnxruntime keeps one per
+    thread and captures it on the thread's first run), the others' plain, side by side. A capture
+    must not fail the other calls (CUDA forbids them while it runs: capture_gate.h), nor they it."""
+    import threading
+
+    from lstm_ort.runtime.session import InferenceSession
+
+    chunks = [[{"x": rng.standard_normal((t, 1, 40)).astype(np.float32)} for _ in range(25)] for t in range(1, 9)]
+    zero = {"h": np.zeros((2, 1, 64), np.float32), "c": np.zeros((2, 1, 64), np.float32)}
+    sess = InferenceSession(torch_hc.SerializeToString(), fp32_options(), providers=CUDA)
+    want = [support.alone(torch_hc, CARRY, c, zero, sess) for c in chunks]
+    got = [None] * len(chunks)
+    with StreamBatcher(torch_hc, CARRY, providers=CUDA, session_options=fp32_options()) as b:
+        for c in chunks:  # each kind, and its own models
+            b.step(b.open(), c[0])
+        b.wait_specialized(300)
+
+        def client(i):
+            s = b.open()
+            got[i] = [b.step(s, c) for c in chunks[i]]
+
+        threads = [threading.Thread(target=client, args=(i,)) for i in range(len(chunks))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        use = b.cuda_graphs()
+        assert b.stats().failed_steps == 0
+    assert support.worst_difference(got, want) <= 1e-5
+    # each stream's first call binds its kind's buffers, the other 24 run on the graph
+    assert sorted(calls for calls, why in use.values() if not why) == [24] * 4, use

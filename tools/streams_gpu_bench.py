@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """StreamBatcher on CUDA (issue 44's GPU targets), silero-vad 16k from the corpus, one process:
 
-  one      one stream's step(): p50/p99 us, against the same step as a plain `run` (numpy in/out)
+  one      one stream's step(), silero-vad and an L2 H128 LSTM stepped T=1: p50/p99 us with the kind's
+           CUDA graph and without, against the same step as a plain `run` (numpy in/out)
   tick     step_batch of S streams' stacked chunks (a server's tick): p50/p99/p99.9 ms, against the
            same call as one plain `run` of the model on the stacked chunks and states
   clients  S streams stepped with step() by K client threads, each stepping its streams in turn:
@@ -52,27 +53,65 @@ def chunk(rng, n=1):
     return (0.1 * rng.standard_normal((n, CHUNK))).astype(np.float32)
 
 
-def stage_one(batcher, session, rng, steps=2000) -> dict:
-    sid = batcher.open()
-    feeds = {"input": chunk(rng), "sr": np.array(16000, np.int64)}
-    for _ in range(200):
-        batcher.step(sid, feeds)
-    ours = []
-    for _ in range(steps):
-        t = time.perf_counter()
-        batcher.step(sid, feeds)
-        ours.append(time.perf_counter() - t)
-    state = np.zeros((2, 1, 128), np.float32)
-    for _ in range(200):
-        state = session.run(None, {**feeds, "state": state})[1]
-    plain = []
-    for _ in range(steps):
-        t = time.perf_counter()
-        state = session.run(None, {**feeds, "state": state})[1]
-        plain.append(time.perf_counter() - t)
-    batcher.close(sid)
-    return {"step_us": {k: v * 1e6 for k, v in percentiles(ours).items()},
-            "plain_run_us": {k: v * 1e6 for k, v in percentiles(plain).items()}}
+def lstm_step():
+    """An L2 H128 LSTM stepped T=1 (the issue's one-stream shape): model, carry, one step's feeds."""
+    from lstm_ort import builders
+    from lstm_ort.ops.spec import LstmSpec
+
+    spec = LstmSpec(input_size=128, hidden_size=128, num_layers=2)
+    model = builders.fused_model(spec, builders.random_layers(spec, np.random.default_rng(0)), initial_states=True)
+    model.ir_version = min(model.ir_version, 10)
+    x = (0.1 * np.random.default_rng(1).standard_normal((1, 1, 128))).astype(np.float32)
+    return model, {"Y_h": "initial_h", "Y_c": "initial_c"}, {"X": x}
+
+
+def stage_one(model, carry, feeds, providers, steps=2000, blocks=10) -> dict:
+    """One stream's step() with the kind's CUDA graph on and off (a batcher each) and the same step
+    as a plain `run` (numpy in and out, the state carried by hand), in interleaved blocks."""
+    import onnxruntime as ort
+
+    from lstm_ort.runtime.session import InferenceSession
+    from lstm_ort.serving.streams import StreamBatcher
+    from lstm_ort.serving.streams.native_session import CUDA_GRAPHS_KEY
+
+    session = InferenceSession(model.SerializeToString(), providers=providers)
+    names = [o.name for o in session.get_outputs()]
+    batchers, ids = {}, {}
+    for way, value in (("graph", "1"), ("no_graph", "0")):
+        so = ort.SessionOptions()
+        so.log_severity_level = 3
+        so.add_session_config_entry(CUDA_GRAPHS_KEY, value)
+        batchers[way] = StreamBatcher(model, carry, providers=providers, session_options=so)
+        ids[way] = batchers[way].open()
+        batchers[way].step(ids[way], feeds)
+        batchers[way].wait_specialized(300)
+    fresh = batchers["graph"].open()
+    state = {i: np.zeros_like(v) for i, v in batchers["graph"].state(fresh).items()}  # a new stream's
+    batchers["graph"].close(fresh)
+    times = {"graph": [], "no_graph": [], "plain": []}
+    for block in range(blocks + 1):
+        for way in ("graph", "no_graph"):
+            b, sid = batchers[way], ids[way]
+            got = []
+            for _ in range(steps // blocks):
+                t = time.perf_counter()
+                b.step(sid, feeds)
+                got.append(time.perf_counter() - t)
+            if block:  # the first block warms up (the graph is captured on the third call)
+                times[way] += got
+        got = []
+        for _ in range(steps // blocks):
+            t = time.perf_counter()
+            out = session.run(None, {**feeds, **state})
+            got.append(time.perf_counter() - t)
+            state = {i: out[names.index(o)] for o, i in carry.items()}
+        if block:
+            times["plain"] += got
+    use = batchers["graph"].cuda_graphs()
+    for b in batchers.values():
+        b.shutdown()
+    return {**{f"{way}_us": {k: v * 1e6 for k, v in percentiles(t).items()} for way, t in times.items()},
+            "cuda_graphs": {str(g): list(v) for g, v in use.items()}}
 
 
 def stage_tick(batcher, session, rng, streams: int, ticks: int) -> dict:
@@ -206,10 +245,15 @@ def main(argv=None) -> int:
         print(f"specialized: {out['specialized']}", flush=True)
         stages = args.stages.split(",")
         if "one" in stages:
-            r = stage_one(b, session, rng)
-            out["stages"]["one"] = r
-            print(f"one stream: step p50 {r['step_us']['p50']:.0f} us p99 {r['step_us']['p99']:.0f}; "
-                  f"plain run p50 {r['plain_run_us']['p50']:.0f} us", flush=True)
+            out["stages"]["one"] = {}
+            for name, (m, c, feeds) in (("silero-vad", (model, carry, {"input": chunk(rng), "sr": np.array(16000, np.int64)})),
+                                        ("lstm L2 H128 T1", lstm_step())):
+                r = stage_one(m, c, feeds, providers)
+                out["stages"]["one"][name] = r
+                print(f"one stream, {name}: step p50 {r['graph_us']['p50']:.0f} us p99 {r['graph_us']['p99']:.0f} "
+                      f"(CUDA graphs {r['cuda_graphs']}); without the graph p50 {r['no_graph_us']['p50']:.0f} p99 "
+                      f"{r['no_graph_us']['p99']:.0f}; plain run p50 {r['plain_us']['p50']:.0f} p99 "
+                      f"{r['plain_us']['p99']:.0f} us", flush=True)
         if "tick" in stages:
             out["stages"]["tick"] = []
             for s in (int(v) for v in args.ticks.split(",")):

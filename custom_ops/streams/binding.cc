@@ -90,6 +90,7 @@ class PyEngine {
       else if (key == "log_severity_level") spec.log_severity = nb::cast<int>(v);
       else if (key == "config") spec.config = nb::cast<KeyValues>(v);
       else if (key == "profile_file_prefix") spec.profile_prefix = nb::cast<std::string>(v);
+      else if (key == "cuda_graphs") spec.cuda_graphs = nb::cast<bool>(v);
       else if (key == "single_model") single_model = Bytes(v);
       else throw std::invalid_argument("unknown session option " + key);
     }
@@ -187,6 +188,12 @@ class PyEngine {
     const std::string b = Bytes(batched), s = Bytes(single);
     nb::gil_scoped_release release;
     runner_->AddGroupModels(group, b, s);
+  }
+
+  // A group's calls of one stream on its CUDA graph so far, and why it replays none ("" where it does).
+  std::pair<int64_t, std::string> GraphUse(int group) {
+    if (!device_) return {0, "the engine keeps its states on the host"};
+    return device_->GraphUse(group);
   }
 
   // The wrapped model of calls with the states' batch on these axes (device states only).
@@ -607,6 +614,7 @@ NB_MODULE(_engine, m) {
       .def("set_states", &PyEngine::SetStates, nb::arg("states"), nb::arg("device_models").none() = nb::none())
       .def("add_group", &PyEngine::AddGroup)
       .def("add_group_models", &PyEngine::AddGroupModels)
+      .def("graph_use", &PyEngine::GraphUse)
       .def("open", &PyEngine::Open)
       .def("close", &PyEngine::Close)
       .def("state", &PyEngine::State)

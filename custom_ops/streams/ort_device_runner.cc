@@ -22,12 +22,6 @@ std::string Rows(const std::string& name) { return std::string(kPrefix) + name +
 std::string Pads(const std::string& name) { return std::string(kPrefix) + name + "_pads"; }
 const std::string kSlots = std::string(kPrefix) + "slots";
 
-Ort::Session SessionOf(const SessionSpec& base, const std::string& model) {
-  SessionSpec spec = base;
-  spec.model = model;
-  return MakeSession(spec);
-}
-
 struct DeviceCallHold {
   std::vector<Ort::Value> outputs;
 };
@@ -45,6 +39,7 @@ OrtDeviceRunner::OrtDeviceRunner(const SessionSpec& spec, std::vector<std::strin
   const char* pinned = std::getenv("LSTM_ORT_STREAMS_PINNED");
   use_pinned_ = device == "Cuda" && pinned && std::string(pinned) == "1";
   on_cuda_ = device == "Cuda";
+  device_id_ = id;
   if (device == "Cuda") {
     device_ = Ort::MemoryInfo("Cuda", OrtDeviceAllocator, id, OrtMemTypeDefault);
     pinned_ = use_pinned_ ? Ort::MemoryInfo("CudaPinned", OrtDeviceAllocator, id, OrtMemTypeCPUOutput)
@@ -61,10 +56,17 @@ OrtDeviceRunner::OrtDeviceRunner(const SessionSpec& spec, std::vector<std::strin
 
 OrtDeviceRunner::~OrtDeviceRunner() = default;
 
+Ort::Session OrtDeviceRunner::SessionOf(const std::string& model) const {
+  SessionSpec spec = spec_;
+  spec.model = model;
+  CaptureGate::Together pass(gate_);  // a session's weights are allocated on the device
+  return MakeSession(spec);
+}
+
 void OrtDeviceRunner::SetModels(const DeviceModels& models) {
-  writer_ = SessionOf(spec_, models.writer);
-  reader_ = SessionOf(spec_, models.reader);
-  grow_ = SessionOf(spec_, models.grow);
+  writer_ = SessionOf(models.writer);
+  reader_ = SessionOf(models.reader);
+  grow_ = SessionOf(models.grow);
   if (use_pinned_) pinned_alloc_ = std::make_unique<Ort::Allocator>(writer_, pinned_);
 }
 
@@ -73,7 +75,7 @@ void OrtDeviceRunner::AddModel(const std::vector<int>& axes, const std::string& 
     std::lock_guard<std::mutex> lock(models_mu_);
     if (sessions_.count(axes)) return;
   }
-  auto session = std::make_unique<Ort::Session>(SessionOf(spec_, model));  // seconds on a GPU: outside the lock
+  auto session = std::make_unique<Ort::Session>(SessionOf(model));  // seconds on a GPU: outside the lock
   std::lock_guard<std::mutex> lock(models_mu_);
   sessions_.emplace(axes, std::move(session));
 }
@@ -81,7 +83,7 @@ void OrtDeviceRunner::AddModel(const std::vector<int>& axes, const std::string& 
 OrtDeviceRunner::Bound OrtDeviceRunner::Bind(const std::string& model) const {
   Bound b;
   if (model.empty()) return b;
-  b.session = std::make_unique<Ort::Session>(SessionOf(spec_, model));
+  b.session = std::make_unique<Ort::Session>(SessionOf(model));
   const std::vector<std::string> names = InputNames(*b.session), outputs = OutputNames(*b.session);
   for (const std::string& input : step_inputs_)
     b.takes.push_back(std::find(names.begin(), names.end(), input) != names.end());
@@ -95,8 +97,117 @@ void OrtDeviceRunner::AddGroupModels(int group, const std::string& batched, cons
   auto sessions = std::make_shared<GroupSessions>();
   sessions->wrapped = Bind(batched);  // seconds on a GPU: outside the lock
   sessions->alone = Bind(single);
+  if (!on_cuda_) {
+    sessions->graph_note = "CUDA graphs are for calls on CUDA";
+  } else if (!spec_.cuda_graphs) {
+    sessions->graph_note = "turned off (lstm_ort.streams.cuda_graphs=0)";
+  } else {
+    const bool own = !single.empty();
+    sessions->graph_takes = own ? sessions->alone.takes : std::vector<bool>(step_inputs_.size(), true);
+    try {
+      CaptureGate::Together pass(gate_);  // a session's weights are allocated on the device
+      sessions->graph = std::make_unique<GraphedCall>(GraphedSession(spec_, own ? single : spec_.model), device_id_);
+    } catch (const std::exception& e) {
+      sessions->graph_note = std::string("onnxruntime does not capture its model: ") + e.what();
+    }
+  }
   std::lock_guard<std::mutex> lock(models_mu_);
   groups_[group] = std::move(sessions);
+}
+
+std::pair<int64_t, std::string> OrtDeviceRunner::GraphUse(int group) {
+  std::lock_guard<std::mutex> lock(models_mu_);
+  const auto it = groups_.find(group);
+  if (it == groups_.end()) return {0, "the kind has no models of its own"};
+  const GroupSessions& own = *it->second;
+  return {own.graph ? own.graph->calls() : 0, own.graph_note};
+}
+
+void OrtDeviceRunner::RefuseGraph(GroupSessions& own, const std::string& why) {
+  own.graph_refused = true;
+  std::lock_guard<std::mutex> lock(models_mu_);
+  own.graph_note = why;
+}
+
+std::vector<int64_t> OrtDeviceRunner::AloneStateShape(const CallInputs& in, size_t s) const {
+  TensorLayout one = states_[s];
+  one.batch_axis = (*in.state_axes)[s];
+  return one.Stacked(1);
+}
+
+std::vector<BoundTensor> OrtDeviceRunner::AloneInputs(const CallInputs& in, const std::vector<bool>& takes,
+                                                      const std::vector<std::vector<char>>& held,
+                                                      std::vector<const void*>* data) const {
+  std::vector<BoundTensor> inputs;
+  for (size_t k = 0; k < in.data.size(); ++k) {
+    if (!takes[k]) continue;
+    const size_t bytes = TensorLayout{in.types[k], ElementSize(in.types[k]), in.shapes[k]}.Bytes();
+    inputs.push_back({step_inputs_[k], in.shapes[k], in.types[k], bytes});
+    data->push_back(in.data[k]);
+  }
+  for (size_t s = 0; s < states_.size(); ++s) {
+    inputs.push_back({carry_[s].second, AloneStateShape(in, s), states_[s].type, states_[s].Bytes()});
+    data->push_back(held[s].data());
+  }
+  return inputs;
+}
+
+std::shared_ptr<void> OrtDeviceRunner::RunGraphed(const std::shared_ptr<GroupSessions>& own, const CallInputs& in,
+                                                  const std::vector<std::vector<char>>& held,
+                                                  std::vector<CallOutput>* outputs) {
+  GraphedCall& graph = *own->graph;
+  if (own->graph_refused || !graph.TryTake()) return nullptr;
+  // gives the buffers back once the engine has read the outputs (or at once, where the call does not run here)
+  std::shared_ptr<void> hold(own.get(), [own](void*) { own->graph->Give(); });
+  std::vector<const void*> data;
+  const std::vector<BoundTensor> inputs = AloneInputs(in, own->graph_takes, held, &data);
+  if (!graph.bound() || !graph.Fits(inputs)) return nullptr;
+  try {
+    if (graph.MayCapture()) {
+      CaptureGate::Alone pass(gate_);
+      graph.Run(data);
+    } else {
+      CaptureGate::Together pass(gate_);
+      graph.Run(data);
+    }
+  } catch (const std::exception& e) {  // a capture onnxruntime could not make: the call runs plain
+    RefuseGraph(*own, std::string("its graph failed: ") + e.what());
+    return nullptr;
+  }
+  *outputs = graph.Outputs();
+  std::vector<std::vector<char>> state(states_.size());
+  for (size_t s = 0; s < states_.size(); ++s) {
+    const char* p = static_cast<const char*>((*outputs)[carried_output_[s]].data);
+    state[s].assign(p, p + states_[s].Bytes());
+  }
+  std::lock_guard<std::mutex> lock(pending_mu_);
+  pending_[(*in.slots)[0]] = std::move(state);
+  return hold;
+}
+
+void OrtDeviceRunner::BindGraphed(GroupSessions& own, const CallInputs& in, const std::vector<std::vector<char>>& held,
+                                  const std::vector<CallOutput>& outputs) {
+  GraphedCall& graph = *own.graph;
+  if (own.graph_refused || !graph.TryTake()) return;
+  std::string why;
+  if (!graph.bound()) {
+    std::vector<const void*> data;
+    const std::vector<BoundTensor> inputs = AloneInputs(in, own.graph_takes, held, &data);
+    std::vector<BoundTensor> outs;
+    for (size_t k = 0; k < outputs.size(); ++k) {
+      const CallOutput& o = outputs[k];
+      const size_t bytes = TensorLayout{o.type, o.elem_size, o.shape}.Bytes();
+      outs.push_back({output_names_[k], o.shape, o.type, bytes});
+    }
+    try {
+      CaptureGate::Together pass(gate_);  // pinned host memory is allocated
+      why = graph.Bind(inputs, outs);
+    } catch (const std::exception& e) {
+      why = std::string("binding its buffers failed: ") + e.what();
+    }
+  }
+  graph.Give();
+  if (!why.empty()) RefuseGraph(own, why);
 }
 
 std::shared_ptr<OrtDeviceRunner::GroupSessions> OrtDeviceRunner::GroupOf(int group) {
@@ -174,7 +285,10 @@ void OrtDeviceRunner::ReadState(int64_t slot, std::vector<std::vector<char>>* va
     binding.BindInput(SlotsInput(carry_[s].second).c_str(), arrays_[s]);
     binding.BindOutput(Rows(carry_[s].second).c_str(), cpu_);
   }
-  reader_.Run(Ort::RunOptions{nullptr}, binding);
+  {
+    CaptureGate::Together pass(gate_);
+    reader_.Run(Ort::RunOptions{nullptr}, binding);
+  }
   std::vector<Ort::Value> out = binding.GetOutputValues();
   for (size_t s = 0; s < states_.size(); ++s) {
     const char* data = static_cast<const char*>(out[s].GetTensorRawData());
@@ -209,7 +323,10 @@ void OrtDeviceRunner::EnsureCapacity(int64_t needed) {
                                                      pads[s].size() * sizeof(int64_t)));
     binding.BindOutput(NewSlotsOutput(name).c_str(), device_);
   }
-  grow_.Run(Ort::RunOptions{nullptr}, binding);
+  {
+    CaptureGate::Together pass(gate_);
+    grow_.Run(Ort::RunOptions{nullptr}, binding);
+  }
   arrays_ = binding.GetOutputValues();
   capacity_ = grown;
 }
@@ -241,7 +358,10 @@ void OrtDeviceRunner::Flush(const std::vector<int64_t>& slots) {
     binding.BindInput(SlotsInput(name).c_str(), arrays_[s]);
     binding.BindOutput(NewSlotsOutput(name).c_str(), arrays_[s]);  // in place
   }
-  writer_.Run(Ort::RunOptions{nullptr}, binding);
+  {
+    CaptureGate::Together pass(gate_);
+    writer_.Run(Ort::RunOptions{nullptr}, binding);
+  }
 }
 
 std::shared_ptr<void> OrtDeviceRunner::RunAlone(const CallInputs& in, std::vector<CallOutput>* outputs) {
@@ -260,15 +380,16 @@ std::shared_ptr<void> OrtDeviceRunner::RunAlone(const CallInputs& in, std::vecto
     if (held.empty() && slot >= capacity_)  // a state neither pending nor ever gathered
       throw std::logic_error("stream slot " + std::to_string(slot) + " has no state on the device");
     const std::shared_ptr<GroupSessions> own = GroupOf(in.group);
+    const bool graphed = own && own->graph && !held.empty();
+    if (graphed)
+      if (std::shared_ptr<void> hold = RunGraphed(own, in, held, outputs)) return hold;
     const bool own_alone = own && own->alone.session;
     Ort::Session& session = own_alone ? *own->alone.session : alone_;
     Ort::IoBinding binding(session);
     BindStepInputs(binding, in, own_alone ? &own->alone.takes : nullptr);
     std::vector<std::vector<int64_t>> shapes(states_.size());
     for (size_t s = 0; s < states_.size(); ++s) {
-      TensorLayout one = states_[s];
-      one.batch_axis = (*in.state_axes)[s];
-      shapes[s] = one.Stacked(1);
+      shapes[s] = AloneStateShape(in, s);
       const size_t bytes = states_[s].Bytes();
       if (!held.empty()) {
         binding.BindInput(carry_[s].second.c_str(), HostTensor(held[s].data(), shapes[s], states_[s].type, bytes));
@@ -280,7 +401,10 @@ std::shared_ptr<void> OrtDeviceRunner::RunAlone(const CallInputs& in, std::vecto
       }
     }
     for (const std::string& name : output_names_) binding.BindOutput(name.c_str(), pinned_);
-    session.Run(Ort::RunOptions{nullptr}, binding);
+    {
+      CaptureGate::Together pass(gate_);
+      session.Run(Ort::RunOptions{nullptr}, binding);
+    }
     auto hold = std::make_shared<DeviceCallHold>();
     hold->outputs = binding.GetOutputValues();
     std::vector<std::vector<char>> state(states_.size());
@@ -290,12 +414,13 @@ std::shared_ptr<void> OrtDeviceRunner::RunAlone(const CallInputs& in, std::vecto
       const char* data = static_cast<const char*>(v.GetTensorRawData());
       state[s].assign(data, data + states_[s].Bytes());
     }
+    outputs->clear();
+    for (size_t k = 0; k < output_names_.size(); ++k) outputs->push_back(OutputOf(hold->outputs[k]));
+    if (graphed) BindGraphed(*own, in, held, *outputs);  // the next such call runs on the graph
     {
       std::lock_guard<std::mutex> lock(pending_mu_);
       pending_[slot] = std::move(state);
     }
-    outputs->clear();
-    for (size_t k = 0; k < output_names_.size(); ++k) outputs->push_back(OutputOf(hold->outputs[k]));
     return hold;
   } catch (...) {
     if (!held.empty()) {  // a failed step keeps its stream's state
@@ -338,7 +463,10 @@ std::shared_ptr<void> OrtDeviceRunner::Run(const CallInputs& in, std::vector<Cal
   for (size_t s = 0; s < states_.size(); ++s) binding.BindInput(SlotsInput(carry_[s].second).c_str(), arrays_[s]);
   for (const std::string& name : output_names_) binding.BindOutput(name.c_str(), pinned_);
   for (size_t s = 0; s < states_.size(); ++s) binding.BindOutput(NewSlotsOutput(carry_[s].second).c_str(), arrays_[s]);
-  session->Run(Ort::RunOptions{nullptr}, binding);
+  {
+    CaptureGate::Together pass(gate_);
+    session->Run(Ort::RunOptions{nullptr}, binding);
+  }
   auto hold = std::make_shared<DeviceCallHold>();
   hold->outputs = binding.GetOutputValues();
   outputs->clear();
@@ -349,6 +477,7 @@ std::shared_ptr<void> OrtDeviceRunner::Run(const CallInputs& in, std::vector<Cal
 std::shared_ptr<char> OrtDeviceRunner::Staging(size_t bytes) {
   if (!pinned_alloc_) return CallRunner::Staging(bytes);
   Ort::Allocator* alloc = pinned_alloc_.get();
+  CaptureGate::Together pass(gate_);  // cudaHostAlloc
   return std::shared_ptr<char>(static_cast<char*>(alloc->Alloc(bytes)), [alloc](char* p) { alloc->Free(p); });
 }
 

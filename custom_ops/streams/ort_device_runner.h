@@ -12,18 +12,24 @@
 // Transposes and ScatterND cost more launches than a lone stream's copies. Its state comes from
 // the host where the stream's last call was alone too (or its first state is still to be
 // written), else from a view of its row of the slot arrays, and goes back to the host as the
-// stream's pending state, which the next call that gathers the stream writes first (Flush).
+// stream's pending state, which the next call that gathers the stream writes first (Flush). Where
+// the group's own model of one stream lets onnxruntime capture it, such a call whose state is on the
+// host replays it as a CUDA graph instead (graphed_call.h).
 #pragma once
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <shared_mutex>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "call_runner.h"
+#include "capture_gate.h"
+#include "graphed_call.h"
 #include "session_spec.h"
 
 namespace lstm_ort::streams {
@@ -55,6 +61,9 @@ class OrtDeviceRunner : public CallRunner {
   std::shared_ptr<void> Run(const CallInputs& in, std::vector<CallOutput>* outputs) override;
   std::shared_ptr<char> Staging(size_t bytes) override;
   bool PadsBatches() const override { return on_cuda_; }
+  // The group's calls of one stream run on its CUDA graph's buffers so far, and why they replay no
+  // graph ("" where they do, or will once bound).
+  std::pair<int64_t, std::string> GraphUse(int group);
 
  private:
   // A session and which step inputs it takes (a group's own models lack those made constants).
@@ -64,10 +73,28 @@ class OrtDeviceRunner : public CallRunner {
   };
   struct GroupSessions {
     Bound wrapped, alone;
+    std::unique_ptr<GraphedCall> graph;  // `alone`'s model (or the model as it came) captured; null where not
+    std::vector<bool> graph_takes;       // the step inputs the graph's model takes
+    std::atomic<bool> graph_refused{false};
+    std::string graph_note;  // why not: under models_mu_
   };
   Bound Bind(const std::string& model) const;
+  Ort::Session SessionOf(const std::string& model) const;  // spec_'s, of this model
   std::shared_ptr<GroupSessions> GroupOf(int group);
   std::shared_ptr<void> RunAlone(const CallInputs& in, std::vector<CallOutput>* outputs);
+  // One stream's call on the group's graph: null where it cannot run there (buffers taken, not yet
+  // bound, other shapes, or the graph failed: then refused for good), and the caller runs it plain.
+  std::shared_ptr<void> RunGraphed(const std::shared_ptr<GroupSessions>& own, const CallInputs& in,
+                                   const std::vector<std::vector<char>>& held, std::vector<CallOutput>* outputs);
+  // After a plain call on the group's own model: binds the graph's buffers to its shapes, once.
+  void BindGraphed(GroupSessions& own, const CallInputs& in, const std::vector<std::vector<char>>& held,
+                   const std::vector<CallOutput>& outputs);
+  void RefuseGraph(GroupSessions& own, const std::string& why);
+  // The graphed call's inputs (those `takes` names, then the states) and their data.
+  std::vector<BoundTensor> AloneInputs(const CallInputs& in, const std::vector<bool>& takes,
+                                       const std::vector<std::vector<char>>& held,
+                                       std::vector<const void*>* data) const;
+  std::vector<int64_t> AloneStateShape(const CallInputs& in, size_t s) const;
   void EnsureCapacity(int64_t slots);
   void Flush(const std::vector<int64_t>& slots);
   Ort::Value HostTensor(const void* data, const std::vector<int64_t>& shape, int32_t type, size_t bytes) const;
@@ -86,6 +113,8 @@ class OrtDeviceRunner : public CallRunner {
   std::unique_ptr<Ort::Allocator> pinned_alloc_;
   bool use_pinned_ = false;
   bool on_cuda_ = false;
+  int device_id_ = 0;
+  CaptureGate& gate_ = ProcessCaptureGate();  // every onnxruntime call of this runner passes it
   std::mutex models_mu_;
   std::map<std::vector<int>, std::unique_ptr<Ort::Session>> sessions_;
   std::unordered_map<int, std::shared_ptr<GroupSessions>> groups_;  // under models_mu_

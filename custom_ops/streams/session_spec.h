@@ -23,6 +23,9 @@ struct SessionSpec {
   bool mem_pattern = true;
   int log_severity = 2;
   std::string profile_prefix;  // onnxruntime's profiling, where the caller's options enable it
+  // On CUDA, a group's calls of one stream replay a CUDA graph where onnxruntime captures its model
+  // (graphed_call.h); the session config entry lstm_ort.streams.cuda_graphs=0 turns it off.
+  bool cuda_graphs = true;
   KeyValues config;                                         // session config entries
   std::vector<std::pair<std::string, KeyValues>> providers;  // in order, with their options
 };

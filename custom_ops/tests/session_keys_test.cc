@@ -8,18 +8,18 @@ namespace {
 bool Has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 }  // namespace
 
-TEST(SessionKeysAreTheNodeOptionsTheMarkAndEachPerNodeDebugKey) {
+TEST(SessionKeysAreTheNodeOptionsTheMarkTheStreamsKeyAndEachPerNodeDebugKey) {
   const std::vector<std::string> keys = SessionKeys();
-  CHECK(keys.size() > 6);
+  CHECK(keys.size() > 7);
   CHECK(keys[0] == "strategy" && keys[3] == "int8_scales" && keys[4] == "library_registered");
-  CHECK(keys[5] == "debug.strict");
+  CHECK(keys[5] == "streams.cuda_graphs" && keys[6] == "debug.strict");
   for (const std::string& k : keys) CHECK(k != "debug.cpu_threads");  // process-wide knobs are environment only
 }
 
 TEST(UnknownSessionKeyFindsTheFirstMisspeltEntryOfOursOnly) {
   CHECK(UnknownSessionKey({}).empty());
   CHECK(UnknownSessionKey({"session.intra_op.allow_spinning", "lstm_ortx.a", "lstm_ort.precision",
-                           "lstm_ort.debug.strict", "lstm_ort.library_registered"})
+                           "lstm_ort.debug.strict", "lstm_ort.library_registered", "lstm_ort.streams.cuda_graphs"})
             .empty());
   CHECK(UnknownSessionKey({"lstm_ort.precision", "lstm_ort.debug.stirct", "lstm_ort.cpu_kernal"}) ==
         "lstm_ort.debug.stirct");
@@ -28,5 +28,6 @@ TEST(UnknownSessionKeyFindsTheFirstMisspeltEntryOfOursOnly) {
   CHECK(UnknownSessionKey({"lstm_ort.strict"}) == "lstm_ort.strict");  // debug keys need their prefix
   const std::string message = UnknownSessionKeyMessage("lstm_ort.cpu_kernal");
   CHECK(Has(message, "'lstm_ort.cpu_kernal'") && Has(message, "cpu_kernel") && Has(message, "strict"));
+  CHECK(Has(message, "lstm_ort.streams.cuda_graphs"));
   CHECK(!Has(message, "library_registered"));
 }

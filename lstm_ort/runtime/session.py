@@ -45,7 +45,7 @@ NODE_OPTIONS = {"strategy": (STRATEGY_KEY, STRATEGIES), "precision": (PRECISION_
                 "cpu_kernel": (CPU_KERNEL_KEY, CPU_KERNELS), "int8_scales": (INT8_SCALES_KEY, INT8_SCALES)}
 
 
-def _config_entry(sess_options: ort.SessionOptions, key: str) -> str | None:
+def config_entry(sess_options: ort.SessionOptions, key: str) -> str | None:
     try:
         return sess_options.get_session_config_entry(key)
     except Exception:  # onnxruntime raises when the key is absent
@@ -54,7 +54,7 @@ def _config_entry(sess_options: ort.SessionOptions, key: str) -> str | None:
 
 def register(sess_options: ort.SessionOptions) -> ort.SessionOptions:
     """Register the op library into ``sess_options`` once; returns it."""
-    if _config_entry(sess_options, _REGISTERED_KEY) != "1":
+    if config_entry(sess_options, _REGISTERED_KEY) != "1":
         sess_options.register_custom_ops_library(get_library_path())
         sess_options.add_session_config_entry(_REGISTERED_KEY, "1")
     return sess_options
@@ -89,19 +89,19 @@ class InferenceSession(ort.InferenceSession):
         if precision is not None:
             precision = Precision.parse(precision).value
             sess_options = sess_options if sess_options is not None else ort.SessionOptions()
-            if _config_entry(sess_options, PRECISION_KEY) != precision:  # onnxruntime warns on each overwrite
+            if config_entry(sess_options, PRECISION_KEY) != precision:  # onnxruntime warns on each overwrite
                 sess_options.add_session_config_entry(PRECISION_KEY, precision)
         if debug:
             sess_options = sess_options if sess_options is not None else ort.SessionOptions()
             for key, value in debug.items():
                 require_choice("debug key", key, DEBUG_KEYS)
-                if _config_entry(sess_options, DEBUG_PREFIX + key) != str(value):
+                if config_entry(sess_options, DEBUG_PREFIX + key) != str(value):
                     sess_options.add_session_config_entry(DEBUG_PREFIX + key, str(value))
         wants_cuda = _asks_for_cuda(providers)
         if wants_cuda:
             preload_cuda_libraries()  # before registering: the CUDA plugin needs them to load
         path_or_bytes = session_model(path_or_bytes, sess_options)
-        if not own_options and _config_entry(sess_options, _REGISTERED_KEY) != "1":
+        if not own_options and config_entry(sess_options, _REGISTERED_KEY) != "1":
             # The caller's options may hold the library already (registered by hand with
             # register_custom_ops_library): a second registration makes onnxruntime refuse the
             # session ("Domain already set in registry"), and options cannot say what they hold.
@@ -164,7 +164,7 @@ def node_options(sess_options: ort.SessionOptions) -> dict[str, str]:
     the config key and the allowed values, for a value the kernels do not take."""
     forced = {}
     for attribute, (key, choices) in NODE_OPTIONS.items():
-        value = _config_entry(sess_options, key)
+        value = config_entry(sess_options, key)
         if value is not None:
             forced[attribute] = require_choice(key, value, choices)
     debug = debug_attribute(sess_options)
@@ -179,7 +179,7 @@ def debug_attribute(sess_options: ort.SessionOptions) -> str:
     values (a bad one fails the session, naming the key); a value may not hold ';' or '='."""
     entries = []
     for key in DEBUG_KEYS:
-        value = _config_entry(sess_options, DEBUG_PREFIX + key)
+        value = config_entry(sess_options, DEBUG_PREFIX + key)
         if value is None:
             continue
         if ";" in value or "=" in value:

@@ -37,7 +37,8 @@ from lstm_ort.serving.streams.device import state_axes as state_axes_of
 from lstm_ort.serving.streams.errors import BatcherShutDown, StreamError, closed, engine_error
 from lstm_ort.serving.streams.feeds import StepInputs
 from lstm_ort.serving.streams.kinds import Kind, Kinds, with_row_scales
-from lstm_ort.serving.streams.native_session import api_base, engine_model, engine_options, engine_providers
+from lstm_ort.serving.streams.native_session import (api_base, engine_model, engine_options, engine_providers,
+                                                     refuse_session_graphs)
 from lstm_ort.serving.streams.options import check_batcher_options, step_pair, stream_id, stream_ids
 from lstm_ort.serving.streams.specialize import kind_models
 from lstm_ort.serving.streams.stats import StreamStats, snapshot
@@ -71,6 +72,7 @@ class StreamBatcher:
         self._in = StepInputs(self.model, carry)
         self.carry = self._in.carry
         providers = normalize_providers(providers)
+        refuse_session_graphs(providers)
         on_cuda = bool(providers) and any((p if isinstance(p, str) else p[0]) == CUDA for p in providers)
         self.batch_convs = (not on_cuda) if batch_convs is None else bool(batch_convs)
         session_model = self.model
@@ -237,6 +239,11 @@ class StreamBatcher:
             t.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
         return dict(self.specialized)
 
+    def cuda_graphs(self) -> dict[int, tuple[int, str]]:
+        """By group with models of its own: (its calls of one stream run on its CUDA graph so far,
+        '' or why it has none). onnxruntime captures the graph on the third (docs/streams.md)."""
+        return {g: tuple(self._engine.graph_use(g)) for g in list(self.specialized)}
+
     # -- counters and life -----------------------------------------------------------------------
     def stats(self) -> StreamStats:
         return snapshot(self._engine.stats(), self.open_streams)
@@ -372,7 +379,7 @@ class StreamBatcher:
                 else:
                     batched_model = b""
             made = bool(batched_model or single_model)
-            if made:
+            if made or self.device_states:  # with none, the kind's calls of one stream may still replay a CUDA graph
                 self._engine.add_group_models(group, batched_model, single_model)
         except Exception as e:  # noqa: BLE001 - the kind keeps the model as it came
             why, made = f"{type(e).__name__}: {e}", False

@@ -10,7 +10,8 @@ import os
 import onnxruntime as ort
 
 from lstm_ort.runtime.library import get_library_path, native
-from lstm_ort.runtime.session import session_model
+from lstm_ort.ops.identity import require_choice
+from lstm_ort.runtime.session import config_entry, session_model
 
 # Session config entries onnxruntime reads (onnxruntime_session_options_config_keys.h) that the
 # engine's session takes over from the caller's options; lstm_ort's own (lstm_ort.*) are written
@@ -26,6 +27,9 @@ CONFIG_KEYS = (
     "mlas.enable_gemm_fastmath_arm64_bfloat16", "session.inter_op_thread_affinities",
 )
 _PROVIDERS = ("CPUExecutionProvider", "CUDAExecutionProvider")
+# On CUDA, a kind's calls of one stream replay a CUDA graph where onnxruntime captures its model
+# (custom_ops/streams/graphed_call.h); "0" turns that off.
+CUDA_GRAPHS_KEY = "lstm_ort.streams.cuda_graphs"
 
 
 def api_base() -> int:
@@ -56,15 +60,29 @@ def engine_options(options: ort.SessionOptions | None) -> dict:
     }
     if options.enable_profiling:
         out["profile_file_prefix"] = f"{options.profile_file_prefix or 'onnxruntime_profile'}_streams"
+    graphs = config_entry(options, CUDA_GRAPHS_KEY)
+    if graphs is not None:
+        out["cuda_graphs"] = require_choice(CUDA_GRAPHS_KEY, graphs, ("0", "1")) == "1"
     config = []
     for key in CONFIG_KEYS:
-        try:
-            value = options.get_session_config_entry(key)
-        except Exception:  # onnxruntime raises when the key is absent
-            continue
-        config.append((key, value))
+        value = config_entry(options, key)
+        if value is not None:
+            config.append((key, value))
     out["config"] = config
     return out
+
+
+def refuse_session_graphs(providers) -> None:
+    """ValueError where the CUDA provider's options ask for onnxruntime's session-wide CUDA graph
+    (enable_cuda_graph): the batcher's calls change shape and bind new buffers, which a graph
+    captured once would replay stale. Its own graphs (CUDA_GRAPHS_KEY) bind buffers that stay."""
+    for p in providers or []:
+        if isinstance(p, str) or p[0] != "CUDAExecutionProvider":
+            continue
+        if str(dict(p[1]).get("enable_cuda_graph", "0")).strip().lower() in ("1", "true"):
+            raise ValueError("StreamBatcher: the CUDA provider's enable_cuda_graph would replay each call on the "
+                             "first call's buffers; leave it off: calls of one stream replay a CUDA graph of their "
+                             f"own where they can (session config entry {CUDA_GRAPHS_KEY})")
 
 
 def engine_providers(session: ort.InferenceSession, asked=None) -> list[tuple[str, list[tuple[str, str]]]]:
@@ -83,6 +101,10 @@ def engine_providers(session: ort.InferenceSession, asked=None) -> list[tuple[st
         values = {str(k): str(v) for k, v in options.get(name, {}).items()}
         if name == "CUDAExecutionProvider" and "cudnn_conv_algo_search" not in chosen.get(name, {}):
             values["cudnn_conv_algo_search"] = "HEURISTIC"
+        if name == "CUDAExecutionProvider":
+            # a captured graph replays the addresses it was captured with, where the engine's calls
+            # bind new ones each time: graphs only where graphed_call.h binds fixed buffers
+            values["enable_cuda_graph"] = "0"
         out.append((name, sorted(values.items())))
     return out
 

@@ -1,0 +1,75 @@
+// While one thread captures a CUDA graph in onnxruntime's way (cudaStreamCaptureModeGlobal), CUDA
+// forbids the calls that allocate or synchronize in every thread of the process: such a call made
+// meanwhile fails (error 900), and so does the capture. A runner's onnxruntime calls pass this gate
+// together; a run that may capture passes it alone, once those inside have left, and holds back
+// those that come after it (a capture is rare: a thread's third run of a graphed session). CUDA's
+// rule holds across the process, so there is one gate for all engines (ProcessCaptureGate); calls
+// onnxruntime makes for other sessions of the process do not pass it (docs/streams.md).
+#pragma once
+
+#include <condition_variable>
+#include <mutex>
+
+namespace lstm_ort::streams {
+
+class CaptureGate {
+ public:
+  // Held around one onnxruntime call (a run, a session made); never nested on a thread.
+  class Together {
+   public:
+    explicit Together(CaptureGate& gate) : gate_(gate) { gate_.Enter(); }
+    ~Together() { gate_.Leave(); }
+    Together(const Together&) = delete;
+    Together& operator=(const Together&) = delete;
+
+   private:
+    CaptureGate& gate_;
+  };
+  // Held around a run that may capture.
+  class Alone {
+   public:
+    explicit Alone(CaptureGate& gate) : gate_(gate) { gate_.EnterAlone(); }
+    ~Alone() { gate_.LeaveAlone(); }
+    Alone(const Alone&) = delete;
+    Alone& operator=(const Alone&) = delete;
+
+   private:
+    CaptureGate& gate_;
+  };
+
+ private:
+  void Enter() {
+    std::unique_lock<std::mutex> lock(mu_);
+    ready_.wait(lock, [this] { return !alone_ && waiting_ == 0; });
+    ++inside_;
+  }
+  void Leave() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (--inside_ == 0 && waiting_ > 0) ready_.notify_all();
+  }
+  void EnterAlone() {
+    std::unique_lock<std::mutex> lock(mu_);
+    ++waiting_;
+    ready_.wait(lock, [this] { return !alone_ && inside_ == 0; });
+    --waiting_;
+    alone_ = true;
+  }
+  void LeaveAlone() {
+    std::lock_guard<std::mutex> lock(mu_);
+    alone_ = false;
+    ready_.notify_all();
+  }
+
+  std::mutex mu_;
+  std::condition_variable ready_;
+  int inside_ = 0;   // calls passing together
+  int waiting_ = 0;  // runs waiting to pass alone
+  bool alone_ = false;
+};
+
+inline CaptureGate& ProcessCaptureGate() {
+  static CaptureGate* gate = new CaptureGate;  // never destroyed: engines may outlive statics at exit
+  return *gate;
+}
+
+}  // namespace lstm_ort::streams

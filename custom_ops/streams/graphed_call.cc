@@ -1,0 +1,120 @@
+#include "graphed_call.h"
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+#include <unordered_map>
+
+#include "element_types.h"
+#include "session_spec.h"
+
+namespace lstm_ort::streams {
+
+Ort::Session GraphedSession(const SessionSpec& spec, const std::string& model) {
+  SessionSpec graphed = spec;
+  graphed.model = model;
+  for (auto& [name, values] : graphed.providers) {
+    if (name != "CUDAExecutionProvider") continue;
+    values.erase(std::remove_if(values.begin(), values.end(), [](const auto& kv) { return kv.first == "enable_cuda_graph"; }),
+                 values.end());
+    values.emplace_back("enable_cuda_graph", "1");
+  }
+  // onnxruntime logs its refusal as an error; the caller keeps the reason instead
+  graphed.log_severity = ORT_LOGGING_LEVEL_FATAL;
+  return MakeSession(graphed);
+}
+
+namespace {
+std::atomic<uint64_t> next_id{0};
+// onnxruntime's own count is per thread and session; a run counted here may have failed, so this
+// errs on the side of one more run passing alone
+constexpr int kRunsUntilCaptured = 3;
+}  // namespace
+
+GraphedCall::GraphedCall(Ort::Session session, int device_id) : session_(std::move(session)), id_(next_id++) {
+  device_ = Ort::MemoryInfo("Cuda", OrtDeviceAllocator, device_id, OrtMemTypeDefault);
+  pinned_ = Ort::Allocator(session_, Ort::MemoryInfo("CudaPinned", OrtDeviceAllocator, device_id, OrtMemTypeCPUOutput));
+}
+
+GraphedCall::~GraphedCall() {
+  binding_.reset();
+  for (void* p : input_buffers_) pinned_.Free(p);
+  for (void* p : output_buffers_) pinned_.Free(p);
+}
+
+bool GraphedCall::TryTake() {
+  bool expected = false;
+  return taken_.compare_exchange_strong(expected, true, std::memory_order_acquire);
+}
+
+void GraphedCall::Give() { taken_.store(false, std::memory_order_release); }
+
+bool GraphedCall::Fits(const std::vector<BoundTensor>& inputs) const {
+  if (inputs.size() != inputs_.size()) return false;
+  for (size_t k = 0; k < inputs.size(); ++k)
+    if (inputs[k].name != inputs_[k].name || inputs[k].shape != inputs_[k].shape || inputs[k].type != inputs_[k].type)
+      return false;
+  return true;
+}
+
+std::string GraphedCall::Bind(const std::vector<BoundTensor>& inputs, const std::vector<BoundTensor>& outputs) {
+  if (bound()) throw std::logic_error("GraphedCall::Bind: already bound");
+  size_t total = 0;
+  for (const auto* side : {&inputs, &outputs})
+    for (const BoundTensor& t : *side) total += t.bytes;
+  if (total > kMaxGraphedBytes)
+    return "its inputs and outputs hold " + std::to_string(total) + " bytes, past the " +
+           std::to_string(kMaxGraphedBytes) + " a graphed call reads and writes in host memory";
+  auto binding = std::make_unique<Ort::IoBinding>(session_);
+  std::vector<void*> in_buffers, out_buffers;
+  auto bind = [&](const BoundTensor& t, std::vector<void*>& buffers, bool input) {
+    void* p = pinned_.Alloc(std::max<size_t>(t.bytes, 1));
+    buffers.push_back(p);
+    std::memset(p, 0, t.bytes);
+    // pinned host memory, handed to the graph as the device's: its kernels reach it in place
+    Ort::Value v = Ort::Value::CreateTensor(device_, p, t.bytes, t.shape.data(), t.shape.size(),
+                                            static_cast<ONNXTensorElementDataType>(t.type));
+    if (input) binding->BindInput(t.name.c_str(), v);
+    else binding->BindOutput(t.name.c_str(), v);
+  };
+  try {
+    for (const BoundTensor& t : inputs) bind(t, in_buffers, true);
+    for (const BoundTensor& t : outputs) bind(t, out_buffers, false);
+  } catch (...) {
+    binding.reset();
+    for (void* p : in_buffers) pinned_.Free(p);
+    for (void* p : out_buffers) pinned_.Free(p);
+    throw;
+  }
+  binding_ = std::move(binding);
+  input_buffers_ = std::move(in_buffers);
+  output_buffers_ = std::move(out_buffers);
+  inputs_ = inputs;
+  outputs_ = outputs;
+  return "";
+}
+
+int& GraphedCall::RunsOnThisThread() const {
+  thread_local std::unordered_map<uint64_t, int> runs;
+  return runs[id_];
+}
+
+bool GraphedCall::MayCapture() const { return RunsOnThisThread() < kRunsUntilCaptured; }
+
+void GraphedCall::Run(const std::vector<const void*>& data) {
+  if (data.size() != inputs_.size()) throw std::logic_error("GraphedCall::Run: one pointer per bound input");
+  for (size_t k = 0; k < data.size(); ++k) std::memcpy(input_buffers_[k], data[k], inputs_[k].bytes);
+  int& runs = RunsOnThisThread();
+  runs = std::min(runs + 1, kRunsUntilCaptured);
+  session_.Run(Ort::RunOptions{nullptr}, *binding_);
+  calls_.fetch_add(1, std::memory_order_relaxed);
+}
+
+std::vector<CallOutput> GraphedCall::Outputs() const {
+  std::vector<CallOutput> out;
+  for (size_t k = 0; k < outputs_.size(); ++k)
+    out.push_back({output_buffers_[k], outputs_[k].shape, outputs_[k].type, ElementSize(outputs_[k].type)});
+  return out;
+}
+
+}  // namespace lstm_ort::streams

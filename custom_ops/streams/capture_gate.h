@@ -1,10 +1,12 @@
 // While one thread captures a CUDA graph in onnxruntime's way (cudaStreamCaptureModeGlobal), CUDA
 // forbids the calls that allocate or synchronize in every thread of the process: such a call made
-// meanwhile fails (error 900), and so does the capture. A runner's onnxruntime calls pass this gate
-// together; a run that may capture passes it alone, once those inside have left, and holds back
-// those that come after it (a capture is rare: a thread's third run of a graphed session). CUDA's
-// rule holds across the process, so there is one gate for all engines (ProcessCaptureGate); calls
-// onnxruntime makes for other sessions of the process do not pass it (docs/streams.md).
+// meanwhile fails (error 900), and so does the capture. The engines' onnxruntime calls (a binding
+// with its copies and the run, a session made or dropped) pass this gate together; a run that may
+// capture passes it alone, once those inside have left, and holds back those that come after it
+// (a capture is rare: a thread's first runs of a graphed session). While a long call is inside (a
+// session made: seconds on a GPU) short ones still pass, since the capture waits for it anyway.
+// CUDA's rule holds across the process, so all engines share one gate (ProcessCaptureGate); calls
+// that other onnxruntime sessions of the process make do not pass it (docs/streams.md).
 #pragma once
 
 #include <condition_variable>
@@ -14,16 +16,20 @@ namespace lstm_ort::streams {
 
 class CaptureGate {
  public:
-  // Held around one onnxruntime call (a run, a session made); never nested on a thread.
+  enum class Length { kShort, kLong };
+  // Held around one onnxruntime call; never nested on a thread.
   class Together {
    public:
-    explicit Together(CaptureGate& gate) : gate_(gate) { gate_.Enter(); }
-    ~Together() { gate_.Leave(); }
+    explicit Together(CaptureGate& gate, Length length = Length::kShort) : gate_(gate), long_(length == Length::kLong) {
+      gate_.Enter(long_);
+    }
+    ~Together() { gate_.Leave(long_); }
     Together(const Together&) = delete;
     Together& operator=(const Together&) = delete;
 
    private:
     CaptureGate& gate_;
+    const bool long_;
   };
   // Held around a run that may capture.
   class Alone {
@@ -38,14 +44,17 @@ class CaptureGate {
   };
 
  private:
-  void Enter() {
+  void Enter(bool is_long) {
     std::unique_lock<std::mutex> lock(mu_);
-    ready_.wait(lock, [this] { return !alone_ && waiting_ == 0; });
+    ready_.wait(lock, [this] { return !alone_ && (waiting_ == 0 || long_inside_ > 0); });
     ++inside_;
+    long_inside_ += is_long;
   }
-  void Leave() {
+  void Leave(bool is_long) {
     std::lock_guard<std::mutex> lock(mu_);
-    if (--inside_ == 0 && waiting_ > 0) ready_.notify_all();
+    --inside_;
+    long_inside_ -= is_long;
+    if (inside_ == 0 && waiting_ > 0) ready_.notify_all();
   }
   void EnterAlone() {
     std::unique_lock<std::mutex> lock(mu_);
@@ -62,8 +71,9 @@ class CaptureGate {
 
   std::mutex mu_;
   std::condition_variable ready_;
-  int inside_ = 0;   // calls passing together
-  int waiting_ = 0;  // runs waiting to pass alone
+  int inside_ = 0;       // calls passing together
+  int long_inside_ = 0;  // of which long
+  int waiting_ = 0;      // runs waiting to pass alone
   bool alone_ = false;
 };
 

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstring>
 #include <stdexcept>
-#include <unordered_map>
 
 #include "element_types.h"
 #include "session_spec.h"
@@ -25,13 +24,10 @@ Ort::Session GraphedSession(const SessionSpec& spec, const std::string& model) {
 }
 
 namespace {
-std::atomic<uint64_t> next_id{0};
-// onnxruntime's own count is per thread and session; a run counted here may have failed, so this
-// errs on the side of one more run passing alone
 constexpr int kRunsUntilCaptured = 3;
 }  // namespace
 
-GraphedCall::GraphedCall(Ort::Session session, int device_id) : session_(std::move(session)), id_(next_id++) {
+GraphedCall::GraphedCall(Ort::Session session, int device_id) : session_(std::move(session)) {
   device_ = Ort::MemoryInfo("Cuda", OrtDeviceAllocator, device_id, OrtMemTypeDefault);
   pinned_ = Ort::Allocator(session_, Ort::MemoryInfo("CudaPinned", OrtDeviceAllocator, device_id, OrtMemTypeCPUOutput));
 }
@@ -94,18 +90,30 @@ std::string GraphedCall::Bind(const std::vector<BoundTensor>& inputs, const std:
   return "";
 }
 
-int& GraphedCall::RunsOnThisThread() const {
-  thread_local std::unordered_map<uint64_t, int> runs;
-  return runs[id_];
+GraphedCall::ThreadRuns* GraphedCall::ThisThread() {
+  const std::thread::id me = std::this_thread::get_id();
+  std::lock_guard<std::mutex> lock(threads_mu_);
+  for (ThreadRuns& t : threads_)
+    if (t.thread == me) return &t;
+  if (threads_.size() >= kMaxGraphThreads) return nullptr;
+  threads_.reserve(kMaxGraphThreads);  // the pointers handed out stay valid
+  threads_.push_back({me, 0});
+  return &threads_.back();
 }
 
-bool GraphedCall::MayCapture() const { return RunsOnThisThread() < kRunsUntilCaptured; }
+bool GraphedCall::ThisThreadMayRun() { return ThisThread() != nullptr; }
+
+bool GraphedCall::MayCapture() {
+  const ThreadRuns* t = ThisThread();
+  return t && t->runs < kRunsUntilCaptured;
+}
 
 void GraphedCall::Run(const std::vector<const void*>& data) {
   if (data.size() != inputs_.size()) throw std::logic_error("GraphedCall::Run: one pointer per bound input");
   for (size_t k = 0; k < data.size(); ++k) std::memcpy(input_buffers_[k], data[k], inputs_[k].bytes);
-  int& runs = RunsOnThisThread();
-  runs = std::min(runs + 1, kRunsUntilCaptured);
+  ThreadRuns* t = ThisThread();
+  if (!t) throw std::logic_error("GraphedCall::Run on a thread past kMaxGraphThreads");
+  t->runs = std::min(t->runs + 1, kRunsUntilCaptured);  // only this thread writes its entry
   session_.Run(Ort::RunOptions{nullptr}, *binding_);
   calls_.fetch_add(1, std::memory_order_relaxed);
 }

@@ -13,7 +13,9 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "../ort_api.h"
@@ -31,6 +33,7 @@ struct BoundTensor {
 // The most bytes a graphed call's inputs and outputs may hold together (the L2 H128 step at 16
 // streams, 80 KB: 42 us against 78 plain; at 256 streams, 1.2 MB: slower than plain).
 constexpr size_t kMaxGraphedBytes = 128 << 10;
+constexpr size_t kMaxGraphThreads = 8;
 
 class GraphedCall {
  public:
@@ -53,9 +56,14 @@ class GraphedCall {
   // GraphedCall stays unbound.
   std::string Bind(const std::vector<BoundTensor>& inputs, const std::vector<BoundTensor>& outputs);
 
-  // Whether this thread's next Run may capture the graph: onnxruntime keeps a graph per thread and
-  // captures it on the thread's third run (two plain runs first: min_num_runs_before_cuda_graph_capture_).
-  bool MayCapture() const;
+  // Whether this thread runs calls here: onnxruntime keeps a graph per thread (its memory, and a
+  // capture that holds back every other call of the process), so only the first kMaxGraphThreads
+  // threads to ask do (a server's worker threads; a thread per request would capture without end).
+  bool ThisThreadMayRun();
+  // Whether this thread's next Run may capture the graph: onnxruntime captures during a thread's
+  // first Run (it runs twice plainly first within it, min_num_runs_before_cuda_graph_capture_);
+  // this counts three Runs, to be safe.
+  bool MayCapture();
   // Under TryTake: copies `data` (one pointer per bound input) into the buffers and runs.
   void Run(const std::vector<const void*>& data);
   // The last Run's outputs, valid until the buffers are given back.
@@ -72,8 +80,13 @@ class GraphedCall {
   std::unique_ptr<Ort::IoBinding> binding_;
   std::atomic<bool> taken_{false};
   std::atomic<int64_t> calls_{0};
-  const uint64_t id_;  // this GraphedCall's among all, for the runs each thread made
-  int& RunsOnThisThread() const;
+  struct ThreadRuns {
+    std::thread::id thread;
+    int runs = 0;
+  };
+  std::mutex threads_mu_;
+  std::vector<ThreadRuns> threads_;  // those that ran here, at most kMaxGraphThreads
+  ThreadRuns* ThisThread();          // null where it has no room
 };
 
 // The session of a group's graphed calls: `spec`'s, with the CUDA provider's enable_cuda_graph.

@@ -54,12 +54,19 @@ OrtDeviceRunner::OrtDeviceRunner(const SessionSpec& spec, std::vector<std::strin
   carried_output_ = CarriedOutputIndexes(output_names_, carry_);
 }
 
-OrtDeviceRunner::~OrtDeviceRunner() = default;
+OrtDeviceRunner::~OrtDeviceRunner() {
+  // the sessions and buffers give their memory back to CUDA, which a capture elsewhere forbids
+  CaptureGate::Together pass(gate_, CaptureGate::Length::kLong);
+  groups_.clear();
+  sessions_.clear();
+  arrays_.clear();
+  pinned_alloc_.reset();
+  for (Ort::Session* s : {&writer_, &reader_, &grow_, &alone_}) *s = Ort::Session{nullptr};
+}
 
 Ort::Session OrtDeviceRunner::SessionOf(const std::string& model) const {
   SessionSpec spec = spec_;
   spec.model = model;
-  CaptureGate::Together pass(gate_);  // a session's weights are allocated on the device
   return MakeSession(spec);
 }
 
@@ -105,7 +112,6 @@ void OrtDeviceRunner::AddGroupModels(int group, const std::string& batched, cons
     const bool own = !single.empty();
     sessions->graph_takes = own ? sessions->alone.takes : std::vector<bool>(step_inputs_.size(), true);
     try {
-      CaptureGate::Together pass(gate_);  // a session's weights are allocated on the device
       sessions->graph = std::make_unique<GraphedCall>(GraphedSession(spec_, own ? single : spec_.model), device_id_);
     } catch (const std::exception& e) {
       sessions->graph_note = std::string("onnxruntime does not capture its model: ") + e.what();
@@ -118,7 +124,7 @@ void OrtDeviceRunner::AddGroupModels(int group, const std::string& batched, cons
 std::pair<int64_t, std::string> OrtDeviceRunner::GraphUse(int group) {
   std::lock_guard<std::mutex> lock(models_mu_);
   const auto it = groups_.find(group);
-  if (it == groups_.end()) return {0, "the kind has no models of its own"};
+  if (it == groups_.end()) return {-1, ""};
   const GroupSessions& own = *it->second;
   return {own.graph ? own.graph->calls() : 0, own.graph_note};
 }
@@ -156,7 +162,7 @@ std::shared_ptr<void> OrtDeviceRunner::RunGraphed(const std::shared_ptr<GroupSes
                                                   const std::vector<std::vector<char>>& held,
                                                   std::vector<CallOutput>* outputs) {
   GraphedCall& graph = *own->graph;
-  if (own->graph_refused || !graph.TryTake()) return nullptr;
+  if (own->graph_refused || !graph.ThisThreadMayRun() || !graph.TryTake()) return nullptr;
   // gives the buffers back once the engine has read the outputs (or at once, where the call does not run here)
   std::shared_ptr<void> hold(own.get(), [own](void*) { own->graph->Give(); });
   std::vector<const void*> data;
@@ -186,25 +192,26 @@ std::shared_ptr<void> OrtDeviceRunner::RunGraphed(const std::shared_ptr<GroupSes
 }
 
 void OrtDeviceRunner::BindGraphed(GroupSessions& own, const CallInputs& in, const std::vector<std::vector<char>>& held,
-                                  const std::vector<CallOutput>& outputs) {
+                                  const std::vector<CallOutput>& outputs) noexcept {
   GraphedCall& graph = *own.graph;
   if (own.graph_refused || !graph.TryTake()) return;
   std::string why;
-  if (!graph.bound()) {
-    std::vector<const void*> data;
-    const std::vector<BoundTensor> inputs = AloneInputs(in, own.graph_takes, held, &data);
-    std::vector<BoundTensor> outs;
-    for (size_t k = 0; k < outputs.size(); ++k) {
-      const CallOutput& o = outputs[k];
-      const size_t bytes = TensorLayout{o.type, o.elem_size, o.shape}.Bytes();
-      outs.push_back({output_names_[k], o.shape, o.type, bytes});
-    }
-    try {
+  try {
+    if (!graph.bound()) {
+      std::vector<const void*> data;
+      const std::vector<BoundTensor> inputs = AloneInputs(in, own.graph_takes, held, &data);
+      std::vector<BoundTensor> outs;
+      for (size_t k = 0; k < outputs.size(); ++k) {
+        const CallOutput& o = outputs[k];
+        outs.push_back({output_names_[k], o.shape, o.type, TensorLayout{o.type, o.elem_size, o.shape}.Bytes()});
+      }
       CaptureGate::Together pass(gate_);  // pinned host memory is allocated
       why = graph.Bind(inputs, outs);
-    } catch (const std::exception& e) {
-      why = std::string("binding its buffers failed: ") + e.what();
     }
+  } catch (const std::exception& e) {  // the call itself ran: it stays plain, the kind with it
+    why = std::string("binding its buffers failed: ") + e.what();
+  } catch (...) {
+    why = "binding its buffers failed";
   }
   graph.Give();
   if (!why.empty()) RefuseGraph(own, why);
@@ -279,16 +286,14 @@ void OrtDeviceRunner::ReadState(int64_t slot, std::vector<std::vector<char>>* va
   values->clear();
   int64_t row = slot;
   const std::vector<int64_t> one{1};
+  CaptureGate::Together pass(gate_);  // from the binding on: it copies inputs to the device
   Ort::IoBinding binding(reader_);
   binding.BindInput(kSlots.c_str(), HostTensor(&row, one, ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64, sizeof row));
   for (size_t s = 0; s < states_.size(); ++s) {
     binding.BindInput(SlotsInput(carry_[s].second).c_str(), arrays_[s]);
     binding.BindOutput(Rows(carry_[s].second).c_str(), cpu_);
   }
-  {
-    CaptureGate::Together pass(gate_);
-    reader_.Run(Ort::RunOptions{nullptr}, binding);
-  }
+  reader_.Run(Ort::RunOptions{nullptr}, binding);
   std::vector<Ort::Value> out = binding.GetOutputValues();
   for (size_t s = 0; s < states_.size(); ++s) {
     const char* data = static_cast<const char*>(out[s].GetTensorRawData());
@@ -301,6 +306,7 @@ void OrtDeviceRunner::EnsureCapacity(int64_t needed) {
   if (needed <= capacity_) return;
   int64_t grown = std::max(capacity_ * 2, kFirstCapacity);
   while (grown < needed) grown *= 2;
+  CaptureGate::Together pass(gate_);
   Ort::IoBinding binding(grow_);
   std::vector<std::vector<char>> zeros;
   std::vector<std::vector<int64_t>> pads(states_.size());
@@ -323,10 +329,7 @@ void OrtDeviceRunner::EnsureCapacity(int64_t needed) {
                                                      pads[s].size() * sizeof(int64_t)));
     binding.BindOutput(NewSlotsOutput(name).c_str(), device_);
   }
-  {
-    CaptureGate::Together pass(gate_);
-    grow_.Run(Ort::RunOptions{nullptr}, binding);
-  }
+  grow_.Run(Ort::RunOptions{nullptr}, binding);
   arrays_ = binding.GetOutputValues();
   capacity_ = grown;
 }
@@ -346,6 +349,7 @@ void OrtDeviceRunner::Flush(const std::vector<int64_t>& slots) {
     }
   }
   if (rows.empty()) return;
+  CaptureGate::Together pass(gate_);
   Ort::IoBinding binding(writer_);
   const std::vector<int64_t> n{static_cast<int64_t>(rows.size())};
   binding.BindInput(kSlots.c_str(), HostTensor(rows.data(), n, ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64,
@@ -358,10 +362,30 @@ void OrtDeviceRunner::Flush(const std::vector<int64_t>& slots) {
     binding.BindInput(SlotsInput(name).c_str(), arrays_[s]);
     binding.BindOutput(NewSlotsOutput(name).c_str(), arrays_[s]);  // in place
   }
-  {
-    CaptureGate::Together pass(gate_);
-    writer_.Run(Ort::RunOptions{nullptr}, binding);
+  writer_.Run(Ort::RunOptions{nullptr}, binding);
+}
+
+std::vector<Ort::Value> OrtDeviceRunner::RunPlainAlone(Ort::Session& session, const std::vector<bool>* takes,
+                                                       const CallInputs& in, const std::vector<std::vector<char>>& held,
+                                                       const std::vector<std::vector<int64_t>>& shapes) {
+  const int64_t slot = (*in.slots)[0];
+  CaptureGate::Together pass(gate_);  // from the binding on: it copies inputs to the device
+  Ort::IoBinding binding(session);
+  BindStepInputs(binding, in, takes);
+  for (size_t s = 0; s < states_.size(); ++s) {
+    const size_t bytes = states_[s].Bytes();
+    if (!held.empty()) {
+      binding.BindInput(carry_[s].second.c_str(), HostTensor(held[s].data(), shapes[s], states_[s].type, bytes));
+    } else {  // its row of the slot array (one stream's state; a batch axis of 1 moves no bytes)
+      char* row = arrays_[s].GetTensorMutableData<char>() + slot * static_cast<int64_t>(bytes);
+      binding.BindInput(carry_[s].second.c_str(),
+                        Ort::Value::CreateTensor(device_, row, bytes, shapes[s].data(), shapes[s].size(),
+                                                 static_cast<ONNXTensorElementDataType>(states_[s].type)));
+    }
   }
+  for (const std::string& name : output_names_) binding.BindOutput(name.c_str(), pinned_);
+  session.Run(Ort::RunOptions{nullptr}, binding);
+  return binding.GetOutputValues();
 }
 
 std::shared_ptr<void> OrtDeviceRunner::RunAlone(const CallInputs& in, std::vector<CallOutput>* outputs) {
@@ -385,28 +409,10 @@ std::shared_ptr<void> OrtDeviceRunner::RunAlone(const CallInputs& in, std::vecto
       if (std::shared_ptr<void> hold = RunGraphed(own, in, held, outputs)) return hold;
     const bool own_alone = own && own->alone.session;
     Ort::Session& session = own_alone ? *own->alone.session : alone_;
-    Ort::IoBinding binding(session);
-    BindStepInputs(binding, in, own_alone ? &own->alone.takes : nullptr);
     std::vector<std::vector<int64_t>> shapes(states_.size());
-    for (size_t s = 0; s < states_.size(); ++s) {
-      shapes[s] = AloneStateShape(in, s);
-      const size_t bytes = states_[s].Bytes();
-      if (!held.empty()) {
-        binding.BindInput(carry_[s].second.c_str(), HostTensor(held[s].data(), shapes[s], states_[s].type, bytes));
-      } else {  // its row of the slot array (one stream's state; a batch axis of 1 moves no bytes)
-        char* row = arrays_[s].GetTensorMutableData<char>() + slot * static_cast<int64_t>(bytes);
-        binding.BindInput(carry_[s].second.c_str(),
-                          Ort::Value::CreateTensor(device_, row, bytes, shapes[s].data(), shapes[s].size(),
-                                                   static_cast<ONNXTensorElementDataType>(states_[s].type)));
-      }
-    }
-    for (const std::string& name : output_names_) binding.BindOutput(name.c_str(), pinned_);
-    {
-      CaptureGate::Together pass(gate_);
-      session.Run(Ort::RunOptions{nullptr}, binding);
-    }
+    for (size_t s = 0; s < states_.size(); ++s) shapes[s] = AloneStateShape(in, s);
     auto hold = std::make_shared<DeviceCallHold>();
-    hold->outputs = binding.GetOutputValues();
+    hold->outputs = RunPlainAlone(session, own_alone ? &own->alone.takes : nullptr, in, held, shapes);
     std::vector<std::vector<char>> state(states_.size());
     for (size_t s = 0; s < states_.size(); ++s) {
       const Ort::Value& v = hold->outputs[carried_output_[s]];
@@ -455,6 +461,7 @@ std::shared_ptr<void> OrtDeviceRunner::Run(const CallInputs& in, std::vector<Cal
     session = it->second.get();
   }
   Flush(slots);
+  CaptureGate::Together pass(gate_);
   Ort::IoBinding binding(*session);
   BindStepInputs(binding, in, own_wrapped ? &own->wrapped.takes : nullptr);
   const std::vector<int64_t> n{static_cast<int64_t>(slots.size())};
@@ -463,10 +470,7 @@ std::shared_ptr<void> OrtDeviceRunner::Run(const CallInputs& in, std::vector<Cal
   for (size_t s = 0; s < states_.size(); ++s) binding.BindInput(SlotsInput(carry_[s].second).c_str(), arrays_[s]);
   for (const std::string& name : output_names_) binding.BindOutput(name.c_str(), pinned_);
   for (size_t s = 0; s < states_.size(); ++s) binding.BindOutput(NewSlotsOutput(carry_[s].second).c_str(), arrays_[s]);
-  {
-    CaptureGate::Together pass(gate_);
-    session->Run(Ort::RunOptions{nullptr}, binding);
-  }
+  session->Run(Ort::RunOptions{nullptr}, binding);
   auto hold = std::make_shared<DeviceCallHold>();
   hold->outputs = binding.GetOutputValues();
   outputs->clear();

@@ -62,7 +62,7 @@ class OrtDeviceRunner : public CallRunner {
   std::shared_ptr<char> Staging(size_t bytes) override;
   bool PadsBatches() const override { return on_cuda_; }
   // The group's calls of one stream run on its CUDA graph's buffers so far, and why they replay no
-  // graph ("" where they do, or will once bound).
+  // graph ("" where they do, or will once bound); -1 for a group the runner has no models of.
   std::pair<int64_t, std::string> GraphUse(int group);
 
  private:
@@ -82,13 +82,18 @@ class OrtDeviceRunner : public CallRunner {
   Ort::Session SessionOf(const std::string& model) const;  // spec_'s, of this model
   std::shared_ptr<GroupSessions> GroupOf(int group);
   std::shared_ptr<void> RunAlone(const CallInputs& in, std::vector<CallOutput>* outputs);
+  // One stream's call on `session` the plain way, its state from the host (`held`) or else from
+  // its row of the slot arrays: the model's outputs.
+  std::vector<Ort::Value> RunPlainAlone(Ort::Session& session, const std::vector<bool>* takes, const CallInputs& in,
+                                        const std::vector<std::vector<char>>& held,
+                                        const std::vector<std::vector<int64_t>>& shapes);
   // One stream's call on the group's graph: null where it cannot run there (buffers taken, not yet
   // bound, other shapes, or the graph failed: then refused for good), and the caller runs it plain.
   std::shared_ptr<void> RunGraphed(const std::shared_ptr<GroupSessions>& own, const CallInputs& in,
                                    const std::vector<std::vector<char>>& held, std::vector<CallOutput>* outputs);
   // After a plain call on the group's own model: binds the graph's buffers to its shapes, once.
   void BindGraphed(GroupSessions& own, const CallInputs& in, const std::vector<std::vector<char>>& held,
-                   const std::vector<CallOutput>& outputs);
+                   const std::vector<CallOutput>& outputs) noexcept;
   void RefuseGraph(GroupSessions& own, const std::string& why);
   // The graphed call's inputs (those `takes` names, then the states) and their data.
   std::vector<BoundTensor> AloneInputs(const CallInputs& in, const std::vector<bool>& takes,

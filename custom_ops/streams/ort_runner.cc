@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <stdexcept>
 
+#include "capture_gate.h"
 #include "element_types.h"
 
 namespace lstm_ort::streams {
@@ -51,6 +53,7 @@ OrtHostRunner::OrtHostRunner(const SessionSpec& spec, std::vector<std::string> s
   for (const auto& [out, in] : carry_) input_names_.push_back(in);
   spec_ = spec;
   spec_.model.clear();
+  on_cuda_ = SessionDevice(spec_).first == "Cuda";
   session_ = Bind(MakeSession(spec));
   output_names_ = OutputNames(session_.session);
   carried_output_ = CarriedOutputIndexes(output_names_, carry_);
@@ -187,6 +190,8 @@ std::shared_ptr<void> OrtHostRunner::Run(const CallInputs& in, std::vector<CallO
                                               t.shape.size(), static_cast<ONNXTensorElementDataType>(t.type)));
   }
   auto hold = std::make_shared<CallHold>();
+  std::optional<CaptureGate::Together> pass;  // its inputs are copied to the device in it
+  if (on_cuda_) pass.emplace(ProcessCaptureGate());
   hold->outputs = chosen.session.Run(Ort::RunOptions{nullptr}, chosen.name_ptrs.data(), values.data(), values.size(),
                                      output_ptrs_.data(), output_ptrs_.size());
   // Every carried output must fit its input's rows before any is written back.

@@ -35,6 +35,7 @@ class OrtHostRunner : public CallRunner {
   void AddGroupModels(int group, const std::string& batched, const std::string& single) override;
 
  private:
+  bool on_cuda_ = false;  // its calls pass the capture gate (capture_gate.h)
   // A session and which of the engine's inputs (step inputs, then carried inputs) it takes.
   struct Bound {
     Ort::Session session{nullptr};

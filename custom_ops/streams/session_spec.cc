@@ -3,6 +3,8 @@
 #include <mutex>
 #include <stdexcept>
 
+#include "capture_gate.h"
+
 namespace lstm_ort::streams {
 
 namespace {
@@ -60,6 +62,8 @@ Ort::Session MakeSession(const SessionSpec& spec) {
     }
     throw std::invalid_argument("the native step path runs the CPU and CUDA execution providers, not " + name);
   }
+  // its weights are allocated on the device, which a capture elsewhere forbids (capture_gate.h)
+  CaptureGate::Together pass(ProcessCaptureGate(), CaptureGate::Length::kLong);
   return Ort::Session(Env(), spec.model.data(), spec.model.size(), options);
 }
 

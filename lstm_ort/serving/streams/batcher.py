@@ -105,6 +105,8 @@ class StreamBatcher:
         self._learn_lock = threading.Lock()
         self._states: dict[str, tuple[int, ...]] | None = None
         options = engine_options(session_options)
+        # a kind's calls of one stream replay a CUDA graph of a third session of their own
+        self._graphs = self.device_states and on_device and options.get("cuda_graphs", True)
         if self.convs_rewritten and not self.device_states:  # a lone stream runs the model as it came
             options["single_model"] = engine_model(self.model.SerializeToString(), session_options)
         self._engine = _engine.Engine(
@@ -240,9 +242,14 @@ class StreamBatcher:
         return dict(self.specialized)
 
     def cuda_graphs(self) -> dict[int, tuple[int, str]]:
-        """By group with models of its own: (its calls of one stream run on its CUDA graph so far,
-        '' or why it has none). onnxruntime captures the graph on the third (docs/streams.md)."""
-        return {g: tuple(self._engine.graph_use(g)) for g in list(self.specialized)}
+        """By kind (group) seen: (its calls of one stream run on its CUDA graph so far, '' or why it
+        has none). Only kinds that get models of their own (``specialize``, the first four, within
+        their budget) get a graph; ``specialized`` says why a kind did not (docs/streams.md)."""
+        out = {}
+        for group, why_no_models in list(self.specialized.items()):
+            calls, why = self._engine.graph_use(group)
+            out[group] = (calls, why) if calls >= 0 else (0, f"it has no sessions of its own: {why_no_models}")
+        return out
 
     # -- counters and life -----------------------------------------------------------------------
     def stats(self) -> StreamStats:
@@ -340,8 +347,10 @@ class StreamBatcher:
         if len(self._specializers) >= _MAX_SPECIALIZED_KINDS:
             self.specialized[group] = f"only the first {_MAX_SPECIALIZED_KINDS} kinds get models of their own"
             return
-        # each kind's sessions hold the weights once more: a budget for all kinds
-        need = self.session_model.ByteSize() + (self.model.ByteSize() if self.convs_rewritten else 0)
+        # each kind's sessions hold the weights once more (its graphed session once again): a budget
+        # for all kinds
+        graph_bytes = self.model.ByteSize() if self._graphs else 0
+        need = self.session_model.ByteSize() + (self.model.ByteSize() if self.convs_rewritten else 0) + graph_bytes
         if self._specialized_bytes + need > _SPECIALIZED_BYTES:
             self.specialized[group] = (f"its own models would hold {need / 2**20:.0f} MiB of weights again, past the "
                                        f"{_SPECIALIZED_BYTES / 2**20:.0f} MiB all kinds' own models may take")
@@ -349,13 +358,15 @@ class StreamBatcher:
         self._specialized_bytes += need
         # not a daemon: a process that ends meanwhile waits for it rather than tear down onnxruntime
         # under a session being made
-        t = threading.Thread(target=self._specialize, args=(group, kind, need), name=f"lstm-ort-specialize-{group}")
+        t = threading.Thread(target=self._specialize, args=(group, kind, need - graph_bytes),
+                             name=f"lstm-ort-specialize-{group}")
         self._specializers.append(t)
         t.start()
 
     def _specialize(self, group: int, kind: Kind, budgeted: int) -> None:
         """Makes, proves and hands the engine the kind's own models (on its own thread); gives back
-        the ``budgeted`` bytes where it makes none."""
+        the ``budgeted`` bytes where it makes none (not its graphed session's: the engine makes that
+        from the model as it came then)."""
         batched = kind.layout.batched
         input_axes = {n: kind.layout.inputs.get(n) if batched else None for n in kind.example if n not in kind.shared}
         states = {n: np.zeros(s, self._in.state_dtypes[n]) for n, s in self._states.items()}
@@ -389,7 +400,8 @@ class StreamBatcher:
         self.specialized[group] = why
 
 
-# Kinds that get models of their own (two sessions each): most streaming deployments have one.
+# Kinds that get models of their own (two sessions each, a third for CUDA graphs): most streaming
+# deployments have one.
 _MAX_SPECIALIZED_KINDS = 4
 # and the most their models may hold (the weights of each, again; silero-vad 16k's model: 3.3 MB)
 _SPECIALIZED_BYTES = 256 << 20

@@ -240,6 +240,20 @@ def test_tensordot_becomes_one_matmul_only_where_it_is_one(rng, order, flat, col
         np.testing.assert_allclose(got.run(None, {"x": x})[0], want.run(None, {"x": x})[0], rtol=TOL, atol=TOL)
 
 
+def test_a_tensordot_whose_product_a_subgraph_reads_stays(rng):
+    """The MatMul's output read inside an If branch too: one MatMul in its place would leave the
+    Tensordot's to run as well, so it stays (model_io.reader_counts counts a subgraph's reads)."""
+    model = tensordot_model(rng)
+    branch = helper.make_graph([helper.make_node("Identity", ["y2"], ["seen"])], "branch", [],
+                               [helper.make_tensor_value_info("seen", TensorProto.FLOAT, None)])
+    model.graph.input.append(helper.make_tensor_value_info("flag", TensorProto.BOOL, []))
+    model.graph.node.append(helper.make_node("If", ["flag"], ["z"], then_branch=branch, else_branch=branch))
+    model.graph.output.append(helper.make_tensor_value_info("z", TensorProto.FLOAT, None))
+    assert collapse_tensordots(model) == 0
+    model.graph.node.pop()  # without the branch's read it is one MatMul
+    assert collapse_tensordots(model) == 1
+
+
 def test_g2p_decoder_kind_folds_its_dense_layer(rng):
     model, carry = support.corpus_optimized(support.G2P_DECODER)
     streams = [[{"input_2": rng.standard_normal((1, 1, 32)).astype(np.float32)} for _ in range(k)]

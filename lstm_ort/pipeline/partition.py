@@ -30,7 +30,7 @@ from lstm_ort.pipeline.shapes import infer_dims, resolve_reshape, shape_values
 from lstm_ort.pipeline.stack import Stack, find_stack, fused_nodes
 from lstm_ort.pipeline.states import StatePlan, cut_model, trace_states
 from lstm_ort.pipeline.unsupported import Unsupported
-from lstm_ort.runtime.model_io import load_model
+from lstm_ort.runtime.model_io import constant_tensors, load_model
 
 # Names inside stage models.
 STAGE_IN, STAGE_Y, H0, C0, YH, YC = "pipe_in", "pipe_y", "pipe_h0", "pipe_c0", "pipe_yh", "pipe_yc"
@@ -116,18 +116,10 @@ class _Walk(AxisWalk):
 
 
 def _constants(model: onnx.ModelProto) -> dict[str, np.ndarray]:
-    consts = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    consts = {name: numpy_helper.to_array(t) for name, t in constant_tensors(model).items()}
     for node in model.graph.node:
-        if node.op_type == "Constant":
-            a = node.attribute[0]
-            if a.name == "value":
-                consts[node.output[0]] = numpy_helper.to_array(a.t)
-            elif a.name in ("value_float", "value_floats"):
-                consts[node.output[0]] = np.array(helper.get_attribute_value(a), np.float32)
-            elif a.name in ("value_int", "value_ints"):
-                consts[node.output[0]] = np.array(helper.get_attribute_value(a), np.int64)
-            else:
-                raise Unsupported(f"Constant node {node.name!r} with {a.name}")
+        if node.op_type == "Constant" and node.output[0] not in consts:
+            raise Unsupported(f"Constant node {node.name!r} with {node.attribute[0].name if node.attribute else 'no value'}")
     return consts
 
 

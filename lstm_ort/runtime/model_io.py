@@ -127,20 +127,65 @@ def iter_graphs(model: onnx.ModelProto) -> Iterator[onnx.GraphProto | onnx.Funct
                     pending.extend(attr.graphs)
 
 
+def read_names(nodes) -> set[str]:
+    """The names these nodes and their subgraphs read."""
+    read = set()
+    for n in nodes:
+        read.update(n.input)
+        for a in n.attribute:
+            for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else a.graphs):
+                read |= read_names(g.node)
+    return read
+
+
+def producers(graph: onnx.GraphProto) -> dict[str, onnx.NodeProto]:
+    """Each value a node of ``graph`` makes -> that node."""
+    return {o: n for n in graph.node for o in n.output}
+
+
+def reader_counts(graph: onnx.GraphProto) -> dict[str, int]:
+    """Each value's readers in ``graph``, for rewrites that fuse a value away where one node reads it:
+    a node reading it once; the graph's outputs and the values its subgraphs read count two more
+    each, so such a value never reads as read by one node alone."""
+    readers: dict[str, int] = {}
+    for n in graph.node:
+        for i in n.input:
+            readers[i] = readers.get(i, 0) + 1
+        for a in n.attribute:
+            for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else a.graphs):
+                for name in read_names(g.node):
+                    readers[name] = readers.get(name, 0) + 2
+    for o in graph.output:
+        readers[o.name] = readers.get(o.name, 0) + 2
+    return readers
+
+
+# A Constant's numeric attributes other than `value`, and the element type each holds.
+_CONSTANT_VALUES = {"value_float": onnx.TensorProto.FLOAT, "value_floats": onnx.TensorProto.FLOAT,
+                    "value_int": onnx.TensorProto.INT64, "value_ints": onnx.TensorProto.INT64}
+
+
 def constant_tensors(model: onnx.ModelProto) -> dict[str, onnx.TensorProto]:
     """Initializers and Constant-node tensors of every graph, by name (names are unique model-wide;
-    a Constant's tensor is a copy named after its output, an initializer is the model's own)."""
+    a Constant's tensor is a copy named after its output, an initializer is the model's own). A
+    Constant of a string or a sparse tensor is left out."""
     out = {}
     for g in iter_graphs(model):
         for t in getattr(g, "initializer", []):
             out[t.name] = t
         for n in g.node:
-            if n.op_type == "Constant" and n.domain in ("", "ai.onnx"):
-                for a in n.attribute:
-                    if a.name == "value" and a.type == onnx.AttributeProto.TENSOR:
-                        out[n.output[0]] = onnx.TensorProto()
-                        out[n.output[0]].CopyFrom(a.t)
-                        out[n.output[0]].name = n.output[0]
+            if n.op_type != "Constant" or n.domain not in ("", "ai.onnx") or not n.attribute:
+                continue
+            a, name = n.attribute[0], n.output[0]
+            if a.name == "value" and a.type == onnx.AttributeProto.TENSOR:
+                out[name] = onnx.TensorProto()
+                out[name].CopyFrom(a.t)
+                out[name].name = name
+            elif a.name in _CONSTANT_VALUES:
+                value = onnx.helper.get_attribute_value(a)
+                dims = [] if a.name in ("value_float", "value_int") else [len(value)]
+                values = [value] if not dims else list(value)
+                out[name] = onnx.helper.make_tensor(name, _CONSTANT_VALUES[a.name], dims, values)
     return out
 
 

@@ -22,7 +22,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from lstm_ort.runtime.model_io import constant_tensors, iter_graphs
+from lstm_ort.runtime.model_io import constant_tensors, iter_graphs, producers, read_names, reader_counts
 
 
 def convs_as_2d(model: onnx.ModelProto) -> int:
@@ -67,18 +67,8 @@ _ELEMENTWISE = {"Relu", "LeakyRelu", "PRelu", "Sigmoid", "Tanh", "Elu", "Selu", 
 def _drop_round_trips(graph: onnx.GraphProto, constants: dict[str, onnx.TensorProto]) -> None:
     """Squeeze(0) -> Transpose(1,0,2) -> activation -> Transpose(1,0,2) -> Unsqueeze(0) becomes the
     activation alone, where each link has no other reader (in ``graph``)."""
-    producer = {o: n for n in graph.node for o in n.output}
-    readers: dict[str, int] = {}
-    for n in graph.node:
-        for i in n.input:
-            readers[i] = readers.get(i, 0) + 1
-    for o in graph.output:
-        readers[o.name] = readers.get(o.name, 0) + 2  # an output of the graph is never dropped
-    for n in graph.node:  # nor a value a subgraph reads from this scope
-        for a in n.attribute:
-            for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else a.graphs):
-                for name in _read_names(g.node):
-                    readers[name] = readers.get(name, 0) + 2
+    producer = producers(graph)
+    readers = reader_counts(graph)  # an output of the graph, or a value a subgraph reads, is never dropped
     only_read_by = {}
     for n in graph.node:
         for i in n.input:
@@ -108,22 +98,11 @@ def _drop_round_trips(graph: onnx.GraphProto, constants: dict[str, onnx.TensorPr
     if dropped:
         axes = {n.input[1] for n in graph.node if id(n) in dropped and len(n.input) > 1}
         kept = [n for n in graph.node if id(n) not in dropped]
-        read = _read_names(kept)
+        read = read_names(kept)
         # the dropped Squeezes' and Unsqueezes' axes, left unread (onnxruntime warns of each)
         kept = [n for n in kept if not (n.op_type == "Constant" and n.output[0] in axes and n.output[0] not in read)]
         del graph.node[:]
         graph.node.extend(kept)
-
-
-def _read_names(nodes) -> set[str]:
-    """The names these nodes and their subgraphs read."""
-    read = set()
-    for n in nodes:
-        read.update(n.input)
-        for a in n.attribute:
-            for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else a.graphs):
-                read |= _read_names(g.node)
-    return read
 
 
 def _scalar(name: str, constants: dict[str, onnx.TensorProto]) -> bool:

@@ -21,7 +21,7 @@ import onnx
 from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
-from lstm_ort.runtime.model_io import constant_tensors
+from lstm_ort.runtime.model_io import constant_tensors, producers, reader_counts
 
 # The ops a computed shape may take (what exporters build shapes with).
 _SHAPE_OPS = {"Shape", "Cast", "Gather", "Concat", "Slice", "Squeeze", "Unsqueeze", "Identity", "Reshape"}
@@ -34,17 +34,13 @@ def collapse_tensordots(model: onnx.ModelProto) -> int:
     graph = model.graph
     shapes = _known_shapes(model)
     constants = constant_tensors(model)  # protos: read only where a rewrite needs them
-    producer = {o: n for n in graph.node for o in n.output}
-    readers: dict[str, int] = {}
-    for n in graph.node:
-        for i in n.input:
-            readers[i] = readers.get(i, 0) + 1
-    outputs = {o.name for o in graph.output}
+    producer = producers(graph)
+    readers = reader_counts(graph)  # a graph output, or a value a subgraph reads, is never read once
     position = {id(n): k for k, n in enumerate(graph.node)}
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 17)
     collapsed = {}
     for back in graph.node:
-        found = _tensordot(back, producer, readers, outputs, constants, shapes, (position, opset))
+        found = _tensordot(back, producer, readers, constants, shapes, (position, opset))
         if found is not None:
             x, weights = found
             collapsed[id(back)] = helper.make_node("MatMul", [x, weights], [back.output[0]],
@@ -56,13 +52,13 @@ def collapse_tensordots(model: onnx.ModelProto) -> int:
     return len(collapsed)
 
 
-def _tensordot(back, producer, readers, outputs, constants, shapes, where) -> tuple[str, str] | None:
+def _tensordot(back, producer, readers, constants, shapes, where) -> tuple[str, str] | None:
     """(x, W) where ``back`` is the last Reshape of a Tensordot that one MatMul(x, W) computes."""
     if back.op_type != "Reshape" or back.domain or len(back.input) < 2:
         return None
     matmul = producer.get(back.input[0])
     if matmul is None or matmul.op_type != "MatMul" or matmul.domain \
-            or not _only_read(matmul.output[0], readers, outputs):
+            or readers.get(matmul.output[0]) != 1:
         return None
     flat, weights = producer.get(matmul.input[0]), constants.get(matmul.input[1])
     if flat is None or flat.op_type != "Reshape" or flat.domain or weights is None or len(weights.dims) != 2:
@@ -70,7 +66,7 @@ def _tensordot(back, producer, readers, outputs, constants, shapes, where) -> tu
     k, m = weights.dims
     flat_shape = constants.get(flat.input[1]) if len(flat.input) > 1 else None
     if flat_shape is None or numpy_helper.to_array(flat_shape).tolist() != [-1, k] \
-            or not _only_read(flat.output[0], readers, outputs):
+            or readers.get(flat.output[0]) != 1:
         return None
     x = flat.input[0]
     dims = shapes.get(x)
@@ -126,9 +122,6 @@ def _samples(dims):
     choices = [[d] if isinstance(d, int) else list(_SAMPLE_SIZES) for d in dims]
     return [list(s) for s in itertools.product(*choices)]
 
-
-def _only_read(name, readers, outputs) -> bool:
-    return readers.get(name, 0) == 1 and name not in outputs
 
 
 def _known_shapes(model: onnx.ModelProto) -> dict[str, list]:

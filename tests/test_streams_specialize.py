@@ -70,15 +70,20 @@ def same_outputs(model, rewritten, rng, extra=None):
             np.testing.assert_allclose(got, want, rtol=TOL, atol=TOL)
 
 
-def test_an_activation_a_subgraph_reads_keeps_its_round_trip(rng):
-    """The Relu's output read inside an If branch (from the enclosing scope): it keeps its name and
-    layout, and the model still loads and computes the same."""
-    model = conv_stack(rng)
-    branch = helper.make_graph([helper.make_node("Identity", ["r0"], ["seen"])], "branch", [],
+def with_a_branch_reading(model: onnx.ModelProto, value: str) -> onnx.ModelProto:
+    """``model`` with an If (on a new input `flag`) whose branches read ``value`` from the main graph."""
+    branch = helper.make_graph([helper.make_node("Identity", [value], ["seen"])], "branch", [],
                                [helper.make_tensor_value_info("seen", TensorProto.FLOAT, None)])
     model.graph.input.append(helper.make_tensor_value_info("flag", TensorProto.BOOL, []))
     model.graph.node.append(helper.make_node("If", ["flag"], ["z"], then_branch=branch, else_branch=branch))
     model.graph.output.append(helper.make_tensor_value_info("z", TensorProto.FLOAT, None))
+    return model
+
+
+def test_an_activation_a_subgraph_reads_keeps_its_round_trip(rng):
+    """The Relu's output read inside an If branch (from the enclosing scope): it keeps its name and
+    layout, and the model still loads and computes the same."""
+    model = with_a_branch_reading(conv_stack(rng), "r0")
     rewritten = onnx.ModelProto()
     rewritten.CopyFrom(model)
     assert convs_as_2d(rewritten) == 3
@@ -243,12 +248,7 @@ def test_tensordot_becomes_one_matmul_only_where_it_is_one(rng, order, flat, col
 def test_a_tensordot_whose_product_a_subgraph_reads_stays(rng):
     """The MatMul's output read inside an If branch too: one MatMul in its place would leave the
     Tensordot's to run as well, so it stays (model_io.reader_counts counts a subgraph's reads)."""
-    model = tensordot_model(rng)
-    branch = helper.make_graph([helper.make_node("Identity", ["y2"], ["seen"])], "branch", [],
-                               [helper.make_tensor_value_info("seen", TensorProto.FLOAT, None)])
-    model.graph.input.append(helper.make_tensor_value_info("flag", TensorProto.BOOL, []))
-    model.graph.node.append(helper.make_node("If", ["flag"], ["z"], then_branch=branch, else_branch=branch))
-    model.graph.output.append(helper.make_tensor_value_info("z", TensorProto.FLOAT, None))
+    model = with_a_branch_reading(tensordot_model(rng), "y2")
     assert collapse_tensordots(model) == 0
     model.graph.node.pop()  # without the branch's read it is one MatMul
     assert collapse_tensordots(model) == 1

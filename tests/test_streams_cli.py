@@ -35,6 +35,7 @@ def test_streams_bench_table_and_json(model_path, tmp_path, capsys):
     doc = json.loads(out.read_text())
     assert doc["streams"] == 12 and doc["batched"] is True and doc["fallback_reasons"] == []
     assert list(doc["specialized"]) == ["0"] and "folding removed no node" in doc["specialized"]["0"]
+    assert doc["cuda_graphs"] == {"0": {"calls": 0, "why_not": "the engine keeps its states on the host"}}
     stats = doc["stats"]
     assert stats["steps"] > 0 and stats["open_streams"] == 12 and stats["steps_per_s"] > 0
     assert stats["queue_wait_p50_ms"] <= stats["queue_wait_p99_ms"]

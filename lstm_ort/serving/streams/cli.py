@@ -356,6 +356,9 @@ def _document(args, bench, load, counts, phases, summary, notes) -> dict:
             "fallback_reasons": bench.batcher.fallback_reasons, "notes": notes,
             # each kind's own models: '' where it runs them, else why it runs the model as it came
             "specialized": {str(group): why for group, why in sorted(bench.batcher.specialized.items())},
+            # each kind's calls of one stream on its CUDA graph, and '' or why it has none
+            "cuda_graphs": {str(group): {"calls": calls, "why_not": why}
+                            for group, (calls, why) in sorted(bench.batcher.cuda_graphs().items())},
             "late_threshold_ms": LATE_S * 1e3,
             "stats": batcher_last["counters"] if batcher_last else None,
             "steps_per_s": batcher_last["steps_per_s"] if batcher_last else None,

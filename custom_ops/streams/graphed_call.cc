@@ -29,7 +29,11 @@ constexpr int kRunsUntilCaptured = 3;
 
 GraphedCall::GraphedCall(Ort::Session session, int device_id) : session_(std::move(session)) {
   device_ = Ort::MemoryInfo("Cuda", OrtDeviceAllocator, device_id, OrtMemTypeDefault);
-  pinned_ = Ort::Allocator(session_, Ort::MemoryInfo("CudaPinned", OrtDeviceAllocator, device_id, OrtMemTypeCPUOutput));
+  try {
+    pinned_ = Ort::Allocator(session_, Ort::MemoryInfo("CudaPinned", OrtDeviceAllocator, device_id, OrtMemTypeCPUOutput));
+  } catch (const Ort::Exception&) {  // onnxruntime versions that register pinned memory under device 0 only
+    pinned_ = Ort::Allocator(session_, Ort::MemoryInfo("CudaPinned", OrtDeviceAllocator, 0, OrtMemTypeCPUOutput));
+  }
 }
 
 GraphedCall::~GraphedCall() {

@@ -42,8 +42,8 @@ std::string UnknownSessionKeyMessage(const std::string& key) {
   std::string options;
   for (const char* k : kNodeOptionKeys) options += std::string(options.empty() ? "" : ", ") + k;
   return "lstm_ort: session config entry '" + key + "' is none of lstm_ort's: " + kSessionKeyPrefix +
-         "<option> with option one of " + options + ", " + kSessionKeyPrefix + kStreamsKey + ", or " + kSessionKeyPrefix + kDebugPrefix +
-         "<key> with key one of " + DebugKeys(", ");
+         "<option> with option one of " + options + ", " + kSessionKeyPrefix + kStreamsKey + ", or " +
+         kSessionKeyPrefix + kDebugPrefix + "<key> with key one of " + DebugKeys(", ");
 }
 
 }  // namespace lstm_ort

@@ -246,8 +246,8 @@ def main(argv=None) -> int:
         stages = args.stages.split(",")
         if "one" in stages:
             out["stages"]["one"] = {}
-            for name, (m, c, feeds) in (("silero-vad", (model, carry, {"input": chunk(rng), "sr": np.array(16000, np.int64)})),
-                                        ("lstm L2 H128 T1", lstm_step())):
+            silero_step = (model, carry, {"input": chunk(rng), "sr": np.array(16000, np.int64)})
+            for name, (m, c, feeds) in (("silero-vad", silero_step), ("lstm L2 H128 T1", lstm_step())):
                 r = stage_one(m, c, feeds, providers)
                 out["stages"]["one"][name] = r
                 print(f"one stream, {name}: step p50 {r['graph_us']['p50']:.0f} us p99 {r['graph_us']['p99']:.0f} "

@@ -14,8 +14,8 @@ Ort::Session GraphedSession(const SessionSpec& spec, const std::string& model) {
   graphed.model = model;
   for (auto& [name, values] : graphed.providers) {
     if (name != "CUDAExecutionProvider") continue;
-    values.erase(std::remove_if(values.begin(), values.end(), [](const auto& kv) { return kv.first == "enable_cuda_graph"; }),
-                 values.end());
+    const auto asked = [](const auto& kv) { return kv.first == "enable_cuda_graph"; };
+    values.erase(std::remove_if(values.begin(), values.end(), asked), values.end());
     values.emplace_back("enable_cuda_graph", "1");
   }
   // onnxruntime logs its refusal as an error; the caller keeps the reason instead
@@ -29,10 +29,13 @@ constexpr int kRunsUntilCaptured = 3;
 
 GraphedCall::GraphedCall(Ort::Session session, int device_id) : session_(std::move(session)) {
   device_ = Ort::MemoryInfo("Cuda", OrtDeviceAllocator, device_id, OrtMemTypeDefault);
+  const auto pinned_on = [](int id) {
+    return Ort::MemoryInfo("CudaPinned", OrtDeviceAllocator, id, OrtMemTypeCPUOutput);
+  };
   try {
-    pinned_ = Ort::Allocator(session_, Ort::MemoryInfo("CudaPinned", OrtDeviceAllocator, device_id, OrtMemTypeCPUOutput));
+    pinned_ = Ort::Allocator(session_, pinned_on(device_id));
   } catch (const Ort::Exception&) {  // onnxruntime versions that register pinned memory under device 0 only
-    pinned_ = Ort::Allocator(session_, Ort::MemoryInfo("CudaPinned", OrtDeviceAllocator, 0, OrtMemTypeCPUOutput));
+    pinned_ = Ort::Allocator(session_, pinned_on(0));
   }
 }
 

@@ -119,7 +119,8 @@ def _constants(model: onnx.ModelProto) -> dict[str, np.ndarray]:
     consts = {name: numpy_helper.to_array(t) for name, t in constant_tensors(model).items()}
     for node in model.graph.node:
         if node.op_type == "Constant" and node.output[0] not in consts:
-            raise Unsupported(f"Constant node {node.name!r} with {node.attribute[0].name if node.attribute else 'no value'}")
+            what = node.attribute[0].name if node.attribute else "no value"
+            raise Unsupported(f"Constant node {node.name!r} with {what}")
     return consts
 
 

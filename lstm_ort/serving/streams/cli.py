@@ -306,7 +306,8 @@ def print_table(title: str, rows: list[tuple], file=None, columns: tuple[str, ..
 
 def _describe(load) -> str:
     if load.pattern == "async":
-        text = f"async loop (a coroutine per stream; run systems on {load.clients} executor thread{'s' * (load.clients > 1)})"
+        threads = f"{load.clients} executor thread{'s' * (load.clients > 1)}"
+        text = f"async loop (a coroutine per stream; run systems on {threads})"
     else:
         text = f"{load.pattern + ' loop' if load.pattern != 'rounds' else 'rounds'}, {load.clients} client " \
                f"thread{'s' * (load.clients > 1)}"

@@ -165,7 +165,8 @@ def run_phase(system, load: Load, pool: list[dict]) -> Phase:
                 groups, records = [[(ids[i], float(phases[i]), int(i)) for i in order]], records[:1]
                 target = _async_client
             else:
-                groups = [[(ids[i], float(phases[i]), int(i)) for i in order[k::load.clients]] for k in range(len(groups))]
+                groups = [[(ids[i], float(phases[i]), int(i)) for i in order[k::load.clients]]
+                          for k in range(len(groups))]
                 target = _open_client
         else:
             target = _closed_client if load.pattern == "closed" else _rounds_client

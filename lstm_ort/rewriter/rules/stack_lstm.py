@@ -241,6 +241,8 @@ class StackLstm(Rule):
                 return None
             if kind == "slice":
                 source, start, end = how
+                if _spans_the_axis(source, start, end, state_axis):
+                    return source  # the stack's layers are all the tensor holds: a Slice would copy it whole
                 return opset_nodes.slice_axis(graph, first, source, start, end, state_axis, name=f"{base}_state_slice")
             # The graph is sorted below: later layers' states may come after the first layer.
             return opset_nodes.node(graph, first, "Concat", how[0], {"axis": state_axis}, name=f"{base}_state_concat")
@@ -274,6 +276,13 @@ class StackLstm(Rule):
         graph.remove([*chain.glue, *nodes], safe=True)
         graph.sort()
         return fused
+
+
+def _spans_the_axis(value: ir.Value, start: int, end: int, axis: int) -> bool:
+    """Whether [start, end) along ``axis`` is all of ``value`` (its size there known, not symbolic)."""
+    shape = value.shape
+    return start == 0 and shape is not None and axis < len(shape) and isinstance(shape[axis], int) \
+        and shape[axis] == end
 
 
 def _state_axis(node: ir.Node) -> int:

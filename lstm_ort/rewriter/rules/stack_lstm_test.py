@@ -25,6 +25,8 @@ def test_stack_fused_into_one_node(layout, direction, initial_states, L):
     assert len(fused) == 1 and report.all_rewritten
     assert {a.name: a.i for a in fused[0].attribute if a.name == "num_layers"} == {"num_layers": L}
     assert [f.layers for f in report.findings] == [L]
+    # the states hold exactly the stack's layers (their size on that axis declared): read whole, no Slice
+    assert not [n for n in out.graph.node if n.op_type == "Slice"]
     feeds = make_feeds(spec, 5, 3, rng, seq_lens=layout == 0, initial_states=initial_states)
     kw = dict(seq_lens=layout == 0, initial_states=initial_states)
     # Stock's CPU LSTM refuses layout 1: compare with onnx.reference there.
@@ -43,6 +45,32 @@ def test_per_layer_state_uses_read_slices():
     out = optimize(model)
     assert len([n for n in out.graph.node if n.domain == "lstm_ort"]) == 1
     feeds = make_feeds(spec, 5, 2, rng)
+    assert max_abs(run(out, feeds), run(model, feeds, fused=False)) <= 1e-5
+
+
+@pytest.mark.parametrize("layers_dim", ["L", None, 3])
+def test_states_not_known_to_hold_just_the_stack_are_sliced(layers_dim):
+    """Where the states' layer axis is symbolic, unknown, or holds more than the stack's layers, the
+    stack reads its layers through a Slice (one per state), outputs equal."""
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(4)
+    spec = LstmSpec(input_size=3, hidden_size=4, num_layers=2)
+    model = stock_model(spec, random_layers(spec, rng), initial_states=True)
+    feeds = make_feeds(spec, 5, 2, rng, initial_states=True)
+    for value in model.graph.input:
+        if value.name in ("initial_h", "initial_c"):
+            dim = value.type.tensor_type.shape.dim[0]
+            if layers_dim is None:
+                dim.Clear()
+            elif isinstance(layers_dim, str):
+                dim.dim_param = layers_dim
+            else:  # a third layer's state rides along; the stack reads the first two
+                dim.dim_value = layers_dim
+                feeds[value.name] = np.concatenate([feeds[value.name], feeds[value.name][:1]], axis=0)
+    out = optimize(model)
+    assert len([n for n in out.graph.node if n.domain == "lstm_ort"]) == 1
+    assert len([n for n in out.graph.node if n.op_type == "Slice"]) == 2
     assert max_abs(run(out, feeds), run(model, feeds, fused=False)) <= 1e-5
 
 

@@ -152,6 +152,7 @@ def test_cuda_graphs_say_why_not_off_cuda(torch_hc, rng):
             b.step(b.open(), x)
             b.wait_specialized(120)
             assert b.cuda_graphs() == {0: (0, why)}
+            assert not b._engine.makes_graphed_sessions()  # nor counted in the kinds' budget
 
 
 def test_cuda_graphs_key_takes_0_or_1(torch_hc):
@@ -164,6 +165,25 @@ def test_onnxruntimes_session_wide_cuda_graph_is_refused(torch_hc, value):
     providers = [("CUDAExecutionProvider", {"enable_cuda_graph": value}), "CPUExecutionProvider"]
     with pytest.raises(ValueError, match="enable_cuda_graph would replay each call on the first call's buffers"):
         StreamBatcher(torch_hc, CARRY, providers=providers)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("graphs", ["1", "0"])
+def test_gpu_kinds_budget_counts_the_graphed_session_the_engine_makes(torch_hc, rng, monkeypatch, graphs):
+    """The engine decides whether a kind gets a graphed session; the budget for the kinds' own
+    models reads that decision: room for a kind's models but not its graphed session refuses the
+    kind where the engine makes one."""
+    from lstm_ort.serving.streams import batcher as batcher_module
+
+    x = {"x": rng.standard_normal((1, 1, 40)).astype(np.float32)}
+    with StreamBatcher(torch_hc, CARRY, providers=CUDA, session_options=graph_options(graphs)) as b:
+        room = b.session_model.ByteSize() + (b.model.ByteSize() if b.convs_rewritten else 0)
+        monkeypatch.setattr(batcher_module, "_SPECIALIZED_BYTES", room)
+        assert b._engine.makes_graphed_sessions() == (graphs == "1")
+        b.step(b.open(), x)
+        why = b.wait_specialized(300)
+    budget_refused = "MiB of weights again" in why[0]  # (the torch export's kind may have no models for
+    assert budget_refused == (graphs == "1")          # another reason: folding removed nothing)
 
 
 def lone_then_batched_then_lone(b, chunks, other):

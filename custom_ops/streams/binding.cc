@@ -196,6 +196,9 @@ class PyEngine {
     return device_->GraphUse(group);
   }
 
+  // Whether each group gets a graphed session of its one-stream model (the runner decides).
+  bool MakesGraphedSessions() { return device_ && device_->GraphedSessionsRefusal().empty(); }
+
   // The wrapped model of calls with the states' batch on these axes (device states only).
   void AddDeviceModel(std::vector<int> axes, nb::bytes model) {
     if (!device_) throw std::logic_error("add_device_model: this engine keeps its states on the host");
@@ -615,6 +618,7 @@ NB_MODULE(_engine, m) {
       .def("add_group", &PyEngine::AddGroup)
       .def("add_group_models", &PyEngine::AddGroupModels)
       .def("graph_use", &PyEngine::GraphUse)
+      .def("makes_graphed_sessions", &PyEngine::MakesGraphedSessions)
       .def("open", &PyEngine::Open)
       .def("close", &PyEngine::Close)
       .def("state", &PyEngine::State)

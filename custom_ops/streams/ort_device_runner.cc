@@ -104,11 +104,8 @@ void OrtDeviceRunner::AddGroupModels(int group, const std::string& batched, cons
   auto sessions = std::make_shared<GroupSessions>();
   sessions->wrapped = Bind(batched);  // seconds on a GPU: outside the lock
   sessions->alone = Bind(single);
-  if (!on_cuda_) {
-    sessions->graph_note = "CUDA graphs are for calls on CUDA";
-  } else if (!spec_.cuda_graphs) {
-    sessions->graph_note = "turned off (lstm_ort.streams.cuda_graphs=0)";
-  } else {
+  sessions->graph_note = GraphedSessionsRefusal();
+  if (sessions->graph_note.empty()) {
     const bool own = !single.empty();
     sessions->graph_takes = own ? sessions->alone.takes : std::vector<bool>(step_inputs_.size(), true);
     try {
@@ -119,6 +116,12 @@ void OrtDeviceRunner::AddGroupModels(int group, const std::string& batched, cons
   }
   std::lock_guard<std::mutex> lock(models_mu_);
   groups_[group] = std::move(sessions);
+}
+
+std::string OrtDeviceRunner::GraphedSessionsRefusal() const {
+  if (!on_cuda_) return "CUDA graphs are for calls on CUDA";
+  if (!spec_.cuda_graphs) return "turned off (lstm_ort.streams.cuda_graphs=0)";
+  return "";
 }
 
 std::pair<int64_t, std::string> OrtDeviceRunner::GraphUse(int group) {

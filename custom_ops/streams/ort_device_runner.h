@@ -61,6 +61,9 @@ class OrtDeviceRunner : public CallRunner {
   std::shared_ptr<void> Run(const CallInputs& in, std::vector<CallOutput>* outputs) override;
   std::shared_ptr<char> Staging(size_t bytes) override;
   bool PadsBatches() const override { return on_cuda_; }
+  // Why AddGroupModels makes a group no graphed session ("" where it tries to): the one place that
+  // decides, read by StreamBatcher's budget for its models.
+  std::string GraphedSessionsRefusal() const;
   // The group's calls of one stream run on its CUDA graph's buffers so far, and why they replay no
   // graph ("" where they do, or will once bound); -1 for a group the runner has no models of.
   std::pair<int64_t, std::string> GraphUse(int group);

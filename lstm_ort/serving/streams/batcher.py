@@ -105,8 +105,6 @@ class StreamBatcher:
         self._learn_lock = threading.Lock()
         self._states: dict[str, tuple[int, ...]] | None = None
         options = engine_options(session_options)
-        # a kind's calls of one stream replay a CUDA graph of a third session of their own
-        self._graphs = self.device_states and on_device and options.get("cuda_graphs", True)
         if self.convs_rewritten and not self.device_states:  # a lone stream runs the model as it came
             options["single_model"] = engine_model(self.model.SerializeToString(), session_options)
         self._engine = _engine.Engine(
@@ -347,9 +345,9 @@ class StreamBatcher:
         if len(self._specializers) >= _MAX_SPECIALIZED_KINDS:
             self.specialized[group] = f"only the first {_MAX_SPECIALIZED_KINDS} kinds get models of their own"
             return
-        # each kind's sessions hold the weights once more (its graphed session once again): a budget
-        # for all kinds
-        graph_bytes = self.model.ByteSize() if self._graphs else 0
+        # each kind's sessions hold the weights once more (its graphed session, whose CUDA graph a
+        # lone stream's calls replay, once again): a budget for all kinds
+        graph_bytes = self.model.ByteSize() if self._engine.makes_graphed_sessions() else 0
         need = self.session_model.ByteSize() + (self.model.ByteSize() if self.convs_rewritten else 0) + graph_bytes
         if self._specialized_bytes + need > _SPECIALIZED_BYTES:
             self.specialized[group] = (f"its own models would hold {need / 2**20:.0f} MiB of weights again, past the "

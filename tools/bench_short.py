@@ -7,6 +7,9 @@ Two ways a caller makes short calls:
            per call (the fixed cost of a call: B=1 and B=256 should cost about the same)
   chained  streaming: (h, c) carried from each call's outputs into the next call's initial
            states, a binding made per call, outputs allocated by onnxruntime
+  graphed  bound, in sessions made with the CUDA provider's enable_cuda_graph=1: each run replays
+           the graph its first runs captured (onnxruntime's own floor for a call: issue 44 names
+           stock's 35 us on an H100 as the anchor)
 
     python tools/bench_short.py                       # L1 H128, L2 H128, L2 H512; T 1 4 10 20; B 1-1024
     python tools/bench_short.py --stacks 2x128 --steps 1 --batches 1,256 --profile --json short.json
@@ -55,9 +58,9 @@ class ShortRow:
 
 
 def session(model, fused: bool, tf32: bool, profile: str | None = None, debug: dict | None = None,
-            strategy: str = "auto"):
+            strategy: str = "auto", cuda_graph: bool = False):
     return timing_session(model, "cuda", fused, tf32, strategy, OPTIMIZE_PRECISION if fused else None,
-                          debug=debug, profile=profile)
+                          debug=debug, profile=profile, cuda_graph=cuda_graph)
 
 
 class Caller:
@@ -68,7 +71,7 @@ class Caller:
         self.outputs = [o.name for o in sess.get_outputs()]
         self.x = ort.OrtValue.ortvalue_from_numpy(feeds["X"], "cuda", 0)
         self.states = [ort.OrtValue.ortvalue_from_numpy(feeds[s], "cuda", 0) for s in STATES]
-        if mode == "bound":
+        if mode in ("bound", "graphed"):
             self.binding = sess.io_binding()
             self.binding.bind_ortvalue_input("X", self.x)
             for name, value in zip(STATES, self.states):
@@ -81,7 +84,7 @@ class Caller:
                                                                                                   "cuda", 0))
 
     def __call__(self):
-        if self.mode == "bound":
+        if self.mode in ("bound", "graphed"):
             self.sess.run_with_iobinding(self.binding)
             return
         outs = dict(zip(self.outputs, self._run_fresh()))
@@ -141,13 +144,20 @@ def bench_one(L: int, H: int, T: int, B: int, mode: str, rounds: int, block: int
              "initial_c": (0.1 * rng.standard_normal((L, B, H))).astype(np.float32)}
     ours_model = fused_model(spec, layers, initial_states=True)
     stock = stock_model(spec, layers, initial_states=True)
-    callers = {"ours": Caller(session(ours_model, True, False, strategy=strategy), feeds, mode),
-               "stock_fp32": Caller(session(stock, False, False), feeds, mode),
-               "stock_tf32": Caller(session(stock, False, True), feeds, mode)}
+    graph = mode == "graphed"
+    callers = {"ours": Caller(session(ours_model, True, False, strategy=strategy, cuda_graph=graph), feeds, mode),
+               "stock_fp32": Caller(session(stock, False, False, cuda_graph=graph), feeds, mode),
+               "stock_tf32": Caller(session(stock, False, True, cuda_graph=graph), feeds, mode)}
     if direct:
-        callers["direct"] = Caller(session(ours_model, True, False, debug={"call_graphs": "0"}, strategy=strategy),
-                                   feeds, mode)
-    err = max_abs(callers["ours"].first_outputs(), callers["stock_fp32"].first_outputs())
+        callers["direct"] = Caller(session(ours_model, True, False, debug={"call_graphs": "0"}, strategy=strategy,
+                                           cuda_graph=graph), feeds, mode)
+    if graph:  # a graphed session's outputs are the bound ones: its first calls (the capture) give them
+        for c in callers.values():
+            c()
+        err = max_abs([v.numpy() for v in callers["ours"].binding.get_outputs()],
+                      [v.numpy() for v in callers["stock_fp32"].binding.get_outputs()])
+    else:
+        err = max_abs(callers["ours"].first_outputs(), callers["stock_fp32"].first_outputs())
     us = interleaved_us(callers, rounds, block)
     best = min(us["stock_fp32"], us["stock_tf32"])
     row = ShortRow(f"L{L}xH{H}", T, B, mode, us["ours"], us["stock_fp32"], us["stock_tf32"], best / us["ours"], err,
@@ -197,7 +207,7 @@ def main(argv=None) -> int:
     p.add_argument("--stacks", default="1x128,2x128,2x512", help="LxH, comma-separated")
     p.add_argument("--steps", type=ints, default=[1, 4, 10, 20])
     p.add_argument("--batches", type=ints, default=[1, 16, 64, 256, 1024])
-    p.add_argument("--modes", default="bound,chained")
+    p.add_argument("--modes", default="bound,chained", help="of bound, chained, graphed (see above)")
     p.add_argument("--rounds", type=int, default=8)
     p.add_argument("--block", type=int, default=25, help="calls per turn")
     p.add_argument("--strategy", default="auto", help="ours with this CUDA strategy (lstm_ort.strategy)")
@@ -205,6 +215,9 @@ def main(argv=None) -> int:
     p.add_argument("--profile", action="store_true", help="also onnxruntime's node profile (host time in Compute)")
     p.add_argument("--json", help="write the rows here")
     args = p.parse_args(argv)
+    unknown = set(args.modes.split(",")) - {"bound", "chained", "graphed"}
+    if unknown:
+        p.error(f"--modes: no mode {', '.join(sorted(unknown))} (bound, chained, graphed)")
     if "CUDAExecutionProvider" not in ort.get_available_providers():
         print("bench_short: onnxruntime has no CUDA execution provider here", file=sys.stderr)
         return 2

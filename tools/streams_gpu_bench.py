@@ -225,6 +225,9 @@ def main(argv=None) -> int:
     p.add_argument("--seconds", type=float, default=5.0)
     p.add_argument("--json")
     p.add_argument("--no-specialize", action="store_true", help="kinds run the model as it came (StreamBatcher specialize=False)")
+    p.add_argument("--cuda-graphs", choices=("0", "1"), default="1",
+                   help="the tick, clients and async stages' batcher: 0 makes no graphed session (the one stage "
+                        "measures both ways regardless)")
     args = p.parse_args(argv)
     warnings.simplefilter("ignore")
     import onnxruntime as ort
@@ -237,9 +240,13 @@ def main(argv=None) -> int:
     model, carry = silero()
     rng = np.random.default_rng(0)
     session = InferenceSession(model.SerializeToString(), providers=providers)
-    out = {"device": "cuda" if cuda else "cpu", "stages": {}}
+    out = {"device": "cuda" if cuda else "cpu", "cuda_graphs": args.cuda_graphs, "stages": {}}
+    from lstm_ort.serving.streams.native_session import CUDA_GRAPHS_KEY
+
+    options = ort.SessionOptions()
+    options.add_session_config_entry(CUDA_GRAPHS_KEY, args.cuda_graphs)
     with StreamBatcher(model, carry, providers=providers, specialize=not args.no_specialize,
-                       max_batch=args.max_batch) as b:
+                       max_batch=args.max_batch, session_options=options) as b:
         b.step(b.open(), {"input": chunk(rng), "sr": np.array(16000, np.int64)})  # the kind, and its own models
         out["specialized"] = b.wait_specialized(300)
         print(f"specialized: {out['specialized']}", flush=True)

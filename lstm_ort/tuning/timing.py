@@ -13,18 +13,20 @@ from lstm_ort.runtime.session import CPU_KERNEL_KEY, STRATEGY_KEY, InferenceSess
 
 def timing_session(model: onnx.ModelProto, device: str, fused: bool, tf32: bool = False, strategy: str = "auto",
                    precision: str | None = None, cpu_kernel: str | None = None, threads: int = 0,
-                   debug: dict | None = None, profile: str | None = None):
+                   debug: dict | None = None, profile: str | None = None, cuda_graph: bool = False):
     """A session to time. ``tf32``: stock's CUDA provider may use TF32. ``strategy``, ``precision``,
     ``cpu_kernel``, ``debug``: FusedLSTM's session options (precision None: as the model's nodes
     say). ``threads``: the intra-op threads (0: onnxruntime's default). ``profile``: onnxruntime's
-    profiler on, its file named from this prefix."""
+    profiler on, its file named from this prefix. ``cuda_graph``: the CUDA provider's session-level
+    graph (enable_cuda_graph: a run replays what the first runs captured; inputs and outputs must
+    stay bound at the same addresses)."""
     so = ort.SessionOptions()
     so.intra_op_num_threads = threads
     if profile:
         so.enable_profiling = True
         so.profile_file_prefix = profile
-    providers = ([("CUDAExecutionProvider", {"use_tf32": "1" if tf32 else "0"})] if device == "cuda"
-                 else ["CPUExecutionProvider"])
+    cuda_options = {"use_tf32": "1" if tf32 else "0", **({"enable_cuda_graph": "1"} if cuda_graph else {})}
+    providers = [("CUDAExecutionProvider", cuda_options)] if device == "cuda" else ["CPUExecutionProvider"]
     if device == "cuda":
         # Every session's intra-op threads spin after its run; with several sessions in one
         # process they took the CPU from the thread that launches the next session's kernels

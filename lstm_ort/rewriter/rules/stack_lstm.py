@@ -279,10 +279,12 @@ class StackLstm(Rule):
 
 
 def _spans_the_axis(value: ir.Value, start: int, end: int, axis: int) -> bool:
-    """Whether [start, end) along ``axis`` is all of ``value`` (its size there known, not symbolic)."""
+    """Whether [start, end) along ``axis`` is all of ``value``: a graph input whose size there is
+    declared (onnxruntime refuses a feed of another size; an exporter's declaration of an
+    intermediate value can be wrong, and FusedLSTM would then fail on the state's shape)."""
     shape = value.shape
-    return start == 0 and shape is not None and axis < len(shape) and isinstance(shape[axis], int) \
-        and shape[axis] == end
+    return start == 0 and value.is_graph_input() and shape is not None and axis < len(shape) \
+        and isinstance(shape[axis], int) and shape[axis] == end
 
 
 def _state_axis(node: ir.Node) -> int:

@@ -48,10 +48,11 @@ def test_per_layer_state_uses_read_slices():
     assert max_abs(run(out, feeds), run(model, feeds, fused=False)) <= 1e-5
 
 
-@pytest.mark.parametrize("layers_dim", ["L", None, 3])
+@pytest.mark.parametrize("layers_dim", ["L", None, 3, "declared in between"])
 def test_states_not_known_to_hold_just_the_stack_are_sliced(layers_dim):
-    """Where the states' layer axis is symbolic, unknown, or holds more than the stack's layers, the
-    stack reads its layers through a Slice (one per state), outputs equal."""
+    """Where the states' layer axis is symbolic, unknown, holds more than the stack's layers, or is
+    declared on a value between the input and the layers (an exporter's declaration, which nothing
+    holds feeds to), the stack reads its layers through a Slice (one per state), outputs equal."""
     from onnx import TensorProto, helper
 
     rng = np.random.default_rng(4)
@@ -61,7 +62,13 @@ def test_states_not_known_to_hold_just_the_stack_are_sliced(layers_dim):
     for value in model.graph.input:
         if value.name in ("initial_h", "initial_c"):
             dim = value.type.tensor_type.shape.dim[0]
-            if layers_dim is None:
+            if layers_dim == "declared in between":
+                for node in model.graph.node:
+                    node.input[:] = [f"{i}_copy" if i == value.name else i for i in node.input]
+                model.graph.node.insert(0, helper.make_node("Abs", [value.name], [f"{value.name}_copy"]))
+                model.graph.value_info.append(helper.make_tensor_value_info(f"{value.name}_copy", TensorProto.FLOAT,
+                                                                            [2, "B", 4]))
+            elif layers_dim is None:
                 dim.Clear()
             elif isinstance(layers_dim, str):
                 dim.dim_param = layers_dim

@@ -5,9 +5,10 @@ stacked layers (Transpose(0,2,1,3) + Reshape(0,0,-1), Squeeze of the direction a
 alone in layout 1) and then X of FusedLSTM B. Condition: same attributes but num_layers, same
 sequence_lens, initial states on every layer or none (joined by one Slice where they are
 consecutive Slices of one tensor, or read whole where that tensor is a graph input declared to
-hold just the stack's layers, as torch's exports give h0 and c0; else joined by a Concat). Replacement: one FusedLSTM
-with the packed weights concatenated layer-major; each layer's Y_h/Y_c uses read a Slice of the
-fused outputs, and a Concat that rebuilds the whole stack's states reads them directly.
+hold just the stack's layers, as torch's exports give h0 and c0; else joined by a Concat).
+Replacement: one FusedLSTM with the packed weights concatenated layer-major; each layer's
+Y_h/Y_c uses read a Slice of the fused outputs, and a Concat that rebuilds the whole stack's
+states reads them directly.
 """
 
 from __future__ import annotations

@@ -13,9 +13,11 @@ import onnx_ir as ir
 
 from lstm_ort.ops.identity import ELEMENT_TYPES
 from lstm_ort.ops.spec import LstmSpec, attributes
+from lstm_ort.rewriter import shape_expr
 from lstm_ort.rewriter.fold_weights import why_not_packable
 from lstm_ort.rewriter.fused_node import insert_fused_node
-from lstm_ort.rewriter.graph_utils import const_shape, const_tensor, default_opset, is_zeros, replace_outputs
+from lstm_ort.rewriter.graph_utils import (const_array, const_shape, const_tensor, default_opset, is_zeros,
+                                           replace_outputs)
 from lstm_ort.rewriter.lazy_weights import LayerSource, LazyPacked
 from lstm_ort.rewriter.rule import OK, CheckResult, Rule
 from lstm_ort.rewriter.stock_probe import stock_refusal
@@ -37,7 +39,11 @@ def _element_type(node: ir.Node) -> ir.DataType | None:
 
 
 def _dims(value: ir.Value) -> list | None:
-    """The value's dimensions: ints, names of symbolic dimensions, None where unknown."""
+    """The value's dimensions: ints, names of symbolic dimensions, None where unknown. A constant's
+    are its tensor's (a declaration left from before folding can still say 'unk__0')."""
+    tensor = const_tensor(value)
+    if tensor is not None:
+        return [int(d) for d in tensor.shape]
     shape = value.shape
     if shape is None:
         return None
@@ -52,7 +58,7 @@ def state_verdict(node: ir.Node, index: int, D: int, H: int, layout: int) -> str
     value = _input(node, index)
     dims = _dims(value)
     if dims is None:
-        return "keep"
+        return "drop" if _built_as_stock_demands(node, value, D, H, layout) else "keep"
     x_dims = _dims(node.inputs[0])
     batch = x_dims[1 - layout] if x_dims is not None and len(x_dims) == 3 else None
     name = "initial_h" if index == 5 else "initial_c"
@@ -67,7 +73,39 @@ def state_verdict(node: ir.Node, index: int, D: int, H: int, layout: int) -> str
             return wrong
     if all(have is not None and have == need for have, need in zip(dims, want)):
         return "drop"
-    return "keep"
+    return "drop" if _built_as_stock_demands(node, value, D, H, layout) else "keep"
+
+
+def _built_as_stock_demands(node: ir.Node, value: ir.Value, D: int, H: int, layout: int) -> bool:
+    """Whether the zero state is made to [D, B, H] (layout 1: [B, D, H]), B being X's batch dimension,
+    read symbolically from the shape it is made from (_built_to)."""
+    batch = shape_expr.dim(node.inputs[0], 1 - layout)
+    directions, hidden = shape_expr.Product(D), shape_expr.Product(H)
+    return _built_to(value) == ([directions, batch, hidden] if layout == 0 else [batch, directions, hidden])
+
+
+def _built_to(value: ir.Value) -> list[shape_expr.Product] | None:
+    """The shape a zero state is made to, symbolically, where a ConstantOfShape, or an Expand of a
+    constant, makes it from a shape computed in the graph (how exporters size an absent state from
+    Shape(X) where shape inference leaves the size unknown); else None."""
+    node = value.producer()
+    if node is None or node.domain not in ("", "ai.onnx") or not node.inputs:
+        return None
+    if node.op_type == "ConstantOfShape":
+        return shape_expr.elements(node.inputs[0])
+    if node.op_type != "Expand" or len(node.inputs) != 2:
+        return None
+    source, target = const_array(node.inputs[0]), shape_expr.elements(node.inputs[1])
+    if source is None or target is None or len(target) < source.ndim:
+        return None
+    built = list(target)
+    for k, d in enumerate(source.shape, start=len(target) - source.ndim):
+        if d == 1:
+            continue  # broadcast: the target's
+        if target[k] not in (shape_expr.Product(1), shape_expr.Product(d)):
+            return None  # only known at run time
+        built[k] = shape_expr.Product(d)
+    return built
 
 
 class SingleLstm(Rule):

@@ -274,6 +274,49 @@ def test_zero_state_of_unknown_batch_passes_through():
     assert max_abs(*_stock_and_ours(model, out, feeds)) <= 1e-5
 
 
+@pytest.mark.parametrize("zero_shape", [(), (1, 1, 4)])
+@pytest.mark.parametrize("batch_from", ["X's batch", "X's time"])
+def test_zero_state_sized_in_the_graph_is_dropped_only_when_it_is_xs_batch(batch_from, zero_shape):
+    """Expand(0, Concat(D, Shape(X)[k], H)) with X's batch symbolic, the state declared with
+    unknown dims as onnxruntime's quantize_dynamic leaves it: read symbolically, k = 1 is [D, B, H]
+    and the state is dropped; k = 0 (X's time) is not provably that and passes through for the
+    kernel to check per call."""
+    spec = LstmSpec(input_size=3, hidden_size=4)
+    model = _with_zero_state(spec, [1, 2, 4], "expand")  # X: [T, B, 3], both symbolic
+    model.graph.value_info.append(helper.make_tensor_value_info("zero_state", TensorProto.FLOAT,
+                                                                ["unk__0", "unk__1", 4]))
+    next(t for t in model.graph.initializer if t.name == "zero").CopyFrom(  # Expand broadcasts it
+        numpy_helper.from_array(np.zeros(zero_shape, np.float32), "zero"))
+    if batch_from == "X's time":
+        next(t for t in model.graph.initializer if t.name == "one").CopyFrom(
+            numpy_helper.from_array(np.array([0], np.int64), "one"))
+    report = Report()
+    out = optimize(model, report=report)
+    assert report.all_rewritten
+    fused = next(n for n in out.graph.node if n.domain == "lstm_ort")
+    dropped = len(fused.input) <= 5 or fused.input[5] == ""
+    assert dropped == (batch_from == "X's batch")
+    for B in (2, 3):
+        feeds = make_feeds(spec, B if batch_from == "X's time" else 5, B, np.random.default_rng(B))
+        assert max_abs(*_stock_and_ours(model, out, feeds)) <= 1e-5
+
+
+def test_zero_state_folded_to_a_constant_is_read_by_its_own_shape():
+    """A zero state folded to a constant keeps the declaration made before folding ('unk__0' in
+    onnxruntime's quantize_dynamic output); the constant's own shape decides."""
+    spec = LstmSpec(input_size=3, hidden_size=4)
+    model = _with_zero_state(spec, [1, 2, 4], "initializer")
+    model.graph.input[0].type.tensor_type.shape.dim[1].dim_value = 2
+    model.graph.value_info.append(helper.make_tensor_value_info("zero_state", TensorProto.FLOAT, ["unk__0", 2, 4]))
+    report = Report()
+    out = optimize(model, report=report)
+    assert report.all_rewritten
+    fused = next(n for n in out.graph.node if n.domain == "lstm_ort")
+    assert len(fused.input) <= 5 or fused.input[5] == ""
+    feeds = make_feeds(spec, 5, 2, np.random.default_rng(1))
+    assert max_abs(*_stock_and_ours(model, out, feeds)) <= 1e-5
+
+
 def test_input_forget_non_zero_is_true_as_in_stock():
     """Stock runs input_forget=2 as input_forget=1; FusedLSTM accepts only 0/1."""
     rng = np.random.default_rng(2)

@@ -11,7 +11,6 @@ namespace lstm_ort::streams {
 
 Ort::Session GraphedSession(const SessionSpec& spec, const std::string& model) {
   SessionSpec graphed = spec;
-  graphed.model = model;
   for (auto& [name, values] : graphed.providers) {
     if (name != "CUDAExecutionProvider") continue;
     const auto asked = [](const auto& kv) { return kv.first == "enable_cuda_graph"; };
@@ -20,7 +19,7 @@ Ort::Session GraphedSession(const SessionSpec& spec, const std::string& model) {
   }
   // onnxruntime logs its refusal as an error; the caller keeps the reason instead
   graphed.log_severity = ORT_LOGGING_LEVEL_FATAL;
-  return MakeSession(graphed);
+  return MakeSession(graphed, model);
 }
 
 namespace {

@@ -64,16 +64,10 @@ OrtDeviceRunner::~OrtDeviceRunner() {
   for (Ort::Session* s : {&writer_, &reader_, &grow_, &alone_}) *s = Ort::Session{nullptr};
 }
 
-Ort::Session OrtDeviceRunner::SessionOf(const std::string& model) const {
-  SessionSpec spec = spec_;
-  spec.model = model;
-  return MakeSession(spec);
-}
-
 void OrtDeviceRunner::SetModels(const DeviceModels& models) {
-  writer_ = SessionOf(models.writer);
-  reader_ = SessionOf(models.reader);
-  grow_ = SessionOf(models.grow);
+  writer_ = MakeSession(spec_, models.writer);
+  reader_ = MakeSession(spec_, models.reader);
+  grow_ = MakeSession(spec_, models.grow);
   if (use_pinned_) pinned_alloc_ = std::make_unique<Ort::Allocator>(writer_, pinned_);
 }
 
@@ -82,7 +76,7 @@ void OrtDeviceRunner::AddModel(const std::vector<int>& axes, const std::string& 
     std::lock_guard<std::mutex> lock(models_mu_);
     if (sessions_.count(axes)) return;
   }
-  auto session = std::make_unique<Ort::Session>(SessionOf(model));  // seconds on a GPU: outside the lock
+  auto session = std::make_unique<Ort::Session>(MakeSession(spec_, model));  // seconds on a GPU: outside the lock
   std::lock_guard<std::mutex> lock(models_mu_);
   sessions_.emplace(axes, std::move(session));
 }
@@ -90,7 +84,7 @@ void OrtDeviceRunner::AddModel(const std::vector<int>& axes, const std::string& 
 OrtDeviceRunner::Bound OrtDeviceRunner::Bind(const std::string& model) const {
   Bound b;
   if (model.empty()) return b;
-  b.session = std::make_unique<Ort::Session>(SessionOf(model));
+  b.session = std::make_unique<Ort::Session>(MakeSession(spec_, model));
   const std::vector<std::string> names = InputNames(*b.session), outputs = OutputNames(*b.session);
   for (const std::string& input : step_inputs_)
     b.takes.push_back(std::find(names.begin(), names.end(), input) != names.end());

@@ -82,7 +82,6 @@ class OrtDeviceRunner : public CallRunner {
     std::string graph_note;  // why not: under models_mu_
   };
   Bound Bind(const std::string& model) const;
-  Ort::Session SessionOf(const std::string& model) const;  // spec_'s, of this model
   std::shared_ptr<GroupSessions> GroupOf(int group);
   std::shared_ptr<void> RunAlone(const CallInputs& in, std::vector<CallOutput>* outputs);
   // One stream's call on `session` the plain way, its state from the host (`held`) or else from

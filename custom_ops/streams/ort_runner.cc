@@ -59,9 +59,7 @@ OrtHostRunner::OrtHostRunner(const SessionSpec& spec, std::vector<std::string> s
   carried_output_ = CarriedOutputIndexes(output_names_, carry_);
   for (const std::string& name : output_names_) output_ptrs_.push_back(name.c_str());
   if (!single_model.empty()) {
-    SessionSpec single = spec_;
-    single.model = single_model;
-    single_ = Bind(MakeSession(single));
+    single_ = Bind(MakeSession(spec_, single_model));
   }
 }
 
@@ -95,15 +93,8 @@ OrtHostRunner::Bound OrtHostRunner::Bind(Ort::Session session) const {
 
 void OrtHostRunner::AddGroupModels(int group, const std::string& batched, const std::string& single) {
   auto sessions = std::make_shared<GroupSessions>();
-  SessionSpec spec = spec_;
-  if (!batched.empty()) {
-    spec.model = batched;
-    sessions->batched = Bind(MakeSession(spec));
-  }
-  if (!single.empty()) {
-    spec.model = single;
-    sessions->single = Bind(MakeSession(spec));
-  }
+  if (!batched.empty()) sessions->batched = Bind(MakeSession(spec_, batched));
+  if (!single.empty()) sessions->single = Bind(MakeSession(spec_, single));
   for (const Bound* b : {&sessions->batched, &sessions->single})
     if (b->session && OutputNames(b->session) != output_names_)
       throw std::invalid_argument("a group's model gives other outputs than the model");

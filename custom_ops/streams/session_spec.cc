@@ -42,7 +42,9 @@ void InitOrtApi(const OrtApiBase* api_base) {
   });
 }
 
-Ort::Session MakeSession(const SessionSpec& spec) {
+Ort::Session MakeSession(const SessionSpec& spec) { return MakeSession(spec, spec.model); }
+
+Ort::Session MakeSession(const SessionSpec& spec, const std::string& model) {
   Ort::SessionOptions options;
   if (spec.intra_op_threads > 0) options.SetIntraOpNumThreads(spec.intra_op_threads);
   if (spec.inter_op_threads > 0) options.SetInterOpNumThreads(spec.inter_op_threads);
@@ -64,7 +66,7 @@ Ort::Session MakeSession(const SessionSpec& spec) {
   }
   // its weights are allocated on the device, which a capture elsewhere forbids (capture_gate.h)
   CaptureGate::Together pass(ProcessCaptureGate(), CaptureGate::Length::kLong);
-  return Ort::Session(Env(), spec.model.data(), spec.model.size(), options);
+  return Ort::Session(Env(), model.data(), model.size(), options);
 }
 
 std::pair<std::string, int> SessionDevice(const SessionSpec& spec) {

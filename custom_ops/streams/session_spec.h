@@ -33,8 +33,10 @@ struct SessionSpec {
 // Initialises this library's use of the onnxruntime C API (once; the api_base of the onnxruntime
 // the process's Python module runs, as lstm_ort's op library received it).
 void InitOrtApi(const OrtApiBase* api_base);
-// Made through the process's capture gate (capture_gate.h).
+// Made through the process's capture gate (capture_gate.h). The second form: spec's options and
+// providers, another model (a group's own).
 Ort::Session MakeSession(const SessionSpec& spec);
+Ort::Session MakeSession(const SessionSpec& spec, const std::string& model);
 // The device the session's execution provider puts tensors on ("Cpu" or "Cuda") and its id.
 std::pair<std::string, int> SessionDevice(const SessionSpec& spec);
 

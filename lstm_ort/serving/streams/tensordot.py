@@ -123,7 +123,6 @@ def _samples(dims):
     return [list(s) for s in itertools.product(*choices)]
 
 
-
 def _known_shapes(model: onnx.ModelProto) -> dict[str, list]:
     """Each value's dims (an int where known, None where not), from onnx's shape inference."""
     try:

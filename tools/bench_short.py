@@ -55,6 +55,7 @@ class ShortRow:
     direct_us: float | None = None  # --direct: ours with call_graphs=0 (every launch made per call)
     ours_node_us: float | None = None  # --profile: host time in the FusedLSTM node's Compute
     stock_nodes_us: float | None = None  # --profile: host time in stock's nodes, summed
+    strategies_us: dict | None = None  # --strategy a,b,...: ours with each strategy after the first
 
 
 def session(model, fused: bool, tf32: bool, profile: str | None = None, debug: dict | None = None,
@@ -136,6 +137,7 @@ def node_host_us(profile_path: str, calls: int) -> tuple[float | None, float | N
 
 def bench_one(L: int, H: int, T: int, B: int, mode: str, rounds: int, block: int, profile: bool,
               direct: bool = False, strategy: str = "auto") -> ShortRow:
+    strategy, *others = strategy.split(",")
     spec = LstmSpec(input_size=H, hidden_size=H, num_layers=L)
     rng = np.random.default_rng(0)
     layers = random_layers(spec, rng)
@@ -148,6 +150,8 @@ def bench_one(L: int, H: int, T: int, B: int, mode: str, rounds: int, block: int
     callers = {"ours": Caller(session(ours_model, True, False, strategy=strategy, cuda_graph=graph), feeds, mode),
                "stock_fp32": Caller(session(stock, False, False, cuda_graph=graph), feeds, mode),
                "stock_tf32": Caller(session(stock, False, True, cuda_graph=graph), feeds, mode)}
+    for other in others:  # in the same turns as the first, so that their times compare within one window
+        callers[other] = Caller(session(ours_model, True, False, strategy=other, cuda_graph=graph), feeds, mode)
     if direct:
         callers["direct"] = Caller(session(ours_model, True, False, debug={"call_graphs": "0"}, strategy=strategy,
                                            cuda_graph=graph), feeds, mode)
@@ -161,7 +165,7 @@ def bench_one(L: int, H: int, T: int, B: int, mode: str, rounds: int, block: int
     us = interleaved_us(callers, rounds, block)
     best = min(us["stock_fp32"], us["stock_tf32"])
     row = ShortRow(f"L{L}xH{H}", T, B, mode, us["ours"], us["stock_fp32"], us["stock_tf32"], best / us["ours"], err,
-                   direct_us=us.get("direct"))
+                   direct_us=us.get("direct"), strategies_us={o: us[o] for o in others} or None)
     try:
         from lstm_ort.runtime import native
         from lstm_ort.runtime.nodes import NodeShape
@@ -196,6 +200,8 @@ def print_rows(rows: list[ShortRow]) -> None:
         print(f"{r.stack:<9}{r.T:>4}{r.B:>6} {r.mode:<8}{r.ours_us:9.1f}{direct}{r.stock_fp32_us:9.1f}"
               f"{r.stock_tf32_us:11.1f}"
               f"{r.vs_stock:8.2f}{r.err:9.1e}{node}{snode}  {r.plan}")
+        if r.strategies_us:
+            print(" " * 28 + "  ".join(f"{name} {us:.1f}" for name, us in r.strategies_us.items()))
 
 
 def ints(text: str) -> list[int]:
@@ -210,7 +216,8 @@ def main(argv=None) -> int:
     p.add_argument("--modes", default="bound,chained", help="of bound, chained, graphed (see above)")
     p.add_argument("--rounds", type=int, default=8)
     p.add_argument("--block", type=int, default=25, help="calls per turn")
-    p.add_argument("--strategy", default="auto", help="ours with this CUDA strategy (lstm_ort.strategy)")
+    p.add_argument("--strategy", default="auto", help="ours with this CUDA strategy (lstm_ort.strategy); a,b,...: "
+                   "the first is the row's, the others are timed in the same turns")
     p.add_argument("--direct", action="store_true", help="also ours with call_graphs=0: every launch made per call")
     p.add_argument("--profile", action="store_true", help="also onnxruntime's node profile (host time in Compute)")
     p.add_argument("--json", help="write the rows here")

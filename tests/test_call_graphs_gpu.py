@@ -23,7 +23,9 @@ CALLS = 6
 # (T, B, I, H, L, direction, strategy, precision, low-rank ranks, what the plan says): one case per
 # backend a short call can plan on, and a factored node.
 CASES = [
-    (1, 1, 16, 64, 2, "forward", "auto", "fp32", None, "cluster"),
+    (2, 1, 16, 64, 2, "forward", "auto", "fp32", None, "cluster"),
+    (1, 4, 16, 64, 1, "forward", "auto", "fp32", None, "v1 splitk"),  # one step (OneStepStrategy)
+    (1, 16, 16, 64, 2, "forward", "auto", "fp32", None, "wavefront"),
     (3, 16, 24, 200, 1, "forward", "persistent", "fp32", None, "persistent ("),
     (5, 8, 8, 96, 3, "forward", "wavefront", "fp32", None, "wavefront"),
     (4, 4, 12, 48, 2, "bidirectional", "tiled", "fp32", None, "v1 tiled"),

@@ -63,6 +63,55 @@ def test_features(direction, layout, seq_lens, initial_states, peepholes, clip, 
     check_gpu(spec, 9, 5, rng, strategy, seq_lens=seq_lens, initial_states=initial_states)
 
 
+@pytest.mark.parametrize("strategy", ["auto", "splitk", "tiled"])
+@pytest.mark.parametrize("direction,layout,seq_lens,initial_states,peepholes,clip,input_forget,acts", FEATURE_GRID[::4])
+def test_one_step_features(direction, layout, seq_lens, initial_states, peepholes, clip, input_forget, acts, strategy,
+                           rng):
+    """A call of one step: v1's split-K step multiplies layer 0's input itself (CallPlan::
+    step_projects), and the FMA steps write Y_h / Y_c at their last step (StepArgs::final_step),
+    with every cell feature, both layouts and sequences of length 0 and 1."""
+    spec = feature_spec(direction, layout, peepholes=peepholes, clip=clip, input_forget=input_forget, acts=acts,
+                        input_size=6, hidden_size=33, num_layers=2)
+    layers = random_layers(spec, rng)
+    feeds = make_feeds(spec, 1, 5, rng, initial_states=initial_states)
+    if seq_lens:
+        feeds["sequence_lens"] = np.array([1, 0, 1, 0, 1], np.int32)
+    kw = dict(seq_lens=seq_lens, initial_states=initial_states)
+    got = run_fused_strict(spec, layers, feeds, strategy=strategy, **kw)
+    assert max_abs(got, run_stock(spec, layers, feeds, **kw)) <= TOL
+    assert max_abs(got, run_fused(spec, layers, feeds, providers=CPU, **kw)) <= TOL
+
+
+@pytest.mark.parametrize("outputs", [("Y_h",), ("Y_c",), ("Y",), ("Y", "Y_c")])
+@pytest.mark.parametrize("H,B", [(64, 1), (128, 16), (200, 3)])
+def test_one_step_outputs_as_asked(outputs, H, B, rng):
+    """The one-step path writes just the outputs bound (a null Y_h or Y_c is not written), as a
+    call asking for all three gives them; X of I != H."""
+    spec = LstmSpec(input_size=H // 2 + 3, hidden_size=H, num_layers=1)
+    layers = random_layers(spec, rng)
+    feeds = make_feeds(spec, 1, B, rng, initial_states=True)
+    every = dict(zip(("Y", "Y_h", "Y_c"), run_fused(spec, layers, feeds, providers=CUDA, initial_states=True)))
+    some = run_fused(spec, layers, feeds, providers=CUDA, initial_states=True, outputs=outputs)
+    assert max_abs(some, [every[name] for name in outputs]) == 0.0
+    assert max_abs([every[name] for name in outputs],
+                   [dict(zip(("Y", "Y_h", "Y_c"), run_stock(spec, layers, feeds, initial_states=True)))[name]
+                    for name in outputs]) <= TOL
+
+
+@pytest.mark.parametrize("direction", DIRECTIONS)
+def test_one_step_float16(direction, rng):
+    """fp16 storage at T = 1 on split-K: the input product read as fp16 in the step."""
+    spec = LstmSpec(input_size=24, hidden_size=64, num_layers=2, direction=direction)
+    layers = random_layers(spec, rng)
+    for lw in layers:
+        for name in ("W", "R", "B"):
+            setattr(lw, name, getattr(lw, name).astype(np.float16).astype(np.float32))
+    feeds16 = make_feeds(spec, 1, 6, rng, np.float16, initial_states=True)
+    feeds32 = {k: v.astype(np.float32) for k, v in feeds16.items()}
+    got = run_fused(spec, layers, feeds16, np.float16, providers=CUDA, strategy="splitk", initial_states=True)
+    assert max_abs(got, run_stock(spec, layers, feeds32, initial_states=True)) <= 5e-3
+
+
 @pytest.mark.parametrize("strategy", STRATEGIES)
 @pytest.mark.parametrize("L,T,H,B,direction", [(2, 50, 512, 64, "forward"), (1, 30, 1024, 4, "bidirectional"),
                                                (2, 20, 256, 8, "reverse"), (1, 10, 1100, 3, "forward")])

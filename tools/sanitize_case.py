@@ -1,6 +1,7 @@
 """A small FusedLSTM run on the CUDA EP for compute-sanitizer: every strategy (the cluster kernel at
 several cluster sizes), a bidirectional and a 3-layer forward stack (the wavefront), ragged
-lengths, initial states, peepholes, float32 and float16; and the same stacks with factored weights (the low-rank path), against our CPU kernel."""
+lengths, initial states, peepholes, float32 and float16, one-step calls; and the same stacks with
+factored weights (the low-rank path), against our CPU kernel."""
 
 import itertools
 import os
@@ -37,6 +38,16 @@ def main() -> int:
                 worst = max(worst, max_abs(got, run_stock(spec, layers, feeds, seq_lens=True, initial_states=True)))
     os.environ.pop("LSTM_ORT_CLUSTER_SIZE", None)
     os.environ.pop("LSTM_ORT_CLUSTER_SLICES", None)
+    # One step: split-K multiplies the input in its step, the FMA steps write the final states;
+    # lengths of 0 and 1.
+    for strategy, spec, dtype in itertools.product(("auto", "splitk", "tiled"), specs, (np.float32, np.float16)):
+        layers = random_layers(spec, rng)
+        feeds = make_feeds(spec, 1, 5, rng, dtype, seq_lens=True, initial_states=True)
+        feeds["sequence_lens"][1::2] = 0
+        got = run_fused(spec, layers, feeds, dtype, providers=CUDA, strategy=strategy, seq_lens=True,
+                        initial_states=True)
+        if dtype == np.float32:
+            worst = max(worst, max_abs(got, run_stock(spec, layers, feeds, seq_lens=True, initial_states=True)))
     # The tensor-core kernel in every operand type: batches that take it (16 rows for the half
     # types, 256 for tf32), a wavefront stack and a bidirectional layer, ragged lengths.
     worst_mma = {}

@@ -141,6 +141,7 @@ void PlanRangesOf(CallPlan& p, const Attributes& attrs, const CallDevice& device
     p.ranges = StepwiseRanges(L);
     return;
   }
+  strategy = OneStepStrategy(strategy, p.resolved, type, d, p.in.max_len);
   if (RunsOnCluster(strategy, d)) {
     const auto cluster = PlanCluster(static_cast<int>(d.H), static_cast<int>(d.B), device.max_cluster_blocks,
                                      o.cluster_size, o.cluster_slices);
@@ -290,6 +291,8 @@ CallPlan PlanCall(const CallInputs& in, const Attributes& attrs, const CallDevic
   }
   PlanRangesOf(p, attrs, device, o);
   PlanStepWeights(p, attrs, o);
+  p.step_projects = !p.ranges.empty() && p.ranges[0].backend == Backend::kStepwise &&
+                    StepProjectsInput(p.step, p.projection, d, in.max_len);
   return p;
 }
 
@@ -320,7 +323,9 @@ std::string DescribeRanges(const CallPlan& plan) {
     } else if (r.backend == Backend::kLowRank) {
       out += "low rank (h A on cuBLAS, then one launch per step)";
     } else {
-      out += std::string("v1 ") + StepName(plan.step) + " (one launch per step)";
+      out += std::string("v1 ") + StepName(plan.step) +
+             (plan.step_projects && r.first == 0 ? " (one launch, the input product in the step)"
+                                                 : " (one launch per step)");
     }
   }
   return out;

@@ -106,6 +106,7 @@ struct CallPlan {
   ProjectionMath projection = ProjectionMath::kFp32;  // the input projection's GEMM (fp32 models)
   std::optional<MmaOperand> mma;  // the tensor-core operand of the persistent ranges; none: FP32 FMA
   StepKernel step = StepKernel::kTiled;  // v1's kernel, for every stepwise range
+  bool step_projects = false;            // layer 0 on v1 multiplies its input in its step (StepProjectsInput)
   // v1's cuBLAS step (fp32 storage): its weights (16-bit copies in the reduced modes) and whether
   // small batches stream them.
   StepWeights step_weights = StepWeights::kFp32;

@@ -23,6 +23,20 @@ bool RunsOnCluster(Strategy strategy, const Dims& d) {
   return d.D == 2 || d.L <= (small_hidden ? kMaxLayersForClusterAtSmallHidden : kMaxLayersForCluster);
 }
 
+Strategy OneStepStrategy(Strategy strategy, Arithmetic runs, ElementType type, const Dims& d, int64_t max_len) {
+  if (strategy != Strategy::kAuto || max_len != 1 || d.D != 1 || type != ElementType::kFloat32 ||
+      runs != Arithmetic::kFp32)
+    return strategy;
+  const int64_t cells = d.B * d.H;
+  if (d.L == 2 && cells <= kMaxCellsForOneStepSplitKInAStack) return Strategy::kSplitK;
+  if (d.L > 1) return Strategy::kWavefront;
+  if (d.H > kMaxHiddenForOneStepV1) return strategy;
+  if (cells <= kMaxCellsForOneStepSplitK ||
+      (d.H <= kMaxHiddenForOneStepSplitKAtMoreCells && cells <= kMaxCellsForOneStepSplitKAtSmallHidden))
+    return Strategy::kSplitK;
+  return cells <= kMaxCellsForOneStepTiled ? Strategy::kTiled : strategy;
+}
+
 StepKernel ChooseStepKernel(Strategy strategy, ElementType type, const Dims& d) {
   if (strategy == Strategy::kSplitK && d.H <= kSplitKMaxHidden) return StepKernel::kSplitK;
   if (strategy == Strategy::kTiled || strategy == Strategy::kSplitK) return StepKernel::kTiled;
@@ -30,6 +44,10 @@ StepKernel ChooseStepKernel(Strategy strategy, ElementType type, const Dims& d) 
   if (d.B <= kSplitKMaxBatch && d.H <= kSplitKMaxHidden && !gemm) return StepKernel::kSplitK;
   if (gemm) return StepKernel::kGemm;
   return StepKernel::kTiled;
+}
+
+bool StepProjectsInput(StepKernel step, ProjectionMath math, const Dims& d, int64_t max_len) {
+  return step == StepKernel::kSplitK && math == ProjectionMath::kFp32 && d.T == 1 && max_len == 1;
 }
 
 bool ProjectsWithSplitTf32(ElementType type, ProjectionMath math, int64_t rows, int64_t input, bool weights_kept) {

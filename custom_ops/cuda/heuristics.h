@@ -39,6 +39,30 @@ constexpr int64_t kMaxLayersForCluster = 2;
 constexpr int64_t kMaxLayersForClusterAtSmallHidden = 4;
 bool RunsOnCluster(Strategy strategy, const Dims& d);
 
+// One step (T = 1) under strategy auto, fp32, one direction: no recurrence to keep the weights on
+// chip for, so the cluster kernel's setup (weights into registers, cluster syncs) and the
+// persistent kernel's are pure cost, and v1's launches are few: split-K multiplies the input in
+// its step (StepProjectsInput) and v1's steps write the final states. H200, T=1, us under
+// onnxruntime's CUDA graph replay (a stream's lone step; bound calls rank the same), v1 vs the plan
+// before (cluster up to B = 8, else persistent or the wavefront), in one process:
+// - one layer, few cells: split-K (kSplitK): H64 B8 13.0 vs 24.8, H128 B8 13.6 vs 25.8, H128 B32
+//   19.7 vs 23.6, H256 B8 18.0 vs 22.8, H512 B4 23.6 vs 30.6; but H128 B64 26.9 vs 24.2, H256 B16
+//   23.0 vs 23.3, H512 B8 33.1 vs 30.8, H1024 B4 49.5 vs 33.9;
+// - one layer, more cells: v1 tiled (kTiled): H128 B64 23.4 vs 24.2, B128 23.3 vs 25.3, H256 B16
+//   21.5 vs 23.3, B64 28.4 vs 30.3, H512 B32 32.0 vs 33.9; but H512 B128 55.6 vs 47.8;
+// - two layers of few cells: split-K per layer: L2 H128 B1 21.3 vs 23.8 (wavefront), B4 26.4 vs
+//   28.2; but B16 32.7 vs 30.8, H256 B4 26.6 vs 25.9;
+// - a deeper or wider stack: the wavefront (kWavefront: auto without the cluster): L2 H128 B8 28.7
+//   vs 43.6 (cluster), L3 H128 B8 31.1 vs 60.4.
+// At T = 2 the cluster already pays at B = 1 (H128 22.7 vs split-K 24.3, before the input product).
+constexpr int64_t kMaxHiddenForOneStepV1 = 512;
+constexpr int64_t kMaxCellsForOneStepSplitK = 2048;               // B*H
+constexpr int64_t kMaxCellsForOneStepSplitKAtSmallHidden = 4096;  // up to H = 128
+constexpr int64_t kMaxHiddenForOneStepSplitKAtMoreCells = 128;
+constexpr int64_t kMaxCellsForOneStepTiled = 32768;
+constexpr int64_t kMaxCellsForOneStepSplitKInAStack = 512;  // two layers
+Strategy OneStepStrategy(Strategy strategy, Arithmetic runs, ElementType type, const Dims& d, int64_t max_len);
+
 // The per-step kernels v1 can use.
 enum class StepKernel { kTiled, kSplitK, kGemm };
 
@@ -143,6 +167,13 @@ int64_t WidestLayerInput(const Dims& d);
 // `input`: the layer's input width; `weights_kept`: W's halves are kept across calls. Monotone
 // in `input`, so the widest layer input answers for a call's scratch.
 bool ProjectsWithSplitTf32(ElementType type, ProjectionMath math, int64_t rows, int64_t input, bool weights_kept);
+
+// Whether v1's split-K step of a one-step call (T = 1) multiplies layer 0's input itself
+// (CallPlan::step_projects): the projection's GEMM and the split-K reduction cuBLAS adds at few
+// rows (two launches, ~5 us of an H200's timeline at L1 H128 B8 against the step's 3) go, for
+// weights read once either way. FP32 math only: the FMA product is the GEMM's arithmetic.
+bool StepProjectsInput(StepKernel step, ProjectionMath math, const Dims& d, int64_t max_len);
+
 // Whether any layer of a call splits: asked with the widest layer input. Sizes the scratch, and
 // decides whether the call takes kept halves.
 bool CallProjectsWithSplitTf32(ElementType type, ProjectionMath math, const Dims& d, bool weights_kept);

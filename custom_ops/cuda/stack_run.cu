@@ -169,7 +169,8 @@ class StackRun {
   // holds layer l's projection already.
   void RunStepwise(int l, bool projected = false) {
     const StepKernel kernel = plan_.step;
-    if (!projected) Project(l);
+    const bool step_projects = plan_.step_projects && l == 0 && !projected && kernel == StepKernel::kSplitK;
+    if (!projected && !step_projects) Project(l);
     StepArgs<T> a{};
     a.B = B_;
     a.H = H_;
@@ -181,6 +182,18 @@ class StackRun {
       a.wh[dir] = RecurrentWeights(l, dir);
       a.c[dir] = s_.c + static_cast<long long>(dir) * B_ * H_;
     }
+    if (step_projects) {
+      a.x = static_cast<const T*>(io_.in[kX]);
+      a.I = static_cast<int>(d_.LayerInput(0));
+      for (int dir = 0; dir < D_; ++dir) {
+        a.wx[dir] = Weights() + d_.WeightOffset(0, dir);
+        a.gx[dir] = nullptr;
+      }
+    }
+    // The FMA step kernels write Y_h / Y_c at their last step; the cuBLAS step's loop, captured
+    // as a graph (GemmStepLoopKey), leaves them to FinalStates.
+    const bool steps_write_states = kernel != StepKernel::kGemm && io_.max_len >= 1;
+    if (steps_write_states) SetFinalStates(l, a);
     InitLayerStates<T>(io_, attrs_.layout, l, s_.h[0], s_.c, stream_, 1, TakePrelude());
     [[maybe_unused]] const GemmStepScratch gemm{s_.gates, s_.stream_done, s_.wh_half, s_.h_half, s_.wh_amax};
     [[maybe_unused]] GemmStepPlan plan;
@@ -209,6 +222,7 @@ class StackRun {
             continue;
           }
         }
+        a.final_step = steps_write_states && step == io_.max_len - 1;
         if (kernel == StepKernel::kSplitK) LaunchSplitKStep(a, D_, sm_count_, on);
         else LaunchTiledStep(a, D_, device_, on);
         Check(cudaGetLastError(), "recurrent step");
@@ -222,7 +236,21 @@ class StackRun {
         graphs_->Run(GemmStepLoopKey(a, gemm, plan), stream_, enqueue_steps, LaunchGraphs::Cublas::kCalls);
     }
     if (!through_graph) enqueue_steps(stream_);
-    WriteFinalStates<T>(io_, attrs_.layout, l, s_.h[io_.max_len % 2], s_.c, s_.lens, stream_);
+    if (!steps_write_states)
+      WriteFinalStates<T>(io_, attrs_.layout, l, s_.h[io_.max_len % 2], s_.c, s_.lens, stream_);
+  }
+
+  // Where layer l's last v1 step writes Y_h / Y_c: its rows of the op's [L*D, B, H] (layout 0) or
+  // [B, L*D, H] (layout 1) states.
+  void SetFinalStates(int l, StepArgs<T>& a) const {
+    const long long LD = d_.L * D_;
+    a.state_sb = attrs_.layout == 0 ? H_ : LD * H_;
+    for (int dir = 0; dir < D_; ++dir) {
+      const long long row = static_cast<long long>(l) * D_ + dir;
+      const long long at = attrs_.layout == 0 ? row * B_ * H_ : row * H_;
+      a.y_h[dir] = io_.out[kYH] ? static_cast<T*>(io_.out[kYH]) + at : nullptr;
+      a.y_c[dir] = io_.out[kYC] ? static_cast<T*>(io_.out[kYC]) + at : nullptr;
+    }
   }
 
   // What the cuBLAS step loop of a layer captures by value (launch_graphs.h).

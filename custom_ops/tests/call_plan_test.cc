@@ -214,6 +214,26 @@ TEST(ClusterPlansRunEveryLayerAndSayHow) {
   CHECK(Has(text, "layer 0: cluster (") && Has(text, "layer 2: cluster"));
 }
 
+TEST(OneStepMultipliesLayerZerosInputInItsSplitKStep) {
+  const DeviceLimits h100 = unit::H100();
+  const CallPlan one = PlanCall(Call(MakeDims(1, 1, 1, 8, 64, 128)), Attrs(Strategy::kAuto), Fake(h100), {});
+  CHECK(one.step == StepKernel::kSplitK && one.step_projects);
+  CHECK_EQ(DescribeRanges(one), std::string("layer 0: v1 splitk (one launch, the input product in the step)"));
+  const CallPlan forced = PlanCall(Call(MakeDims(3, 2, 1, 8, 64, 128)), Attrs(Strategy::kSplitK), Fake(h100), {});
+  CHECK(forced.step_projects);  // layer 0 only: the layers above read their input from the one below
+  CHECK(Has(DescribeRanges(forced), "layer 0: v1 splitk (one launch, the input product in the step); "
+                                    "layer 1: v1 splitk (one launch per step)"));
+  const CallPlan stack = PlanCall(Call(MakeDims(2, 1, 1, 8, 64, 128)), Attrs(Strategy::kAuto), Fake(h100), {});
+  CHECK(!stack.step_projects && stack.ranges[0].backend == Backend::kWavefront);
+  CHECK(!PlanCall(Call(MakeDims(1, 1, 2, 8, 64, 128)), Attrs(Strategy::kSplitK), Fake(h100), {}).step_projects);
+  CHECK(!PlanCall(Call(MakeDims(1, 1, 1, 8, 64, 128)), Attrs(Strategy::kTiled), Fake(h100), {}).step_projects);
+  CHECK(!PlanCall(Call(MakeDims(1, 1, 1, 8, 64, 128)), Attrs(Strategy::kSplitK, Precision::kTf32), Fake(h100), {})
+             .step_projects);  // the projection's math is not the FMA product's
+  CallInputs shorter = Call(MakeDims(1, 1, 1, 8, 64, 128));
+  shorter.max_len = 0;
+  CHECK(!PlanCall(shorter, Attrs(Strategy::kSplitK), Fake(h100), {}).step_projects);
+}
+
 TEST(EmptyCallsPlan) {
   // B = 0 (nothing runs) and T = 0 (no steps): every strategy and precision plans without dividing by zero.
   const DeviceLimits h100 = unit::H100();

@@ -73,6 +73,55 @@ TEST(ClusterKernelForSmallHiddenSizes) {
     CHECK(!RunsOnCluster(s, Sizes(1, 128)));
 }
 
+TEST(OneStepRunsOnV1WhereFewCellsAndAStackOnTheWavefront) {
+  const ElementType f32 = ElementType::kFloat32;
+  const Arithmetic fp32 = Arithmetic::kFp32;
+  const auto step = [](int64_t B, int64_t H, int64_t L = 1) {
+    Dims d = Sizes(B, H);
+    d.T = 1;
+    d.L = L;
+    return d;
+  };
+  const auto one_step = [&](const Dims& d) { return OneStepStrategy(Strategy::kAuto, fp32, f32, d, 1); };
+  CHECK(one_step(step(1, 64)) == Strategy::kSplitK);
+  CHECK(one_step(step(8, 128)) == Strategy::kSplitK);  // where auto took the cluster
+  CHECK(one_step(step(32, 128)) == Strategy::kSplitK);
+  CHECK(one_step(step(33, 128)) == Strategy::kTiled);
+  CHECK(one_step(step(64, 64)) == Strategy::kSplitK);
+  CHECK(one_step(step(8, 256)) == Strategy::kSplitK);
+  CHECK(one_step(step(9, 256)) == Strategy::kTiled);
+  CHECK(one_step(step(4, 512)) == Strategy::kSplitK);
+  CHECK(one_step(step(64, 512)) == Strategy::kTiled);
+  CHECK(one_step(step(65, 512)) == Strategy::kAuto);  // the persistent kernel
+  CHECK(one_step(step(1, 513)) == Strategy::kAuto);   // H1024 B4: split-K 49.5 vs persistent 33.9 us
+  CHECK(one_step(step(4, 128, 2)) == Strategy::kSplitK);
+  CHECK(one_step(step(5, 128, 2)) == Strategy::kWavefront);
+  CHECK(one_step(step(1, 128, 3)) == Strategy::kWavefront);
+  CHECK(one_step(step(512, 1024, 3)) == Strategy::kWavefront);
+  CHECK(OneStepStrategy(Strategy::kAuto, fp32, f32, step(8, 128), 2) == Strategy::kAuto);  // a recurrence
+  CHECK(OneStepStrategy(Strategy::kAuto, fp32, f32, step(8, 128), 0) == Strategy::kAuto);
+  for (Strategy s : {Strategy::kCluster, Strategy::kPersistent, Strategy::kTiled})  // asked for, or tuned
+    CHECK(OneStepStrategy(s, fp32, f32, step(8, 128), 1) == s);
+  CHECK(OneStepStrategy(Strategy::kAuto, Arithmetic::kTf32, f32, step(8, 128), 1) == Strategy::kAuto);
+  CHECK(OneStepStrategy(Strategy::kAuto, fp32, ElementType::kFloat16, step(8, 128), 1) == Strategy::kAuto);
+  Dims both = step(8, 128, 2);
+  both.D = 2;  // not measured
+  CHECK(one_step(both) == Strategy::kAuto);
+}
+
+TEST(OnlyAOneStepSplitKStepInFp32MultipliesItsInput) {
+  Dims d = Sizes(8, 128);
+  d.T = 1;
+  CHECK(StepProjectsInput(StepKernel::kSplitK, ProjectionMath::kFp32, d, 1));
+  CHECK(!StepProjectsInput(StepKernel::kSplitK, ProjectionMath::kFp32, d, 0));
+  CHECK(!StepProjectsInput(StepKernel::kTiled, ProjectionMath::kFp32, d, 1));
+  CHECK(!StepProjectsInput(StepKernel::kGemm, ProjectionMath::kFp32, d, 1));
+  for (ProjectionMath m : {ProjectionMath::kTf32, ProjectionMath::kFp16, ProjectionMath::kBf16})
+    CHECK(!StepProjectsInput(StepKernel::kSplitK, m, d, 1));
+  d.T = 2;  // sequence_lens of 1 in a longer X: x's rows are T apart
+  CHECK(!StepProjectsInput(StepKernel::kSplitK, ProjectionMath::kFp32, d, 1));
+}
+
 TEST(SplitTf32ProjectionOnlyForLargeFloat32Inputs) {
   const ProjectionMath fp32 = ProjectionMath::kFp32;
   const ElementType f32 = ElementType::kFloat32;

@@ -177,6 +177,14 @@ inline std::vector<Case> Grid() {
             Case c{dev, type, s, p, Knobs{}, w_constant, true, {}, Dims{}};
             AddShapes(out, c, {1, 3}, {5, 100}, {16, 512});
           }
+  // One step: a streamed call's T = 1, planned apart from the recurrences above (OneStepRunsOnSplitK).
+  for (const Device& dev : Devices())
+    for (ElementType type : types)
+      for (Strategy s : strategies)
+        for (Precision p : precisions) {
+          Case c{dev, type, s, p, Knobs{}, false, true, {}, Dims{}};
+          AddShapes(out, c, {1, 3}, {1}, {16});
+        }
   // The overrides, the tuned entries and a cell with unbounded h, on the H100 at fewer shapes.
   const Device h100 = Devices()[0];
   for (const Knobs& k : KnobVariants())

@@ -26,6 +26,17 @@ __global__ void __launch_bounds__(kSplitKWarps * 32) StepSplitK(StepArgs<T> a, i
     UnitInputs in{};
     if (lane == 0) in = LoadUnit(a, d, b, u);
     float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (a.x) {  // the call's one step: its input product too, read once, so from global memory
+      const T* x = a.x + static_cast<long long>(b) * a.I;
+      for (int k = lane; k < a.I; k += 32) {
+        const float xv = ToF(x[k]);
+        const float4 wv = Load4(a.wx[d] + static_cast<long long>(k) * 4 * H + 4LL * u);
+        acc.x = fmaf(xv, wv.x, acc.x);
+        acc.y = fmaf(xv, wv.y, acc.y);
+        acc.z = fmaf(xv, wv.z, acc.z);
+        acc.w = fmaf(xv, wv.w, acc.w);
+      }
+    }
 #pragma unroll
     for (int j = 0; j < KPL; ++j) {
       const int k = lane + 32 * j;

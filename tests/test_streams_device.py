@@ -274,5 +274,7 @@ def test_gpu_threads_each_stepping_a_kind_alone_capture_while_others_run(torch_h
         use = b.cuda_graphs()
         assert b.stats().failed_steps == 0
     assert support.worst_difference(got, want) <= 1e-5
-    # each stream's first call binds its kind's buffers, the other 24 run on the graph
-    assert sorted(calls for calls, why in use.values() if not why) == [24] * 4, use
+    # each stream's first call binds its kind's buffers (or finds them bound already: the H200 once
+    # ran a kind's first client call on its graph, stop 66), the other 24 run on the graph
+    graphed = [calls for calls, why in use.values() if not why]
+    assert len(graphed) == 4 and all(24 <= calls <= 25 for calls in graphed), use

@@ -161,8 +161,8 @@ void RunStack(OrtKernelContext* ctx, const CpuCallPlan& plan, const CallIO& io, 
 
     // 2. The recurrence. Its states start from initial_h / initial_c, else zeros. Rows without
     // padding (Hp == H) that the initial states fill are not cleared first, nor is the second h
-    // buffer, whose every row each step writes (a row past its end copies its h): on a short
-    // call of many rows the clearing cost as much as a few percent of the call (T=1 B16 H256).
+    // buffer, whose every row each step writes (a row past its end copies its h): with the
+    // final states' staging copy, about 1 us of a 130 us call (T=1 B16 H256, one thread).
     const bool whole_rows = Hp == H;
     for (int64_t dir = 0; dir < D; ++dir) {
       const int64_t k = l * D + dir;

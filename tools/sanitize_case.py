@@ -17,6 +17,20 @@ from lstm_ort.testing import (CPU, CUDA, factored_layers, make_feeds, max_abs, r
 def main() -> int:
     rng = np.random.default_rng(0)
     worst = 0.0
+
+    def run_case(strategy, spec, dtype, T, zero_lengths=False) -> float:
+        """One call on CUDA with ragged lengths and initial states: its error against stock (fp32),
+        else 0."""
+        layers = random_layers(spec, rng)
+        feeds = make_feeds(spec, T, 5, rng, dtype, seq_lens=True, initial_states=True)
+        if zero_lengths:
+            feeds["sequence_lens"][1::2] = 0
+        got = run_fused(spec, layers, feeds, dtype, providers=CUDA, strategy=strategy, seq_lens=True,
+                        initial_states=True)
+        if dtype != np.float32:
+            return 0.0
+        return max_abs(got, run_stock(spec, layers, feeds, seq_lens=True, initial_states=True))
+
     specs = [LstmSpec(input_size=12, hidden_size=40, num_layers=2, direction="bidirectional", peepholes=True),
              LstmSpec(input_size=12, hidden_size=40, num_layers=3, direction="forward", peepholes=True)]
     # The cluster kernel with the planner's cluster size and slices, then forced to a single block
@@ -30,24 +44,13 @@ def main() -> int:
             else:
                 os.environ.pop(knob, None)
         for spec, dtype in itertools.product(specs, (np.float32, np.float16)):
-            layers = random_layers(spec, rng)
-            feeds = make_feeds(spec, 6, 5, rng, dtype, seq_lens=True, initial_states=True)
-            got = run_fused(spec, layers, feeds, dtype, providers=CUDA, strategy=strategy, seq_lens=True,
-                            initial_states=True)
-            if dtype == np.float32:
-                worst = max(worst, max_abs(got, run_stock(spec, layers, feeds, seq_lens=True, initial_states=True)))
+            worst = max(worst, run_case(strategy, spec, dtype, 6))
     os.environ.pop("LSTM_ORT_CLUSTER_SIZE", None)
     os.environ.pop("LSTM_ORT_CLUSTER_SLICES", None)
     # One step: split-K multiplies the input in its step, the FMA steps write the final states;
     # lengths of 0 and 1.
     for strategy, spec, dtype in itertools.product(("auto", "splitk", "tiled"), specs, (np.float32, np.float16)):
-        layers = random_layers(spec, rng)
-        feeds = make_feeds(spec, 1, 5, rng, dtype, seq_lens=True, initial_states=True)
-        feeds["sequence_lens"][1::2] = 0
-        got = run_fused(spec, layers, feeds, dtype, providers=CUDA, strategy=strategy, seq_lens=True,
-                        initial_states=True)
-        if dtype == np.float32:
-            worst = max(worst, max_abs(got, run_stock(spec, layers, feeds, seq_lens=True, initial_states=True)))
+        worst = max(worst, run_case(strategy, spec, dtype, 1, zero_lengths=True))
     # The tensor-core kernel in every operand type: batches that take it (16 rows for the half
     # types, 256 for tf32), a wavefront stack and a bidirectional layer, ragged lengths.
     worst_mma = {}

@@ -136,7 +136,7 @@ void RunStack(OrtKernelContext* ctx, const CpuCallPlan& plan, const CallIO& io, 
       for (int64_t b = 0; b < B; ++b) {
         const T* src = x + (attrs.layout == 0 ? t * B + b : b * T_ + t) * d.I;
         float* dst = xc + (t * B + b) * d.I;
-        for (int64_t i = 0; i < d.I; ++i) dst[i] = ToFloat(src[i]);
+        CopyRow(dst, src, d.I);
       }
     x0 = xc;
   }
@@ -376,7 +376,7 @@ void RunStack(OrtKernelContext* ctx, const CpuCallPlan& plan, const CallIO& io, 
               continue;
             }
             const float* src = layer_out + (t * B + b) * D * H + dir * H;
-            for (int64_t j = 0; j < H; ++j) dst[j] = FromFloat<T>(src[j]);
+            CopyRow(dst, src, H);
           }
     }
   }

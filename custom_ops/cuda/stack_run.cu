@@ -169,7 +169,7 @@ class StackRun {
   // holds layer l's projection already.
   void RunStepwise(int l, bool projected = false) {
     const StepKernel kernel = plan_.step;
-    const bool step_projects = plan_.step_projects && l == 0 && !projected && kernel == StepKernel::kSplitK;
+    const bool step_projects = plan_.step_projects && l == 0 && !projected;
     if (!projected && !step_projects) Project(l);
     StepArgs<T> a{};
     a.B = B_;

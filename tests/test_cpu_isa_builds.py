@@ -32,6 +32,11 @@ GRID = [
     ("forward", 4, 2, 11, 21, 1, "states"),
     ("reverse", 3, 4, 5, 19, 1, "states,lens"),
     ("forward", 3, 6, 7, 27, 1, "states"),
+    # calls of one step, whose step multiplies the input itself (LayerPlan::step_projects): row tiles
+    # with h, from a zero h (no initial states: the input's product alone), and few rows
+    ("forward", 1, 16, 32, 256, 1, "states"),
+    ("bidirectional", 1, 9, 13, 40, 2, ""),
+    ("reverse", 1, 3, 7, 24, 1, "states,lens"),
 ]
 
 _CHILD = r"""

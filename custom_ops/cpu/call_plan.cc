@@ -136,6 +136,20 @@ int64_t StockSliceRows(int64_t B, int64_t H, int P) {
   return batch_parallel ? (B + P - 1) / P : B;
 }
 
+bool GroupsInParallel(const Recurrence& r, int64_t D, int P, double call_flops, const CpuPlanKnobs& kn) {
+  return r.unit_chunks == 1 && std::min<int64_t>(D * r.batch_chunks, P) > 1 && call_flops >= kn.parallel_min;
+}
+
+bool StepMultipliesInput(WeightFormat format, int64_t max_len, bool input_factored, const ProjectSplit& projection,
+                         const Recurrence& r, int64_t D, int P) {
+  if (format != WeightFormat::kFp32 || max_len != 1 || input_factored) return false;
+  const int64_t groups = D * r.batch_chunks;
+  const int64_t step_threads = r.unit_chunks > 1 ? (r.groups_in_turn ? 1 : groups) * r.unit_chunks
+                               : r.parallel_groups ? std::min<int64_t>(groups, P)
+                                                   : 1;
+  return projection.workers <= std::min<int64_t>(step_threads, P);
+}
+
 namespace {
 
 // A float (fp32 or bf16) product [M] x [Q panels] of depth K on up to P threads: a thread per
@@ -367,13 +381,18 @@ CpuCallPlan PlanCpuCall(const CpuCallInputs& in, const Attributes& attrs, const 
     lp.recurrence = rows_coupled ? Int8CallScalesRecurrence(d, np, in.max_len, split_threads, kn, split_min, amx)
                     : slices     ? Int8SlicesRecurrence(d, np, in.max_len, P, split_threads, kn, split_min, amx)
                                  : PlanRecurrence(d, np, in.max_len, P, lp.step_flops, lp.weight_bytes, kn, false);
-    if (p.format == WeightFormat::kFp32) lp.recurrence = MergeGroupsForPool(lp.recurrence, d, m.pool_threads);
-    const Recurrence& rec = lp.recurrence;
-    if (!rows_coupled && !slices && rec.unit_chunks == 1) {
-      const int64_t groups = d.D * rec.batch_chunks;
-      lp.recurrence.parallel_groups =
-          std::min<int64_t>(groups, P) > 1 && lp.step_flops * in.max_len >= kn.parallel_min;
+    const bool own_groups = !rows_coupled && !slices;  // groups whose threads the plan decides here
+    const double call_flops = lp.step_flops * in.max_len;
+    // Decided on the plan for the cores, before the pool's merge, so that it never depends on the pool.
+    Recurrence for_cores = lp.recurrence;
+    if (own_groups) for_cores.parallel_groups = GroupsInParallel(for_cores, d.D, P, call_flops, kn);
+    if (!lp.projection.empty() &&
+        StepMultipliesInput(p.format, in.max_len, input_factored, lp.projection[0], for_cores, d.D, P)) {
+      lp.step_projects = true;
+      lp.projection.clear();
     }
+    if (p.format == WeightFormat::kFp32) lp.recurrence = MergeGroupsForPool(lp.recurrence, d, m.pool_threads);
+    if (own_groups) lp.recurrence.parallel_groups = GroupsInParallel(lp.recurrence, d.D, P, call_flops, kn);
     p.layers.push_back(std::move(lp));
   }
   return p;
@@ -381,7 +400,9 @@ CpuCallPlan PlanCpuCall(const CpuCallInputs& in, const Attributes& attrs, const 
 
 namespace {
 
-std::string ProjectionText(const std::vector<ProjectSplit>& products) {
+std::string ProjectionText(const LayerPlan& lp) {
+  const std::vector<ProjectSplit>& products = lp.projection;
+  if (lp.step_projects) return "input multiplied in the step";
   if (products.empty()) return "no steps";
   std::string out;
   for (const ProjectSplit& sp : products) {
@@ -428,7 +449,7 @@ std::string DescribeCpuCall(const CpuCallPlan& p) {
                                                     : "call and step");
   text += ", " + p.precision.words + ", " + std::to_string(p.threads) + (p.threads == 1 ? " thread" : " threads");
   for (size_t l = 0; l < p.layers.size(); ++l)
-    text += "; layer " + std::to_string(l) + ": " + ProjectionText(p.layers[l].projection) + ", recurrence " +
+    text += "; layer " + std::to_string(l) + ": " + ProjectionText(p.layers[l]) + ", recurrence " +
             RecurrenceText(p.layers[l].recurrence, p.in.dims.D);
   return text;
 }

@@ -67,8 +67,13 @@ struct ProjectSplit {
 
 struct LayerPlan {
   // One or two products: the layer's whole projection (every direction), or per factored
-  // direction x A then (x A) B (a direction kept whole: its own product).
+  // direction x A then (x A) B (a direction kept whole: its own product). None where the step
+  // multiplies the input itself.
   std::vector<ProjectSplit> projection;
+  // A call of one step in fp32 with a whole input: the step multiplies its rows' input and h in the
+  // same tiles (StepArgs::wx), so the gates never go through memory and a projection of few rows
+  // (short depth, its own pass over the panels) is not made apart (StepMultipliesInput).
+  bool step_projects = false;
   double step_flops = 0, weight_bytes = 0;  // one direction's step: what the recurrence is planned on
   Recurrence recurrence;
 };
@@ -142,6 +147,14 @@ inline bool ShortCallStreamsWeights(int P, double weight_bytes) {
 }
 
 // Rules the plan is made of, for their unit tests.
+// Whether a recurrence's groups (with unit_chunks 1) run on separate threads: more than one, and a
+// call's recurrence (call_flops) worth another thread.
+bool GroupsInParallel(const Recurrence& r, int64_t D, int P, double call_flops, const CpuPlanKnobs& kn);
+// Whether a layer's one step multiplies its input itself (LayerPlan::step_projects): an fp32 call of
+// one step whose input is not factored, where the projection would not have used more threads than
+// the step does (the step's split then carries the input's product too).
+bool StepMultipliesInput(WeightFormat format, int64_t max_len, bool input_factored, const ProjectSplit& projection,
+                         const Recurrence& recurrence, int64_t D, int P);
 Recurrence PlanRecurrence(const Dims& d, int64_t np, int64_t steps, int P, double step_flops, double weight_bytes,
                           const CpuPlanKnobs& knobs, bool rows_coupled);
 ProjectSplit SplitProjection(int64_t M, int64_t K, int64_t Q, int64_t workers);

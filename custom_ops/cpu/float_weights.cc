@@ -168,6 +168,13 @@ void FloatFormat::Prepare(StepArgs& a, const LayerRun& r, int64_t k) const {
   const FloatPacked& pk = pk_;
   a.w = pk.wh.data() + pk.wh_off[k];
   a.peep = pk.has_peep ? pk.peep.data() + pk.peep_off[k] : nullptr;
+  if (r.lp->step_projects) {  // the plan's one step multiplies the (whole, never factored) input itself
+    a.x = r.in;
+    a.x_ld = r.I;
+    a.wx = pk.wx.data() + pk.wx_off[k];
+    a.Kx = r.I;
+    a.x_bias = pk.bias.data() + pk.bias_off[r.l] + (k % r.d->D) * pk.np * kPanel;
+  }
   const FactorPart& f = pk.fh[k];
   if (!f.rank) return;
   const Dims& d = *r.d;

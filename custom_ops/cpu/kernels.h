@@ -71,6 +71,15 @@ struct StepArgs {
   bool default_acts;    // Sigmoid, Tanh, Tanh: vectorised cell (clip, peepholes, input_forget included)
   bool vector_acts;     // other activations that all have 8-lane forms (not Softplus): vectorised too
   const float* peep;    // [3][Hp] (i, o, f), or null
+  // A call of one step (LayerPlan::step_projects): the step multiplies its rows' input itself, in
+  // the same tiles as h (one product of depth Kx + K), so its gates start from x_bias (null: zero)
+  // and gx is neither written nor read. Row r's input is x + (b0 + r) * x_ld; wx holds the input's
+  // panels (each Kx * kPanel floats). Null wx: the gates start from gx, the layer's projection.
+  const float* x = nullptr;
+  int64_t x_ld = 0;
+  const float* wx = nullptr;
+  int64_t Kx = 0;
+  const float* x_bias = nullptr;
   // The int8 format with one scale per step over a group's rows split among threads
   // (Recurrence::row_chunks): this part's index among the group's row_chunks parts (the group is then
   // its direction's whole batch, and its parts' slots consecutive). 1: the group runs whole.

@@ -12,7 +12,8 @@
 //                                                  its own scratch for a call; `slots`: concurrent step tasks
 //   void Project(const LayerRun&) const            the layer's gates (bias folded in) into r.gx
 //   void Prepare(cpu::StepArgs&, const LayerRun&, int64_t k) const
-//                                                  a group's step arguments for its weights (once per group)
+//                                                  a group's step arguments for its weights (once per group;
+//                                                  the input's too where LayerPlan::step_projects, fp32 only)
 //   int Phases(int64_t k) const                    phases of a step of (layer, direction) k: 1, or 2 where the
 //                                                  recurrence is factored (h A, then (h A) B with the cell)
 //   int64_t PhasePanels(int64_t k, int phase) const  panels a phase is split over
@@ -156,8 +157,9 @@ void RunStack(OrtKernelContext* ctx, const CpuCallPlan& plan, const CallIO& io, 
     const LayerRun run{ctx, &plan, &lp, &d, l, steps, steps * B, layer_in, d.LayerInput(l), gx, D * Gp,
                        base + fmt_at, slots, lens, h0 != nullptr, &K};
 
-    // 1. The input projection of every step and both directions.
-    if (steps > 0) fmt.Project(run);
+    // 1. The input projection of every step and both directions (or, where the plan says so, the
+    // one step's own product: the format's Prepare hands the step the input).
+    if (steps > 0 && !lp.step_projects) fmt.Project(run);
 
     // 2. The recurrence. Its states start from initial_h / initial_c, else zeros. Rows without
     // padding (Hp == H) that the initial states fill are not cleared first, nor is the second h

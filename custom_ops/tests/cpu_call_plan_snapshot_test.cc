@@ -65,6 +65,7 @@ Decisions DecisionsOf(const Case& c) {
     Layer l;
     for (const cpu::ProjectSplit& sp : lp.projection)
       l.products.push_back({sp.workers, sp.workers > 1 ? sp.row_blocks : 1, sp.workers > 1 ? sp.panel_blocks : 1});
+    l.step_projects = lp.step_projects;
     l.batch_chunks = lp.recurrence.batch_chunks;
     l.unit_chunks = lp.recurrence.unit_chunks;
     l.row_chunks = lp.recurrence.row_chunks;

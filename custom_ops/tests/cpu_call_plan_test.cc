@@ -253,11 +253,13 @@ TEST(AShortCallSplitsWhereItsStepsStreamLargeWeightsOnTwoCores) {
   CHECK_EQ(plan(2, 1, 1, 128).recurrence.unit_chunks, 1);
   CHECK_EQ(plan(2, 1, 1, 200).recurrence.unit_chunks, 1);  // 640 KiB
   CHECK_EQ(plan(4, 1, 1, 256).recurrence.unit_chunks, 1);   // measured on two cores only
-  // The lone row's projection likewise: I128 x 4H2048 is 1 MiB.
-  const auto workers = [&](int threads, int64_t I) { return plan(threads, 1, 1, 512, I).projection.at(0).workers; };
+  // The lone row's projection likewise: I128 x 4H2048 is 1 MiB (two steps: one step multiplies its
+  // input in the step, StepMultipliesInput).
+  const auto workers = [&](int threads, int64_t I) { return plan(threads, 2, 1, 512, I).projection.at(0).workers; };
   CHECK_EQ(workers(2, 128), int64_t(2));
   CHECK_EQ(workers(2, 32), int64_t(1));
-  CHECK_EQ(workers(4, 128), int64_t(1));
+  CHECK(ShortCallStreamsWeights(2, 1 << 20));
+  CHECK(!ShortCallStreamsWeights(4, 1 << 20));  // measured on two cores only
 }
 
 TEST(TooFewRowsToSplitSplitThePanelsFromHalfTheThresholdOnTwoCores) {
@@ -280,4 +282,42 @@ TEST(TooFewRowsToSplitSplitThePanelsFromHalfTheThresholdOnTwoCores) {
   CHECK_EQ(rec(4, 3, 100).unit_chunks, 1);
   // Too little work for a second thread at all (T1: 240k flops in the call): one thread.
   CHECK_EQ(rec(2, 3, 100, 1).unit_chunks, 1);
+}
+
+TEST(ACallOfOneStepMultipliesItsInputInTheStepWhereThatLosesNoThreads) {
+  const auto layer = [](int threads, int pool, int64_t T, int64_t B, int64_t H, int64_t I, int64_t max_len = -1) {
+    return PlanCpuCall(CpuCallInputs{MakeDims(1, 1, T, B, I, H), max_len < 0 ? T : max_len, false, false, nullptr},
+                       Attrs(H), Machine(threads, pool), {}).layers[0];
+  };
+  // The g2p-id decoder's step (I32 H256): no projection apart, whatever the pool.
+  for (int pool : {1, 2}) {
+    const LayerPlan lp = layer(2, pool, 1, 16, 256, 32);
+    CHECK(lp.step_projects);
+    CHECK(lp.projection.empty());
+  }
+  CHECK(layer(1, 1, 1, 1, 64, 16).step_projects);
+  CHECK(layer(2, 2, 5, 8, 64, 16, 1).step_projects);  // one step runs (the longest sequence is 1)
+  CHECK(!layer(2, 2, 2, 8, 64, 16).step_projects);    // two steps: the projection's rows are both
+  CHECK(!layer(2, 2, 2, 8, 64, 16).projection.empty());
+  // A large input of one row on two cores: the projection streams W on both, the small step runs on
+  // one, so the projection stays apart.
+  CHECK(!layer(2, 2, 1, 1, 64, 4096).step_projects);
+  // The rule itself: other formats, a factored input, more threads than the step's.
+  ProjectSplit two;
+  two.workers = 2;
+  Recurrence one, panels;
+  panels.unit_chunks = 2;
+  CHECK(StepMultipliesInput(WeightFormat::kFp32, 1, false, ProjectSplit{}, one, 1, 2));
+  CHECK(!StepMultipliesInput(WeightFormat::kBf16, 1, false, ProjectSplit{}, one, 1, 2));
+  CHECK(!StepMultipliesInput(WeightFormat::kInt8, 1, false, ProjectSplit{}, one, 1, 2));
+  CHECK(!StepMultipliesInput(WeightFormat::kFp32, 1, true, ProjectSplit{}, one, 1, 2));
+  CHECK(!StepMultipliesInput(WeightFormat::kFp32, 1, false, two, one, 1, 2));
+  CHECK(StepMultipliesInput(WeightFormat::kFp32, 1, false, two, panels, 1, 2));
+  Recurrence directions;  // two directions on a thread each
+  directions.parallel_groups = true;
+  CHECK(StepMultipliesInput(WeightFormat::kFp32, 1, false, two, directions, 2, 2));
+  CHECK(!StepMultipliesInput(WeightFormat::kFp32, 1, false, two, directions, 1, 2));  // one group
+  // Int8 and bf16 never: their formats project apart.
+  CpuCallInputs int8 = CpuCallInputs{MakeDims(1, 1, 1, 8, 16, 64), 1, false, true, nullptr};
+  CHECK(!PlanCpuCall(int8, Attrs(64), Machine(2, 2), {}).layers[0].step_projects);
 }

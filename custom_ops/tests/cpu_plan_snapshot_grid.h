@@ -51,6 +51,7 @@ struct Layer {
   std::vector<Product> products;
   int64_t batch_chunks = 1, unit_chunks = 1, rows_per_group = 0, row_chunks = 1;
   bool in_turn = false, parallel = false;
+  bool step_projects = false;  // the step multiplies the input (no products)
 };
 struct Decisions {
   std::string kernel;  // "fused", "stock_split", "auto[fused,stock,stock_split]" ...
@@ -67,6 +68,7 @@ inline std::string Line(const Case& c, const Decisions& d) {
     out += " [";
     for (const Product& p : l.products)
       out += std::to_string(p.workers) + (p.workers > 1 ? "/" + std::to_string(p.row_blocks) + "x" + std::to_string(p.panel_blocks) : "") + ",";
+    if (l.step_projects) out += "x in step,";
     out += " rec " + std::to_string(l.batch_chunks) + "/" + std::to_string(l.unit_chunks) +
            (l.rows_per_group ? " n" + std::to_string(l.rows_per_group) : "") +
            (l.row_chunks > 1 ? " rows" + std::to_string(l.row_chunks) : "") + (l.in_turn ? " turn" : "") +

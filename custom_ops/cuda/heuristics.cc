@@ -47,7 +47,10 @@ StepKernel ChooseStepKernel(Strategy strategy, ElementType type, const Dims& d) 
 }
 
 bool StepProjectsInput(StepKernel step, ProjectionMath math, const Dims& d, int64_t max_len) {
-  return step == StepKernel::kSplitK && math == ProjectionMath::kFp32 && d.T == 1 && max_len == 1;
+  if (math != ProjectionMath::kFp32 || d.T != 1 || max_len != 1) return false;
+  if (step == StepKernel::kSplitK) return true;
+  const int64_t block_rows = TiledBlockRows(TiledRowGroups(static_cast<int>(d.B)));  // every one multiplied
+  return step == StepKernel::kTiled && block_rows * (d.I + d.H) <= kMaxTiledBlockDepthWithInput;
 }
 
 bool ProjectsWithSplitTf32(ElementType type, ProjectionMath math, int64_t rows, int64_t input, bool weights_kept) {

@@ -168,10 +168,19 @@ int64_t WidestLayerInput(const Dims& d);
 // in `input`, so the widest layer input answers for a call's scratch.
 bool ProjectsWithSplitTf32(ElementType type, ProjectionMath math, int64_t rows, int64_t input, bool weights_kept);
 
-// Whether v1's split-K step of a one-step call (T = 1) multiplies layer 0's input itself
+// Whether v1's step of a one-step call (T = 1) multiplies layer 0's input itself
 // (CallPlan::step_projects): the projection's GEMM and the split-K reduction cuBLAS adds at few
 // rows (two launches, ~5 us of an H200's timeline at L1 H128 B8 against the step's 3) go, for
-// weights read once either way. FP32 math only: the FMA product is the GEMM's arithmetic.
+// weights read once either way. FP32 math only: the FMA product is the GEMM's arithmetic. The
+// split-K step always; the tiled step while a block's rows times the depth (I + H) stay within
+// kMaxTiledBlockDepthWithInput: its blocks run the input's product in turn with h's, where the
+// GEMM spread it over the device. H200, us under onnxruntime's CUDA graph, input in the step vs
+// apart, two runs each (x stock's TF32 default): H256 B32 20.3-22.7 vs 25.9-29.0 (1.24-1.28x vs
+// 0.97), B64 25.1-27.3 vs 28.2-31.4 (1.04 vs 0.92), B128 28.1-28.4 vs 29.3-32.5 (0.98-1.04 vs
+// 0.90), H512 B8 25.9-26.2 vs 27.2-30.8 (1.16 vs 0.97), B16 26.2-27.3 vs 28.0-31.4, B32 28.3-28.5
+// vs 29.4-33.0 (1.02 vs 0.91); but H512 B64 42.2 vs 36.0-38.6 (before the x rows came through
+// cp.async; 64 x 1024 is past the bound).
+constexpr int64_t kMaxTiledBlockDepthWithInput = 32768;
 bool StepProjectsInput(StepKernel step, ProjectionMath math, const Dims& d, int64_t max_len);
 
 // Whether any layer of a call splits: asked with the widest layer input. Sizes the scratch, and

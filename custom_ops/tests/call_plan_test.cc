@@ -214,7 +214,7 @@ TEST(ClusterPlansRunEveryLayerAndSayHow) {
   CHECK(Has(text, "layer 0: cluster (") && Has(text, "layer 2: cluster"));
 }
 
-TEST(OneStepMultipliesLayerZerosInputInItsSplitKStep) {
+TEST(OneStepMultipliesLayerZerosInputInItsFmaStep) {
   const DeviceLimits h100 = unit::H100();
   const CallPlan one = PlanCall(Call(MakeDims(1, 1, 1, 8, 64, 128)), Attrs(Strategy::kAuto), Fake(h100), {});
   CHECK(one.step == StepKernel::kSplitK && one.step_projects);
@@ -226,7 +226,9 @@ TEST(OneStepMultipliesLayerZerosInputInItsSplitKStep) {
   const CallPlan stack = PlanCall(Call(MakeDims(2, 1, 1, 8, 64, 128)), Attrs(Strategy::kAuto), Fake(h100), {});
   CHECK(!stack.step_projects && stack.ranges[0].backend == Backend::kWavefront);
   CHECK(!PlanCall(Call(MakeDims(1, 1, 2, 8, 64, 128)), Attrs(Strategy::kSplitK), Fake(h100), {}).step_projects);
-  CHECK(!PlanCall(Call(MakeDims(1, 1, 1, 8, 64, 128)), Attrs(Strategy::kTiled), Fake(h100), {}).step_projects);
+  const CallPlan tiled = PlanCall(Call(MakeDims(1, 1, 1, 8, 64, 128)), Attrs(Strategy::kTiled), Fake(h100), {});
+  CHECK(tiled.step == StepKernel::kTiled && tiled.step_projects);
+  CHECK_EQ(DescribeRanges(tiled), std::string("layer 0: v1 tiled (one launch, the input product in the step)"));
   CHECK(!PlanCall(Call(MakeDims(1, 1, 1, 8, 64, 128)), Attrs(Strategy::kSplitK, Precision::kTf32), Fake(h100), {})
              .step_projects);  // the projection's math is not the FMA product's
   CallInputs shorter = Call(MakeDims(1, 1, 1, 8, 64, 128));

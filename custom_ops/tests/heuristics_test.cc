@@ -109,12 +109,24 @@ TEST(OneStepRunsOnV1WhereFewCellsAndAStackOnTheWavefront) {
   CHECK(one_step(both) == Strategy::kAuto);
 }
 
-TEST(OnlyAOneStepSplitKStepInFp32MultipliesItsInput) {
+TEST(OnlyAOneStepFmaStepInFp32MultipliesItsInput) {
   Dims d = Sizes(8, 128);
   d.T = 1;
   CHECK(StepProjectsInput(StepKernel::kSplitK, ProjectionMath::kFp32, d, 1));
   CHECK(!StepProjectsInput(StepKernel::kSplitK, ProjectionMath::kFp32, d, 0));
-  CHECK(!StepProjectsInput(StepKernel::kTiled, ProjectionMath::kFp32, d, 1));
+  CHECK(StepProjectsInput(StepKernel::kTiled, ProjectionMath::kFp32, d, 1));
+  // The tiled step while a block's rows (32 up to B = 32, else 64) times I + H stay within 32768.
+  const auto tiled = [](int64_t B, int64_t I, int64_t H) {
+    Dims t = Sizes(B, H);
+    t.T = 1;
+    t.I = I;
+    return StepProjectsInput(StepKernel::kTiled, ProjectionMath::kFp32, t, 1);
+  };
+  CHECK(tiled(8, 512, 512));     // 32 x 1024
+  CHECK(tiled(32, 512, 512));
+  CHECK(!tiled(64, 512, 512));   // 64 x 1024
+  CHECK(tiled(128, 256, 256));   // 64 x 512
+  CHECK(!tiled(8, 1024, 1024));  // 32 x 2048
   CHECK(!StepProjectsInput(StepKernel::kGemm, ProjectionMath::kFp32, d, 1));
   for (ProjectionMath m : {ProjectionMath::kTf32, ProjectionMath::kFp16, ProjectionMath::kBf16})
     CHECK(!StepProjectsInput(StepKernel::kSplitK, m, d, 1));

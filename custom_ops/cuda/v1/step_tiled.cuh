@@ -4,7 +4,7 @@
 // tile; their partial sums meet in shared memory, and each of them then finishes one (row, unit).
 // h rows and the block's weight slice arrive through cp.async in as few K chunks as fit. A call's
 // one step (CallPlan::step_projects) runs the input's product first, the same way over x's rows
-// (converted into the tile) and Wx's slice: the projection's launch goes.
+// (16-bit ones converted into the tile) and Wx's slice: the projection's launch goes.
 #pragma once
 
 #include <cuda_pipeline_primitives.h>
@@ -82,7 +82,10 @@ __global__ void __launch_bounds__(kTiledThreads) StepTiled(StepArgs<T> a, int kc
   // Chunk [k0, k0 + kc) of float rows (row b at src + b * ld, K wide) into h_s through cp.async,
   // walking the tile with (row, column) stepped incrementally: no integer division per copy.
   auto copy_rows = [&](const float* src, int ld, int K, int k0) {
-    const int vec = (H & 3) == 0 && (ld & 3) == 0 ? 4 : 1;  // floats per copy (h_s rows 16-byte aligned)
+    // Floats per copy: 4 where h_s rows and the source's rows are 16-byte aligned (X may be bound
+    // at any offset into a buffer of the caller's).
+    const bool aligned = (reinterpret_cast<unsigned long long>(src) & 15) == 0;
+    const int vec = (H & 3) == 0 && (ld & 3) == 0 && aligned ? 4 : 1;
     const int per_row = kc / vec;
     int r = tid / per_row, c = tid % per_row;
     for (; r < S::RB; ) {

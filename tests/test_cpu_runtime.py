@@ -35,8 +35,13 @@ def run(sess, feeds):
 
 # Shapes that take each threading path with 2 threads: batch split, unit split (B=1, large step),
 # one direction per thread, the directions in turn with their units split (2 x 9 MiB of recurrent
-# weights, beyond the shared cache), small (one thread), layout 1 and lengths.
+# weights, beyond the shared cache), small (one thread), layout 1 and lengths; and calls of one
+# step, whose step multiplies the input itself (LayerPlan::step_projects, decided for the cores
+# whatever the pool): row groups, panels split, both directions, a stack.
 THREAD_CASES = [
+    dict(H=256, B=16, T=1, L=1, direction="forward"),
+    dict(H=512, B=1, T=1, L=1, direction="forward"),
+    dict(H=40, B=9, T=1, L=2, direction="bidirectional"),
     dict(H=128, B=8, T=20, L=1, direction="forward"),
     dict(H=256, B=1, T=9, L=2, direction="forward"),
     dict(H=200, B=2, T=7, L=1, direction="reverse"),

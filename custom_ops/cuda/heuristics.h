@@ -41,10 +41,11 @@ bool RunsOnCluster(Strategy strategy, const Dims& d);
 
 // One step (T = 1) under strategy auto, fp32, one direction: no recurrence to keep the weights on
 // chip for, so the cluster kernel's setup (weights into registers, cluster syncs) and the
-// persistent kernel's are pure cost, and v1's launches are few: split-K multiplies the input in
-// its step (StepProjectsInput) and v1's steps write the final states. H200, T=1, us under
-// onnxruntime's CUDA graph replay (a stream's lone step; bound calls rank the same), v1 vs the plan
-// before (cluster up to B = 8, else persistent or the wavefront), in one process:
+// persistent kernel's are pure cost, and v1's launches are few: split-K (and tiled, within a
+// bound) multiplies the input in its step (StepProjectsInput) and v1's steps write the final
+// states. H200, T=1, us under onnxruntime's CUDA graph replay (a stream's lone step; bound calls
+// rank the same), v1 vs the plan before (cluster up to B = 8, else persistent or the wavefront),
+// in one process, before the tiled step took the input:
 // - one layer, few cells: split-K (kSplitK): H64 B8 13.0 vs 24.8, H128 B8 13.6 vs 25.8, H128 B32
 //   19.7 vs 23.6, H256 B8 18.0 vs 22.8, H512 B4 23.6 vs 30.6; but H128 B64 26.9 vs 24.2, H256 B16
 //   23.0 vs 23.3, H512 B8 33.1 vs 30.8, H1024 B4 49.5 vs 33.9;

@@ -13,9 +13,15 @@ bool StepHalvesWhatItReads(const Dims& d) { return d.H >= kMinHiddenForAutoTf32W
 
 }  // namespace
 
+bool OneStepRunsAsTf32(const Dims& d) {
+  if (d.T != 1 || d.L != 1 || d.D != 1 || d.H < kMinHiddenForAutoTf32OneStep || d.H > kMaxHiddenForAutoTf32OneStep)
+    return false;
+  return d.B * d.H >= (d.H >= kMinHiddenForAutoTf32 ? kMinCellsForAutoTf32OneStepAtLargeHidden : kMinCellsForAutoTf32OneStep);
+}
+
 bool AutoRunsAsTf32(const Dims& d) {
   return d.B >= kMinBatchForAutoTf32 || (d.H >= kMinHiddenForAutoTf32 && d.B * d.H >= kMinCellsForAutoTf32) ||
-         StepHalvesWhatItReads(d) ||
+         StepHalvesWhatItReads(d) || OneStepRunsAsTf32(d) ||
          MmaStepTakesStack(d, /*tf32x3=*/false) || ResidentMmaStepTakesStack(d, /*fp16_runs=*/false);
 }
 

@@ -167,6 +167,26 @@ def test_gemm_step(B, direction, monkeypatch, rng):
     check_gpu(spec, 12, B, rng, "auto", seq_lens=B % 2 == 1, initial_states=B % 2 == 0)
 
 
+@pytest.mark.parametrize("outputs", [("Y", "Y_h", "Y_c"), ("Y_h",), ("Y_c",)])
+@pytest.mark.parametrize("layout", [0, 1])
+@pytest.mark.parametrize("T,B", [(1, 1), (1, 6), (1, 17), (3, 6)])
+def test_gemm_step_short_calls_write_states(T, B, layout, outputs, monkeypatch, rng):
+    """Calls too short for the cuBLAS step loop's graph (launch_graphs.h kMinStepsForStepGraph):
+    the cell of the last step writes Y_h / Y_c itself (StepArgs::final_step), in either layout, just
+    the outputs bound, from initial states, with sequences of length 0 (zeros, as stock gives); B 1
+    on cuBLAS's GEMV, 6 on the weight-streaming step, 17 on cuBLAS's GEMM."""
+    monkeypatch.setenv("LSTM_ORT_GEMM_STEP", "1")
+    spec = LstmSpec(input_size=7, hidden_size=40, num_layers=2, direction="bidirectional", layout=layout)
+    layers = random_layers(spec, rng)
+    feeds = make_feeds(spec, T, B, rng, initial_states=True)
+    feeds["sequence_lens"] = (T - np.arange(B) % (T + 1)).astype(np.int32)
+    kw = dict(seq_lens=True, initial_states=True)
+    got = run_fused(spec, layers, feeds, providers=CUDA, outputs=outputs, **kw)
+    stock = dict(zip(("Y", "Y_h", "Y_c"), run_stock(spec, layers, feeds, **kw)))  # stock's layout 1 gives all three
+    assert max_abs(got, [stock[name] for name in outputs]) <= TOL
+    assert max_abs(got, run_fused(spec, layers, feeds, providers=CPU, outputs=outputs, **kw)) <= TOL
+
+
 @pytest.mark.parametrize("precision", ["fp32", "tf32"])
 @pytest.mark.parametrize("direction", DIRECTIONS)
 def test_gemm_step_graph_replays_new_inputs(direction, precision, monkeypatch, rng):

@@ -60,7 +60,9 @@ class ShortRow:
 
 def session(model, fused: bool, tf32: bool, profile: str | None = None, debug: dict | None = None,
             strategy: str = "auto", cuda_graph: bool = False):
-    return timing_session(model, "cuda", fused, tf32, strategy, OPTIMIZE_PRECISION if fused else None,
+    """`strategy`: a CUDA strategy, optionally with ours' precision after an @ (tiled@tf32)."""
+    strategy, _, precision = strategy.partition("@")
+    return timing_session(model, "cuda", fused, tf32, strategy, (precision or OPTIMIZE_PRECISION) if fused else None,
                           debug=debug, profile=profile, cuda_graph=cuda_graph)
 
 
@@ -170,7 +172,8 @@ def bench_one(L: int, H: int, T: int, B: int, mode: str, rounds: int, block: int
         from lstm_ort.runtime import native
         from lstm_ort.runtime.nodes import NodeShape
 
-        row.plan = native.describe(NodeShape(L, 1, H, H, "float32"), T, B, strategy, OPTIMIZE_PRECISION)
+        name, _, precision = strategy.partition("@")
+        row.plan = native.describe(NodeShape(L, 1, H, H, "float32"), T, B, name, precision or OPTIMIZE_PRECISION)
     except RuntimeError as e:  # a report column only
         row.plan = f"(no description: {e})"
     if profile:
@@ -216,8 +219,9 @@ def main(argv=None) -> int:
     p.add_argument("--modes", default="bound,chained", help="of bound, chained, graphed (see above)")
     p.add_argument("--rounds", type=int, default=8)
     p.add_argument("--block", type=int, default=25, help="calls per turn")
-    p.add_argument("--strategy", default="auto", help="ours with this CUDA strategy (lstm_ort.strategy); a,b,...: "
-                   "the first is the row's, the others are timed in the same turns")
+    p.add_argument("--strategy", default="auto", help="ours with this CUDA strategy (lstm_ort.strategy), "
+                   "strategy@precision for another precision than auto (auto@tf32); a,b,...: the first is the row's, "
+                   "the others are timed in the same turns")
     p.add_argument("--direct", action="store_true", help="also ours with call_graphs=0: every launch made per call")
     p.add_argument("--profile", action="store_true", help="also onnxruntime's node profile (host time in Compute)")
     p.add_argument("--json", help="write the rows here")

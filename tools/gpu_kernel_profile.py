@@ -36,19 +36,29 @@ from lstm_ort.tuning.timing import OrtRunner  # noqa: E402
 SYSTEMS = ("ours", "stock_tf32", "stock_fp32", "stock_fp16", "torch_tf32", "torch_fp32")
 
 
-def runner_for(system: str, spec: LstmSpec, layers, x: np.ndarray, precision: str):
-    """(call, sync) for one system on these weights."""
+def state_feeds(spec: LstmSpec, B: int) -> dict:
+    """initial_h / initial_c as a streaming caller passes them (its last call's Y_h / Y_c)."""
+    rng = np.random.default_rng(1)
+    shape = (spec.num_layers * spec.num_directions, B, spec.hidden_size)
+    return {name: (0.1 * rng.standard_normal(shape)).astype(np.float32) for name in ("initial_h", "initial_c")}
+
+
+def runner_for(system: str, spec: LstmSpec, layers, x: np.ndarray, precision: str, states: bool = False):
+    """(call, sync) for one system on these weights; `states`: the ONNX systems are fed initial states."""
     import torch
 
     def sync():
         torch.cuda.synchronize()
 
+    feeds = {"X": x, **(state_feeds(spec, x.shape[1]) if states else {})}
     if system == "ours":
-        r = OrtRunner(fused_model(spec, layers), {"X": x}, "cuda", fused=True, precision=precision)
+        r = OrtRunner(fused_model(spec, layers, initial_states=states), feeds, "cuda", fused=True, precision=precision)
     elif system in ("stock_tf32", "stock_fp32"):
-        r = OrtRunner(stock_model(spec, layers), {"X": x}, "cuda", fused=False, tf32=system == "stock_tf32")
+        r = OrtRunner(stock_model(spec, layers, initial_states=states), feeds, "cuda", fused=False,
+                      tf32=system == "stock_tf32")
     elif system == "stock_fp16":
-        r = OrtRunner(stock_model(spec, layers, np.float16), {"X": x.astype(np.float16)}, "cuda", False, tf32=True)
+        half = {k: v.astype(np.float16) for k, v in feeds.items()}
+        r = OrtRunner(stock_model(spec, layers, np.float16, initial_states=states), half, "cuda", False, tf32=True)
     else:
         run, _, tsync = torch_runner(spec, layers, x, "cuda", tf32=system == "torch_tf32")
         return run, tsync
@@ -112,6 +122,8 @@ def main(argv=None) -> int:
                    help=f"comma-separated, of {', '.join(SYSTEMS)}")
     p.add_argument("--precision", default="auto", help="ours' precision (auto, fp32, tf32, fp16, bf16)")
     p.add_argument("--calls", type=int, default=10, help="calls profiled per system")
+    p.add_argument("--states", action="store_true",
+                   help="feed initial_h / initial_c to the ONNX systems (a streaming call's recurrent product)")
     p.add_argument("--top", type=int, default=6, help="kernels printed per system")
     p.add_argument("--json", help="write every kernel of every system here")
     args = p.parse_args(argv)
@@ -127,7 +139,7 @@ def main(argv=None) -> int:
         spec, layers, x = config_case(cfg)
         row = {"config": label(cfg), "precision": args.precision, "systems": {}}
         for system in systems:
-            call, sync = runner_for(system, spec, layers, x, args.precision)
+            call, sync = runner_for(system, spec, layers, x, args.precision, args.states)
             r = profile(call, sync, args.calls)
             row["systems"][system] = r
             print(f"{row['config']}  {system:<10} wall {r['wall_ms']:8.3f} ms  device busy {r['busy_ms']:8.3f} ms  "

@@ -109,7 +109,9 @@ bool PrefersGemmSteps(Strategy strategy, Arithmetic runs, ElementType type, cons
   if (runs == Arithmetic::kFp16 || runs == Arithmetic::kBf16)
     return half_weights && d.H >= kMinHiddenForHalfGemmSteps && kGates * cells * d.H >= kMinStepMacsForHalfGemmSteps;
   if (runs != Arithmetic::kTf32) return false;
-  return (d.H >= kMinHiddenForTf32GemmSteps && cells >= kMinCellsForTf32GemmSteps) ||
+  const bool one_step = d.T == 1 && d.L == 1 && d.D == 1 && d.H >= kMinHiddenForAutoTf32OneStep &&
+                        d.H <= kMaxHiddenForAutoTf32OneStep && cells >= kMinCellsForOneStepTf32GemmStep;
+  return one_step || (d.H >= kMinHiddenForTf32GemmSteps && cells >= kMinCellsForTf32GemmSteps) ||
          (half_weights && d.H >= kMinHiddenForTf32GemmStepsAtFewerCells &&
           cells >= kMinCellsForTf32GemmStepsAtLargeHidden);
 }

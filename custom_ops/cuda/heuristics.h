@@ -97,6 +97,13 @@ constexpr int64_t kMinCellsForTf32GemmStepsAtLargeHidden = 32 * 1024;
 // H1024 B32 3.95 vs 5.41).
 constexpr int64_t kMinHiddenForHalfGemmSteps = 512;
 constexpr int64_t kMinStepMacsForHalfGemmSteps = 256LL * 1024 * 1024;
+// One step (T = 1) of one layer and direction in tf32, from kMinCellsForOneStepTf32GemmStep cells
+// at H kMinHiddenForAutoTf32OneStep to kMaxHiddenForAutoTf32OneStep (precision.h): cuBLAS's TF32
+// GEMM and the cell, which writes the final states then (H200, T=1 under onnxruntime's CUDA graph,
+// one process, us, the cuBLAS step vs the plan before: H1024 B16 38.0 vs 41.0 (persistent), B32
+// 37.4 vs 47.4; H512 B32 30.5 vs 33.2, B64 30.7 vs 33.1, B128 28.3 vs 28.8); not below (H1024 B8
+// 37.2 vs 33.8, persistent).
+constexpr int64_t kMinCellsForOneStepTf32GemmStep = 16 * 1024;
 bool PrefersGemmSteps(Strategy strategy, Arithmetic runs, ElementType type, const Dims& d);
 
 // Which per-step kernel v1 runs (also for layers the persistent strategies leave to v1). Unforced,

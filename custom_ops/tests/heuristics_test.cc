@@ -292,6 +292,19 @@ TEST(Tf32LargeCallsPreferCublasSteps) {
   CHECK(!PrefersGemmSteps(Strategy::kAuto, Runs(Precision::kAuto, Sizes(128, 512)), f32, Sizes(128, 512)));  // auto is fp32 here
   CHECK(!PrefersGemmSteps(Strategy::kAuto, Runs(Precision::kTf32, Sizes(512, 128)), f32, Sizes(512, 128)));   // narrow: WMMA wins
   CHECK(!PrefersGemmSteps(Strategy::kAuto, Runs(Precision::kTf32, Sizes(16, 1024)), f32, Sizes(16, 1024)));   // small: persistent wins
+  // One step of one layer: cuBLAS from 16K cells at H 512-1024 (kMinCellsForOneStepTf32GemmStep).
+  struct OneStep {
+    int64_t B, H;
+    bool gemm;
+  };
+  for (const OneStep& c : {OneStep{32, 512, true}, {16, 1024, true}, {31, 512, false}, {8, 1024, false}, {8, 2048, false}}) {
+    const bool gemm = c.gemm;
+    Dims one = Sizes(c.B, c.H);
+    one.T = 1;
+    CHECK_EQ(PrefersGemmSteps(Strategy::kAuto, Arithmetic::kTf32, f32, one), gemm);
+    one.L = 2;
+    CHECK(!PrefersGemmSteps(Strategy::kAuto, Arithmetic::kTf32, f32, one) || !gemm);
+  }
   // 16-bit weight copies: from H = 768 and B*H = 32K, not for H = 512 or short sequences.
   CHECK(PrefersGemmSteps(Strategy::kAuto, Runs(Precision::kTf32, Sizes(32, 1024)), f32, Sizes(32, 1024)));
   CHECK(PrefersGemmSteps(Strategy::kAuto, Runs(Precision::kAuto, Sizes(32, 1024)), f32, Sizes(32, 1024)));

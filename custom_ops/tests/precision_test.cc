@@ -22,6 +22,26 @@ const Precision kModes[] = {Precision::kFp32, Precision::kTf32, Precision::kFp16
 
 }  // namespace
 
+TEST(AutoRunsOneStepAsTf32WhereItsProductIsLarge) {
+  const auto one_step = [](int64_t B, int64_t H) {
+    Dims d = Sizes(B, H);
+    d.T = 1;
+    return d;
+  };
+  CHECK(OneStepRunsAsTf32(one_step(64, 512)) && !OneStepRunsAsTf32(one_step(63, 512)));  // 32K cells
+  CHECK(OneStepRunsAsTf32(one_step(8, 1024)) && !OneStepRunsAsTf32(one_step(7, 1024)));  // 8K from H = 1024
+  CHECK(!OneStepRunsAsTf32(one_step(512, 256)));   // below kMinHiddenForAutoTf32OneStep
+  CHECK(!OneStepRunsAsTf32(one_step(8, 2048)));    // beyond: the weights stream either way
+  CHECK(!OneStepRunsAsTf32(Sizes(64, 512)));       // ten steps
+  Dims stack = one_step(64, 512), both = one_step(64, 512);
+  stack.L = 2;
+  both.D = 2;
+  CHECK(!OneStepRunsAsTf32(stack) && !OneStepRunsAsTf32(both));  // measured on one layer and direction
+  CHECK(DecidePrecision(Precision::kAuto, Device::kCuda, one_step(64, 512)).runs == Arithmetic::kTf32);
+  CHECK(DecidePrecision(Precision::kAuto, Device::kCuda, one_step(32, 512)).runs == Arithmetic::kFp32);
+  CHECK(DecidePrecision(Precision::kFp32, Device::kCuda, one_step(64, 512)).runs == Arithmetic::kFp32);
+}
+
 TEST(AutoRunsAsTf32OnCudaWhereFp32LosesToStocksDefault) {
   CHECK(OnCuda(Precision::kAuto, 256, 128) == Arithmetic::kTf32);  // large batch
   CHECK(OnCuda(Precision::kAuto, 255, 128) == Arithmetic::kFp32);

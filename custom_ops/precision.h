@@ -67,13 +67,15 @@ bool Bf16PaysAtHalfRate(const Dims& d);
 //   10.39; max-abs against stock FP32 4-5e-4, stock's TF32 default's alike; at H1024, whose fp32 R
 //   stays in L2, 1.03-1.17x only, and at T=10 H2048 B1 1.14x).
 // - at one step (T = 1) of one layer and direction, from kMinHiddenForAutoTf32OneStep units and
-//   kMinCellsForAutoTf32OneStep cells (kMinCellsForAutoTf32OneStepAtLargeHidden from
+//   kMinCellsForAutoTf32OneStep cells (kMinCellsForAutoTf32OneStepAtWiderHidden from
+//   kMinHiddenForAutoTf32OneStepAtFewerCells on, kMinCellsForAutoTf32OneStepAtLargeHidden from
 //   kMinHiddenForAutoTf32 on): the call is one product of the weights with B rows, read once, which
-//   stock's TF32 GEMM makes faster than any of our fp32 paths (H200, T=1 under onnxruntime's CUDA
-//   graph, one process, us, auto's fp32 vs tf32 vs stock's best: H512 B64 38.5 vs 33.1 vs 27.9,
-//   B128 46.3 vs 28.8 vs 32.7, H1024 B8 40.6 vs 33.8 vs 34.6; fp32 still wins at H512 B32 28.4 vs
-//   33.2 vs 30.1). Measured on one layer only, and up to kMaxHiddenForAutoTf32OneStep units: beyond,
-//   a step streams its fp32 weights from memory in either arithmetic (OneStepRunsAsTf32).
+//   TF32 makes faster than any of our fp32 paths (H200, T=1 under onnxruntime's CUDA graph, one
+//   process, us, auto's fp32 vs tf32 vs stock's best: H512 B64 38.5 vs 33.1 vs 27.9, B128 46.3 vs
+//   28.8 vs 32.7, H768 B32 43.3-44.0 vs 27.6-28.0 vs 30.8-31.2, H1024 B8 40.6 vs 33.8 vs 34.6; fp32
+//   still wins at H512 B32 28.4 vs 33.2 vs 30.1, and ties at H768 B16, 33.7-35.6 vs 32.5-34.7).
+//   Measured on one layer only, and up to kMaxHiddenForAutoTf32OneStep units: beyond, a step
+//   streams its fp32 weights from memory in either arithmetic (OneStepRunsAsTf32).
 // All within auto's stated bound, which is tf32's (docs/ops.md).
 constexpr int64_t kMinBatchForAutoTf32 = 256;
 constexpr int64_t kMinHiddenForAutoTf32 = 1024;
@@ -82,6 +84,8 @@ constexpr int64_t kMinHiddenForAutoTf32Weights = 1536;
 constexpr int64_t kMinHiddenForAutoTf32OneStep = 512;
 constexpr int64_t kMaxHiddenForAutoTf32OneStep = 1024;
 constexpr int64_t kMinCellsForAutoTf32OneStep = 32 * 1024;
+constexpr int64_t kMinHiddenForAutoTf32OneStepAtFewerCells = 768;
+constexpr int64_t kMinCellsForAutoTf32OneStepAtWiderHidden = 16 * 1024;
 constexpr int64_t kMinCellsForAutoTf32OneStepAtLargeHidden = 8 * 1024;
 bool OneStepRunsAsTf32(const Dims& d);
 bool AutoRunsAsTf32(const Dims& d);

@@ -167,24 +167,34 @@ def test_gemm_step(B, direction, monkeypatch, rng):
     check_gpu(spec, 12, B, rng, "auto", seq_lens=B % 2 == 1, initial_states=B % 2 == 0)
 
 
+# (T, B, I, initial states, precision): B 1 on cuBLAS's GEMV and 17 on its GEMM, where one step
+# multiplies [x h0] with [W; R] in one GEMM (I <= 3H), or x alone (no initial_h), or, at I > 3H,
+# after the projection; B 6 on the weight-streaming step; T 3 on the step loop without a graph.
+SHORT_GEMM_CALLS = [(1, 1, 7, True, "fp32"), (1, 17, 7, True, "fp32"), (1, 17, 7, True, "tf32"),
+                    (1, 17, 7, False, "fp32"), (1, 17, 130, True, "fp32"), (1, 6, 7, True, "fp32"),
+                    (3, 6, 7, True, "fp32")]
+
+
 @pytest.mark.parametrize("outputs", [("Y", "Y_h", "Y_c"), ("Y_h",), ("Y_c",)])
 @pytest.mark.parametrize("layout", [0, 1])
-@pytest.mark.parametrize("T,B", [(1, 1), (1, 6), (1, 17), (3, 6)])
-def test_gemm_step_short_calls_write_states(T, B, layout, outputs, monkeypatch, rng):
+@pytest.mark.parametrize("T,B,I,initial_states,precision", SHORT_GEMM_CALLS)
+def test_gemm_step_short_calls(T, B, I, initial_states, precision, layout, outputs, monkeypatch, rng):
     """Calls too short for the cuBLAS step loop's graph (launch_graphs.h kMinStepsForStepGraph):
     the cell of the last step writes Y_h / Y_c itself (StepArgs::final_step), in either layout, just
-    the outputs bound, from initial states, with sequences of length 0 (zeros, as stock gives); B 1
-    on cuBLAS's GEMV, 6 on the weight-streaming step, 17 on cuBLAS's GEMM."""
+    the outputs bound, with sequences of length 0 (zeros, as stock gives); a call of one step stages
+    [x h0] with the initial states (state_kernels.cuh StatesPrelude::stage) for its one GEMM."""
     monkeypatch.setenv("LSTM_ORT_GEMM_STEP", "1")
-    spec = LstmSpec(input_size=7, hidden_size=40, num_layers=2, direction="bidirectional", layout=layout)
+    spec = LstmSpec(input_size=I, hidden_size=40, num_layers=2, direction="bidirectional", layout=layout)
     layers = random_layers(spec, rng)
-    feeds = make_feeds(spec, T, B, rng, initial_states=True)
+    feeds = make_feeds(spec, T, B, rng, initial_states=initial_states)
     feeds["sequence_lens"] = (T - np.arange(B) % (T + 1)).astype(np.int32)
-    kw = dict(seq_lens=True, initial_states=True)
-    got = run_fused(spec, layers, feeds, providers=CUDA, outputs=outputs, **kw)
+    kw = dict(seq_lens=True, initial_states=initial_states)
+    got = run_fused(spec, layers, feeds, providers=CUDA, outputs=outputs, precision=precision, **kw)
     stock = dict(zip(("Y", "Y_h", "Y_c"), run_stock(spec, layers, feeds, **kw)))  # stock's layout 1 gives all three
-    assert max_abs(got, [stock[name] for name in outputs]) <= TOL
-    assert max_abs(got, run_fused(spec, layers, feeds, providers=CPU, outputs=outputs, **kw)) <= TOL
+    tol = TOL if precision == "fp32" else PRECISION_TOLERANCES[precision].atol
+    assert max_abs(got, [stock[name] for name in outputs]) <= tol
+    if precision == "fp32":
+        assert max_abs(got, run_fused(spec, layers, feeds, providers=CPU, outputs=outputs, **kw)) <= TOL
 
 
 @pytest.mark.parametrize("precision", ["fp32", "tf32"])

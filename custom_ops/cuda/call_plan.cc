@@ -323,9 +323,11 @@ std::string DescribeRanges(const CallPlan& plan) {
     } else if (r.backend == Backend::kLowRank) {
       out += "low rank (h A on cuBLAS, then one launch per step)";
     } else {
+      const bool projects = plan.step_projects && r.first == 0;
       out += std::string("v1 ") + StepName(plan.step) +
-             (plan.step_projects && r.first == 0 ? " (one launch, the input product in the step)"
-                                                 : " (one launch per step)");
+             (!projects                            ? " (one launch per step)"
+              : plan.step == StepKernel::kGemm     ? " (one GEMM of [x h] with [W; R], then the cell)"
+                                                   : " (one launch, the input product in the step)");
     }
   }
   return out;

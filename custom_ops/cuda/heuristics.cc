@@ -47,7 +47,14 @@ StepKernel ChooseStepKernel(Strategy strategy, ElementType type, const Dims& d) 
 }
 
 bool StepProjectsInput(StepKernel step, ProjectionMath math, const Dims& d, int64_t max_len) {
-  if (math != ProjectionMath::kFp32 || d.T != 1 || max_len != 1) return false;
+  if (d.T != 1 || max_len != 1) return false;
+  if (step == StepKernel::kGemm) {
+    const bool one_gemm = math == ProjectionMath::kTf32 ||
+                          (math == ProjectionMath::kFp32 && !ProjectsWithSplitTf32(ElementType::kFloat32, math, d.B,
+                                                                                   d.I, /*weights_kept=*/true));
+    return one_gemm && !StreamsStepWith(math, d) && d.I <= (kGates - 1) * d.H;
+  }
+  if (math != ProjectionMath::kFp32) return false;
   if (step == StepKernel::kSplitK) return true;
   const int64_t block_rows = TiledBlockRows(TiledRowGroups(static_cast<int>(d.B)));  // every one multiplied
   return step == StepKernel::kTiled && block_rows * (d.I + d.H) <= kMaxTiledBlockDepthWithInput;

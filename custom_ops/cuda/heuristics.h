@@ -189,6 +189,12 @@ bool ProjectsWithSplitTf32(ElementType type, ProjectionMath math, int64_t rows, 
 // vs 29.4-33.0 (1.02 vs 0.91); but H512 B64 42.2 vs 36.0-38.6 (before the x rows came through
 // cp.async; 64 x 1024 is past the bound).
 constexpr int64_t kMaxTiledBlockDepthWithInput = 32768;
+// v1's cuBLAS step multiplies [x h] with the layer's stacked [W; R] rows in one GEMM (K = I + H),
+// as stock's cuDNN call concatenates them: one GEMM and its split-K reduction fewer than the
+// projection beside the step. The rows [x h] are staged with the initial states
+// (state_kernels.cuh, StatesPrelude::stage), in the room the projection's output would have taken
+// (4H floats a row: I <= 3H). In tf32, and in fp32 where the projection would not have split into
+// 3xTF32; not where the step streams its weights (its product reads h alone).
 bool StepProjectsInput(StepKernel step, ProjectionMath math, const Dims& d, int64_t max_len);
 
 // Whether any layer of a call splits: asked with the widest layer input. Sizes the scratch, and

@@ -198,8 +198,16 @@ class StackRun {
       loop_graphed = kernel == StepKernel::kGemm && graphs_ && io_.max_len >= kMinStepsForStepGraph;
     const bool steps_write_states = !loop_graphed && io_.max_len >= 1;
     if (steps_write_states) SetFinalStates(l, a);
-    InitLayerStates<T>(io_, attrs_.layout, l, s_.h[0], s_.c, stream_, 1, TakePrelude());
-    [[maybe_unused]] const GemmStepScratch gemm{s_.gates, s_.stream_done, s_.wh_half, s_.h_half, s_.wh_amax};
+    StatesPrelude prelude = TakePrelude();
+    const bool stages_rows = step_projects && kernel == StepKernel::kGemm;  // its one GEMM's [x h0]
+    if (stages_rows) {
+      prelude.stage_x = io_.in[kX];
+      prelude.stage = s_.gx;
+      prelude.stage_I = a.I;
+    }
+    InitLayerStates<T>(io_, attrs_.layout, l, s_.h[0], s_.c, stream_, 1, prelude);
+    [[maybe_unused]] const GemmStepScratch gemm{s_.gates, s_.stream_done, s_.wh_half, s_.h_half, s_.wh_amax,
+                                                stages_rows ? s_.gx : nullptr};
     [[maybe_unused]] GemmStepPlan plan;
     if constexpr (kElementTypeOf<T> == ElementType::kFloat32) {
       if (kernel == StepKernel::kGemm)
@@ -267,7 +275,7 @@ class StackRun {
       for (const Activation& act : cell.act) key.Add(static_cast<int>(act.kind)).Add(act.alpha).Add(act.beta);
       key.Add(cell.has_clip).Add(cell.clip).Add(cell.input_forget);
     }
-    key.Add(gemm.gates).Add(gemm.stream_done).Add(gemm.wh_half).Add(gemm.h_half).Add(gemm.wh_amax);
+    key.Add(gemm.gates).Add(gemm.stream_done).Add(gemm.wh_half).Add(gemm.h_half).Add(gemm.wh_amax).Add(gemm.staged);
     key.Add(static_cast<int>(plan.math)).Add(static_cast<int>(plan.weights)).Add(plan.streams);
     key.Add(plan.gemm && plan.gemm->Ready());
     return key;

@@ -36,6 +36,12 @@ struct StatesPrelude {
   unsigned* counter = nullptr;
   int* lens = nullptr;
   int B = 0, T = 0;
+  // A one-step call on v1's cuBLAS step (heuristics.h StepProjectsInput): the rows [x h0] of each
+  // direction, [D][B][I + H] fp32, at `stage`, for its one GEMM with [W; R]. x (the op's element
+  // type) holds row b at b*I in either layout, T being 1; h0's part is written only from initial_h.
+  const void* stage_x = nullptr;
+  float* stage = nullptr;
+  int stage_I = 0;
 };
 
 // The fp32 states [D][B][H] of `layers` consecutive layers from `first` on, one block after the
@@ -52,6 +58,15 @@ __global__ void InitStates(const T* h0, const T* c0, float* h, float* c, int fir
   if (prelude.counter && first == 0) *prelude.counter = 0;
   if (prelude.lens)
     for (long long i = first; i < prelude.B; i += stride) prelude.lens[i] = prelude.T;
+  const long long stage_row = prelude.stage_I + H;
+  if (prelude.stage) {
+    const T* x = static_cast<const T*>(prelude.stage_x);
+    const long long xb = static_cast<long long>(B) * prelude.stage_I;
+    for (long long i = first; i < D * xb; i += stride) {
+      const long long r = i % xb, b = r / prelude.stage_I, k = r - b * prelude.stage_I;
+      prelude.stage[(i / xb * B + b) * stage_row + k] = ToF(x[r]);
+    }
+  }
   if (zero4) {
     for (long long i = first; i < n / 4; i += stride) {
       reinterpret_cast<float4*>(h)[i] = float4{};
@@ -67,6 +82,8 @@ __global__ void InitStates(const T* h0, const T* c0, float* h, float* c, int fir
     const long long src = StateRow(layout, LD, B, layer * D + d, b) * H + j;
     h[i] = h0 ? ToF(h0[src]) : 0.f;
     c[i] = c0 ? ToF(c0[src]) : 0.f;
+    if (prelude.stage && h0 && layer == first_layer)
+      prelude.stage[(static_cast<long long>(d) * B + b) * stage_row + prelude.stage_I + j] = h[i];
   }
 }
 
@@ -124,7 +141,9 @@ void LaunchInitStates(const T* h0, const T* c0, float* h, float* c, int first, i
                       int H, int layout, const StatesPrelude& prelude, cudaStream_t stream) {
   const long long n = static_cast<long long>(D) * B * H * layers;
   const bool zero4 = !h0 && !c0 && Float4Aligned(h, c);
-  const long long work = std::max({zero4 ? n / 4 + 1 : n, prelude.zero_n / 4, static_cast<long long>(prelude.B)});
+  const long long staged = prelude.stage ? static_cast<long long>(D) * B * prelude.stage_I : 0;
+  const long long work =
+      std::max({zero4 ? n / 4 + 1 : n, prelude.zero_n / 4, static_cast<long long>(prelude.B), staged});
   ClearPending();
   InitStates<T><<<GridStrideBlocks(work), kGridStrideThreads, 0, stream>>>(h0, c0, h, c, first, layers, D, LD, B, H,
                                                                            layout, zero4, prelude);

@@ -127,11 +127,28 @@ TEST(OnlyAOneStepFmaStepInFp32MultipliesItsInput) {
   CHECK(!tiled(64, 512, 512));   // 64 x 1024
   CHECK(tiled(128, 256, 256));   // 64 x 512
   CHECK(!tiled(8, 1024, 1024));  // 32 x 2048
-  CHECK(!StepProjectsInput(StepKernel::kGemm, ProjectionMath::kFp32, d, 1));
+  CHECK(!StepProjectsInput(StepKernel::kGemm, ProjectionMath::kFp32, d, 1));  // B 8 streams its weights
   for (ProjectionMath m : {ProjectionMath::kTf32, ProjectionMath::kFp16, ProjectionMath::kBf16})
     CHECK(!StepProjectsInput(StepKernel::kSplitK, m, d, 1));
   d.T = 2;  // sequence_lens of 1 in a longer X: x's rows are T apart
   CHECK(!StepProjectsInput(StepKernel::kSplitK, ProjectionMath::kFp32, d, 1));
+  CHECK(!StepProjectsInput(StepKernel::kGemm, ProjectionMath::kTf32, d, 1));
+}
+
+TEST(AOneStepCublasStepMultipliesXAndHInOneGemm) {
+  const auto gemm = [](ProjectionMath m, int64_t B, int64_t I, int64_t H) {
+    Dims t = Sizes(B, H);
+    t.T = 1;
+    t.I = I;
+    return StepProjectsInput(StepKernel::kGemm, m, t, 1);
+  };
+  const ProjectionMath tf32 = ProjectionMath::kTf32, fp32 = ProjectionMath::kFp32;
+  CHECK(gemm(tf32, 64, 512, 512) && gemm(tf32, 32, 1024, 1024) && gemm(fp32, 64, 512, 512));
+  CHECK(gemm(tf32, 1, 512, 512) && gemm(tf32, 16, 1024, 1024));  // cuBLAS's GEMV; tf32 streams up to 8 rows
+  CHECK(!gemm(tf32, 8, 1024, 1024) && !gemm(fp32, 16, 1024, 1024));  // the step streams: it reads h alone
+  CHECK(gemm(tf32, 64, 3 * 512, 512) && !gemm(tf32, 64, 3 * 512 + 1, 512));  // [x h] in the projection's room
+  CHECK(!gemm(fp32, 1024, 512, 512) && gemm(tf32, 1024, 512, 512));  // fp32 projects in 3xTF32 there
+  CHECK(!gemm(ProjectionMath::kFp16, 64, 512, 512) && !gemm(ProjectionMath::kBf16, 64, 512, 512));
 }
 
 TEST(SplitTf32ProjectionOnlyForLargeFloat32Inputs) {

@@ -30,6 +30,7 @@ TEST(AutoRunsOneStepAsTf32WhereItsProductIsLarge) {
   };
   CHECK(OneStepRunsAsTf32(one_step(64, 512)) && !OneStepRunsAsTf32(one_step(63, 512)));  // 32K cells
   CHECK(OneStepRunsAsTf32(one_step(8, 1024)) && !OneStepRunsAsTf32(one_step(7, 1024)));  // 8K from H = 1024
+  CHECK(OneStepRunsAsTf32(one_step(22, 768)) && !OneStepRunsAsTf32(one_step(21, 768)));  // 16K from H = 768
   CHECK(!OneStepRunsAsTf32(one_step(512, 256)));   // below kMinHiddenForAutoTf32OneStep
   CHECK(!OneStepRunsAsTf32(one_step(8, 2048)));    // beyond: the weights stream either way
   CHECK(!OneStepRunsAsTf32(Sizes(64, 512)));       // ten steps

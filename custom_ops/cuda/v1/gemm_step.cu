@@ -187,6 +187,19 @@ void LaunchGemmStep(const StepArgs<float>& a, const Dims& d, const GemmStepScrat
                     bool h_is_zero, int sm_count, cublasHandle_t cublas, cudaStream_t stream) {
   const int D = static_cast<int>(d.D), G = kGates * a.H;
   const long long gates_sd = static_cast<long long>(a.B) * G;
+  float* gates = scratch.gates;
+  if (scratch.staged) {  // [x h0] . [W; R]: the layer's rows follow one another, W's then R's
+    const float one = 1.f, zero = 0.f;
+    const int row = a.I + a.H, K = h_is_zero ? a.I : row;
+    const cublasStatus_t st = cublasGemmStridedBatchedEx(
+        cublas, CUBLAS_OP_N, CUBLAS_OP_N, G, a.B, K, &one, a.wx[0], CUDA_R_32F, G, D == 2 ? a.wx[1] - a.wx[0] : 0,
+        scratch.staged, CUDA_R_32F, row, static_cast<long long>(a.B) * row, &zero, gates, CUDA_R_32F, G, gates_sd, D,
+        ComputeTypeOf(plan.math), CUBLAS_GEMM_DEFAULT);
+    if (st != CUBLAS_STATUS_SUCCESS)
+      throw std::runtime_error("FusedLSTM cuBLAS: one-step GEMM of [x h] failed with status " + std::to_string(st));
+    LaunchCellFor(StepWeights::kFp32, false, a, D, gates, gates_sd, scratch, stream);
+    return;
+  }
   if (h_is_zero) {  // the first step from a zero state: no product to compute
     LaunchCellFor(plan.streams ? StepWeights::kFp32 : plan.weights, false, a, D, nullptr, gates_sd, scratch, stream);
     return;
@@ -195,7 +208,6 @@ void LaunchGemmStep(const StepArgs<float>& a, const Dims& d, const GemmStepScrat
     StreamStep(a, D, scratch, plan.weights, sm_count, stream);
     return;
   }
-  float* gates = scratch.gates;
   // The first step multiplies initial_h as it is (it may lie beyond fp16's range); its cell writes
   // the 16-bit copy of h that the later steps read (|h| <= 1 then).
   const bool first = a.step == 0;

@@ -30,6 +30,9 @@ struct GemmStepScratch {
   void* wh_half;
   void* h_half;
   unsigned* wh_amax;
+  // A one-step call's rows [x h0] ([D][B][I + H]; StatesPrelude::stage), or null: the step
+  // multiplies them with [W; R] in one GEMM (StepArgs::x, wx and I say where W starts).
+  const float* staged = nullptr;
 };
 
 // How a layer's steps run on v1's cuBLAS step (fp32 storage only).

@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def auto_runs_as_tf32(H, B):
     """What the op library decides `auto` runs on CUDA at H and B (custom_ops/precision.h): the one
     rule the kernel and the cost rule both follow."""
-    return decide_precision("cuda", "auto", H, B).runs == "tf32"
+    return decide_precision("cuda", "auto", H, B, steps=100).runs == "tf32"  # the steps the cost rule asks for
 
 
 def pays(device="cuda", precision="fp32", H=1024, B=(64,), rank=None, width=None):
@@ -106,12 +106,13 @@ def test_any_needs_both():
 
 
 def test_auto_follows_the_librarys_decision_at_its_boundaries():
-    """The rule reads auto's resolution from the op library (precision.h's AutoRunsAsTf32), at
-    both of its boundaries: B >= 256, and H >= 1024 with B*H >= 16K."""
-    for H, B in [(1, 256), (1024, 16), (2048, 8)]:
+    """The rule reads auto's resolution from the op library (precision.h's AutoRunsAsTf32) for a
+    sequence (T = 100, where the region was measured), at its boundaries: B >= 256, H >= 1024 with
+    B*H >= 16K, and H >= 1536 (the step's 16-bit weights) at any batch."""
+    for H, B in [(1, 256), (1024, 16), (2048, 8), (1536, 1)]:
         assert auto_runs_as_tf32(H, B)
         assert "precision auto runs the whole layer in TF32" in pays(precision="auto", H=max(H, 4), B=[B]).reason
-    for H, B in [(1023, 255), (1024, 15), (2048, 7)]:
+    for H, B in [(1023, 255), (1024, 15), (1535, 10)]:
         assert not auto_runs_as_tf32(H, B)
         assert "precision auto runs" not in pays(precision="auto", H=max(H, 4), B=[B]).reason
 

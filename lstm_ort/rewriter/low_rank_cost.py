@@ -36,6 +36,9 @@ DEVICES = ("any", "cpu", "cuda")  # any: factored only where it pays on both
 # Where the CUDA factored path (fp32) beat the whole layer in fp32 (H100, rank H/4, T=100):
 # H >= 1024 from B = 64 (1.61-1.68x), H >= 512 from B = 256 (1.47x); slower everywhere measured below.
 CUDA_WINS = ((1024, 64), (512, 256))  # (min H, min B)
+# What the whole layer runs is asked for a sequence of the length the region was measured at: a
+# call of one step has rules of its own (custom_ops/precision.h, OneStepRunsAsTf32).
+_MEASURED_STEPS = 100
 CUDA_MAX_RANK_DIVISOR = 4  # rank <= H/4: the rank measured; more rank, more work
 
 _CUDA_REGION = "H >= 1024 and B >= 64, or H >= 512 and B >= 256"
@@ -79,7 +82,7 @@ def _cuda_loses(rank: int, hidden: int, precision: Precision, batches: tuple[int
     if rank * CUDA_MAX_RANK_DIVISOR > hidden:
         return (f"rank {rank} > H/4 = {hidden / CUDA_MAX_RANK_DIVISOR:g} costs more than the factored path was "
                 f"measured to pay at (rank H/4, H100)")
-    runs = decide_precision("cuda", precision, hidden).runs
+    runs = decide_precision("cuda", precision, hidden, steps=_MEASURED_STEPS).runs
     if precision != Precision.AUTO and runs != Precision.FP32:  # a reduced mode at every size
         return (f"the whole layer runs {runs} on tensor cores, the factored path fp32: slower (H100 L4 H1024 "
                 f"B64: 7.51 ms factored vs ~4.8 ms tf32)")
@@ -87,7 +90,7 @@ def _cuda_loses(rank: int, hidden: int, precision: Precision, batches: tuple[int
         return (f"factoring pays only at precision fp32 where {_CUDA_REGION} (H100, rank H/4), and this node's batch "
                 f"size is unknown: give it with --shape")
     for b in batches:
-        if decide_precision("cuda", precision, hidden, b).runs != Precision.FP32:
+        if decide_precision("cuda", precision, hidden, b, steps=_MEASURED_STEPS).runs != Precision.FP32:
             return (f"at B={b} precision auto runs the whole layer in TF32, faster than the factored path's fp32 "
                     f"(H100 L4 H1024 B64: 7.51 ms factored vs ~4.8 ms auto)")
         if not cuda_factored_wins(hidden, b):

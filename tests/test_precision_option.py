@@ -228,11 +228,16 @@ def test_the_library_decides_what_each_mode_runs_on_each_device():
     (256, 2, "forward", "auto", 96),          # two layers (resident): from B 64 with B*H 24K
     (512, 4, "bidirectional", "auto", 256),   # not a stack it takes: the batch rule alone
     (128, 1, "forward", "auto", 256),
+    (512, 1, "forward", "auto", 64),          # one layer: its one-step calls from B*H 32K (OneStepRunsAsTf32)
+    (768, 1, "forward", "auto", 22),          # ... 16K from H 768
+    (1024, 1, "forward", "auto", 8),          # ... 8K at H 1024
+    (512, 1, "bidirectional", "auto", 256),   # not a one-step call it takes: the batch rule alone
     (512, 4, "forward", "fp32", 0),           # a node not in auto never changes class
 ])
 def test_stream_padding_stays_below_the_batch_where_auto_turns_tf32(hidden, layers, direction, precision, expected):
     """The streams batcher pads calls only below the smallest batch at which a node's auto runs tf32
-    on CUDA (at any call length), so padding never moves a stream's result to another class."""
+    on CUDA (at one step or any call length), so padding never moves a stream's result to another
+    class."""
     from lstm_ort.serving.streams.batcher import _tf32_from
 
     spec = LstmSpec(input_size=8, hidden_size=hidden, num_layers=layers, direction=direction)

@@ -421,16 +421,17 @@ def _tf32_from(model: onnx.ModelProto, max_batch: int) -> int:
     """The smallest batch size at which one of the model's FusedLSTM nodes computes auto as tf32 on
     CUDA (0: none up to max_batch): calls padded to a batch-size bucket stay below it where their
     steps do (the engine's PaddedSize), so padding never moves a stream's result to another class.
-    Asked for calls of any length (auto also takes tf32 on long calls of some stacks), so the
-    bound holds whatever the chunks' lengths."""
+    Asked for calls of one step (auto takes tf32 earlier there: precision.h, OneStepRunsAsTf32) and
+    of any length (it also takes tf32 on long calls of some stacks), so the bound holds whatever
+    the chunks' lengths."""
     from lstm_ort.runtime.native import decide_precision
     from lstm_ort.runtime.nodes import node_precision, node_shapes
 
     stacks = sorted({(shape.hidden_size, shape.layers, shape.directions)
                      for node, shape in node_shapes(model) if shape is not None and node_precision(node) == "auto"})
     for batch in range(1, max_batch + 1):
-        if any(decide_precision("cuda", "auto", h, batch, layers=layers, directions=d, steps=_ANY_STEPS).runs == "tf32"
-               for h, layers, d in stacks):
+        if any(decide_precision("cuda", "auto", h, batch, layers=layers, directions=d, steps=steps).runs == "tf32"
+               for h, layers, d in stacks for steps in (1, _ANY_STEPS)):
             return batch
     return 0
 

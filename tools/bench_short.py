@@ -58,11 +58,17 @@ class ShortRow:
     strategies_us: dict | None = None  # --strategy a,b,...: ours with each strategy after the first
 
 
+def strategy_and_precision(text: str) -> tuple[str, str]:
+    """A --strategy entry: a CUDA strategy, optionally with ours' precision after an @ (tiled@tf32)."""
+    strategy, _, precision = text.partition("@")
+    return strategy, precision or OPTIMIZE_PRECISION
+
+
 def session(model, fused: bool, tf32: bool, profile: str | None = None, debug: dict | None = None,
             strategy: str = "auto", cuda_graph: bool = False):
-    """`strategy`: a CUDA strategy, optionally with ours' precision after an @ (tiled@tf32)."""
-    strategy, _, precision = strategy.partition("@")
-    return timing_session(model, "cuda", fused, tf32, strategy, (precision or OPTIMIZE_PRECISION) if fused else None,
+    """`strategy`: a --strategy entry (strategy_and_precision)."""
+    strategy, precision = strategy_and_precision(strategy)
+    return timing_session(model, "cuda", fused, tf32, strategy, precision if fused else None,
                           debug=debug, profile=profile, cuda_graph=cuda_graph)
 
 
@@ -172,8 +178,7 @@ def bench_one(L: int, H: int, T: int, B: int, mode: str, rounds: int, block: int
         from lstm_ort.runtime import native
         from lstm_ort.runtime.nodes import NodeShape
 
-        name, _, precision = strategy.partition("@")
-        row.plan = native.describe(NodeShape(L, 1, H, H, "float32"), T, B, name, precision or OPTIMIZE_PRECISION)
+        row.plan = native.describe(NodeShape(L, 1, H, H, "float32"), T, B, *strategy_and_precision(strategy))
     except RuntimeError as e:  # a report column only
         row.plan = f"(no description: {e})"
     if profile:

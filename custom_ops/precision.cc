@@ -16,10 +16,7 @@ bool StepHalvesWhatItReads(const Dims& d) { return d.H >= kMinHiddenForAutoTf32W
 bool OneStepRunsAsTf32(const Dims& d) {
   if (d.T != 1 || d.L != 1 || d.D != 1 || d.H < kMinHiddenForAutoTf32OneStep || d.H > kMaxHiddenForAutoTf32OneStep)
     return false;
-  const int64_t min_cells = d.H >= kMinHiddenForAutoTf32                      ? kMinCellsForAutoTf32OneStepAtLargeHidden
-                            : d.H >= kMinHiddenForAutoTf32OneStepAtFewerCells ? kMinCellsForAutoTf32OneStepAtWiderHidden
-                                                                              : kMinCellsForAutoTf32OneStep;
-  return d.B * d.H >= min_cells;
+  return d.H >= kMinHiddenForAutoTf32OneStepAtAnyBatch || d.B * d.H >= kMinCellsForAutoTf32OneStep;
 }
 
 bool AutoRunsAsTf32(const Dims& d) {

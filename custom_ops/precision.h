@@ -67,14 +67,18 @@ bool Bf16PaysAtHalfRate(const Dims& d);
 //   10.39; max-abs against stock FP32 4-5e-4, stock's TF32 default's alike; at H1024, whose fp32 R
 //   stays in L2, 1.03-1.17x only, and at T=10 H2048 B1 1.14x).
 // - at one step (T = 1) of one layer and direction, from kMinHiddenForAutoTf32OneStep units and
-//   kMinCellsForAutoTf32OneStep cells (kMinCellsForAutoTf32OneStepAtWiderHidden from
-//   kMinHiddenForAutoTf32OneStepAtFewerCells on, kMinCellsForAutoTf32OneStepAtLargeHidden from
-//   kMinHiddenForAutoTf32 on): the call is one product of the weights with B rows, read once, which
-//   TF32 makes faster than any of our fp32 paths (H200, T=1 under onnxruntime's CUDA graph, one
-//   process, us, auto's fp32 vs tf32 vs stock's best: H512 B64 38.5 vs 33.1 vs 27.9, B128 46.3 vs
-//   28.8 vs 32.7, H768 B32 43.3-44.0 vs 27.6-28.0 vs 30.8-31.2, H1024 B8 40.6 vs 33.8 vs 34.6; fp32
-//   still wins at H512 B32 28.4 vs 33.2 vs 30.1, and ties at H768 B16, 33.7-35.6 vs 32.5-34.7).
-//   Measured on one layer only, and up to kMaxHiddenForAutoTf32OneStep units: beyond, a step
+//   kMinCellsForAutoTf32OneStep cells, and at any batch from kMinHiddenForAutoTf32OneStepAtAnyBatch
+//   units: the call is one product of the weights with B rows, read once, which cuBLAS's one TF32
+//   GEMM of [x h] (cuda/heuristics.h, PrefersGemmSteps) makes faster than any of our fp32 paths,
+//   whose persistent kernel loses to stock's TF32 there (H200, T=1 under onnxruntime's CUDA graph,
+//   one process, us, auto's fp32 vs tf32's GEMM vs stock's TF32, s69 runs 5, 10 and 15: H512 B24
+//   24.7 vs 21.4 vs 25.8, B32 25.3 vs 21.5 vs 26.0, B48 34.2 vs 22.4 vs 26.5, and fp32 ahead below:
+//   B8 22.7 vs 24.3-27.3 vs 27.5, B16 23.3 vs 24.4 vs 26.2; H768 B1 28.4 vs 21.4 vs 25.4-27.6, B2
+//   29.2 vs 26.6 vs 27.7-28.3, B4 37.1 vs 26.7 vs 27.8-31.4, B6 39.5 vs 27.2 vs 28.3-31.0, B8 36.8
+//   vs 26.8 vs 27.7-28.6, B16 33.3 vs 26.6 vs 28.0, B24 39.3 vs 24.3 vs 28.4; H896 B6 42.6 vs 31.0
+//   vs 36.1-36.2, B12 35.1 vs 28.2 vs 34.0; H1024 B1 30.4 vs 27.0 vs 29.4-32.6, B4 32.9 vs 31.8 vs
+//   34.5-38.5, B12 45.5 vs 32.4 vs 38.8-39.7). At one row cuBLAS's GEMV runs fp32 whatever the
+//   mode. Measured on one layer only, and up to kMaxHiddenForAutoTf32OneStep units: beyond, a step
 //   streams its fp32 weights from memory in either arithmetic (OneStepRunsAsTf32).
 // All within auto's stated bound, which is tf32's (docs/ops.md).
 constexpr int64_t kMinBatchForAutoTf32 = 256;
@@ -83,10 +87,8 @@ constexpr int64_t kMinCellsForAutoTf32 = 16 * 1024;
 constexpr int64_t kMinHiddenForAutoTf32Weights = 1536;
 constexpr int64_t kMinHiddenForAutoTf32OneStep = 512;
 constexpr int64_t kMaxHiddenForAutoTf32OneStep = 1024;
-constexpr int64_t kMinCellsForAutoTf32OneStep = 32 * 1024;
-constexpr int64_t kMinHiddenForAutoTf32OneStepAtFewerCells = 768;
-constexpr int64_t kMinCellsForAutoTf32OneStepAtWiderHidden = 16 * 1024;
-constexpr int64_t kMinCellsForAutoTf32OneStepAtLargeHidden = 8 * 1024;
+constexpr int64_t kMinCellsForAutoTf32OneStep = 12 * 1024;
+constexpr int64_t kMinHiddenForAutoTf32OneStepAtAnyBatch = 768;
 bool OneStepRunsAsTf32(const Dims& d);
 bool AutoRunsAsTf32(const Dims& d);
 

@@ -195,9 +195,11 @@ def test_the_library_decides_what_each_mode_runs_on_each_device():
     assert decide_precision("cuda", "auto", 512, 64, layers=4, steps=100).runs == "tf32"
     assert decide_precision("cuda", "auto", 512, 64, layers=4, directions=2, steps=100).runs == "fp32"
     assert decide_precision("cuda", "auto", 512, 64, steps=100).runs == "fp32"
-    # ... and at one step of one layer from B*H = 32K (16K from H = 768, 8K at H = 1024), not at two steps.
-    assert decide_precision("cuda", "auto", 512, 64, steps=1).runs == "tf32"
-    assert decide_precision("cuda", "auto", 512, 63, steps=1).runs == "fp32"
+    # ... and at one step of one layer from B*H = 12K (any batch from H = 768), not at two steps.
+    assert decide_precision("cuda", "auto", 512, 24, steps=1).runs == "tf32"
+    assert decide_precision("cuda", "auto", 512, 23, steps=1).runs == "fp32"
+    assert decide_precision("cuda", "auto", 768, 1, steps=1).runs == "tf32"
+    assert decide_precision("cuda", "auto", 767, 1, steps=1).runs == "fp32"
     assert decide_precision("cuda", "auto", 1024, 8, steps=1).runs == "tf32"
     assert decide_precision("cuda", "auto", 1024, 8, steps=2).runs == "fp32"
     assert decide_precision("cuda", "auto", 512, 64, layers=2, steps=1).runs == "fp32"
@@ -228,9 +230,9 @@ def test_the_library_decides_what_each_mode_runs_on_each_device():
     (256, 2, "forward", "auto", 96),          # two layers (resident): from B 64 with B*H 24K
     (512, 4, "bidirectional", "auto", 256),   # not a stack it takes: the batch rule alone
     (128, 1, "forward", "auto", 256),
-    (512, 1, "forward", "auto", 64),          # one layer: its one-step calls from B*H 32K (OneStepRunsAsTf32)
-    (768, 1, "forward", "auto", 22),          # ... 16K from H 768
-    (1024, 1, "forward", "auto", 8),          # ... 8K at H 1024
+    (512, 1, "forward", "auto", 24),          # one layer: its one-step calls from B*H 12K (OneStepRunsAsTf32)
+    (768, 1, "forward", "auto", 1),           # ... any batch from H 768
+    (1024, 1, "forward", "auto", 1),
     (512, 1, "bidirectional", "auto", 256),   # not a one-step call it takes: the batch rule alone
     (512, 4, "forward", "fp32", 0),           # a node not in auto never changes class
 ])

@@ -109,6 +109,10 @@ std::optional<MmaOperand> MmaOperandFor(Arithmetic runs, ElementType type, const
   return std::nullopt;
 }
 
+bool OneStepTakesOneGemm(const Dims& d) {
+  return d.T == 1 && d.L == 1 && d.D == 1 && d.H >= kMinHiddenForAutoTf32OneStep && d.H <= kMaxHiddenForAutoTf32OneStep;
+}
+
 bool PrefersGemmSteps(Strategy strategy, Arithmetic runs, ElementType type, const Dims& d) {
   if (strategy != Strategy::kAuto || type != ElementType::kFloat32) return false;
   const bool half_weights = StepWeightsFor(ProjectionMathFor(runs), d) != StepWeights::kFp32;
@@ -116,8 +120,8 @@ bool PrefersGemmSteps(Strategy strategy, Arithmetic runs, ElementType type, cons
   if (runs == Arithmetic::kFp16 || runs == Arithmetic::kBf16)
     return half_weights && d.H >= kMinHiddenForHalfGemmSteps && kGates * cells * d.H >= kMinStepMacsForHalfGemmSteps;
   if (runs != Arithmetic::kTf32) return false;
-  const bool one_step = d.T == 1 && d.L == 1 && d.D == 1 && d.H >= kMinHiddenForAutoTf32OneStep &&
-                        d.H <= kMaxHiddenForAutoTf32OneStep && cells >= kMinCellsForOneStepTf32GemmStep;
+  const bool one_step = OneStepTakesOneGemm(d) &&
+                        (d.H >= kMinHiddenForAutoTf32OneStepAtAnyBatch || cells >= kMinCellsForOneStepTf32GemmStep);
   return one_step || (d.H >= kMinHiddenForTf32GemmSteps && cells >= kMinCellsForTf32GemmSteps) ||
          (half_weights && d.H >= kMinHiddenForTf32GemmStepsAtFewerCells &&
           cells >= kMinCellsForTf32GemmStepsAtLargeHidden);
@@ -162,8 +166,8 @@ bool StepStreamsWeights(const Dims& d, StepWeights weights) {
 bool StreamsStepWith(ProjectionMath math, const Dims& d) {
   const StepWeights weights = StepWeightsFor(math, d);
   if (weights != StepWeights::kFp32) return StepStreamsWeights(d, weights);
-  const bool math_streams =
-      math == ProjectionMath::kFp32 || (math == ProjectionMath::kTf32 && d.B <= kStreamMaxBatchForTf32);
+  const bool math_streams = math == ProjectionMath::kFp32 ||
+                            (math == ProjectionMath::kTf32 && d.B <= kStreamMaxBatchForTf32 && !OneStepTakesOneGemm(d));
   return math_streams && StepStreamsWeights(d, weights);
 }
 

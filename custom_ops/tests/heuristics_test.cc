@@ -144,8 +144,9 @@ TEST(AOneStepCublasStepMultipliesXAndHInOneGemm) {
   };
   const ProjectionMath tf32 = ProjectionMath::kTf32, fp32 = ProjectionMath::kFp32;
   CHECK(gemm(tf32, 64, 512, 512) && gemm(tf32, 32, 1024, 1024) && gemm(fp32, 64, 512, 512));
-  CHECK(gemm(tf32, 1, 512, 512) && gemm(tf32, 16, 1024, 1024));  // cuBLAS's GEMV; tf32 streams up to 8 rows
-  CHECK(!gemm(tf32, 8, 1024, 1024) && !gemm(fp32, 16, 1024, 1024));  // the step streams: it reads h alone
+  CHECK(gemm(tf32, 1, 512, 512) && gemm(tf32, 16, 1024, 1024));  // cuBLAS's GEMV
+  CHECK(gemm(tf32, 8, 1024, 1024));  // tf32 streams its weights on sequences only (StreamsStepWith)
+  CHECK(!gemm(fp32, 16, 1024, 1024));  // the fp32 step streams: it reads h alone
   CHECK(gemm(tf32, 64, 3 * 512, 512) && !gemm(tf32, 64, 3 * 512 + 1, 512));  // [x h] in the projection's room
   CHECK(!gemm(fp32, 1024, 512, 512) && gemm(tf32, 1024, 512, 512));  // fp32 projects in 3xTF32 there
   CHECK(!gemm(ProjectionMath::kFp16, 64, 512, 512) && !gemm(ProjectionMath::kBf16, 64, 512, 512));
@@ -309,12 +310,14 @@ TEST(Tf32LargeCallsPreferCublasSteps) {
   CHECK(!PrefersGemmSteps(Strategy::kAuto, Runs(Precision::kAuto, Sizes(128, 512)), f32, Sizes(128, 512)));  // auto is fp32 here
   CHECK(!PrefersGemmSteps(Strategy::kAuto, Runs(Precision::kTf32, Sizes(512, 128)), f32, Sizes(512, 128)));   // narrow: WMMA wins
   CHECK(!PrefersGemmSteps(Strategy::kAuto, Runs(Precision::kTf32, Sizes(16, 1024)), f32, Sizes(16, 1024)));   // small: persistent wins
-  // One step of one layer: cuBLAS from 16K cells at H 512-1024 (kMinCellsForOneStepTf32GemmStep).
+  // One step of one layer: cuBLAS from 6K cells at H 512-767 (kMinCellsForOneStepTf32GemmStep), at
+  // any batch from H 768 to 1024.
   struct OneStep {
     int64_t B, H;
     bool gemm;
   };
-  for (const OneStep& c : {OneStep{32, 512, true}, {16, 1024, true}, {31, 512, false}, {8, 1024, false}, {8, 2048, false}}) {
+  for (const OneStep& c : {OneStep{12, 512, true}, {11, 512, false}, {1, 768, true}, {8, 768, true}, {1, 1024, true},
+                           {8, 1024, true}, {8, 2048, false}}) {
     const bool gemm = c.gemm;
     Dims one = Sizes(c.B, c.H);
     one.T = 1;
@@ -414,6 +417,10 @@ TEST(SmallBatchStepsStreamTheWeights) {
   CHECK(!StreamsStepWith(ProjectionMath::kFp16, short_seq));  // cuBLAS converts fp32 operands itself
   short_seq.B = 1;
   CHECK(!StreamsStepWith(ProjectionMath::kTf32, short_seq));
+  Dims one_step = Sizes(8, 768);
+  one_step.T = 1;
+  CHECK(!StreamsStepWith(ProjectionMath::kTf32, one_step));  // the one GEMM of [x h] instead
+  CHECK(StreamsStepWith(ProjectionMath::kFp32, one_step));
   CHECK(StreamColumnTiles(2048) == 64 && StreamColumnTiles(301) == 10);
   // H2048 on 132 SMs holding 4 blocks each: one wave of 512 blocks, uni (64 column tiles x 8
   // splits) and bi (128 x 4); 8192 rows need 16 splits of 512 whatever the wave.

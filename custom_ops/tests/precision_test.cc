@@ -28,9 +28,9 @@ TEST(AutoRunsOneStepAsTf32WhereItsProductIsLarge) {
     d.T = 1;
     return d;
   };
-  CHECK(OneStepRunsAsTf32(one_step(64, 512)) && !OneStepRunsAsTf32(one_step(63, 512)));  // 32K cells
-  CHECK(OneStepRunsAsTf32(one_step(8, 1024)) && !OneStepRunsAsTf32(one_step(7, 1024)));  // 8K from H = 1024
-  CHECK(OneStepRunsAsTf32(one_step(22, 768)) && !OneStepRunsAsTf32(one_step(21, 768)));  // 16K from H = 768
+  CHECK(OneStepRunsAsTf32(one_step(24, 512)) && !OneStepRunsAsTf32(one_step(23, 512)));  // 12K cells
+  CHECK(OneStepRunsAsTf32(one_step(1, 768)) && OneStepRunsAsTf32(one_step(1, 1024)));  // any batch from H = 768
+  CHECK(!OneStepRunsAsTf32(one_step(1, 767)));
   CHECK(!OneStepRunsAsTf32(one_step(512, 256)));   // below kMinHiddenForAutoTf32OneStep
   CHECK(!OneStepRunsAsTf32(one_step(8, 2048)));    // beyond: the weights stream either way
   CHECK(!OneStepRunsAsTf32(Sizes(64, 512)));       // ten steps
@@ -39,7 +39,7 @@ TEST(AutoRunsOneStepAsTf32WhereItsProductIsLarge) {
   both.D = 2;
   CHECK(!OneStepRunsAsTf32(stack) && !OneStepRunsAsTf32(both));  // measured on one layer and direction
   CHECK(DecidePrecision(Precision::kAuto, Device::kCuda, one_step(64, 512)).runs == Arithmetic::kTf32);
-  CHECK(DecidePrecision(Precision::kAuto, Device::kCuda, one_step(32, 512)).runs == Arithmetic::kFp32);
+  CHECK(DecidePrecision(Precision::kAuto, Device::kCuda, one_step(16, 512)).runs == Arithmetic::kFp32);
   CHECK(DecidePrecision(Precision::kFp32, Device::kCuda, one_step(64, 512)).runs == Arithmetic::kFp32);
 }
 

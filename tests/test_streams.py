@@ -6,6 +6,7 @@ one stream per call, the counters."""
 
 import asyncio
 import gc
+import os
 import sys
 import threading
 import time
@@ -344,6 +345,43 @@ def test_step_batch_stacked(torch_hc, rng):
         with pytest.raises(StreamClosed):
             b.step_batch(ids, {"x": np.zeros((3, 5, 40), np.float32)})
     assert support.worst_difference(got, want) <= TOL
+
+
+def test_large_calls_take_the_wide_session_and_agree(torch_hc, rng):
+    """On the CPU with the thread count left open, calls of WIDE_FROM streams or more run on the
+    engine's wide session (onnxruntime's pool) and smaller ones on its one-thread session: the two
+    alternate on the same streams' states, each row as that stream alone. A thread count the caller
+    sets is kept, and nothing runs wide."""
+    import onnxruntime as ort
+
+    from lstm_ort.serving.streams.batcher import WIDE_FROM, host_threads
+
+    assert host_threads(1) == {"intra_op_num_threads": 1, "wide_from": 0}  # one core: no second session
+    assert host_threads(2)["wide_from"] == WIDE_FROM
+    carry = {"hn": "h", "cn": "c"}
+    n = WIDE_FROM + 3
+    zero = {"h": np.zeros((2, 1, 64), np.float32), "c": np.zeros((2, 1, 64), np.float32)}
+    xs = [rng.standard_normal((2, n, 40)).astype(np.float32) for _ in range(4)]
+    want = [support.alone(torch_hc, carry, [{"x": x[:, k:k + 1]} for x in xs], zero) for k in range(n)]
+    two = ort.SessionOptions()
+    two.intra_op_num_threads = 2
+    for options, wide_calls in ((None, 2 if host_threads(os.cpu_count() or 1)["wide_from"] else 0), (two, 0)):
+        with StreamBatcher(torch_hc, carry, session_options=options) as b:
+            ids = [b.open() for _ in range(n)]
+            got = [[] for _ in range(n)]
+            for r, x in enumerate(xs):
+                if r % 2 == 0:  # all n streams in one call
+                    y, hn, cn = b.step_batch(ids, {"x": x})
+                    outs = [[y[:, k:k + 1], hn[:, k:k + 1], cn[:, k:k + 1]] for k in range(n)]
+                else:  # calls of three streams (two in the last)
+                    outs = []
+                    for k in range(0, n, 3):
+                        part = b.step_batch(ids[k:k + 3], {"x": x[:, k:k + 3]})
+                        outs += [[o[:, j:j + 1] for o in part] for j in range(part[0].shape[1])]
+                for k, o in enumerate(outs):
+                    got[k].append(o)
+            assert b.wide_calls == wide_calls
+        assert support.worst_difference(got, want) <= TOL
 
 
 def test_step_batch_large_outputs_outlive_the_next_call_and_the_batcher(torch_hc, rng):

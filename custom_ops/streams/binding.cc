@@ -92,6 +92,7 @@ class PyEngine {
       else if (key == "profile_file_prefix") spec.profile_prefix = nb::cast<std::string>(v);
       else if (key == "cuda_graphs") spec.cuda_graphs = nb::cast<bool>(v);
       else if (key == "single_model") single_model = Bytes(v);
+      else if (key == "wide_from") spec.wide_from = nb::cast<int>(v);
       else throw std::invalid_argument("unknown session option " + key);
     }
     for (nb::handle p : providers) spec.providers.push_back(nb::cast<std::pair<std::string, KeyValues>>(p));
@@ -387,6 +388,7 @@ class PyEngine {
     d["calls"] = s.calls;
     d["failed"] = s.failed;
     d["rescued"] = s.rescued;
+    d["wide_calls"] = runner_->WideCalls();  // since the engine began (ResetStats keeps it)
     d["first"] = s.first;
     d["last"] = s.last;
     d["waits"] = s.waits;

@@ -56,6 +56,8 @@ class CallRunner {
     (void)group, (void)batched, (void)single;
     throw std::logic_error("this runner takes no models of a group's own");
   }
+  // Calls run on a wide session so far (SessionSpec::wide_from; the host runner's alone).
+  virtual int64_t WideCalls() const { return 0; }
   // Memory to stack a call's inputs in (a runner that copies them to a device gives pinned memory).
   virtual std::shared_ptr<char> Staging(size_t bytes) { return std::shared_ptr<char>(new char[bytes], std::default_delete<char[]>()); }
 };

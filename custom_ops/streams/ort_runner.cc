@@ -54,12 +54,13 @@ OrtHostRunner::OrtHostRunner(const SessionSpec& spec, std::vector<std::string> s
   spec_ = spec;
   spec_.model.clear();
   on_cuda_ = SessionDevice(spec_).first == "Cuda";
-  session_ = Bind(MakeSession(spec));
+  if (on_cuda_) spec_.wide_from = 0;  // the pool's threads feed no device
+  session_ = Load(spec.model, /*batched=*/true);
   output_names_ = OutputNames(session_.session);
   carried_output_ = CarriedOutputIndexes(output_names_, carry_);
   for (const std::string& name : output_names_) output_ptrs_.push_back(name.c_str());
   if (!single_model.empty()) {
-    single_ = Bind(MakeSession(spec_, single_model));
+    single_ = Load(single_model, /*batched=*/false);
   }
 }
 
@@ -91,10 +92,16 @@ OrtHostRunner::Bound OrtHostRunner::Bind(Ort::Session session) const {
   return b;
 }
 
+OrtHostRunner::Bound OrtHostRunner::Load(const std::string& model, bool batched) const {
+  Bound b = Bind(MakeSession(spec_, model));
+  if (batched && spec_.wide_from > 0) b.wide = MakeSession(WideSpec(spec_), model);
+  return b;
+}
+
 void OrtHostRunner::AddGroupModels(int group, const std::string& batched, const std::string& single) {
   auto sessions = std::make_shared<GroupSessions>();
-  if (!batched.empty()) sessions->batched = Bind(MakeSession(spec_, batched));
-  if (!single.empty()) sessions->single = Bind(MakeSession(spec_, single));
+  if (!batched.empty()) sessions->batched = Load(batched, /*batched=*/true);
+  if (!single.empty()) sessions->single = Load(single, /*batched=*/false);
   for (const Bound* b : {&sessions->batched, &sessions->single})
     if (b->session && OutputNames(b->session) != output_names_)
       throw std::invalid_argument("a group's model gives other outputs than the model");
@@ -183,8 +190,11 @@ std::shared_ptr<void> OrtHostRunner::Run(const CallInputs& in, std::vector<CallO
   auto hold = std::make_shared<CallHold>();
   std::optional<CaptureGate::Together> pass;  // its inputs are copied to the device in it
   if (on_cuda_) pass.emplace(ProcessCaptureGate());
-  hold->outputs = chosen.session.Run(Ort::RunOptions{nullptr}, chosen.name_ptrs.data(), values.data(), values.size(),
-                                     output_ptrs_.data(), output_ptrs_.size());
+  const bool wide = chosen.wide && n >= spec_.wide_from;
+  if (wide) wide_calls_.fetch_add(1, std::memory_order_relaxed);
+  Ort::Session& session = wide ? chosen.wide : chosen.session;
+  hold->outputs = session.Run(Ort::RunOptions{nullptr}, chosen.name_ptrs.data(), values.data(), values.size(),
+                              output_ptrs_.data(), output_ptrs_.size());
   // Every carried output must fit its input's rows before any is written back.
   for (size_t s = 0; s < states.size(); ++s)
     CheckCarriedShape(hold->outputs[carried_output_[s]], stacked[s].Stacked(n), carry_[s]);

@@ -2,6 +2,7 @@
 // rows into the carried inputs, runs the session, checks and scatters the carried outputs back.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -33,12 +34,15 @@ class OrtHostRunner : public CallRunner {
   // Calls of one stream run the group's `batched` model where it has no `single` and the runner no
   // model of its own for them.
   void AddGroupModels(int group, const std::string& batched, const std::string& single) override;
+  int64_t WideCalls() const override { return wide_calls_.load(std::memory_order_relaxed); }
 
  private:
   bool on_cuda_ = false;  // its calls pass the capture gate (capture_gate.h)
-  // A session and which of the engine's inputs (step inputs, then carried inputs) it takes.
+  // A session and which of the engine's inputs (step inputs, then carried inputs) it takes; `wide`:
+  // the same model's wide session (SessionSpec::wide_from), where the runner makes them.
   struct Bound {
     Ort::Session session{nullptr};
+    Ort::Session wide{nullptr};
     std::vector<size_t> feeds;
     std::vector<std::string> names;
     std::vector<const char*> name_ptrs;
@@ -47,6 +51,9 @@ class OrtHostRunner : public CallRunner {
     Bound batched, single;
   };
   Bound Bind(Ort::Session session) const;
+  // `model`'s session, bound, and its wide session where `batched` (calls of one stream never
+  // take it) and the spec asks for one.
+  Bound Load(const std::string& model, bool batched) const;
   Bound& Choose(int group, int64_t streams, std::shared_ptr<GroupSessions>* hold);
 
   SessionSpec spec_;  // without its model: how the groups' sessions are made
@@ -61,6 +68,7 @@ class OrtHostRunner : public CallRunner {
   std::vector<std::string> input_names_;  // step inputs then carried inputs
   std::vector<const char*> output_ptrs_;
   std::unique_ptr<HostSlots> slots_;
+  std::atomic<int64_t> wide_calls_{0};
 };
 
 // A call's output as the engine reads it (its bytes, shape and element type); std::invalid_argument

@@ -1,5 +1,6 @@
 #include "session_spec.h"
 
+#include <algorithm>
 #include <mutex>
 #include <stdexcept>
 
@@ -67,6 +68,18 @@ Ort::Session MakeSession(const SessionSpec& spec, const std::string& model) {
   // its weights are allocated on the device, which a capture elsewhere forbids (capture_gate.h)
   CaptureGate::Together pass(ProcessCaptureGate(), CaptureGate::Length::kLong);
   return Ort::Session(Env(), model.data(), model.size(), options);
+}
+
+SessionSpec WideSpec(const SessionSpec& spec) {
+  SessionSpec wide = spec;
+  wide.intra_op_threads = 0;
+  wide.wide_from = 0;
+  constexpr const char* kSpinning = "session.intra_op.allow_spinning";
+  KeyValues& config = wide.config;
+  config.erase(std::remove_if(config.begin(), config.end(), [&](const auto& kv) { return kv.first == kSpinning; }),
+               config.end());
+  config.emplace_back(kSpinning, "0");
+  return wide;
 }
 
 std::pair<std::string, int> SessionDevice(const SessionSpec& spec) {

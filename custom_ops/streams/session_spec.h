@@ -26,6 +26,11 @@ struct SessionSpec {
   // On CUDA, a group's calls of one stream replay a CUDA graph where onnxruntime captures its model
   // (graphed_call.h); the session config entry lstm_ort.streams.cuda_graphs=0 turns it off.
   bool cuda_graphs = true;
+  // The host runner's calls of at least `wide_from` streams run a second session of their model:
+  // onnxruntime's default thread count, its pool not spinning between calls (WideSpec); 0: none.
+  // A call that large gains more from the pool than its wake-up costs, where the smaller calls of
+  // a one-thread session leave the other cores to the callers (docs/streams.md, "Threads").
+  int wide_from = 0;
   KeyValues config;                                         // session config entries
   std::vector<std::pair<std::string, KeyValues>> providers;  // in order, with their options
 };
@@ -37,6 +42,9 @@ void InitOrtApi(const OrtApiBase* api_base);
 // providers, another model (a group's own).
 Ort::Session MakeSession(const SessionSpec& spec);
 Ort::Session MakeSession(const SessionSpec& spec, const std::string& model);
+// `spec` for the wide session of a host runner (SessionSpec::wide_from): the thread count left to
+// onnxruntime, the pool told not to spin.
+SessionSpec WideSpec(const SessionSpec& spec);
 // The device the session's execution provider puts tensors on ("Cpu" or "Cuda") and its id.
 std::pair<std::string, int> SessionDevice(const SessionSpec& spec);
 

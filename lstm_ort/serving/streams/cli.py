@@ -76,7 +76,9 @@ def add_streams_bench_parser(sub) -> None:
                    help="the batcher's calls in flight at once (default: 1 on the CPU, 2 on CUDA)")
     s.add_argument("--providers", help="comma-separated: cuda,cpu (default: onnxruntime's)")
     s.add_argument("--intra-op-threads", type=integer(0, "0: onnxruntime's default"), default=0,
-                   help="onnxruntime intra-op threads of every session (0: its default)")
+                   help="onnxruntime intra-op threads of every session (0: its default; the batcher's "
+                        "engine then runs one thread, and a second session for calls of 32 streams or more: "
+                        "docs/streams.md, Threads)")
     s.add_argument("--stacked", action="store_true",
                    help="rounds: each client round is one step_batch of its streams' chunks stacked (a server's tick)")
     s.add_argument("--json", metavar="FILE", help="write the settings, every phase and the medians as JSON")

@@ -73,7 +73,7 @@ bool Bf16PaysAtHalfRate(const Dims& d);
 //   whose persistent kernel loses to stock's TF32 there (H200, T=1 under onnxruntime's CUDA graph,
 //   one process, us, auto's fp32 vs tf32's GEMM vs stock's TF32, s69 runs 5, 10 and 15: H512 B24
 //   24.7 vs 21.4 vs 25.8, B32 25.3 vs 21.5 vs 26.0, B48 34.2 vs 22.4 vs 26.5, and fp32 ahead below:
-//   B8 22.7 vs 24.3-27.3 vs 27.5, B16 23.3 vs 24.4 vs 26.2; H768 B1 28.4 vs 21.4 vs 25.4-27.6, B2
+//   B8 22.7 vs 27.3 vs 27.5, B16 23.3 vs 24.4 vs 26.2; H768 B1 28.4 vs 21.4 vs 25.4-27.6, B2
 //   29.2 vs 26.6 vs 27.7-28.3, B4 37.1 vs 26.7 vs 27.8-31.4, B6 39.5 vs 27.2 vs 28.3-31.0, B8 36.8
 //   vs 26.8 vs 27.7-28.6, B16 33.3 vs 26.6 vs 28.0, B24 39.3 vs 24.3 vs 28.4; H896 B6 42.6 vs 31.0
 //   vs 36.1-36.2, B12 35.1 vs 28.2 vs 34.0; H1024 B1 30.4 vs 27.0 vs 29.4-32.6, B4 32.9 vs 31.8 vs

@@ -270,8 +270,8 @@ bool PrefersResidentMmaStep(Arithmetic runs, ElementType type, const Dims& d);
 
 // Whether v1's cuBLAS step streams the weights for this step's math: FP32 at StepStreamsWeights'
 // shapes; tf32 too up to kStreamMaxBatchForTf32 rows (not in OneStepTakesOneGemm's calls), in fp32
-// (within tf32's bound), where it beats cuBLAS's TF32 kernels (H100, H2048 T=100: B8 3.78 vs 3.80-4.24 ms, B8 bi 6.21 vs 6.40-6.55) and
-// not above (B16 5.72 vs 3.94). With the cell fused in (one launch per step): fp32 B8 4.29 vs
+// (within tf32's bound), where it beats cuBLAS's TF32 kernels (H100, H2048 T=100: B8 3.78 vs
+// 3.80-4.24 ms, B8 bi 6.21 vs 6.40-6.55) and not above (B16 5.72 vs 3.94). With the cell fused in (one launch per step): fp32 B8 4.29 vs
 // 4.46-4.71 ms unfused.
 // With 16-bit weights (StepWeightsFor), up to kStreamMaxBatchForHalf rows in any reduced mode.
 constexpr int64_t kStreamMaxBatchForTf32 = 8;

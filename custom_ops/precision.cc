@@ -14,7 +14,8 @@ bool StepHalvesWhatItReads(const Dims& d) { return d.H >= kMinHiddenForAutoTf32W
 }  // namespace
 
 bool OneStepRunsAsTf32(const Dims& d) {
-  if (d.T != 1 || d.L != 1 || d.D != 1 || d.H < kMinHiddenForAutoTf32OneStep || d.H > kMaxHiddenForAutoTf32OneStep)
+  if (d.T != 1 || d.L > kMaxLayersForAutoTf32OneStep || d.D != 1 || d.H < kMinHiddenForAutoTf32OneStep ||
+      d.H > kMaxHiddenForAutoTf32OneStep)
     return false;
   return d.H >= kMinHiddenForAutoTf32OneStepAtAnyBatch || d.B * d.H >= kMinCellsForAutoTf32OneStep;
 }

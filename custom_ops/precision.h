@@ -66,7 +66,8 @@ bool Bf16PaysAtHalfRate(const Dims& d);
 //   H2048 B1 3.743 vs 2.450, B4 4.216 vs 2.640; L2 H2048 B2 4.880 vs 2.357; T1000 H2048 B1 21.59 vs
 //   10.39; max-abs against stock FP32 4-5e-4, stock's TF32 default's alike; at H1024, whose fp32 R
 //   stays in L2, 1.03-1.17x only, and at T=10 H2048 B1 1.14x).
-// - at one step (T = 1) of one layer and direction, from kMinHiddenForAutoTf32OneStep units and
+// - at one step (T = 1) of one direction and up to kMaxLayersForAutoTf32OneStep layers, from
+//   kMinHiddenForAutoTf32OneStep units and
 //   kMinCellsForAutoTf32OneStep cells, and at any batch from kMinHiddenForAutoTf32OneStepAtAnyBatch
 //   units: the call is one product of the weights with B rows, read once, which cuBLAS's one TF32
 //   GEMM of [x h] (cuda/heuristics.h, PrefersGemmSteps) makes faster than any of our fp32 paths,
@@ -77,9 +78,14 @@ bool Bf16PaysAtHalfRate(const Dims& d);
 //   29.2 vs 26.6 vs 27.7-28.3, B4 37.1 vs 26.7 vs 27.8-31.4, B6 39.5 vs 27.2 vs 28.3-31.0, B8 36.8
 //   vs 26.8 vs 27.7-28.6, B16 33.3 vs 26.6 vs 28.0, B24 39.3 vs 24.3 vs 28.4; H896 B6 42.6 vs 31.0
 //   vs 36.1-36.2, B12 35.1 vs 28.2 vs 34.0; H1024 B1 30.4 vs 27.0 vs 29.4-32.6, B4 32.9 vs 31.8 vs
-//   34.5-38.5, B12 45.5 vs 32.4 vs 38.8-39.7). At one row cuBLAS's GEMV runs fp32 whatever the
-//   mode. Measured on one layer only, and up to kMaxHiddenForAutoTf32OneStep units: beyond, a step
-//   streams its fp32 weights from memory in either arithmetic (OneStepRunsAsTf32).
+//   34.5-38.5, B12 45.5 vs 32.4 vs 38.8-39.7; stacks, s69 runs 32 and 37, auto's fp32 vs tf32 vs
+//   stock's TF32: L2 H512 B32 47.7-50.4 vs 38.9 vs 42.4-45.0, B128 82.9-84.9 vs 45.4 vs 53.0-55.6;
+//   L2 H768 B4 61.1-64.4 vs 49.9 vs 45.5-47.5, B16 74.2-77.6 vs 55.3 vs 51.2-52.3, B64 102 vs 51.0 vs
+//   51.4-52.2; L2 H1024 B1 48.2-51.5 vs 40.9 vs 60.8, B8 90.7-90.9 vs 62.2 vs 68.4-69.3, B32 101.6 vs
+//   60.3 vs 69.6-71.4; L3 H512 B64 90.5-90.8 vs 65.8 vs 63.6-66.3). At one row cuBLAS's GEMV runs fp32
+//   whatever the mode. Measured up to kMaxLayersForAutoTf32OneStep layers and
+//   kMaxHiddenForAutoTf32OneStep units: beyond, a step streams its fp32 weights from memory in either
+//   arithmetic (OneStepRunsAsTf32).
 // All within auto's stated bound, which is tf32's (docs/ops.md).
 constexpr int64_t kMinBatchForAutoTf32 = 256;
 constexpr int64_t kMinHiddenForAutoTf32 = 1024;
@@ -89,6 +95,7 @@ constexpr int64_t kMinHiddenForAutoTf32OneStep = 512;
 constexpr int64_t kMaxHiddenForAutoTf32OneStep = 1024;
 constexpr int64_t kMinCellsForAutoTf32OneStep = 12 * 1024;
 constexpr int64_t kMinHiddenForAutoTf32OneStepAtAnyBatch = 768;
+constexpr int64_t kMaxLayersForAutoTf32OneStep = 3;
 bool OneStepRunsAsTf32(const Dims& d);
 bool AutoRunsAsTf32(const Dims& d);
 

@@ -195,14 +195,16 @@ def test_the_library_decides_what_each_mode_runs_on_each_device():
     assert decide_precision("cuda", "auto", 512, 64, layers=4, steps=100).runs == "tf32"
     assert decide_precision("cuda", "auto", 512, 64, layers=4, directions=2, steps=100).runs == "fp32"
     assert decide_precision("cuda", "auto", 512, 64, steps=100).runs == "fp32"
-    # ... and at one step of one layer from B*H = 12K (any batch from H = 768), not at two steps.
+    # ... and at one step of up to three layers from B*H = 12K (any batch from H = 768), not at two steps.
     assert decide_precision("cuda", "auto", 512, 24, steps=1).runs == "tf32"
     assert decide_precision("cuda", "auto", 512, 23, steps=1).runs == "fp32"
     assert decide_precision("cuda", "auto", 768, 1, steps=1).runs == "tf32"
     assert decide_precision("cuda", "auto", 767, 1, steps=1).runs == "fp32"
     assert decide_precision("cuda", "auto", 1024, 8, steps=1).runs == "tf32"
     assert decide_precision("cuda", "auto", 1024, 8, steps=2).runs == "fp32"
-    assert decide_precision("cuda", "auto", 512, 64, layers=2, steps=1).runs == "fp32"
+    assert decide_precision("cuda", "auto", 512, 64, layers=3, steps=1).runs == "tf32"  # stacks up to 3 layers
+    assert decide_precision("cuda", "auto", 512, 64, layers=4, steps=1).runs == "fp32"
+    assert decide_precision("cuda", "auto", 512, 64, layers=2, directions=2, steps=1).runs == "fp32"
     # ... and those it takes where it runs resident (two layers from B 64 with B*H >= 24K), whatever the device.
     resident = decide_precision("cuda", "auto", 512, 64, layers=2, steps=100)
     assert resident.runs == "tf32" and "where its weights fit on chip" in resident.words

@@ -109,8 +109,9 @@ std::optional<MmaOperand> MmaOperandFor(Arithmetic runs, ElementType type, const
   return std::nullopt;
 }
 
-bool OneStepTakesOneGemm(const Dims& d) {
-  return d.T == 1 && d.L == 1 && d.D == 1 && d.H >= kMinHiddenForAutoTf32OneStep && d.H <= kMaxHiddenForAutoTf32OneStep;
+bool OneStepTakesGemmSteps(const Dims& d) {
+  return d.T == 1 && d.L <= kMaxLayersForAutoTf32OneStep && d.D == 1 && d.H >= kMinHiddenForAutoTf32OneStep &&
+         d.H <= kMaxHiddenForAutoTf32OneStep;
 }
 
 bool PrefersGemmSteps(Strategy strategy, Arithmetic runs, ElementType type, const Dims& d) {
@@ -120,7 +121,7 @@ bool PrefersGemmSteps(Strategy strategy, Arithmetic runs, ElementType type, cons
   if (runs == Arithmetic::kFp16 || runs == Arithmetic::kBf16)
     return half_weights && d.H >= kMinHiddenForHalfGemmSteps && kGates * cells * d.H >= kMinStepMacsForHalfGemmSteps;
   if (runs != Arithmetic::kTf32) return false;
-  const bool one_step = OneStepTakesOneGemm(d) &&
+  const bool one_step = OneStepTakesGemmSteps(d) &&
                         (d.H >= kMinHiddenForAutoTf32OneStepAtAnyBatch || cells >= kMinCellsForOneStepTf32GemmStep);
   return one_step || (d.H >= kMinHiddenForTf32GemmSteps && cells >= kMinCellsForTf32GemmSteps) ||
          (half_weights && d.H >= kMinHiddenForTf32GemmStepsAtFewerCells &&
@@ -167,7 +168,7 @@ bool StreamsStepWith(ProjectionMath math, const Dims& d) {
   const StepWeights weights = StepWeightsFor(math, d);
   if (weights != StepWeights::kFp32) return StepStreamsWeights(d, weights);
   const bool math_streams = math == ProjectionMath::kFp32 ||
-                            (math == ProjectionMath::kTf32 && d.B <= kStreamMaxBatchForTf32 && !OneStepTakesOneGemm(d));
+                            (math == ProjectionMath::kTf32 && d.B <= kStreamMaxBatchForTf32 && !OneStepTakesGemmSteps(d));
   return math_streams && StepStreamsWeights(d, weights);
 }
 

@@ -97,20 +97,23 @@ constexpr int64_t kMinCellsForTf32GemmStepsAtLargeHidden = 32 * 1024;
 // H1024 B32 3.95 vs 5.41).
 constexpr int64_t kMinHiddenForHalfGemmSteps = 512;
 constexpr int64_t kMinStepMacsForHalfGemmSteps = 256LL * 1024 * 1024;
-// One step (T = 1) of one layer and direction in tf32 at H kMinHiddenForAutoTf32OneStep to
-// kMaxHiddenForAutoTf32OneStep (precision.h), from kMinCellsForOneStepTf32GemmStep cells, at any
-// batch from kMinHiddenForAutoTf32OneStepAtAnyBatch units: cuBLAS's one TF32 GEMM of [x h] with
-// [W; R] and the cell, which writes the final states then (H200, T=1 under onnxruntime's CUDA graph,
+// One step (T = 1) of one direction and up to kMaxLayersForAutoTf32OneStep layers in tf32 at H
+// kMinHiddenForAutoTf32OneStep to kMaxHiddenForAutoTf32OneStep (precision.h), from
+// kMinCellsForOneStepTf32GemmStep cells, at any batch from kMinHiddenForAutoTf32OneStepAtAnyBatch
+// units: cuBLAS's TF32 GEMMs (the first layer's one GEMM of [x h] with [W; R]) and the cell, which
+// writes the final states then (H200, T=1 under onnxruntime's CUDA graph,
 // one process, us, the cuBLAS step vs the plan before: H1024 B16 38.0 vs 41.0 (persistent), B32
 // 37.4 vs 47.4; H512 B32 30.5 vs 33.2, B64 30.7 vs 33.1, B128 28.3 vs 28.8; with the one GEMM, s69
 // runs 5 and 15: H512 B16 24.4 vs 31.7 (tiled), H768 B2 26.6 vs 30.3, B4 26.7 vs 33.2, B8 26.8 vs
 // 35.0, B16 27.3 vs 35.0, H1024 B4 31.8 vs 33.1, B8 31.8 vs 34.3, B12 32.4 vs 40.0 (persistent)).
 // Below kMinCellsForOneStepTf32GemmStep at H 512-767 the tiled step's fp32 is ahead (precision.h).
 constexpr int64_t kMinCellsForOneStepTf32GemmStep = 6 * 1024;
-// The one-step calls those rules were measured on: one layer and direction, H
-// kMinHiddenForAutoTf32OneStep to kMaxHiddenForAutoTf32OneStep. There tf32 never streams its
-// weights (StreamsStepWith): the one GEMM of [x h] is faster (H768 B8 26.8 us against 30.3-32.5).
-bool OneStepTakesOneGemm(const Dims& d);
+// The one-step calls those rules were measured on: one direction, up to
+// kMaxLayersForAutoTf32OneStep layers (the first layer's step multiplies [x h], the others' their
+// input and h apart), H kMinHiddenForAutoTf32OneStep to kMaxHiddenForAutoTf32OneStep. There tf32
+// never streams its weights (StreamsStepWith): the GEMMs are faster (H768 B8 26.8 us against
+// 30.3-32.5).
+bool OneStepTakesGemmSteps(const Dims& d);
 bool PrefersGemmSteps(Strategy strategy, Arithmetic runs, ElementType type, const Dims& d);
 
 // Which per-step kernel v1 runs (also for layers the persistent strategies leave to v1). Unforced,
@@ -269,7 +272,7 @@ bool PrefersMmaStep(Arithmetic runs, ElementType type, const Dims& d);
 bool PrefersResidentMmaStep(Arithmetic runs, ElementType type, const Dims& d);
 
 // Whether v1's cuBLAS step streams the weights for this step's math: FP32 at StepStreamsWeights'
-// shapes; tf32 too up to kStreamMaxBatchForTf32 rows (not in OneStepTakesOneGemm's calls), in fp32
+// shapes; tf32 too up to kStreamMaxBatchForTf32 rows (not in OneStepTakesGemmSteps's calls), in fp32
 // (within tf32's bound), where it beats cuBLAS's TF32 kernels (H100, H2048 T=100: B8 3.78 vs
 // 3.80-4.24 ms, B8 bi 6.21 vs 6.40-6.55) and not above (B16 5.72 vs 3.94). With the cell fused in (one launch per step): fp32 B8 4.29 vs
 // 4.46-4.71 ms unfused.

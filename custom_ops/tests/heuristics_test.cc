@@ -310,8 +310,8 @@ TEST(Tf32LargeCallsPreferCublasSteps) {
   CHECK(!PrefersGemmSteps(Strategy::kAuto, Runs(Precision::kAuto, Sizes(128, 512)), f32, Sizes(128, 512)));  // auto is fp32 here
   CHECK(!PrefersGemmSteps(Strategy::kAuto, Runs(Precision::kTf32, Sizes(512, 128)), f32, Sizes(512, 128)));   // narrow: WMMA wins
   CHECK(!PrefersGemmSteps(Strategy::kAuto, Runs(Precision::kTf32, Sizes(16, 1024)), f32, Sizes(16, 1024)));   // small: persistent wins
-  // One step of one layer: cuBLAS from 6K cells at H 512-767 (kMinCellsForOneStepTf32GemmStep), at
-  // any batch from H 768 to 1024.
+  // One step of up to three layers, one direction: cuBLAS from 6K cells at H 512-767
+  // (kMinCellsForOneStepTf32GemmStep), at any batch from H 768 to 1024.
   struct OneStep {
     int64_t B, H;
     bool gemm;
@@ -322,7 +322,12 @@ TEST(Tf32LargeCallsPreferCublasSteps) {
     Dims one = Sizes(c.B, c.H);
     one.T = 1;
     CHECK_EQ(PrefersGemmSteps(Strategy::kAuto, Arithmetic::kTf32, f32, one), gemm);
-    one.L = 2;
+    one.L = 3;  // stacks of up to three layers alike
+    CHECK_EQ(PrefersGemmSteps(Strategy::kAuto, Arithmetic::kTf32, f32, one), gemm);
+    one.L = 4;
+    CHECK(!PrefersGemmSteps(Strategy::kAuto, Arithmetic::kTf32, f32, one) || !gemm);
+    one.L = 1;
+    one.D = 2;
     CHECK(!PrefersGemmSteps(Strategy::kAuto, Arithmetic::kTf32, f32, one) || !gemm);
   }
   // 16-bit weight copies: from H = 768 and B*H = 32K, not for H = 512 or short sequences.

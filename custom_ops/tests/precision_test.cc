@@ -34,10 +34,12 @@ TEST(AutoRunsOneStepAsTf32WhereItsProductIsLarge) {
   CHECK(!OneStepRunsAsTf32(one_step(512, 256)));   // below kMinHiddenForAutoTf32OneStep
   CHECK(!OneStepRunsAsTf32(one_step(8, 2048)));    // beyond: the weights stream either way
   CHECK(!OneStepRunsAsTf32(Sizes(64, 512)));       // ten steps
-  Dims stack = one_step(64, 512), both = one_step(64, 512);
-  stack.L = 2;
+  Dims stack = one_step(64, 512), deep = one_step(64, 512), both = one_step(64, 512);
+  stack.L = kMaxLayersForAutoTf32OneStep;
+  deep.L = kMaxLayersForAutoTf32OneStep + 1;
   both.D = 2;
-  CHECK(!OneStepRunsAsTf32(stack) && !OneStepRunsAsTf32(both));  // measured on one layer and direction
+  CHECK(OneStepRunsAsTf32(stack));  // measured on stacks of up to three layers, one direction
+  CHECK(!OneStepRunsAsTf32(deep) && !OneStepRunsAsTf32(both));
   CHECK(DecidePrecision(Precision::kAuto, Device::kCuda, one_step(64, 512)).runs == Arithmetic::kTf32);
   CHECK(DecidePrecision(Precision::kAuto, Device::kCuda, one_step(16, 512)).runs == Arithmetic::kFp32);
   CHECK(DecidePrecision(Precision::kFp32, Device::kCuda, one_step(64, 512)).runs == Arithmetic::kFp32);

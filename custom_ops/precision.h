@@ -67,11 +67,11 @@ bool Bf16PaysAtHalfRate(const Dims& d);
 //   10.39; max-abs against stock FP32 4-5e-4, stock's TF32 default's alike; at H1024, whose fp32 R
 //   stays in L2, 1.03-1.17x only, and at T=10 H2048 B1 1.14x).
 // - at one step (T = 1) of one direction and up to kMaxLayersForAutoTf32OneStep layers, from
-//   kMinHiddenForAutoTf32OneStep units and
-//   kMinCellsForAutoTf32OneStep cells, and at any batch from kMinHiddenForAutoTf32OneStepAtAnyBatch
-//   units: the call is one product of the weights with B rows, read once, which cuBLAS's one TF32
-//   GEMM of [x h] (cuda/heuristics.h, PrefersGemmSteps) makes faster than any of our fp32 paths,
-//   whose persistent kernel loses to stock's TF32 there (H200, T=1 under onnxruntime's CUDA graph,
+//   kMinHiddenForAutoTf32OneStep units and kMinCellsForAutoTf32OneStep cells, and at any batch from
+//   kMinHiddenForAutoTf32OneStepAtAnyBatch units: each layer is one product of its weights with B
+//   rows, read once, which cuBLAS's TF32 GEMMs (the first layer's one GEMM of [x h]:
+//   cuda/heuristics.h, PrefersGemmSteps) make faster than any of our fp32 paths, whose persistent
+//   kernel loses to stock's TF32 there (H200, T=1 under onnxruntime's CUDA graph,
 //   one process, us, auto's fp32 vs tf32's GEMM vs stock's TF32, s69 runs 5, 10 and 15: H512 B24
 //   24.7 vs 21.4 vs 25.8, B32 25.3 vs 21.5 vs 26.0, B48 34.2 vs 22.4 vs 26.5, and fp32 ahead below:
 //   B8 22.7 vs 27.3 vs 27.5, B16 23.3 vs 24.4 vs 26.2; H768 B1 28.4 vs 21.4 vs 25.4-27.6, B2

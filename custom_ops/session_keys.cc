@@ -13,7 +13,7 @@ namespace {
 constexpr const char* kNodeOptionKeys[] = {"strategy", "precision", "cpu_kernel", "int8_scales"};
 constexpr const char kRegisteredKey[] = "library_registered";
 // lstm_ort.serving.streams.native_session's: the step engine's, which its sessions' options carry too
-constexpr const char kStreamsKey[] = "streams.cuda_graphs";
+constexpr const char* kStreamsKeys[] = {"streams.cuda_graphs", "streams.wide_from_us"};
 constexpr const char kDebugPrefix[] = "debug.";
 
 }  // namespace
@@ -21,7 +21,7 @@ constexpr const char kDebugPrefix[] = "debug.";
 std::vector<std::string> SessionKeys() {
   std::vector<std::string> keys(std::begin(kNodeOptionKeys), std::end(kNodeOptionKeys));
   keys.push_back(kRegisteredKey);
-  keys.push_back(kStreamsKey);
+  for (const char* k : kStreamsKeys) keys.push_back(k);
   std::istringstream debug(DebugKeys(","));
   for (std::string key; std::getline(debug, key, ',');)
     if (!key.empty()) keys.push_back(kDebugPrefix + key);
@@ -39,10 +39,11 @@ std::string UnknownSessionKey(const std::vector<std::string>& keys) {
 }
 
 std::string UnknownSessionKeyMessage(const std::string& key) {
-  std::string options;
+  std::string options, streams;
   for (const char* k : kNodeOptionKeys) options += std::string(options.empty() ? "" : ", ") + k;
+  for (const char* k : kStreamsKeys) streams += kSessionKeyPrefix + std::string(k) + ", ";
   return "lstm_ort: session config entry '" + key + "' is none of lstm_ort's: " + kSessionKeyPrefix +
-         "<option> with option one of " + options + ", " + kSessionKeyPrefix + kStreamsKey + ", or " +
+         "<option> with option one of " + options + ", " + streams + "or " +
          kSessionKeyPrefix + kDebugPrefix + "<key> with key one of " + DebugKeys(", ");
 }
 

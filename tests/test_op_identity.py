@@ -32,10 +32,11 @@ def test_debug_keys_are_the_kernels():
 def test_session_keys_are_the_ones_registration_accepts():
     """What lstm_ort.InferenceSession reads (runtime/session.py) is what RegisterCustomOps lets by."""
     from lstm_ort.runtime import session
-    from lstm_ort.serving.streams.native_session import CUDA_GRAPHS_KEY
+    from lstm_ort.serving.streams.native_session import CUDA_GRAPHS_KEY, WIDE_FROM_KEY
 
     ours = [key.removeprefix("lstm_ort.") for key, _ in session.NODE_OPTIONS.values()]
     ours += [session._REGISTERED_KEY.removeprefix("lstm_ort."), CUDA_GRAPHS_KEY.removeprefix("lstm_ort."),
+             WIDE_FROM_KEY.removeprefix("lstm_ort."),
              *(session.DEBUG_PREFIX.removeprefix("lstm_ort.") + k for k in DEBUG_KEYS)]
     assert native.session_keys() == ours
 

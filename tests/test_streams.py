@@ -347,25 +347,36 @@ def test_step_batch_stacked(torch_hc, rng):
     assert support.worst_difference(got, want) <= TOL
 
 
-def test_large_calls_take_the_wide_session_and_agree(torch_hc, rng):
-    """On the CPU with the thread count left open, calls of WIDE_FROM streams or more run on the
-    engine's wide session (onnxruntime's pool) and smaller ones on its one-thread session: the two
-    alternate on the same streams' states, each row as that stream alone. A thread count the caller
-    sets is kept, and nothing runs wide."""
+def test_long_calls_take_the_wide_session_and_agree(torch_hc, rng):
+    """On the CPU with the thread count left open, a call whose size class took WIDE_FROM_KEY's
+    time or more on the engine's one-thread session runs on its wide session (onnxruntime's pool;
+    here 1 us: every class after its first call, but one call in WideChoice::kReprobeEvery): calls
+    of 35 streams and of 3 alternate between the sessions on the same streams' states, each row as
+    that stream alone. A thread count the caller sets is kept, and nothing runs wide."""
     import onnxruntime as ort
 
-    from lstm_ort.serving.streams.batcher import WIDE_FROM, host_threads
+    from lstm_ort.serving.streams.batcher import WIDE_FROM_US, host_threads, wide_from_us
+    from lstm_ort.serving.streams.native_session import WIDE_FROM_KEY
 
-    assert host_threads(1) == {"intra_op_num_threads": 1, "wide_from": 0}  # one core: no second session
-    assert host_threads(2)["wide_from"] == WIDE_FROM
+    assert host_threads(1) == {"intra_op_num_threads": 1, "wide_from_seconds": 0.0}  # one core: no second session
+    assert host_threads(2)["wide_from_seconds"] == WIDE_FROM_US * 1e-6
+    for bad in ("-1", "nan", "inf", "soon"):
+        so = ort.SessionOptions()
+        so.add_session_config_entry(WIDE_FROM_KEY, bad)
+        with pytest.raises(ValueError, match=WIDE_FROM_KEY):
+            wide_from_us(so)
     carry = {"hn": "h", "cn": "c"}
-    n = WIDE_FROM + 3
+    n = 35
     zero = {"h": np.zeros((2, 1, 64), np.float32), "c": np.zeros((2, 1, 64), np.float32)}
     xs = [rng.standard_normal((2, n, 40)).astype(np.float32) for _ in range(4)]
     want = [support.alone(torch_hc, carry, [{"x": x[:, k:k + 1]} for x in xs], zero) for k in range(n)]
-    two = ort.SessionOptions()
+    quick, two = ort.SessionOptions(), ort.SessionOptions()
+    quick.add_session_config_entry(WIDE_FROM_KEY, "1")
     two.intra_op_num_threads = 2
-    for options, wide_calls in ((None, 2 if host_threads(os.cpu_count() or 1)["wide_from"] else 0), (two, 0)):
+    two.add_session_config_entry(WIDE_FROM_KEY, "1")
+    # wide: round 2's call of 35, and of round 1's and round 3's twelve calls all but round 1's first
+    wide = 1 + 11 + 12 if (os.cpu_count() or 1) > 1 else 0
+    for options, wide_calls in ((quick, wide), (two, 0)):
         with StreamBatcher(torch_hc, carry, session_options=options) as b:
             ids = [b.open() for _ in range(n)]
             got = [[] for _ in range(n)]
@@ -382,6 +393,23 @@ def test_large_calls_take_the_wide_session_and_agree(torch_hc, rng):
                     got[k].append(o)
             assert b.wide_calls == wide_calls
         assert support.worst_difference(got, want) <= TOL
+
+
+def test_a_caller_alone_takes_the_wide_session(torch_hc, rng):
+    """One stream stepped from one thread: each call is led by its caller with no other caller
+    lately (Engine::CallerLeads), has the machine to itself, and runs on the wide session, as a
+    plain `run` of a session with onnxruntime's pool would (where the machine has a second core)."""
+    carry = {"hn": "h", "cn": "c"}
+    zero = {"h": np.zeros((2, 1, 64), np.float32), "c": np.zeros((2, 1, 64), np.float32)}
+    chunks = [{"x": rng.standard_normal((3, 1, 40)).astype(np.float32)} for _ in range(4)]
+    want = support.alone(torch_hc, carry, chunks, zero)
+    with StreamBatcher(torch_hc, carry) as b:
+        s = b.open()
+        got = [b.step(s, chunks[0])]  # the kind's first step: learned, then run
+        before = b.wide_calls
+        got += [b.step(s, c) for c in chunks[1:]]
+        assert b.wide_calls - before == (3 if (os.cpu_count() or 1) > 1 else 0)
+    assert support.worst_difference([got], [want]) <= TOL
 
 
 def test_step_batch_large_outputs_outlive_the_next_call_and_the_batcher(torch_hc, rng):

@@ -76,32 +76,32 @@ def test_int8_streams_do_not_change_each_other(batcher, rng):
 
 
 def test_int8_rows_are_the_same_in_a_wide_call(rng):
-    """A call of WIDE_FROM streams or more runs on the engine's wide session (onnxruntime's pool,
-    FusedLSTM's threads): a stream's int8 rows come out bit for bit as in a call of two on the
-    one-thread session."""
-    from lstm_ort.serving.streams.batcher import WIDE_FROM
+    """A call on the engine's wide session (onnxruntime's pool, FusedLSTM's threads; WIDE_FROM_KEY
+    at 1 us: every size class after its first call) gives int8 rows bit for bit as the same call on
+    one thread: the per-row scales do not depend on how the rows are split over threads."""
+    import onnxruntime as ort
 
-    i, h, n = 48, 128, WIDE_FROM + 8
+    from lstm_ort.serving.streams.native_session import WIDE_FROM_KEY
+
+    i, h, n = 48, 128, 40
     spec = LstmSpec(i, h)
     model = fused_model(spec, random_int8_layers(spec, rng), initial_states=True)
     carry = {"Y_h": "initial_h", "Y_c": "initial_c"}
     xs = [rng.standard_normal((3, n, i)).astype(np.float32) * rng.uniform(0.01, 100, (1, n, 1)).astype(np.float32)
           for _ in range(3)]
-    with StreamBatcher(model, carry) as b:
-        ids = [b.open() for _ in range(n)]
-        wide = [b.step_batch(ids, {"X": x}) for x in xs]
-        ran_wide = b.wide_calls
-        pairs = [(b.open(), b.open()) for _ in range(n // 2)]
-        narrow = [[] for _ in pairs]
-        for x in xs:
-            for k, (p, q) in enumerate(pairs):
-                narrow[k].append(b.step_batch([p, q], {"X": x[:, 2 * k:2 * k + 2]}))
-        assert b.wide_calls == ran_wide
-    assert ran_wide == (3 if (os.cpu_count() or 1) > 1 else 0)
-    for k in range(n // 2):
-        for w, m in zip(wide, narrow[k]):
-            for o_wide, o_narrow in zip(w, m):  # Y [T, D, B, H], Y_h and Y_c [D, B, H]: B is axis -2
-                np.testing.assert_array_equal(o_wide[..., 2 * k:2 * k + 2, :], o_narrow)
+    quick, one = ort.SessionOptions(), ort.SessionOptions()
+    quick.add_session_config_entry(WIDE_FROM_KEY, "1")
+    one.intra_op_num_threads = 1  # set by the caller: one session, never wide
+    got, wide_calls = [], []
+    for options in (quick, one):
+        with StreamBatcher(model, carry, session_options=options) as b:
+            ids = [b.open() for _ in range(n)]
+            got.append([b.step_batch(ids, {"X": x}) for x in xs])
+            wide_calls.append(b.wide_calls)
+    assert wide_calls == [2 if (os.cpu_count() or 1) > 1 else 0, 0]  # the first call of its class: one thread
+    for wide_step, one_step in zip(*got):
+        for a, b in zip(wide_step, one_step):
+            np.testing.assert_array_equal(a, b)
 
 
 def test_int8_one_scale_per_call_runs_one_stream_per_call(rng):

@@ -92,7 +92,7 @@ class PyEngine {
       else if (key == "profile_file_prefix") spec.profile_prefix = nb::cast<std::string>(v);
       else if (key == "cuda_graphs") spec.cuda_graphs = nb::cast<bool>(v);
       else if (key == "single_model") single_model = Bytes(v);
-      else if (key == "wide_from") spec.wide_from = nb::cast<int>(v);
+      else if (key == "wide_from_seconds") spec.wide_from_seconds = nb::cast<double>(v);
       else throw std::invalid_argument("unknown session option " + key);
     }
     for (nb::handle p : providers) spec.providers.push_back(nb::cast<std::pair<std::string, KeyValues>>(p));

@@ -27,6 +27,9 @@ struct CallInputs {
   const std::vector<int64_t>* slots = nullptr;  // the streams' state rows, in batch order
   const std::vector<int>* state_axes = nullptr;  // each carried input's batch axis in the model's layout
   int group = -1;                                 // the engine's group of the call's steps
+  // Led by its caller with no other caller lately (Engine::CallerLeads): one stream alone, whose
+  // call has the machine to itself, as a plain `run` would.
+  bool alone = false;
 };
 
 class CallRunner {
@@ -56,7 +59,7 @@ class CallRunner {
     (void)group, (void)batched, (void)single;
     throw std::logic_error("this runner takes no models of a group's own");
   }
-  // Calls run on a wide session so far (SessionSpec::wide_from; the host runner's alone).
+  // Calls run on a wide session so far (SessionSpec::wide_from_seconds; the host runner's alone).
   virtual int64_t WideCalls() const { return 0; }
   // Memory to stack a call's inputs in (a runner that copies them to a device gives pinned memory).
   virtual std::shared_ptr<char> Staging(size_t bytes) { return std::shared_ptr<char>(new char[bytes], std::default_delete<char[]>()); }

@@ -276,7 +276,7 @@ bool Engine::TakeBatch(Batch* batch, double* wake_at, int calls_allowed) {
   }
 }
 
-bool Engine::RunCall(Group& g, const std::vector<Step*>& steps, int64_t padded, std::string* error) {
+bool Engine::RunCall(Group& g, const std::vector<Step*>& steps, int64_t padded, std::string* error, bool alone) {
   const int64_t real = static_cast<int64_t>(steps.size());
   // Rows past the real steps (a call padded to its batch-size bucket) read zeros and the padding
   // slot's state, and their outputs are dropped.
@@ -308,6 +308,7 @@ bool Engine::RunCall(Group& g, const std::vector<Step*>& steps, int64_t padded, 
   in.slots = &slots;
   in.state_axes = &g.state_axes;
   in.group = g.id;
+  in.alone = alone;
   try {
     std::vector<CallOutput> outs;
     std::shared_ptr<void> keep = runner_->Run(in, &outs);
@@ -353,7 +354,7 @@ void Engine::RunBatch(Batch& batch) {
   Group& g = *batch.group;
   const double started = Now();
   std::string error;
-  if (RunCall(g, batch.steps, batch.padded, &error)) {
+  if (RunCall(g, batch.steps, batch.padded, &error, batch.alone)) {
     g.cost.Record(static_cast<int>(batch.steps.size()), Now() - started);
   } else if (batch.steps.size() == 1) {
     batch.steps[0]->failure = Failure::kStep;
@@ -457,6 +458,7 @@ void Engine::Wait(Waiter& waiter) {
     if (CallerLeads()) {
       Batch batch;
       const bool took = TakeBatch(&batch, &wake_at, config_.max_calls);
+      batch.alone = true;
       HandBack(lock);
       if (took) {
         lock.unlock();

@@ -193,6 +193,7 @@ class Engine {
     Group* group = nullptr;
     std::vector<Step*> steps;
     int64_t padded = 0;  // rows the call runs (its steps, padded to the group's bucket)
+    bool alone = false;  // led by a caller with no other caller lately (CallerLeads): CallInputs::alone
   };
   int PaddedSize(Group& g, int n, int limit);
   static int HeldBucket(const Group& g);  // the largest batch-size bucket of its last calls
@@ -200,7 +201,7 @@ class Engine {
   int SubmitterCallLimit() const;  // calls in flight, a submitter's own included, that it may lead beside
   bool SubmitterMayLead() const;
   void RunBatch(Batch& batch);
-  bool RunCall(Group& g, const std::vector<Step*>& steps, int64_t padded, std::string* error);
+  bool RunCall(Group& g, const std::vector<Step*>& steps, int64_t padded, std::string* error, bool alone = false);
   std::vector<Step*> Finish(Batch& batch, double started, double finished);
   void Complete(Step* step, std::vector<Step*>* handed_back);
   void Fail(Step* step, Failure failure, const std::string& message, std::vector<Step*>* handed_back);

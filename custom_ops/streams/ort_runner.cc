@@ -1,6 +1,7 @@
 #include "ort_runner.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <optional>
 #include <stdexcept>
@@ -54,13 +55,13 @@ OrtHostRunner::OrtHostRunner(const SessionSpec& spec, std::vector<std::string> s
   spec_ = spec;
   spec_.model.clear();
   on_cuda_ = SessionDevice(spec_).first == "Cuda";
-  if (on_cuda_) spec_.wide_from = 0;  // the pool's threads feed no device
-  session_ = Load(spec.model, /*batched=*/true);
+  if (on_cuda_) spec_.wide_from_seconds = 0;  // the pool's threads feed no device
+  session_ = Load(spec.model);
   output_names_ = OutputNames(session_.session);
   carried_output_ = CarriedOutputIndexes(output_names_, carry_);
   for (const std::string& name : output_names_) output_ptrs_.push_back(name.c_str());
   if (!single_model.empty()) {
-    single_ = Load(single_model, /*batched=*/false);
+    single_ = Load(single_model);
   }
 }
 
@@ -92,16 +93,40 @@ OrtHostRunner::Bound OrtHostRunner::Bind(Ort::Session session) const {
   return b;
 }
 
-OrtHostRunner::Bound OrtHostRunner::Load(const std::string& model, bool batched) const {
+OrtHostRunner::Bound OrtHostRunner::Load(const std::string& model) const {
   Bound b = Bind(MakeSession(spec_, model));
-  if (batched && spec_.wide_from > 0) b.wide = MakeSession(WideSpec(spec_), model);
+  if (spec_.wide_from_seconds > 0) {
+    b.wide = MakeSession(WideSpec(spec_), model);
+    b.choice = std::make_shared<WideChoice>(spec_.wide_from_seconds);
+  }
   return b;
+}
+
+int WideChoice::ClassOf(int64_t streams) {
+  int c = 0;
+  while (c < 63 && (int64_t{2} << c) <= streams) ++c;
+  return c;
+}
+
+bool WideChoice::TakesWide(int64_t streams) {
+  const int c = ClassOf(streams);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (narrow_seconds_[c] < from_seconds_) return false;
+  if (++since_probe_[c] < kReprobeEvery) return true;
+  since_probe_[c] = 0;
+  return false;
+}
+
+void WideChoice::Narrow(int64_t streams, double seconds) {
+  const int c = ClassOf(streams);
+  std::lock_guard<std::mutex> lock(mu_);
+  narrow_seconds_[c] = seconds;
 }
 
 void OrtHostRunner::AddGroupModels(int group, const std::string& batched, const std::string& single) {
   auto sessions = std::make_shared<GroupSessions>();
-  if (!batched.empty()) sessions->batched = Load(batched, /*batched=*/true);
-  if (!single.empty()) sessions->single = Load(single, /*batched=*/false);
+  if (!batched.empty()) sessions->batched = Load(batched);
+  if (!single.empty()) sessions->single = Load(single);
   for (const Bound* b : {&sessions->batched, &sessions->single})
     if (b->session && OutputNames(b->session) != output_names_)
       throw std::invalid_argument("a group's model gives other outputs than the model");
@@ -190,11 +215,14 @@ std::shared_ptr<void> OrtHostRunner::Run(const CallInputs& in, std::vector<CallO
   auto hold = std::make_shared<CallHold>();
   std::optional<CaptureGate::Together> pass;  // its inputs are copied to the device in it
   if (on_cuda_) pass.emplace(ProcessCaptureGate());
-  const bool wide = chosen.wide && n >= spec_.wide_from;
+  const bool wide = chosen.choice && (in.alone || chosen.choice->TakesWide(n));
   if (wide) wide_calls_.fetch_add(1, std::memory_order_relaxed);
   Ort::Session& session = wide ? chosen.wide : chosen.session;
+  const auto began = std::chrono::steady_clock::now();
   hold->outputs = session.Run(Ort::RunOptions{nullptr}, chosen.name_ptrs.data(), values.data(), values.size(),
                               output_ptrs_.data(), output_ptrs_.size());
+  if (chosen.choice && !wide)
+    chosen.choice->Narrow(n, std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count());
   // Every carried output must fit its input's rows before any is written back.
   for (size_t s = 0; s < states.size(); ++s)
     CheckCarriedShape(hold->outputs[carried_output_[s]], stacked[s].Stacked(n), carry_[s]);

@@ -15,6 +15,25 @@
 
 namespace lstm_ort::streams {
 
+// Which calls of a model take its wide session (SessionSpec::wide_from_seconds): those whose size
+// class (the power of two at or below their streams) last took that long or more on the one-thread
+// session. A class taken wide runs one call in kReprobeEvery on the one-thread session again, so
+// that a class timed on a loaded stretch is timed anew.
+class WideChoice {
+ public:
+  static constexpr uint32_t kReprobeEvery = 64;
+  explicit WideChoice(double from_seconds) : from_seconds_(from_seconds) {}
+  bool TakesWide(int64_t streams);
+  void Narrow(int64_t streams, double seconds);  // a call on the one-thread session took `seconds`
+
+ private:
+  static int ClassOf(int64_t streams);
+  const double from_seconds_;
+  std::mutex mu_;
+  double narrow_seconds_[64] = {};  // per class; 0: not timed yet
+  uint32_t since_probe_[64] = {};
+};
+
 class OrtHostRunner : public CallRunner {
  public:
   // `step_inputs`: the model inputs a step feeds, in the engine's order; `carry`: each carried
@@ -39,10 +58,11 @@ class OrtHostRunner : public CallRunner {
  private:
   bool on_cuda_ = false;  // its calls pass the capture gate (capture_gate.h)
   // A session and which of the engine's inputs (step inputs, then carried inputs) it takes; `wide`:
-  // the same model's wide session (SessionSpec::wide_from), where the runner makes them.
+  // the same model's wide session and which calls take it, where the runner makes them.
   struct Bound {
     Ort::Session session{nullptr};
     Ort::Session wide{nullptr};
+    std::shared_ptr<WideChoice> choice;
     std::vector<size_t> feeds;
     std::vector<std::string> names;
     std::vector<const char*> name_ptrs;
@@ -51,9 +71,8 @@ class OrtHostRunner : public CallRunner {
     Bound batched, single;
   };
   Bound Bind(Ort::Session session) const;
-  // `model`'s session, bound, and its wide session where `batched` (calls of one stream never
-  // take it) and the spec asks for one.
-  Bound Load(const std::string& model, bool batched) const;
+  // `model`'s session, bound, and its wide session where the spec asks for one.
+  Bound Load(const std::string& model) const;
   Bound& Choose(int group, int64_t streams, std::shared_ptr<GroupSessions>* hold);
 
   SessionSpec spec_;  // without its model: how the groups' sessions are made

@@ -1,6 +1,5 @@
 #include "session_spec.h"
 
-#include <algorithm>
 #include <mutex>
 #include <stdexcept>
 
@@ -73,12 +72,7 @@ Ort::Session MakeSession(const SessionSpec& spec, const std::string& model) {
 SessionSpec WideSpec(const SessionSpec& spec) {
   SessionSpec wide = spec;
   wide.intra_op_threads = 0;
-  wide.wide_from = 0;
-  constexpr const char* kSpinning = "session.intra_op.allow_spinning";
-  KeyValues& config = wide.config;
-  config.erase(std::remove_if(config.begin(), config.end(), [&](const auto& kv) { return kv.first == kSpinning; }),
-               config.end());
-  config.emplace_back(kSpinning, "0");
+  wide.wide_from_seconds = 0;
   return wide;
 }
 

@@ -26,11 +26,13 @@ struct SessionSpec {
   // On CUDA, a group's calls of one stream replay a CUDA graph where onnxruntime captures its model
   // (graphed_call.h); the session config entry lstm_ort.streams.cuda_graphs=0 turns it off.
   bool cuda_graphs = true;
-  // The host runner's calls of at least `wide_from` streams run a second session of their model:
-  // onnxruntime's default thread count, its pool not spinning between calls (WideSpec); 0: none.
-  // A call that large gains more from the pool than its wake-up costs, where the smaller calls of
-  // a one-thread session leave the other cores to the callers (docs/streams.md, "Threads").
-  int wide_from = 0;
+  // The host runner keeps a second session of each model it runs, with onnxruntime's default thread
+  // count (WideSpec). A call takes it where it has the machine to itself (CallInputs::alone), or
+  // where the last call of its size class on the first session took `wide_from_seconds` or more
+  // (ort_runner.h, WideChoice); 0: no second session. Such calls gain more from the pool than it
+  // costs, where the short calls of busy callers on a one-thread session leave the other cores to
+  // them (docs/streams.md, "Threads").
+  double wide_from_seconds = 0;
   KeyValues config;                                         // session config entries
   std::vector<std::pair<std::string, KeyValues>> providers;  // in order, with their options
 };
@@ -42,8 +44,8 @@ void InitOrtApi(const OrtApiBase* api_base);
 // providers, another model (a group's own).
 Ort::Session MakeSession(const SessionSpec& spec);
 Ort::Session MakeSession(const SessionSpec& spec, const std::string& model);
-// `spec` for the wide session of a host runner (SessionSpec::wide_from): the thread count left to
-// onnxruntime, the pool told not to spin.
+// `spec` for the wide session of a host runner (SessionSpec::wide_from_seconds): the thread count
+// left to onnxruntime (its pool spins as the caller's options say).
 SessionSpec WideSpec(const SessionSpec& spec);
 // The device the session's execution provider puts tensors on ("Cpu" or "Cuda") and its id.
 std::pair<std::string, int> SessionDevice(const SessionSpec& spec);

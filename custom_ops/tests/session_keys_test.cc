@@ -10,9 +10,9 @@ bool Has(const std::string& text, const std::string& part) { return text.find(pa
 
 TEST(SessionKeysAreTheNodeOptionsTheMarkTheStreamsKeyAndEachPerNodeDebugKey) {
   const std::vector<std::string> keys = SessionKeys();
-  CHECK(keys.size() > 7);
+  CHECK(keys.size() > 8);
   CHECK(keys[0] == "strategy" && keys[3] == "int8_scales" && keys[4] == "library_registered");
-  CHECK(keys[5] == "streams.cuda_graphs" && keys[6] == "debug.strict");
+  CHECK(keys[5] == "streams.cuda_graphs" && keys[6] == "streams.wide_from_us" && keys[7] == "debug.strict");
   for (const std::string& k : keys) CHECK(k != "debug.cpu_threads");  // process-wide knobs are environment only
 }
 
@@ -28,6 +28,6 @@ TEST(UnknownSessionKeyFindsTheFirstMisspeltEntryOfOursOnly) {
   CHECK(UnknownSessionKey({"lstm_ort.strict"}) == "lstm_ort.strict");  // debug keys need their prefix
   const std::string message = UnknownSessionKeyMessage("lstm_ort.cpu_kernal");
   CHECK(Has(message, "'lstm_ort.cpu_kernal'") && Has(message, "cpu_kernel") && Has(message, "strict"));
-  CHECK(Has(message, "lstm_ort.streams.cuda_graphs"));
+  CHECK(Has(message, "lstm_ort.streams.cuda_graphs") && Has(message, "lstm_ort.streams.wide_from_us"));
   CHECK(!Has(message, "library_registered"));
 }

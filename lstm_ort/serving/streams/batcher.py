@@ -28,7 +28,7 @@ import onnxruntime as ort
 from lstm_ort.graph.batch_axes import BatchLayout
 from lstm_ort.runtime.library import get_library_path
 from lstm_ort.runtime.model_io import load_model
-from lstm_ort.runtime.session import InferenceSession
+from lstm_ort.runtime.session import InferenceSession, config_entry
 from lstm_ort.serving.batch.batcher import normalize_providers
 from lstm_ort.serving.streams import _engine
 from lstm_ort.serving.streams.convs import convs_as_2d
@@ -37,8 +37,8 @@ from lstm_ort.serving.streams.device import state_axes as state_axes_of
 from lstm_ort.serving.streams.errors import BatcherShutDown, StreamError, closed, engine_error
 from lstm_ort.serving.streams.feeds import StepInputs
 from lstm_ort.serving.streams.kinds import Kind, Kinds, with_row_scales
-from lstm_ort.serving.streams.native_session import (api_base, engine_model, engine_options, engine_providers,
-                                                     refuse_session_graphs)
+from lstm_ort.serving.streams.native_session import (WIDE_FROM_KEY, api_base, engine_model, engine_options,
+                                                     engine_providers, refuse_session_graphs)
 from lstm_ort.serving.streams.options import check_batcher_options, step_pair, stream_id, stream_ids
 from lstm_ort.serving.streams.specialize import kind_models
 from lstm_ort.serving.streams.stats import StreamStats, snapshot
@@ -106,7 +106,7 @@ class StreamBatcher:
         self._states: dict[str, tuple[int, ...]] | None = None
         options = engine_options(session_options)
         if not on_device and not self.device_states and not options.get("intra_op_num_threads"):  # the host runner
-            options.update(host_threads(os.cpu_count() or 1))
+            options.update(host_threads(os.cpu_count() or 1, wide_from_us(session_options)))
         if self.convs_rewritten and not self.device_states:  # a lone stream runs the model as it came
             options["single_model"] = engine_model(self.model.SerializeToString(), session_options)
         self._engine = _engine.Engine(
@@ -159,8 +159,9 @@ class StreamBatcher:
 
     @property
     def wide_calls(self) -> int:
-        """Calls run so far on the engine's wide session (host_threads: on the CPU, calls of
-        WIDE_FROM streams or more where the session options left the thread count open)."""
+        """Calls run so far on the engine's wide session (host_threads: on the CPU where the session
+        options left the thread count open, a lone caller's calls and those of a size that took
+        WIDE_FROM_US or more on one thread)."""
         return int(self._engine.stats()["wide_calls"])
 
     @property
@@ -413,21 +414,39 @@ _MAX_SPECIALIZED_KINDS = 4
 _SPECIALIZED_BYTES = 256 << 20
 
 
-# Calls of this many streams or more take the engine's wide session (host_threads).
-WIDE_FROM = 32
+# A call whose size class last took this long on one thread takes the engine's wide session
+# (host_threads); the session config entry WIDE_FROM_KEY sets another value, 0 turns it off.
+WIDE_FROM_US = 500.0
 
 
-def host_threads(cores: int) -> dict:
+def host_threads(cores: int, wide_from_us: float = WIDE_FROM_US) -> dict:
     """The engine's threads on the CPU where the caller left the count to onnxruntime: a call runs
-    on one thread, and a call of WIDE_FROM streams or more on a second session of the model with
-    onnxruntime's default pool, not spinning (custom_ops/streams/session_spec.h). The default pool
-    alone (a thread a core, spinning after each run) takes the cores that the callers and the next
-    call need; one thread alone leaves a large call's parallel work undone (2 cores, the batcher's
+    on one thread, and on a second session of the model with onnxruntime's default pool where its
+    caller has the machine to itself (one stream alone, CallInputs::alone) or where its size class
+    (streams, by the power of two) last took ``wide_from_us`` or more on one thread
+    (custom_ops/streams/ort_runner.h, WideChoice). The default pool alone (a thread a core,
+    spinning after each run) takes the cores that busy callers and the next call need; one thread
+    alone leaves a long call's parallel work undone, and a lone stream's (2 cores, the batcher's
     steps/s, one thread / the pool not spinning / spinning: 96 streams x 8 clients in closed loop,
-    g2p-id decoder 63k / 51k / 57k, silero-vad 31k / 25k / 27k, torch conv + LSTM 34k / 25k / 16k;
-    256 streams in rounds of step_many from 8 clients, ~128 steps a call: silero-vad 55k / 77k / 77k,
-    g2p-id 144k / 149k / 147k; silero-vad's open loop, 256 streams every 32 ms, p99 1.3 / 1.7 / 12.8 ms)."""
-    return {"intra_op_num_threads": 1, "wide_from": WIDE_FROM if cores > 1 else 0}
+    calls of 0.05-0.3 ms: g2p-id decoder 63k / 51k / 57k, silero-vad 31k / 25k / 27k, torch conv +
+    LSTM 34k / 25k / 16k; 256 streams in rounds of step_many from 8 clients, ~128 steps a call of
+    ~7 ms on one thread: silero-vad 55k / 77k / 77k; one stream alone of an L2 H1024 LSTM: one
+    thread 0.57x one `run` per step of a session with its pool)."""
+    return {"intra_op_num_threads": 1, "wide_from_seconds": wide_from_us * 1e-6 if cores > 1 else 0.0}
+
+
+def wide_from_us(options: ort.SessionOptions | None) -> float:
+    """WIDE_FROM_KEY's value in ``options`` (microseconds, >= 0), or WIDE_FROM_US."""
+    value = config_entry(options, WIDE_FROM_KEY) if options is not None else None
+    if value is None:
+        return WIDE_FROM_US
+    try:
+        us = float(value)
+    except ValueError:
+        us = -1.0
+    if not us >= 0 or us == float("inf"):
+        raise ValueError(f"{WIDE_FROM_KEY} must be a finite number of microseconds >= 0, got {value!r}")
+    return us
 
 
 def _runner(model: bytes, options: ort.SessionOptions):

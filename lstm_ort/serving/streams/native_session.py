@@ -30,6 +30,9 @@ _PROVIDERS = ("CPUExecutionProvider", "CUDAExecutionProvider")
 # On CUDA, a kind's calls of one stream replay a CUDA graph where onnxruntime captures its model
 # (custom_ops/streams/graphed_call.h); "0" turns that off.
 CUDA_GRAPHS_KEY = "lstm_ort.streams.cuda_graphs"
+# On the CPU, where the caller left the thread count open, a call whose size class last took this
+# many microseconds on the engine's one-thread session takes its wide session (batcher.host_threads).
+WIDE_FROM_KEY = "lstm_ort.streams.wide_from_us"
 
 
 def api_base() -> int:

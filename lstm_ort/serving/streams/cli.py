@@ -77,8 +77,8 @@ def add_streams_bench_parser(sub) -> None:
     s.add_argument("--providers", help="comma-separated: cuda,cpu (default: onnxruntime's)")
     s.add_argument("--intra-op-threads", type=integer(0, "0: onnxruntime's default"), default=0,
                    help="onnxruntime intra-op threads of every session (0: its default; the batcher's "
-                        "engine then runs one thread, and a second session for calls of 32 streams or more: "
-                        "docs/streams.md, Threads)")
+                        "engine then runs calls on one thread, and on a second session with onnxruntime's pool "
+                        "for a lone stream and for long calls: docs/streams.md, Threads)")
     s.add_argument("--stacked", action="store_true",
                    help="rounds: each client round is one step_batch of its streams' chunks stacked (a server's tick)")
     s.add_argument("--json", metavar="FILE", help="write the settings, every phase and the medians as JSON")

@@ -355,8 +355,8 @@ def test_long_calls_take_the_wide_session_and_agree(torch_hc, rng):
     that stream alone. A thread count the caller sets is kept, and nothing runs wide."""
     import onnxruntime as ort
 
-    from lstm_ort.serving.streams.batcher import WIDE_FROM_US, host_threads, wide_from_us
-    from lstm_ort.serving.streams.native_session import WIDE_FROM_KEY
+    from lstm_ort.serving.streams.batcher import WIDE_FROM_US, host_threads
+    from lstm_ort.serving.streams.native_session import WIDE_FROM_KEY, wide_from_us
 
     assert host_threads(1) == {"intra_op_num_threads": 1, "wide_from_seconds": 0.0}  # one core: no second session
     assert host_threads(2)["wide_from_seconds"] == WIDE_FROM_US * 1e-6
@@ -364,7 +364,7 @@ def test_long_calls_take_the_wide_session_and_agree(torch_hc, rng):
         so = ort.SessionOptions()
         so.add_session_config_entry(WIDE_FROM_KEY, bad)
         with pytest.raises(ValueError, match=WIDE_FROM_KEY):
-            wide_from_us(so)
+            wide_from_us(so, WIDE_FROM_US)
     carry = {"hn": "h", "cn": "c"}
     n = 35
     zero = {"h": np.zeros((2, 1, 64), np.float32), "c": np.zeros((2, 1, 64), np.float32)}

@@ -28,7 +28,7 @@ import onnxruntime as ort
 from lstm_ort.graph.batch_axes import BatchLayout
 from lstm_ort.runtime.library import get_library_path
 from lstm_ort.runtime.model_io import load_model
-from lstm_ort.runtime.session import InferenceSession, config_entry
+from lstm_ort.runtime.session import InferenceSession
 from lstm_ort.serving.batch.batcher import normalize_providers
 from lstm_ort.serving.streams import _engine
 from lstm_ort.serving.streams.convs import convs_as_2d
@@ -37,8 +37,8 @@ from lstm_ort.serving.streams.device import state_axes as state_axes_of
 from lstm_ort.serving.streams.errors import BatcherShutDown, StreamError, closed, engine_error
 from lstm_ort.serving.streams.feeds import StepInputs
 from lstm_ort.serving.streams.kinds import Kind, Kinds, with_row_scales
-from lstm_ort.serving.streams.native_session import (WIDE_FROM_KEY, api_base, engine_model, engine_options,
-                                                     engine_providers, refuse_session_graphs)
+from lstm_ort.serving.streams.native_session import (api_base, engine_model, engine_options, engine_providers,
+                                                     refuse_session_graphs, wide_from_us)
 from lstm_ort.serving.streams.options import check_batcher_options, step_pair, stream_id, stream_ids
 from lstm_ort.serving.streams.specialize import kind_models
 from lstm_ort.serving.streams.stats import StreamStats, snapshot
@@ -106,7 +106,7 @@ class StreamBatcher:
         self._states: dict[str, tuple[int, ...]] | None = None
         options = engine_options(session_options)
         if not on_device and not self.device_states and not options.get("intra_op_num_threads"):  # the host runner
-            options.update(host_threads(os.cpu_count() or 1, wide_from_us(session_options)))
+            options.update(host_threads(os.cpu_count() or 1, wide_from_us(session_options, WIDE_FROM_US)))
         if self.convs_rewritten and not self.device_states:  # a lone stream runs the model as it came
             options["single_model"] = engine_model(self.model.SerializeToString(), session_options)
         self._engine = _engine.Engine(
@@ -433,20 +433,6 @@ def host_threads(cores: int, wide_from_us: float = WIDE_FROM_US) -> dict:
     ~7 ms on one thread: silero-vad 55k / 77k / 77k; one stream alone of an L2 H1024 LSTM: one
     thread 0.57x one `run` per step of a session with its pool)."""
     return {"intra_op_num_threads": 1, "wide_from_seconds": wide_from_us * 1e-6 if cores > 1 else 0.0}
-
-
-def wide_from_us(options: ort.SessionOptions | None) -> float:
-    """WIDE_FROM_KEY's value in ``options`` (microseconds, >= 0), or WIDE_FROM_US."""
-    value = config_entry(options, WIDE_FROM_KEY) if options is not None else None
-    if value is None:
-        return WIDE_FROM_US
-    try:
-        us = float(value)
-    except ValueError:
-        us = -1.0
-    if not us >= 0 or us == float("inf"):
-        raise ValueError(f"{WIDE_FROM_KEY} must be a finite number of microseconds >= 0, got {value!r}")
-    return us
 
 
 def _runner(model: bytes, options: ort.SessionOptions):

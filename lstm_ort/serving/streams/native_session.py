@@ -9,6 +9,7 @@ import os
 
 import onnxruntime as ort
 
+from lstm_ort.cli_args import finite
 from lstm_ort.runtime.library import get_library_path, native
 from lstm_ort.ops.identity import require_choice
 from lstm_ort.runtime.session import config_entry, session_model
@@ -47,6 +48,20 @@ def api_base() -> int:
     if not base:
         raise RuntimeError("lstm_ort: the op library was registered but did not receive onnxruntime's API")
     return int(base)
+
+
+def wide_from_us(options: ort.SessionOptions | None, default: float) -> float:
+    """WIDE_FROM_KEY's value in ``options`` (a finite number of microseconds >= 0), or ``default``."""
+    value = config_entry(options, WIDE_FROM_KEY) if options is not None else None
+    if value is None:
+        return default
+    try:
+        us = finite(value)
+    except ValueError:
+        us = -1.0
+    if us < 0:
+        raise ValueError(f"{WIDE_FROM_KEY} must be a finite number of microseconds >= 0, got {value!r}")
+    return us
 
 
 def engine_options(options: ort.SessionOptions | None) -> dict:

@@ -17,7 +17,9 @@ bool OneStepRunsAsTf32(const Dims& d) {
   if (d.T != 1 || d.L > kMaxLayersForAutoTf32OneStep || d.D != 1 || d.H < kMinHiddenForAutoTf32OneStep ||
       d.H > kMaxHiddenForAutoTf32OneStep)
     return false;
-  return d.H >= kMinHiddenForAutoTf32OneStepAtAnyBatch || d.B * d.H >= kMinCellsForAutoTf32OneStep;
+  const int64_t min_cells = d.L >= kMinLayersForAutoTf32OneStepAtFewerCells ? kMinCellsForAutoTf32OneStepInDeepStacks
+                                                                            : kMinCellsForAutoTf32OneStep;
+  return d.H >= kMinHiddenForAutoTf32OneStepAtAnyBatch || d.B * d.H >= min_cells;
 }
 
 bool AutoRunsAsTf32(const Dims& d) {

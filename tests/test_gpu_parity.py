@@ -197,6 +197,44 @@ def test_gemm_step_short_calls(T, B, I, initial_states, precision, layout, outpu
         assert max_abs(got, run_fused(spec, layers, feeds, providers=CPU, outputs=outputs, **kw)) <= TOL
 
 
+# (L, B, I, H, precision, environment): the one-step rule's own shapes under auto (tf32), then
+# small stacks forced onto the cuBLAS step in fp32 and tf32, B 1 on its GEMV; layer 0 at I > 3H
+# projects apart while the layers above still stage.
+STACKED_ONE_STEP_CALLS = [(3, 16, 512, 512, "auto", False), (2, 4, 300, 768, "auto", False),
+                          (3, 17, 7, 40, "fp32", True), (2, 1, 130, 40, "fp32", True), (3, 9, 40, 40, "tf32", True)]
+
+
+@pytest.mark.parametrize("outputs", [("Y", "Y_h", "Y_c"), ("Y_h", "Y_c")])
+@pytest.mark.parametrize("layout,initial_states", [(0, True), (1, False)])
+@pytest.mark.parametrize("L,B,I,H,precision,forced", STACKED_ONE_STEP_CALLS)
+def test_one_step_stacks_stage_every_layer(L, B, I, H, precision, forced, layout, initial_states, outputs,
+                                           monkeypatch, rng):
+    """A one-step call of a one-direction stack on the cuBLAS step: each layer above the first runs
+    one GEMM of its [x h0] with [W; R] too (heuristics.h UpperLayersStageRows), x staged from the
+    layer below's output: Y where Y is bound (it relays), else the buffer between layers, which the
+    layer then overwrites. Sequences of length 0 included; as stock gives, and in fp32 as our CPU
+    kernel."""
+    from lstm_ort.runtime import native
+    from lstm_ort.runtime.nodes import NodeShape
+
+    if forced:
+        monkeypatch.setenv("LSTM_ORT_GEMM_STEP", "1")
+    else:
+        text = native.describe(NodeShape(L, 1, I, H, "float32"), 1, B, "auto", precision)
+        assert f"layer {L - 1}: v1 cuBLAS (one GEMM of [x h] with [W; R]" in text, text
+    spec = LstmSpec(input_size=I, hidden_size=H, num_layers=L, layout=layout)
+    layers = random_layers(spec, rng)
+    feeds = make_feeds(spec, 1, B, rng, initial_states=initial_states)
+    feeds["sequence_lens"] = (np.arange(B) % 3 != 1).astype(np.int32)
+    kw = dict(seq_lens=True, initial_states=initial_states)
+    got = run_fused(spec, layers, feeds, providers=CUDA, outputs=outputs, precision=precision, **kw)
+    stock = dict(zip(("Y", "Y_h", "Y_c"), run_stock(spec, layers, feeds, **kw)))
+    tol = TOL if precision == "fp32" else PRECISION_TOLERANCES["tf32"].atol
+    assert max_abs(got, [stock[name] for name in outputs]) <= tol
+    if precision == "fp32":
+        assert max_abs(got, run_fused(spec, layers, feeds, providers=CPU, outputs=outputs, **kw)) <= TOL
+
+
 @pytest.mark.parametrize("precision", ["fp32", "tf32"])
 @pytest.mark.parametrize("direction", DIRECTIONS)
 def test_gemm_step_graph_replays_new_inputs(direction, precision, monkeypatch, rng):

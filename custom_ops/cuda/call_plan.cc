@@ -293,6 +293,10 @@ CallPlan PlanCall(const CallInputs& in, const Attributes& attrs, const CallDevic
   PlanStepWeights(p, attrs, o);
   p.step_projects = !p.ranges.empty() && p.ranges[0].backend == Backend::kStepwise &&
                     StepProjectsInput(p.step, p.projection, d, in.max_len);
+  p.upper_step_projects = UpperLayersStageRows(p.step, p.projection, d, in.max_len) &&
+                          std::any_of(p.ranges.begin(), p.ranges.end(), [](const RangePlan& r) {
+                            return r.backend == Backend::kStepwise && r.first + r.count > 1;
+                          });
   return p;
 }
 
@@ -323,7 +327,7 @@ std::string DescribeRanges(const CallPlan& plan) {
     } else if (r.backend == Backend::kLowRank) {
       out += "low rank (h A on cuBLAS, then one launch per step)";
     } else {
-      const bool projects = plan.step_projects && r.first == 0;
+      const bool projects = plan.StepProjectsLayer(r.first);
       out += std::string("v1 ") + StepName(plan.step) +
              (!projects                            ? " (one launch per step)"
               : plan.step == StepKernel::kGemm     ? " (one GEMM of [x h] with [W; R], then the cell)"

@@ -107,6 +107,7 @@ struct CallPlan {
   std::optional<MmaOperand> mma;  // the tensor-core operand of the persistent ranges; none: FP32 FMA
   StepKernel step = StepKernel::kTiled;  // v1's kernel, for every stepwise range
   bool step_projects = false;            // layer 0 on v1 multiplies its input in its step (StepProjectsInput)
+  bool upper_step_projects = false;      // and the layers above it (UpperLayersStageRows)
   // v1's cuBLAS step (fp32 storage): its weights (16-bit copies in the reduced modes) and whether
   // small batches stream them.
   StepWeights step_weights = StepWeights::kFp32;
@@ -118,6 +119,8 @@ struct CallPlan {
   FallbackLog fallbacks;
 
   bool low_rank() const { return !ranges.empty() && ranges[0].backend == Backend::kLowRank; }
+  // Whether layer l, run on v1, multiplies its input in its step.
+  bool StepProjectsLayer(int l) const { return l == 0 ? step_projects : upper_step_projects; }
   // The kept form asked for did not come (no memory): the call splits or copies W itself, in more
   // scratch.
   void KeptHalvesUnavailable();

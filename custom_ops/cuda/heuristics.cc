@@ -60,6 +60,13 @@ bool StepProjectsInput(StepKernel step, ProjectionMath math, const Dims& d, int6
   return step == StepKernel::kTiled && block_rows * (d.I + d.H) <= kMaxTiledBlockDepthWithInput;
 }
 
+bool UpperLayersStageRows(StepKernel step, ProjectionMath math, const Dims& d, int64_t max_len) {
+  if (step != StepKernel::kGemm || d.D != 1 || d.L < 2) return false;
+  Dims upper = d;
+  upper.I = d.LayerInput(1);
+  return StepProjectsInput(step, math, upper, max_len);
+}
+
 bool ProjectsWithSplitTf32(ElementType type, ProjectionMath math, int64_t rows, int64_t input, bool weights_kept) {
   if (type != ElementType::kFloat32 || math != ProjectionMath::kFp32) return false;
   return rows >= kMinRowsForSplit || (weights_kept && rows * input >= kMinRowsTimesInputForKeptSplit);

@@ -206,6 +206,12 @@ constexpr int64_t kMaxTiledBlockDepthWithInput = 32768;
 // (4H floats a row: I <= 3H). In tf32, and in fp32 where the projection would not have split into
 // 3xTF32; not where the step streams its weights (its product reads h alone).
 bool StepProjectsInput(StepKernel step, ProjectionMath math, const Dims& d, int64_t max_len);
+// The layers above the first of such a call stage their rows the same way, x being the h the layer
+// below has just written: the projection's GEMM (and its split-K reduction) fewer per layer. One
+// direction only (x's row b then lies at b*H, as the staging reads it), and the cuBLAS step only:
+// its staging copies x before the layer writes its own output, which may be the same buffer (one
+// buffer between layers, or Y relaying), where an FMA step reading x in place would race.
+bool UpperLayersStageRows(StepKernel step, ProjectionMath math, const Dims& d, int64_t max_len);
 
 // Whether any layer of a call splits: asked with the widest layer input. Sizes the scratch, and
 // decides whether the call takes kept halves.

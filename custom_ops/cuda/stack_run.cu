@@ -169,13 +169,12 @@ class StackRun {
   // holds layer l's projection already.
   void RunStepwise(int l, bool projected = false) {
     const StepKernel kernel = plan_.step;
-    const bool step_projects = plan_.step_projects && l == 0 && !projected;
+    const bool step_projects = plan_.StepProjectsLayer(l) && !projected;
     if (!projected && !step_projects) Project(l);
     StepArgs<T> a{};
     a.B = B_;
     a.H = H_;
     a.lens = s_.lens;
-    SetLayerIO(l, l, a);
     SetDirectionFields(a, attrs_, s_.gx, rows_, G_, D_);
     SetLayerSlices<T>(a.bias, a.peep, io_, l, D_, H_);
     for (int dir = 0; dir < D_; ++dir) {
@@ -183,10 +182,10 @@ class StackRun {
       a.c[dir] = s_.c + static_cast<long long>(dir) * B_ * H_;
     }
     if (step_projects) {
-      a.x = static_cast<const T*>(io_.in[kX]);
-      a.I = static_cast<int>(d_.LayerInput(0));
+      a.x = l == 0 ? static_cast<const T*>(io_.in[kX]) : LayerOutput(l - 1);
+      a.I = static_cast<int>(d_.LayerInput(l));
       for (int dir = 0; dir < D_; ++dir) {
-        a.wx[dir] = Weights() + d_.WeightOffset(0, dir);
+        a.wx[dir] = Weights() + d_.WeightOffset(l, dir);
         a.gx[dir] = nullptr;
       }
     }
@@ -201,11 +200,14 @@ class StackRun {
     StatesPrelude prelude = TakePrelude();
     const bool stages_rows = step_projects && kernel == StepKernel::kGemm;  // its one GEMM's [x h0]
     if (stages_rows) {
-      prelude.stage_x = io_.in[kX];
+      prelude.stage_x = a.x;
       prelude.stage = s_.gx;
       prelude.stage_I = a.I;
     }
     InitLayerStates<T>(io_, attrs_.layout, l, s_.h[0], s_.c, stream_, 1, prelude);
+    // After the states' launch: it staged the layer's input rows from what may be this output
+    // buffer, which the layer's outputs past a sequence's end zero.
+    SetLayerIO(l, l, a);
     [[maybe_unused]] const GemmStepScratch gemm{s_.gates, s_.stream_done, s_.wh_half, s_.h_half, s_.wh_amax,
                                                 stages_rows ? s_.gx : nullptr};
     [[maybe_unused]] GemmStepPlan plan;

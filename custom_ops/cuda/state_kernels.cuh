@@ -38,7 +38,8 @@ struct StatesPrelude {
   int B = 0, T = 0;
   // A one-step call on v1's cuBLAS step (heuristics.h StepProjectsInput): the rows [x h0] of each
   // direction, [D][B][I + H] fp32, at `stage`, for its one GEMM with [W; R]. x (the op's element
-  // type) holds row b at b*I in either layout, T being 1; h0's part is written only from initial_h.
+  // type: its input, or the output of the layer below, UpperLayersStageRows) holds row b at b*I in
+  // either layout, T being 1; h0's part is written only from initial_h.
   const void* stage_x = nullptr;
   float* stage = nullptr;
   int stage_I = 0;

@@ -236,6 +236,22 @@ TEST(OneStepMultipliesLayerZerosInputInItsFmaStep) {
   CHECK(!PlanCall(shorter, Attrs(Strategy::kSplitK), Fake(h100), {}).step_projects);
 }
 
+TEST(OneStepStacksOnTheCublasStepStageEveryLayersRows) {
+  const DeviceLimits h100 = unit::H100();
+  const Attributes automatic = Attrs(Strategy::kAuto, Precision::kAuto);
+  const CallPlan stack = PlanCall(Call(MakeDims(2, 1, 1, 4, 768, 768)), automatic, Fake(h100), {});
+  CHECK(stack.step == StepKernel::kGemm && stack.step_projects && stack.upper_step_projects);
+  CHECK(stack.StepProjectsLayer(1));
+  CHECK_EQ(DescribeRanges(stack), std::string("layer 0: v1 cuBLAS (one GEMM of [x h] with [W; R], then the cell); "
+                                              "layer 1: v1 cuBLAS (one GEMM of [x h] with [W; R], then the cell)"));
+  // Two directions interleave the layer below's rows; an FMA step would read x where it writes.
+  CHECK(!PlanCall(Call(MakeDims(2, 2, 1, 4, 768, 768)), automatic, Fake(h100), {}).upper_step_projects);
+  const CallPlan split = PlanCall(Call(MakeDims(2, 1, 1, 8, 64, 128)), Attrs(Strategy::kSplitK), Fake(h100), {});
+  CHECK(split.step_projects && !split.upper_step_projects && !split.StepProjectsLayer(1));
+  CallInputs longer = Call(MakeDims(2, 1, 2, 4, 768, 768));
+  CHECK(!PlanCall(longer, automatic, Fake(h100), {}).upper_step_projects);
+}
+
 TEST(EmptyCallsPlan) {
   // B = 0 (nothing runs) and T = 0 (no steps): every strategy and precision plans without dividing by zero.
   const DeviceLimits h100 = unit::H100();

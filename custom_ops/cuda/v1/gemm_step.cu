@@ -167,7 +167,7 @@ GemmStepPlan PrepareGemmSteps(const StepArgs<float>& a, const Dims& d, Projectio
   plan.math = math;
   plan.streams = streams;
   plan.weights = weights;
-  if (scratch.stream_done)
+  if (streams && scratch.stream_done)  // the scratch has them for the shape; a one-step tf32 call does not stream
     Check(cudaMemsetAsync(scratch.stream_done, 0, sizeof(unsigned) * D * StreamColumnTiles(d.H), stream),
           "zero split counters");
   if (plan.weights == StepWeights::kFp16) ConvertLayer<__half>(a, D, scratch, stream);

@@ -27,8 +27,8 @@ struct CallInputs {
   const std::vector<int64_t>* slots = nullptr;  // the streams' state rows, in batch order
   const std::vector<int>* state_axes = nullptr;  // each carried input's batch axis in the model's layout
   int group = -1;                                 // the engine's group of the call's steps
-  // Led by its caller with no other caller lately (Engine::CallerLeads): one stream alone, whose
-  // call has the machine to itself, as a plain `run` would.
+  // Led by its caller with no other caller lately and no call in flight (Engine::CallerLeads): one
+  // stream alone, whose call has the machine to itself, as a plain `run` would.
   bool alone = false;
 };
 

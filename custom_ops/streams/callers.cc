@@ -41,6 +41,12 @@ bool Callers::OthersLately(std::thread::id me, double now) const {
   return false;
 }
 
+int Callers::Lately(double now) const {
+  int n = 0;
+  for (const Caller& c : callers_) n += c.submitted >= now - kLately || (c.done >= 0 && c.submitted > c.done);
+  return n;
+}
+
 int Callers::Returning(double now, double* latest_done) const {
   int n = 0;
   *latest_done = -1;

@@ -22,6 +22,8 @@ class Callers {
   void Done(std::thread::id who, double now);
   // Another thread than `me` stepped lately.
   bool OthersLately(std::thread::id me, double now) const;
+  // The threads that stepped lately, or wait for a step (a long call's caller).
+  int Lately(double now) const;
   // Callers between steps lately, and the latest time one of them got its result.
   int Returning(double now, double* latest_done) const;
   double ThinkTime() const { return think_; }

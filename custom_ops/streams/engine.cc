@@ -176,7 +176,7 @@ bool Engine::Enqueue(const std::vector<Step*>& steps, bool may_lead) {
         SubmitterRunsAlone(g.cost, g.arrivals.PerSecond(now), since_own_last, /*beside=*/running_ > 0))
       return true;
     WakeLeader();
-  } else if (!CallerLeads()) {
+  } else if (CallerLeads() == Leading::kNo) {
     WakeLeader();
   }
   return false;
@@ -220,7 +220,7 @@ void Engine::WakeLeader() {
   w->cv.notify_one();
 }
 
-bool Engine::TakeBatch(Batch* batch, double* wake_at, int calls_allowed) {
+bool Engine::TakeBatch(Batch* batch, double* wake_at, int calls_allowed, bool may_wait) {
   *wake_at = 0;
   // Steps of streams closed while they waited leave the queue here; a kind left with none of its
   // own is passed over for the next, never parking a worker while other steps wait.
@@ -238,7 +238,7 @@ bool Engine::TakeBatch(Batch* batch, double* wake_at, int calls_allowed) {
     const int free_slots = std::max(config_.max_calls - running_, 1);
     // Free slots share what is queued, so calls overlap instead of one taking everything.
     const int take = std::min(limit, (ready + free_slots - 1) / free_slots);
-    if (take == ready && take < limit && !stopping_) {
+    if (may_wait && take == ready && take < limit && !stopping_) {
       const double now = Now();
       const double cap_left = g->ready.front()->submitted + config_.max_wait - now;
       double latest_done = 0;
@@ -441,24 +441,33 @@ void Engine::Unref(Stream* stream) {
   if (--stream->refs == 0 && stream->closed) delete stream;
 }
 
-bool Engine::CallerLeads() const {
-  if (running_ != 0 || leader_called_ || waiting_callers_ != 0) return false;
+Engine::Leading Engine::CallerLeads() const {
+  const double now = Now();
   // Another thread stepping lately means steps will keep coming while a call runs: the workers,
-  // who chain calls, serve them better than a caller that leads one call and hands over.
-  return !callers_.OthersLately(std::this_thread::get_id(), Now());
+  // who chain calls, serve them better than a caller that leads one call and hands over...
+  if (running_ == 0 && !leader_called_ && waiting_callers_ == 0 &&
+      !callers_.OthersLately(std::this_thread::get_id(), now))
+    return Leading::kAlone;
+  // ... unless the callers lately are few (an engine whose submitters have call slots: the CPU's):
+  // each then leads a call of its own, as its plain `run` would (kOwnCallsBeyondSlots).
+  const int callers = callers_.Lately(now);
+  if (config_.submitter_calls > 0 && callers <= SubmitterCallLimit() + kOwnCallsBeyondSlots && running_ < callers)
+    return Leading::kOwnSlot;
+  return Leading::kNo;
 }
 
 void Engine::Wait(Waiter& waiter) {
   std::unique_lock<std::mutex> lock(mu_);
   while (waiter.remaining > 0) {
-    // The caller leads only an idle engine that no other caller waits on (one stream alone runs on
-    // its own thread, as a plain `run`); a busy one is the workers', who chain calls without
-    // handing over.
+    // The caller leads an idle engine that no other caller waits on (one stream alone runs on its
+    // own thread, as a plain `run`), or a call in a slot of its own (CallerLeads); a busy engine is
+    // otherwise the workers', who chain calls without handing over.
     double wake_at = 0;
-    if (CallerLeads()) {
+    if (const Leading lead = CallerLeads(); lead != Leading::kNo) {
       Batch batch;
-      const bool took = TakeBatch(&batch, &wake_at, config_.max_calls);
-      batch.alone = true;
+      const bool alone = lead == Leading::kAlone;
+      const bool took = TakeBatch(&batch, &wake_at, alone ? config_.max_calls : running_ + 1, alone);
+      batch.alone = alone;
       HandBack(lock);
       if (took) {
         lock.unlock();

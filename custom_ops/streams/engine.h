@@ -5,7 +5,8 @@
 // Who runs a call: the thread that steps runs it itself where the engine is idle (no call in
 // flight), no other caller waits and no other thread stepped in the last 5 ms, taking with its own
 // step every step of its kind queued then: one client alone runs on its own thread, as a plain
-// `run` would, with no hand-over. A step submitted for a future runs on the submitting thread
+// `run` would, with no hand-over; on the CPU so do a few threads stepping together, each in a call
+// of its own (kOwnCallsBeyondSlots). A step submitted for a future runs on the submitting thread
 // where the arrivals make company during its call unlikely (SubmitterRunsAlone) and a call slot is
 // free: the engine idle, or on the CPU (EngineConfig::submitter_calls) one call beside those in
 // flight, as that thread's plain `run` would be: steps spread in time do not pay a hand-over each,
@@ -193,11 +194,12 @@ class Engine {
     Group* group = nullptr;
     std::vector<Step*> steps;
     int64_t padded = 0;  // rows the call runs (its steps, padded to the group's bucket)
-    bool alone = false;  // led by a caller with no other caller lately (CallerLeads): CallInputs::alone
+    bool alone = false;  // led by a caller with the engine to itself (CallerLeads): CallInputs::alone
   };
   int PaddedSize(Group& g, int n, int limit);
   static int HeldBucket(const Group& g);  // the largest batch-size bucket of its last calls
-  bool TakeBatch(Batch* batch, double* wake_at, int calls_allowed);
+  // `may_wait`: the call may wait for company (CompanyWait, ReturningWait; *wake_at then).
+  bool TakeBatch(Batch* batch, double* wake_at, int calls_allowed, bool may_wait = true);
   int SubmitterCallLimit() const;  // calls in flight, a submitter's own included, that it may lead beside
   bool SubmitterMayLead() const;
   void RunBatch(Batch& batch);
@@ -209,7 +211,18 @@ class Engine {
   void Unref(Stream* stream);
   void WakeLeader();
   bool WakeNextCaller();
-  bool CallerLeads() const;
+  // Whether a waiting caller runs a call of what is ready on its own thread: where it has the
+  // engine to itself, or where every caller lately has a call slot of its own.
+  enum class Leading { kNo, kAlone, kOwnSlot };
+  Leading CallerLeads() const;
+  // Callers beyond the call slots (SubmitterCallLimit) that still each lead a call of their own.
+  // Queued for the workers, or waiting for one another's company, a few callers' steps took turns
+  // on one core while the other idled; each in its own call, as one `run` per step from the same
+  // threads (2 cores, 96 streams, closed loop, steps/s, queued vs their own calls vs that `run`):
+  // 2 clients, g2p-id decoder 17.2-20.6k vs 42.9-56.4k vs 30.4-32.9k; 3 clients, g2p-id 23.4k vs
+  // 39.0k vs 25.6-32.9k, torch conv + LSTM 17.0k vs 23.6k vs 19.1-22.4k, silero-vad 14.3k vs 15.4k vs
+  // 12.6-13.3k. From 4 clients batching wins (g2p-id 36.9-40.5k vs 39.1k vs 26.4-31.2k).
+  static constexpr int kOwnCallsBeyondSlots = 1;
   bool AnyReady() const;
   void Record(const std::vector<double>& submitted, double started, double finished, int failed);
   void WorkerLoop(Waiter* self);

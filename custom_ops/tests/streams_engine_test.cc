@@ -59,6 +59,7 @@ class FakeRunner : public CallRunner {
     {
       std::unique_lock<std::mutex> lock(mu_);
       threads_.push_back(std::this_thread::get_id());
+      alone_.push_back(in.alone);
       batches_.push_back(n);
       if (x[1] == kHeld) {  // a call held in flight until Release
         ++held_;
@@ -99,6 +100,14 @@ class FakeRunner : public CallRunner {
     std::lock_guard<std::mutex> lock(mu_);
     return batches_;
   }
+  int held() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return held_;
+  }
+  std::vector<bool> alone() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return alone_;
+  }
 
  private:
   bool pads_ = false;
@@ -108,6 +117,7 @@ class FakeRunner : public CallRunner {
   int held_ = 0;
   bool released_ = false;
   std::vector<std::thread::id> threads_;
+  std::vector<bool> alone_;
   std::vector<int64_t> batches_;
 };
 
@@ -252,6 +262,10 @@ TEST(streams_returning_callers_are_waited_for_only_while_cheaper_than_a_call) {
   double latest = 0;
   CHECK_EQ(callers.Returning(1.0005, &latest), 1);
   CHECK_EQ(latest, 1.0004);
+  CHECK_EQ(callers.Lately(1.0005), 2);
+  CHECK_EQ(callers.Lately(1.1), 1);  // a waits for its step from 1.00012 (a long call); b is done
+  callers.Done(a, 1.1);
+  CHECK_EQ(callers.Lately(1.2), 0);
 }
 
 TEST(streams_a_lone_caller_runs_its_own_steps) {
@@ -327,6 +341,64 @@ static void SubmitBesideACallInFlight(int submitter_calls) {
 
 TEST(streams_a_submitter_with_a_slot_runs_beside_a_call_in_flight) { SubmitBesideACallInFlight(1); }
 TEST(streams_a_submitter_without_a_slot_queues_behind_a_call_in_flight) { SubmitBesideACallInFlight(0); }
+
+// Two threads stepping, on an engine whose submitters have a call slot of their own (the CPU's):
+// the second leads its own call on its thread while the first's is in flight, as its plain `run`
+// would, instead of queueing behind it for a worker; that call is not the engine's alone (it runs
+// on the one-thread session). Without the slot it waits for the call in flight.
+static void TwoCallersEachLeadTheirOwnCall(int submitter_calls) {
+  EngineConfig config;
+  config.submitter_calls = submitter_calls;
+  Fixture f(config);
+  const int64_t first = f.engine->Open({}), second = f.engine->Open({});
+  const float x[kWidth] = {1, 0, 0}, held[kWidth] = {1, FakeRunner::kHeld, 0};
+  std::thread holder([&] { f.StepOne(first, held); });
+  f.fake->WaitUntilHeld();  // the first caller's call, in flight on its thread
+  std::atomic<bool> done{false};
+  std::thread::id stepper;
+  std::thread other([&] {
+    stepper = std::this_thread::get_id();
+    f.StepOne(second, x);
+    done = true;
+  });
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(50);  // within kRescueSeconds
+  while (!done && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  CHECK_EQ(done.load(), submitter_calls > 0);  // done beside the held call, or still queued behind it
+  if (submitter_calls > 0) {
+    CHECK(f.fake->threads().back() == stepper);
+    CHECK(!f.fake->alone().back());
+  }
+  f.fake->Release();
+  holder.join();
+  other.join();
+  CHECK_EQ(f.engine->Stats().rescued, 0);
+}
+
+// Three callers (one beyond the CPU's two call slots) each lead a call of their own: all three in
+// flight at once. Without a submitter slot one call runs at a time.
+static void ThreeCallersInFlight(int submitter_calls) {
+  EngineConfig config;
+  config.submitter_calls = submitter_calls;
+  Fixture f(config);
+  const float held[kWidth] = {1, FakeRunner::kHeld, 0};
+  std::vector<int64_t> ids;
+  for (int c = 0; c < 3; ++c) ids.push_back(f.engine->Open({}));
+  std::vector<std::thread> callers;
+  for (int c = 0; c < 3; ++c) callers.emplace_back([&, c] { f.StepOne(ids[c], held); });
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(50);  // within kRescueSeconds
+  while (f.fake->held() < 3 && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  CHECK_EQ(f.fake->held(), submitter_calls > 0 ? 3 : 1);
+  f.fake->Release();
+  for (auto& t : callers) t.join();
+  CHECK_EQ(f.engine->Stats().rescued, 0);
+}
+
+TEST(streams_three_callers_each_lead_their_own_call_given_a_slot) { ThreeCallersInFlight(1); }
+TEST(streams_three_callers_take_turns_without_a_slot) { ThreeCallersInFlight(0); }
+
+TEST(streams_two_callers_each_lead_their_own_call_given_a_slot) { TwoCallersEachLeadTheirOwnCall(1); }
+TEST(streams_two_callers_queue_behind_a_call_without_a_slot) { TwoCallersEachLeadTheirOwnCall(0); }
 
 // A call of several callers' steps wakes them one after another (the finisher wakes the first and
 // each woken caller the next as it leaves): every caller returns with its own result, and none is

@@ -212,7 +212,7 @@ class Engine {
   void WakeLeader();
   bool WakeNextCaller();
   // Whether a waiting caller runs a call of what is ready on its own thread: where it has the
-  // engine to itself, or where every caller lately has a call slot of its own.
+  // engine to itself, or where the callers lately are few enough for each to lead its own call.
   enum class Leading { kNo, kAlone, kOwnSlot };
   Leading CallerLeads() const;
   // Callers beyond the call slots (SubmitterCallLimit) that still each lead a call of their own.

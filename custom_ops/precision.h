@@ -83,10 +83,12 @@ bool Bf16PaysAtHalfRate(const Dims& d);
 //   L2 H768 B4 61.1-64.4 vs 49.9 vs 45.5-47.5, B16 74.2-77.6 vs 55.3 vs 51.2-52.3, B64 102 vs 51.0 vs
 //   51.4-52.2; L2 H1024 B1 48.2-51.5 vs 40.9 vs 60.8, B8 90.7-90.9 vs 62.2 vs 68.4-69.3, B32 101.6 vs
 //   60.3 vs 69.6-71.4; L3 H512 B64 90.5-90.8 vs 65.8 vs 63.6-66.3). Three layers take it from
-//   kMinCellsForAutoTf32OneStepInDeepStacks cells, every layer's [x h] being one GEMM (s70 runs 11
-//   and 18, H512: B12 61.0-62.2 vs 48.2-49.0 vs 59.8-60.1, B16 59.1-62.5 vs 47.4-55.7 vs 60.2-64.3,
-//   and fp32 ahead at B8 54.1-58.0 vs 51.9-55.2 vs 64.6-67.5; two layers keep the one-layer bound:
-//   B16 38.2-38.7 vs 34.7-39.2 vs 42.6-42.7). At one row cuBLAS's GEMV runs fp32
+//   kMinCellsForAutoTf32OneStepInDeepStacks cells, every layer's [x h] being one GEMM (s70 runs 11,
+//   18 and 33, H512: B9 60.0 vs 46.8 vs 64.0, B10 60.7 vs 47.3 vs 59.8, B11 62.5-62.8 vs 49.9 vs
+//   60.3-60.9, B12 61.0-62.2 vs 48.2-49.1 vs 59.8-60.8, B16 59.1-62.5 vs 47.4-55.7 vs 60.2-64.3;
+//   fp32 well ahead at B8, 54.1-58.0 vs 47.0-55.2 vs 64.6-68.2, and B9 taken for the margin; two
+//   layers keep the one-layer bound: B16 38.2-38.7 vs 34.7-39.2 vs 42.6-42.7). At one row cuBLAS's
+//   GEMV runs fp32
 //   whatever the mode. Measured up to kMaxLayersForAutoTf32OneStep layers and
 //   kMaxHiddenForAutoTf32OneStep units: beyond, a step streams its fp32 weights from memory in either
 //   arithmetic (OneStepRunsAsTf32).
@@ -98,7 +100,7 @@ constexpr int64_t kMinHiddenForAutoTf32Weights = 1536;
 constexpr int64_t kMinHiddenForAutoTf32OneStep = 512;
 constexpr int64_t kMaxHiddenForAutoTf32OneStep = 1024;
 constexpr int64_t kMinCellsForAutoTf32OneStep = 12 * 1024;
-constexpr int64_t kMinCellsForAutoTf32OneStepInDeepStacks = 6 * 1024;
+constexpr int64_t kMinCellsForAutoTf32OneStepInDeepStacks = 9 * 512;
 constexpr int64_t kMinLayersForAutoTf32OneStepAtFewerCells = 3;
 constexpr int64_t kMinHiddenForAutoTf32OneStepAtAnyBatch = 768;
 constexpr int64_t kMaxLayersForAutoTf32OneStep = 3;

@@ -203,9 +203,9 @@ def test_the_library_decides_what_each_mode_runs_on_each_device():
     assert decide_precision("cuda", "auto", 1024, 8, steps=1).runs == "tf32"
     assert decide_precision("cuda", "auto", 1024, 8, steps=2).runs == "fp32"
     assert decide_precision("cuda", "auto", 512, 64, layers=3, steps=1).runs == "tf32"  # stacks up to 3 layers
-    assert decide_precision("cuda", "auto", 512, 12, layers=3, steps=1).runs == "tf32"  # 3 layers from B*H = 6K
-    assert decide_precision("cuda", "auto", 512, 11, layers=3, steps=1).runs == "fp32"
-    assert decide_precision("cuda", "auto", 512, 12, layers=2, steps=1).runs == "fp32"
+    assert decide_precision("cuda", "auto", 512, 9, layers=3, steps=1).runs == "tf32"  # 3 layers from B*H = 4.5K
+    assert decide_precision("cuda", "auto", 512, 8, layers=3, steps=1).runs == "fp32"
+    assert decide_precision("cuda", "auto", 512, 9, layers=2, steps=1).runs == "fp32"
     assert decide_precision("cuda", "auto", 512, 64, layers=4, steps=1).runs == "fp32"
     assert decide_precision("cuda", "auto", 512, 64, layers=2, directions=2, steps=1).runs == "fp32"
     # ... and those it takes where it runs resident (two layers from B 64 with B*H >= 24K), whatever the device.
@@ -236,7 +236,7 @@ def test_the_library_decides_what_each_mode_runs_on_each_device():
     (512, 4, "bidirectional", "auto", 256),   # not a stack it takes: the batch rule alone
     (128, 1, "forward", "auto", 256),
     (512, 1, "forward", "auto", 24),          # one layer: its one-step calls from B*H 12K (OneStepRunsAsTf32)
-    (512, 3, "forward", "auto", 12),          # three layers: from B*H 6K
+    (512, 3, "forward", "auto", 9),           # three layers: from B*H 4.5K
     (768, 1, "forward", "auto", 1),           # ... any batch from H 768
     (1024, 1, "forward", "auto", 1),
     (512, 1, "bidirectional", "auto", 256),   # not a one-step call it takes: the batch rule alone

@@ -129,7 +129,8 @@ bool PrefersGemmSteps(Strategy strategy, Arithmetic runs, ElementType type, cons
     return half_weights && d.H >= kMinHiddenForHalfGemmSteps && kGates * cells * d.H >= kMinStepMacsForHalfGemmSteps;
   if (runs != Arithmetic::kTf32) return false;
   const bool one_step = OneStepTakesGemmSteps(d) &&
-                        (d.H >= kMinHiddenForAutoTf32OneStepAtAnyBatch || cells >= kMinCellsForOneStepTf32GemmStep);
+                        (d.H >= kMinHiddenForAutoTf32OneStepAtAnyBatch || cells >= kMinCellsForOneStepTf32GemmStep ||
+                         (d.L >= kMinLayersForAutoTf32OneStepAtFewerCells && cells >= kMinCellsForAutoTf32OneStepInDeepStacks));
   return one_step || (d.H >= kMinHiddenForTf32GemmSteps && cells >= kMinCellsForTf32GemmSteps) ||
          (half_weights && d.H >= kMinHiddenForTf32GemmStepsAtFewerCells &&
           cells >= kMinCellsForTf32GemmStepsAtLargeHidden);

@@ -106,7 +106,8 @@ constexpr int64_t kMinStepMacsForHalfGemmSteps = 256LL * 1024 * 1024;
 // 37.4 vs 47.4; H512 B32 30.5 vs 33.2, B64 30.7 vs 33.1, B128 28.3 vs 28.8; with the one GEMM, s69
 // runs 5 and 15: H512 B16 24.4 vs 31.7 (tiled), H768 B2 26.6 vs 30.3, B4 26.7 vs 33.2, B8 26.8 vs
 // 35.0, B16 27.3 vs 35.0, H1024 B4 31.8 vs 33.1, B8 31.8 vs 34.3, B12 32.4 vs 40.0 (persistent)).
-// Below kMinCellsForOneStepTf32GemmStep at H 512-767 the tiled step's fp32 is ahead (precision.h).
+// Below kMinCellsForOneStepTf32GemmStep at H 512-767 the tiled step's fp32 is ahead (precision.h);
+// three layers take the cuBLAS step from kMinCellsForAutoTf32OneStepInDeepStacks, as auto's tf32.
 constexpr int64_t kMinCellsForOneStepTf32GemmStep = 6 * 1024;
 // The one-step calls those rules were measured on: one direction, up to
 // kMaxLayersForAutoTf32OneStep layers (the first layer's step multiplies [x h], the others' their

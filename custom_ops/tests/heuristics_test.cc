@@ -311,21 +311,24 @@ TEST(Tf32LargeCallsPreferCublasSteps) {
   CHECK(!PrefersGemmSteps(Strategy::kAuto, Runs(Precision::kTf32, Sizes(512, 128)), f32, Sizes(512, 128)));   // narrow: WMMA wins
   CHECK(!PrefersGemmSteps(Strategy::kAuto, Runs(Precision::kTf32, Sizes(16, 1024)), f32, Sizes(16, 1024)));   // small: persistent wins
   // One step of up to three layers, one direction: cuBLAS from 6K cells at H 512-767
-  // (kMinCellsForOneStepTf32GemmStep), at any batch from H 768 to 1024.
+  // (kMinCellsForOneStepTf32GemmStep; 4.5K on three layers), at any batch from H 768 to 1024.
   struct OneStep {
     int64_t B, H;
-    bool gemm;
+    bool gemm, gemm_on_three;
   };
-  for (const OneStep& c : {OneStep{12, 512, true}, {11, 512, false}, {1, 768, true}, {8, 768, true}, {1, 1024, true},
-                           {8, 1024, true}, {8, 2048, false}}) {
+  for (const OneStep& c : {OneStep{12, 512, true, true}, {11, 512, false, true}, {9, 512, false, true},
+                           {8, 512, false, false}, {1, 768, true, true}, {8, 768, true, true}, {1, 1024, true, true},
+                           {8, 1024, true, true}, {8, 2048, false, false}}) {
     const bool gemm = c.gemm;
     Dims one = Sizes(c.B, c.H);
     one.T = 1;
     CHECK_EQ(PrefersGemmSteps(Strategy::kAuto, Arithmetic::kTf32, f32, one), gemm);
-    one.L = 3;  // stacks of up to three layers alike
+    one.L = 2;  // two layers alike
     CHECK_EQ(PrefersGemmSteps(Strategy::kAuto, Arithmetic::kTf32, f32, one), gemm);
+    one.L = 3;
+    CHECK_EQ(PrefersGemmSteps(Strategy::kAuto, Arithmetic::kTf32, f32, one), c.gemm_on_three);
     one.L = 4;
-    CHECK(!PrefersGemmSteps(Strategy::kAuto, Arithmetic::kTf32, f32, one) || !gemm);
+    CHECK(!PrefersGemmSteps(Strategy::kAuto, Arithmetic::kTf32, f32, one) || !c.gemm_on_three);
     one.L = 1;
     one.D = 2;
     CHECK(!PrefersGemmSteps(Strategy::kAuto, Arithmetic::kTf32, f32, one) || !gemm);

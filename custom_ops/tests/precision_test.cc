@@ -40,11 +40,11 @@ TEST(AutoRunsOneStepAsTf32WhereItsProductIsLarge) {
   both.D = 2;
   CHECK(OneStepRunsAsTf32(stack));  // measured on stacks of up to three layers, one direction
   CHECK(!OneStepRunsAsTf32(deep) && !OneStepRunsAsTf32(both));
-  Dims three = one_step(12, 512), two = one_step(12, 512);
+  Dims three = one_step(9, 512), two = one_step(9, 512);
   three.L = kMinLayersForAutoTf32OneStepAtFewerCells;
   two.L = kMinLayersForAutoTf32OneStepAtFewerCells - 1;
-  CHECK(OneStepRunsAsTf32(three) && !OneStepRunsAsTf32(two));  // 6K cells: three layers' one GEMMs pay
-  three.B = 11;
+  CHECK(OneStepRunsAsTf32(three) && !OneStepRunsAsTf32(two));  // 4.5K cells: three layers' one GEMMs pay
+  three.B = 8;
   CHECK(!OneStepRunsAsTf32(three));
   CHECK(DecidePrecision(Precision::kAuto, Device::kCuda, one_step(64, 512)).runs == Arithmetic::kTf32);
   CHECK(DecidePrecision(Precision::kAuto, Device::kCuda, one_step(16, 512)).runs == Arithmetic::kFp32);

@@ -197,7 +197,7 @@ def test_gemm_step_short_calls(T, B, I, initial_states, precision, layout, outpu
         assert max_abs(got, run_fused(spec, layers, feeds, providers=CPU, outputs=outputs, **kw)) <= TOL
 
 
-# (L, B, I, H, precision, environment): the one-step rule's own shapes under auto (tf32), then
+# (L, B, I, H, precision, forced through LSTM_ORT_GEMM_STEP): the one-step rule's own shapes under auto (tf32), then
 # small stacks forced onto the cuBLAS step in fp32 and tf32, B 1 on its GEMV; layer 0 at I > 3H
 # projects apart while the layers above still stage.
 STACKED_ONE_STEP_CALLS = [(3, 9, 512, 512, "auto", False), (2, 4, 300, 768, "auto", False),

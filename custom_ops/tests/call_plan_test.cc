@@ -244,8 +244,9 @@ TEST(OneStepStacksOnTheCublasStepStageEveryLayersRows) {
   CHECK(stack.StepProjectsLayer(1));
   CHECK_EQ(DescribeRanges(stack), std::string("layer 0: v1 cuBLAS (one GEMM of [x h] with [W; R], then the cell); "
                                               "layer 1: v1 cuBLAS (one GEMM of [x h] with [W; R], then the cell)"));
-  // Two directions interleave the layer below's rows; an FMA step would read x where it writes.
+  // Two directions interleave the layer below's rows.
   CHECK(!PlanCall(Call(MakeDims(2, 2, 1, 4, 768, 768)), automatic, Fake(h100), {}).upper_step_projects);
+  // An FMA step would read x in the buffer it writes.
   const CallPlan split = PlanCall(Call(MakeDims(2, 1, 1, 8, 64, 128)), Attrs(Strategy::kSplitK), Fake(h100), {});
   CHECK(split.step_projects && !split.upper_step_projects && !split.StepProjectsLayer(1));
   CallInputs longer = Call(MakeDims(2, 1, 2, 4, 768, 768));

@@ -22,8 +22,9 @@ Callers::Caller& Callers::Find(std::thread::id who) {
   return oldest;
 }
 
-double Callers::Submitted(std::thread::id who, double now) {
+double Callers::Submitted(std::thread::id who, double now, bool waits) {
   Caller& c = Find(who);
+  c.waits = waits;
   if (c.done > c.submitted && c.done >= 0) {  // back from its last result: a think time
     const double think = now - c.done;
     think_ = samples_++ == 0 ? think : think_ + kThinkDecay * (think - think_);
@@ -33,7 +34,11 @@ double Callers::Submitted(std::thread::id who, double now) {
   return before;
 }
 
-void Callers::Done(std::thread::id who, double now) { Find(who).done = now; }
+void Callers::Done(std::thread::id who, double now) {
+  Caller& c = Find(who);
+  c.done = now;
+  c.waits = false;
+}
 
 bool Callers::OthersLately(std::thread::id me, double now) const {
   for (const Caller& c : callers_)
@@ -43,7 +48,7 @@ bool Callers::OthersLately(std::thread::id me, double now) const {
 
 int Callers::Lately(double now) const {
   int n = 0;
-  for (const Caller& c : callers_) n += c.submitted >= now - kLately || (c.done >= 0 && c.submitted > c.done);
+  for (const Caller& c : callers_) n += c.waits || c.submitted >= now - kLately;
   return n;
 }
 

@@ -18,7 +18,8 @@ class Callers {
   static constexpr size_t kTracked = 64;
 
   // Returns when `who` submitted its step before this one (-1: never, or no longer tracked).
-  double Submitted(std::thread::id who, double now);
+  // `waits`: it waits for the step (until Done), rather than submitting it for a future.
+  double Submitted(std::thread::id who, double now, bool waits = false);
   void Done(std::thread::id who, double now);
   // Another thread than `me` stepped lately.
   bool OthersLately(std::thread::id me, double now) const;
@@ -32,6 +33,7 @@ class Callers {
   struct Caller {
     std::thread::id id;
     double submitted = -1, done = -1;
+    bool waits = false;
   };
   Caller& Find(std::thread::id who);
   std::vector<Caller> callers_;

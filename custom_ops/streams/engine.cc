@@ -146,7 +146,8 @@ bool Engine::Enqueue(const std::vector<Step*>& steps, bool may_lead) {
   if (steps.empty()) return false;
   unfinished_ += static_cast<int64_t>(steps.size());
   const std::thread::id me = std::this_thread::get_id();
-  const double now = steps[0]->submitted, own_last = callers_.Submitted(me, now);
+  const bool waits = std::all_of(steps.begin(), steps.end(), [](const Step* s) { return s->waiter != nullptr; });
+  const double now = steps[0]->submitted, own_last = callers_.Submitted(me, now, waits);
   if (steps[0]->waiter) steps[0]->waiter->thread = me;
   bool all_ready = true;  // none queued behind its stream's step in flight
   for (Step* step : steps) {

@@ -252,7 +252,7 @@ TEST(streams_returning_callers_are_waited_for_only_while_cheaper_than_a_call) {
   const std::thread::id a = std::this_thread::get_id(), b{};
   callers.Submitted(a, 1.0);
   callers.Done(a, 1.0001);
-  callers.Submitted(a, 1.00012);  // back 20 us after its result
+  callers.Submitted(a, 1.00012, /*waits=*/true);  // back 20 us after its result
   CHECK(std::abs(callers.ThinkTime() - 20e-6) < 1e-9);
   CHECK(!callers.OthersLately(a, 1.0002));
   callers.Submitted(b, 1.0002);

@@ -53,7 +53,9 @@ def test_features_within_the_bound_of_stock_fp32(direction, layout, seq_lens, st
 
 @needs_bf16
 @pytest.mark.parametrize("I,H,L,D,T,B", [(28, 200, 2, 2, 30, 8), (64, 256, 1, 1, 50, 33), (100, 129, 2, 1, 5, 1),
-                                         (16, 64, 1, 2, 40, 17), (7, 9, 3, 1, 3, 2)])
+                                         (16, 64, 1, 2, 40, 17), (7, 9, 3, 1, 3, 2),
+                                         # either side of the rows from which a step multiplies its input too
+                                         (28, 200, 1, 2, 12, 3), (28, 200, 1, 2, 12, 4)])
 def test_shapes_within_the_bound_and_bf16_really_ran(I, H, L, D, T, B, rng):
     """Tile shapes of both units (1-3 rows on vectors, AMX tiles of 16 rows and their tails, odd H and
     I padded to a tile's depth), within the bound; and not fp32 (bf16 rounding shows) where the
@@ -68,6 +70,9 @@ def test_shapes_within_the_bound_and_bf16_really_ran(I, H, L, D, T, B, rng):
     assert _within(got, run_stock(spec, layers, feeds, **kw)) <= BOUND.atol
     if decide_precision("cpu", "bf16", H, B).runs == "bf16":
         assert max_abs(got, fp32) > 1e-5  # bf16 products, not fp32's
+        # From 4 rows (kBf16MinRowsToMultiplyInputInStep) every layer's steps multiply its input too.
+        plan = describe_cpu(NodeShape(L, D, I, H, "float32"), T, B, precision="bf16")
+        assert plan.count("input multiplied in the step") == (L if B >= 4 else 0), plan
     else:
         assert max_abs(got, fp32) == 0.0
 

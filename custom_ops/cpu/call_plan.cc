@@ -150,6 +150,8 @@ bool StepMultipliesInput(WeightFormat format, int64_t max_len, bool input_factor
   return projection.workers <= std::min<int64_t>(step_threads, P);
 }
 
+bool Bf16StepMultipliesInput(const Dims& d) { return d.B >= kBf16MinRowsToMultiplyInputInStep; }
+
 namespace {
 
 // A float (fp32 or bf16) product [M] x [Q panels] of depth K on up to P threads: a thread per
@@ -387,7 +389,9 @@ CpuCallPlan PlanCpuCall(const CpuCallInputs& in, const Attributes& attrs, const 
     Recurrence for_cores = lp.recurrence;
     if (own_groups) for_cores.parallel_groups = GroupsInParallel(for_cores, d.D, P, call_flops, kn);
     if (!lp.projection.empty() &&
-        StepMultipliesInput(p.format, in.max_len, input_factored, lp.projection[0], for_cores, d.D, P)) {
+        (p.format == WeightFormat::kBf16
+             ? Bf16StepMultipliesInput(d)
+             : StepMultipliesInput(p.format, in.max_len, input_factored, lp.projection[0], for_cores, d.D, P))) {
       lp.step_projects = true;
       lp.projection.clear();
     }

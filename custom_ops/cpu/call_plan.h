@@ -70,9 +70,10 @@ struct LayerPlan {
   // direction x A then (x A) B (a direction kept whole: its own product). None where the step
   // multiplies the input itself.
   std::vector<ProjectSplit> projection;
-  // A call of one step in fp32 with a whole input: the step multiplies its rows' input and h in the
-  // same tiles (StepArgs::wx), so the gates never go through memory and a projection of few rows
-  // (short depth, its own pass over the panels) is not made apart (StepMultipliesInput).
+  // The step multiplies its rows' input and h in the same tiles, so the gates never go through
+  // memory and a projection of short depth (its own pass over the panels) is not made apart: an fp32
+  // call of one step with a whole input (StepArgs::wx; StepMultipliesInput), a bf16 call of any
+  // steps from a few rows (Bf16StepMultipliesInput).
   bool step_projects = false;
   double step_flops = 0, weight_bytes = 0;  // one direction's step: what the recurrence is planned on
   Recurrence recurrence;
@@ -155,6 +156,18 @@ bool GroupsInParallel(const Recurrence& r, int64_t D, int P, double call_flops, 
 // the step does (the step's split then carries the input's product too).
 bool StepMultipliesInput(WeightFormat format, int64_t max_len, bool input_factored, const ProjectSplit& projection,
                          const Recurrence& recurrence, int64_t D, int P);
+// Whether a bf16 layer's steps multiply their input too, in the same tiles as h (one product of
+// depth I + H per step; LayerPlan::step_projects), at any step count: the gates then never go
+// through memory, and a projection of short depth (its own pass over the panels, then every step's
+// gates written out and read back: at I 28 the projection ran at a third of the unit's rate) is not
+// made apart. From kBf16MinRowsToMultiplyInputInStep rows: a step of fewer streams its weights,
+// the input's rows too, where the projection multiplies them at the unit's rate (AVX512-BF16, one
+// thread, T100, ms, projection apart vs in the step: H256 I256 B1 0.82 vs 1.24, B2 1.41 vs 1.39, B4
+// 2.91 vs 2.50; H512 I512 B1 4.85 vs 5.27, B4 9.47 vs 8.31; H128 I1024 T200 B1 1.31 vs 2.74, B4
+// 5.49 vs 4.98; H200 I28 B64 T24 bidirectional 10.4 vs 6.9). By the call's batch, never its
+// threads: the results do not depend on the threads (AMX).
+constexpr int64_t kBf16MinRowsToMultiplyInputInStep = 4;
+bool Bf16StepMultipliesInput(const Dims& d);
 Recurrence PlanRecurrence(const Dims& d, int64_t np, int64_t steps, int P, double step_flops, double weight_bytes,
                           const CpuPlanKnobs& knobs, bool rows_coupled);
 ProjectSplit SplitProjection(int64_t M, int64_t K, int64_t Q, int64_t workers);

@@ -1,5 +1,6 @@
 // The cell from a step's complete gates on 16 lanes (AVX-512), for the formats whose product
-// writes the gates first (int8, bf16: cpu/stack_run.h) and then run the cell alone: two panels' units
+// writes the gates first (int8, bf16: cpu/stack_run.h) and then run the cell alone (the gates: the
+// projection's plus the step's product, or the product alone where StepArgs::gx is null): two panels' units
 // at a time, the same arithmetic as the 8-lane cell of kernels_impl.inc for the default activations
 // (Sigmoid, Tanh, Tanh; peepholes, clip and input_forget included). Compiled with AVX-512 flags, chosen
 // at run time (CellFromGates, kernels_dispatch.cc); other activations run the 8-lane kernel's cell.
@@ -48,11 +49,10 @@ inline void Store(float* p, v16 v, __mmask16 m) { _mm512_mask_storeu_ps(p, m, (_
 inline void Cell16(const StepArgs& a, const float* gx, const float* product, float* c, float* h, float* y,
                    int64_t u0, int64_t p, bool two, __mmask16 m, __mmask16 y_mask) {
   const CellParams& cp = a.cell;
-  const float* g = gx + p * kPanel;
-  const float* x = product ? product + p * kPanel : nullptr;
-  auto at = [x](int gate) { return x ? x + gate * kUnits : nullptr; };
-  v16 gi = Gate2(g + kGateI * kUnits, at(kGateI), two), go = Gate2(g + kGateO * kUnits, at(kGateO), two);
-  v16 gf = Gate2(g + kGateF * kUnits, at(kGateF), two), gc = Gate2(g + kGateC * kUnits, at(kGateC), two);
+  const float* g = gx ? gx + p * kPanel : product + p * kPanel;  // no gx: the product is the gates
+  const float* x = gx && product ? product + p * kPanel : nullptr;
+  auto gate = [g, x, two](int which) { return Gate2(g + which * kUnits, x ? x + which * kUnits : nullptr, two); };
+  v16 gi = gate(kGateI), go = gate(kGateO), gf = gate(kGateF), gc = gate(kGateC);
   const v16 c_prev = Load(c + u0, m);
   if (a.peep) {
     gi += Load(a.peep + u0, m) * c_prev;
@@ -88,7 +88,7 @@ void CellFromGates(const StepArgs& a, int64_t p0, int64_t p1, const float* const
       continue;
     }
     const int64_t t = a.reverse ? len - 1 - a.s : a.s;
-    const float* gx = a.gx + (t * a.B + b) * a.gx_ld;
+    const float* gx = a.gx ? a.gx + (t * a.B + b) * a.gx_ld : nullptr;
     float* y = a.y ? a.y + (t * a.B + b) * a.y_ld : nullptr;
     float* c = a.c + r * a.Hp;
     for (int64_t p = p0; p < p1; p += 2) {

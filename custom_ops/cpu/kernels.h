@@ -125,9 +125,11 @@ const KernelTable& Kernels();
 // whose product is made apart (int8, bf16) run after it. The gates are the projection's (gx, as the
 // step's rows give them) plus, where `products` gives row r of the group a row (np * kPanel packed
 // columns, null: nothing to add), the step's product: the product never goes through gx, whose rows
-// (every step's, beyond the caches) were read and written once more per step that way. 16 lanes
-// where the CPU has AVX-512 and the activations are the default (cell_avx512.cc), else the table's
-// step from its gates (h_zero) once the products are added into gx.
+// (every step's, beyond the caches) were read and written once more per step that way. A null gx:
+// the products are the whole gates (a step that multiplied its input too), null for a row whose
+// sequence ended. 16 lanes where the CPU has AVX-512 and the activations are the default
+// (cell_avx512.cc), else the table's step from its gates (h_zero) once the products are added into
+// gx (or, without gx, a row at a time from its product).
 void CellFromGates(const StepArgs& a, int64_t p0, int64_t p1, const float* const* products = nullptr);
 namespace avx512 {
 void CellFromGates(const StepArgs& a, int64_t p0, int64_t p1, const float* const* products);

@@ -46,6 +46,21 @@ void CellFromGates(const StepArgs& a, int64_t p0, int64_t p1, const float* const
   // 16 lanes where the AVX-512 build of the loops is the one chosen.
   static const bool wide = &Kernels() == &v4::kTable;
   if (wide && a.default_acts) return avx512::CellFromGates(a, p0, p1, products);
+  if (!a.gx) {  // the products are the gates: a row at a time, its gates at its product
+    for (int64_t r = 0; r < a.rows; ++r) {
+      StepArgs row = a;
+      row.rows = 1;
+      row.b0 = a.b0 + r;
+      row.h_in = a.h_in + r * a.Hp;
+      row.h_out = a.h_out + r * a.Hp;
+      row.c = a.c + r * a.Hp;
+      row.gx = products[r];  // null where the row's sequence ended (its state is kept)
+      row.gx_ld = 0;
+      row.h_zero = true;  // the step's first-step path: the cell from the gates alone
+      Kernels().step(row, p0, p1);
+    }
+    return;
+  }
   for (int64_t r = 0; products && r < a.rows; ++r) {  // the products into the running rows' gates
     if (!products[r]) continue;
     const int64_t b = a.b0 + r, len = a.lens ? a.lens[b] : a.T;

@@ -430,7 +430,7 @@ void CpuLstm<T>::State::RunFused(OrtKernelContext* ctx, const cpu::CpuCallPlan& 
     } else {
       cpu::PackBf16(local, cpu::Bf16Kernels(), d, io.in[kW], io.in[kB], io.in[kP], !std::is_same_v<T, float>);
     }
-    const cpu::Bf16Format fmt(*pk, cpu::Bf16Kernels());
+    const cpu::Bf16Format fmt(*pk, cpu::Bf16Kernels(), plan);
     cpu::RunStack<T>(ctx, plan, io, attrs, fmt, *kernels, buffer);
     return;
   }

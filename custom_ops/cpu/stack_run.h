@@ -13,7 +13,8 @@
 //   void Project(const LayerRun&) const            the layer's gates (bias folded in) into r.gx
 //   void Prepare(cpu::StepArgs&, const LayerRun&, int64_t k) const
 //                                                  a group's step arguments for its weights (once per group;
-//                                                  the input's too where LayerPlan::step_projects, fp32 only)
+//                                                  the input's too where LayerPlan::step_projects, fp32; bf16
+//                                                  reads the input from the LayerRun in its Step)
 //   int Phases(int64_t k) const                    phases of a step of (layer, direction) k: 1, or 2 where the
 //                                                  recurrence is factored (h A, then (h A) B with the cell)
 //   int64_t PhasePanels(int64_t k, int phase) const  panels a phase is split over

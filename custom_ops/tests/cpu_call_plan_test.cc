@@ -317,7 +317,29 @@ TEST(ACallOfOneStepMultipliesItsInputInTheStepWhereThatLosesNoThreads) {
   directions.parallel_groups = true;
   CHECK(StepMultipliesInput(WeightFormat::kFp32, 1, false, two, directions, 2, 2));
   CHECK(!StepMultipliesInput(WeightFormat::kFp32, 1, false, two, directions, 1, 2));  // one group
-  // Int8 and bf16 never: their formats project apart.
+  // Int8 never: its format projects apart (bf16 has its own rule, below).
   CpuCallInputs int8 = CpuCallInputs{MakeDims(1, 1, 1, 8, 16, 64), 1, false, true, nullptr};
   CHECK(!PlanCpuCall(int8, Attrs(64), Machine(2, 2), {}).layers[0].step_projects);
+}
+
+TEST(Bf16LayersMultiplyTheirInputInTheStepFromAFewRowsAtAnyStepsAndThreads) {
+  Attributes a = Attrs(200, 2, 2);
+  a.precision = Precision::kBf16;
+  for (int threads : {1, 2})
+    for (int64_t T : {1, 24}) {
+      const CpuCallPlan many = PlanCpuCall(Call(T, kBf16MinRowsToMultiplyInputInStep, 200, 2, 2), a,
+                                           Machine(threads, threads), {});
+      CHECK(many.format == WeightFormat::kBf16);
+      for (const LayerPlan& lp : many.layers) CHECK(lp.step_projects && lp.projection.empty());
+      CHECK(Has(DescribeCpuCall(many), "layer 1: input multiplied in the step"));
+      // Fewer rows: the projection apart, on the same threads or more.
+      const CpuCallPlan few = PlanCpuCall(Call(T, kBf16MinRowsToMultiplyInputInStep - 1, 200, 2, 2), a,
+                                          Machine(threads, threads), {});
+      for (const LayerPlan& lp : few.layers) CHECK(!lp.step_projects && lp.projection.size() == 1);
+    }
+  CHECK(Bf16StepMultipliesInput(MakeDims(1, 1, 100, 4, 28, 200)));
+  CHECK(!Bf16StepMultipliesInput(MakeDims(1, 1, 100, 3, 28, 200)));
+  // fp32 at the same sizes keeps its own rule: more than one step projects apart.
+  a.precision = Precision::kFp32;
+  CHECK(!PlanCpuCall(Call(24, 64, 200, 2, 2), a, Machine(1, 1), {}).layers[0].step_projects);
 }

@@ -25,7 +25,8 @@ struct GemmArgs {
   const uint16_t* a;        // activation rows, bf16
   int64_t lda;              // elements per activation row
   const uint16_t* w;        // packed panels
-  int64_t depth;            // K padded to even
+  int64_t depth;            // K padded to even: the rows of each strip this product reads
+  int64_t stride;           // rows each strip holds (>= depth: a layer's panels hold W's rows, then R's)
   const float* bias;        // per packed column, or null
   bool accumulate;
   float* out;

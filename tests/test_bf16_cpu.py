@@ -70,7 +70,7 @@ def test_shapes_within_the_bound_and_bf16_really_ran(I, H, L, D, T, B, rng):
     assert _within(got, run_stock(spec, layers, feeds, **kw)) <= BOUND.atol
     if decide_precision("cpu", "bf16", H, B).runs == "bf16":
         assert max_abs(got, fp32) > 1e-5  # bf16 products, not fp32's
-        # From 4 rows (kBf16MinRowsToMultiplyInputInStep) every layer's steps multiply its input too.
+        # From 4 rows (kMinRowsToMultiplyInputInSteps) every layer's steps multiply its input too.
         plan = describe_cpu(NodeShape(L, D, I, H, "float32"), T, B, precision="bf16")
         assert plan.count("input multiplied in the step") == (L if B >= 4 else 0), plan
     else:

@@ -5,6 +5,8 @@ import numpy as np
 import pytest
 
 from lstm_ort.builders import LstmSpec, random_layers
+from lstm_ort.runtime.native import describe_cpu
+from lstm_ort.runtime.nodes import NodeShape
 from lstm_ort.testing import (DIRECTIONS, FEATURE_GRID, SHAPE_GRID, feature_spec, make_feeds, max_abs,
                               reference_applies, run_fused, run_reference, run_stock)
 
@@ -77,6 +79,25 @@ def test_zero_and_full_lengths(direction, layout, rng):
     b_axis = 2 if layout == 0 else 0
     assert not np.take(y, 1, axis=b_axis).any()
     assert not np.take(y_h, 1, axis=1 if layout == 0 else 0).any()
+
+
+@pytest.mark.parametrize("direction", DIRECTIONS)
+@pytest.mark.parametrize("layout", [0, 1])
+def test_steps_that_multiply_their_input(direction, layout, rng):
+    """Groups of 4 rows or more (kMinRowsToMultiplyInputInSteps) multiply their rows' input in every
+    step, each row at its own time: a reversed sequence of its own length gathers its rows."""
+    D = 2 if direction == "bidirectional" else 1
+    spec = LstmSpec(input_size=29, hidden_size=40, num_layers=2, direction=direction, layout=layout)
+    # Layer 0 at least: a projection on more threads than the steps run on stays apart (on two
+    # cores, layer 1 of one direction).
+    plan = describe_cpu(NodeShape(2, D, 29, 40, "float32"), 9, 8)
+    assert "layer 0: input multiplied in the step" in plan, plan
+    layers = random_layers(spec, rng)
+    feeds = make_feeds(spec, 9, 8, rng, seq_lens=True, initial_states=True)
+    feeds["sequence_lens"] = np.array([9, 0, 3, 1, 7, 9, 2, 5], np.int32)
+    kw = dict(seq_lens=True, initial_states=True)
+    got = run_fused(spec, layers, feeds, **kw)
+    assert max_abs(got, run_stock(spec, layers, feeds, **kw)) <= TOL
 
 
 @pytest.mark.parametrize("outputs", [("Y",), ("Y_h",), ("Y_c",), ("Y_h", "Y_c"), ("Y", "Y_c")])

@@ -140,9 +140,15 @@ bool GroupsInParallel(const Recurrence& r, int64_t D, int P, double call_flops, 
   return r.unit_chunks == 1 && std::min<int64_t>(D * r.batch_chunks, P) > 1 && call_flops >= kn.parallel_min;
 }
 
+int64_t FewestGroupRows(const Recurrence& r, int64_t B) {
+  if (r.rows_per_group) return std::min(r.rows_per_group, B - (r.batch_chunks - 1) * r.rows_per_group);
+  return B / r.batch_chunks;
+}
+
 bool StepMultipliesInput(WeightFormat format, int64_t max_len, bool input_factored, const ProjectSplit& projection,
-                         const Recurrence& r, int64_t D, int P) {
-  if (format != WeightFormat::kFp32 || max_len != 1 || input_factored) return false;
+                         const Recurrence& r, int64_t D, int64_t B, int P) {
+  if (format != WeightFormat::kFp32 || input_factored) return false;
+  if (max_len > 1 && FewestGroupRows(r, B) < kMinRowsToMultiplyInputInSteps) return false;
   const int64_t groups = D * r.batch_chunks;
   const int64_t step_threads = r.unit_chunks > 1 ? (r.groups_in_turn ? 1 : groups) * r.unit_chunks
                                : r.parallel_groups ? std::min<int64_t>(groups, P)
@@ -150,7 +156,7 @@ bool StepMultipliesInput(WeightFormat format, int64_t max_len, bool input_factor
   return projection.workers <= std::min<int64_t>(step_threads, P);
 }
 
-bool Bf16StepMultipliesInput(const Dims& d) { return d.B >= kBf16MinRowsToMultiplyInputInStep; }
+bool Bf16StepMultipliesInput(const Dims& d) { return d.B >= kMinRowsToMultiplyInputInSteps; }
 
 namespace {
 
@@ -391,7 +397,7 @@ CpuCallPlan PlanCpuCall(const CpuCallInputs& in, const Attributes& attrs, const 
     if (!lp.projection.empty() &&
         (p.format == WeightFormat::kBf16
              ? Bf16StepMultipliesInput(d)
-             : StepMultipliesInput(p.format, in.max_len, input_factored, lp.projection[0], for_cores, d.D, P))) {
+             : StepMultipliesInput(p.format, in.max_len, input_factored, lp.projection[0], for_cores, d.D, d.B, P))) {
       lp.step_projects = true;
       lp.projection.clear();
     }

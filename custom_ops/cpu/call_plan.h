@@ -70,10 +70,9 @@ struct LayerPlan {
   // direction x A then (x A) B (a direction kept whole: its own product). None where the step
   // multiplies the input itself.
   std::vector<ProjectSplit> projection;
-  // The step multiplies its rows' input and h in the same tiles, so the gates never go through
-  // memory and a projection of short depth (its own pass over the panels) is not made apart: an fp32
-  // call of one step with a whole input (StepArgs::wx; StepMultipliesInput), a bf16 call of any
-  // steps from a few rows (Bf16StepMultipliesInput).
+  // The steps multiply their rows' input and h in the same tiles, so the gates never go through
+  // memory and a projection of short depth (its own pass over the panels) is not made apart
+  // (StepMultipliesInput: fp32, StepArgs::wx; Bf16StepMultipliesInput).
   bool step_projects = false;
   double step_flops = 0, weight_bytes = 0;  // one direction's step: what the recurrence is planned on
   Recurrence recurrence;
@@ -151,22 +150,29 @@ inline bool ShortCallStreamsWeights(int P, double weight_bytes) {
 // Whether a recurrence's groups (with unit_chunks 1) run on separate threads: more than one, and a
 // call's recurrence (call_flops) worth another thread.
 bool GroupsInParallel(const Recurrence& r, int64_t D, int P, double call_flops, const CpuPlanKnobs& kn);
-// Whether a layer's one step multiplies its input itself (LayerPlan::step_projects): an fp32 call of
-// one step whose input is not factored, where the projection would not have used more threads than
-// the step does (the step's split then carries the input's product too).
+// Whether a layer's steps multiply their input too, in the same tiles as h (one product of depth
+// I + H per step; LayerPlan::step_projects): the gates then never go through memory, and a
+// projection of short depth (its own pass over the panels, then every step's gates written out and
+// read back) is not made apart. A call of more than one step needs kMinRowsToMultiplyInputInSteps
+// rows in every group of its recurrence: a step of fewer streams its weights, and multiplying the
+// input there streams W every step too, where the projection multiplies it at the product's full
+// rate (one thread, T100 I=H, ms, projection apart vs in the step: fp32 H256 B1 1.64 vs 2.48, B2
+// 2.30 vs 2.76, B3 3.11 vs 3.14, B4 4.27 vs 4.06, H512 B1 6.7 vs 9.4, B4 16.2 vs 15.7, H1024 B2
+// T50 23.3 vs 52-55; bf16 H256 B1 0.82 vs 1.24, B2 1.41 vs 1.39, B4 2.91 vs 2.50, H512 B1 4.85 vs
+// 5.27, B4 9.47 vs 8.31). From there it paid at every size measured (fp32: H200 B64 T24 I28 5.88
+// vs 5.49, bidirectional 12.7 vs 11.3; H128 B64 T100 I64 16.0 vs 13.1; H256 B32 T50 16.9 vs 15.6;
+// H512 B16 T50 33.3 vs 30.9; H640 B16 I13 26.9 vs 25.2; L2 H320 B32 45 vs 41; bf16: tools/
+// bench_apart.py --rows bf16, 24 rows: median 1.73 -> 1.99 x stock fp32 on one thread).
+constexpr int64_t kMinRowsToMultiplyInputInSteps = 4;
+// The fewest rows of a recurrence's groups of a batch of B.
+int64_t FewestGroupRows(const Recurrence& r, int64_t B);
+// fp32: an input not factored, a call of one step or of groups of kMinRowsToMultiplyInputInSteps
+// rows, and a projection that would not have used more threads than the steps do (the steps' split
+// then carries the input's product too).
 bool StepMultipliesInput(WeightFormat format, int64_t max_len, bool input_factored, const ProjectSplit& projection,
-                         const Recurrence& recurrence, int64_t D, int P);
-// Whether a bf16 layer's steps multiply their input too, in the same tiles as h (one product of
-// depth I + H per step; LayerPlan::step_projects), at any step count: the gates then never go
-// through memory, and a projection of short depth (its own pass over the panels, then every step's
-// gates written out and read back: at I 28 the projection ran at a third of the unit's rate) is not
-// made apart. From kBf16MinRowsToMultiplyInputInStep rows: a step of fewer streams its weights,
-// the input's rows too, where the projection multiplies them at the unit's rate (AVX512-BF16, one
-// thread, T100, ms, projection apart vs in the step: H256 I256 B1 0.82 vs 1.24, B2 1.41 vs 1.39, B4
-// 2.91 vs 2.50; H512 I512 B1 4.85 vs 5.27, B4 9.47 vs 8.31; H128 I1024 T200 B1 1.31 vs 2.74, B4
-// 5.49 vs 4.98; H200 I28 B64 T24 bidirectional 10.4 vs 6.9). By the call's batch, never its
-// threads: the results do not depend on the threads (AMX).
-constexpr int64_t kBf16MinRowsToMultiplyInputInStep = 4;
+                         const Recurrence& recurrence, int64_t D, int64_t B, int P);
+// bf16: from kMinRowsToMultiplyInputInSteps rows of the call's batch, at any steps: by the batch,
+// never the threads, so that results do not depend on the threads (AMX).
 bool Bf16StepMultipliesInput(const Dims& d);
 Recurrence PlanRecurrence(const Dims& d, int64_t np, int64_t steps, int P, double step_flops, double weight_bytes,
                           const CpuPlanKnobs& knobs, bool rows_coupled);

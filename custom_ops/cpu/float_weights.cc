@@ -125,14 +125,20 @@ FloatFormat::FloatFormat(const FloatPacked& pk, const Dims& d) : pk_(pk) {
   for (int64_t k = 0; k < d.L * d.D; ++k) {
     widest_x_ = std::max(widest_x_, pk.fx[k].Padded());
     widest_h_ = std::max(widest_h_, pk.fh[k].Padded());
+    widest_in_ = std::max(widest_in_, d.LayerInput(k / d.D));
   }
 }
 
+namespace {
+size_t Rounded16(size_t n) { return (n + 15) & ~size_t(15); }
+}  // namespace
+
 // Factored parts: the input's product with A ([steps*B][rank], one direction at a time), and each
-// direction's h times A ([B][rank]), their ranks padded to whole panels.
-size_t FloatFormat::ScratchBytes(const Dims& d, int64_t steps, int64_t) const {
+// direction's h times A ([B][rank]), their ranks padded to whole panels; then per step task (slot)
+// the batch's input rows of a step that multiplies its input and gathers them (AtStepInput).
+size_t FloatFormat::ScratchBytes(const Dims& d, int64_t steps, int64_t slots) const {
   const size_t px = static_cast<size_t>(steps * d.B * widest_x_), ph = static_cast<size_t>(d.D * d.B * widest_h_);
-  return sizeof(float) * (((px + 15) & ~size_t(15)) + ph);
+  return sizeof(float) * (Rounded16(px) + Rounded16(ph) + static_cast<size_t>(slots * d.B * widest_in_));
 }
 
 void FloatFormat::Project(const LayerRun& r) const {
@@ -168,7 +174,7 @@ void FloatFormat::Prepare(StepArgs& a, const LayerRun& r, int64_t k) const {
   const FloatPacked& pk = pk_;
   a.w = pk.wh.data() + pk.wh_off[k];
   a.peep = pk.has_peep ? pk.peep.data() + pk.peep_off[k] : nullptr;
-  if (r.lp->step_projects) {  // the plan's one step multiplies the (whole, never factored) input itself
+  if (r.lp->step_projects) {  // the steps multiply the (whole, never factored) input themselves: AtStepInput
     a.x = r.in;
     a.x_ld = r.I;
     a.wx = pk.wx.data() + pk.wx_off[k];
@@ -179,17 +185,42 @@ void FloatFormat::Prepare(StepArgs& a, const LayerRun& r, int64_t k) const {
   if (!f.rank) return;
   const Dims& d = *r.d;
   const size_t px = static_cast<size_t>(r.steps * d.B * widest_x_);
-  float* ph = reinterpret_cast<float*>(r.scratch) + ((px + 15) & ~size_t(15));
+  float* ph = reinterpret_cast<float*>(r.scratch) + Rounded16(px);
   a.w = pk.fac.data() + f.b_off;
   a.lhs = ph + (k % d.D) * d.B * widest_h_ + a.b0 * f.Padded();  // each direction its own [B][widest]
   a.lhs_ld = f.Padded();
   a.K = f.rank;
 }
 
+// A step that multiplies its rows' input (LayerPlan::step_projects) reads row r of its group at
+// x + (b0 + r) * x_ld: the layer's time-major input rows at the step's time t where every row is
+// at one t (forward, or reversed sequences all T long), else (reversed sequences of their own
+// lengths) each row at its own t, gathered into the slot's rows of the batch.
+StepArgs FloatFormat::AtStepInput(const StepArgs& a, const LayerRun& r, int64_t slot) const {
+  StepArgs at = a;
+  const int64_t B = r.d->B, I = r.I;
+  at.x_ld = I;
+  if (!a.reverse || !a.lens) {
+    at.x = r.in + (a.reverse ? a.T - 1 - a.s : a.s) * B * I;
+    return at;
+  }
+  const size_t px = static_cast<size_t>(r.steps * B * widest_x_), ph = static_cast<size_t>(r.d->D * B * widest_h_);
+  float* rows = reinterpret_cast<float*>(r.scratch) + Rounded16(px) + Rounded16(ph) + slot * B * widest_in_;
+  for (int64_t b = a.b0; b < a.b0 + a.rows; ++b) {
+    const int64_t len = a.lens[b];
+    if (a.s < len)
+      std::memcpy(rows + b * I, r.in + ((len - 1 - a.s) * B + b) * I, sizeof(float) * I);
+    else
+      std::memset(rows + b * I, 0, sizeof(float) * I);  // ended: the step keeps its state, its product unused
+  }
+  at.x = rows;
+  return at;
+}
+
 void FloatFormat::Step(const StepArgs& a, const LayerRun& r, int64_t k, int phase, int64_t q0, int64_t q1,
-                       int64_t) const {
+                       int64_t slot) const {
   if (phase == 1 || !pk_.fh[k].rank) {
-    r.kernels->step(a, q0, q1);
+    r.kernels->step(a.wx ? AtStepInput(a, r, slot) : a, q0, q1);
     return;
   }
   // Phase 0 of a factored step: lhs = h x A for the group's rows, panels [q0, q1) of A.

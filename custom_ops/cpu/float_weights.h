@@ -54,8 +54,11 @@ class FloatFormat {
   void Step(const StepArgs& a, const LayerRun& r, int64_t k, int phase, int64_t q0, int64_t q1, int64_t slot) const;
 
  private:
+  StepArgs AtStepInput(const StepArgs& a, const LayerRun& r, int64_t slot) const;
+
   const FloatPacked& pk_;
   int64_t widest_x_ = 0, widest_h_ = 0;  // the widest factored input / recurrent rank, padded to panels
+  int64_t widest_in_ = 0;                // the widest layer input
 };
 
 }  // namespace lstm_ort::cpu

@@ -206,9 +206,13 @@ TEST(CpuPlanDescribesItself) {
   const std::string text = DescribeCpuCall(p);
   CHECK(Has(text, "auto (measured per shape class: fused, stock, stock_split, stock_threads)"));
   CHECK(Has(text, "fused: fp32 weights"));
-  CHECK(Has(text, "layer 0: projection 2 threads"));
+  CHECK(Has(text, "layer 0: input multiplied in the step"));
   CHECK(Has(text, "layer 1:"));
   CHECK(Has(text, "recurrence directions on a thread each"));
+  // Two rows: the projection apart, on both threads (its weights stream; a step of two rows would
+  // stream them again every step).
+  const CpuCallPlan two = PlanCpuCall(Call(100, 2, 256, 2, 2), Attrs(256, 2, 2), Machine(2, 2), {});
+  CHECK(Has(DescribeCpuCall(two), "layer 0: projection 2 threads"));
 }
 
 TEST(CpuPlanWithoutStepsPlansNoProjection) {
@@ -297,8 +301,6 @@ TEST(ACallOfOneStepMultipliesItsInputInTheStepWhereThatLosesNoThreads) {
   }
   CHECK(layer(1, 1, 1, 1, 64, 16).step_projects);
   CHECK(layer(2, 2, 5, 8, 64, 16, 1).step_projects);  // one step runs (the longest sequence is 1)
-  CHECK(!layer(2, 2, 2, 8, 64, 16).step_projects);    // two steps: the projection's rows are both
-  CHECK(!layer(2, 2, 2, 8, 64, 16).projection.empty());
   // A large input of one row on two cores: the projection streams W on both, the small step runs on
   // one, so the projection stays apart.
   CHECK(!layer(2, 2, 1, 1, 64, 4096).step_projects);
@@ -307,16 +309,33 @@ TEST(ACallOfOneStepMultipliesItsInputInTheStepWhereThatLosesNoThreads) {
   two.workers = 2;
   Recurrence one, panels;
   panels.unit_chunks = 2;
-  CHECK(StepMultipliesInput(WeightFormat::kFp32, 1, false, ProjectSplit{}, one, 1, 2));
-  CHECK(!StepMultipliesInput(WeightFormat::kBf16, 1, false, ProjectSplit{}, one, 1, 2));
-  CHECK(!StepMultipliesInput(WeightFormat::kInt8, 1, false, ProjectSplit{}, one, 1, 2));
-  CHECK(!StepMultipliesInput(WeightFormat::kFp32, 1, true, ProjectSplit{}, one, 1, 2));
-  CHECK(!StepMultipliesInput(WeightFormat::kFp32, 1, false, two, one, 1, 2));
-  CHECK(StepMultipliesInput(WeightFormat::kFp32, 1, false, two, panels, 1, 2));
+  CHECK(StepMultipliesInput(WeightFormat::kFp32, 1, false, ProjectSplit{}, one, 1, 1, 2));
+  CHECK(!StepMultipliesInput(WeightFormat::kBf16, 1, false, ProjectSplit{}, one, 1, 8, 2));  // its own rule
+  CHECK(!StepMultipliesInput(WeightFormat::kInt8, 1, false, ProjectSplit{}, one, 1, 8, 2));
+  CHECK(!StepMultipliesInput(WeightFormat::kFp32, 1, true, ProjectSplit{}, one, 1, 8, 2));
+  CHECK(!StepMultipliesInput(WeightFormat::kFp32, 1, false, two, one, 1, 8, 2));
+  CHECK(StepMultipliesInput(WeightFormat::kFp32, 1, false, two, panels, 1, 8, 2));
   Recurrence directions;  // two directions on a thread each
   directions.parallel_groups = true;
-  CHECK(StepMultipliesInput(WeightFormat::kFp32, 1, false, two, directions, 2, 2));
-  CHECK(!StepMultipliesInput(WeightFormat::kFp32, 1, false, two, directions, 1, 2));  // one group
+  CHECK(StepMultipliesInput(WeightFormat::kFp32, 1, false, two, directions, 2, 8, 2));
+  CHECK(!StepMultipliesInput(WeightFormat::kFp32, 1, false, two, directions, 1, 8, 2));  // one group
+  // More steps: every group of at least kMinRowsToMultiplyInputInSteps rows.
+  const int64_t least = kMinRowsToMultiplyInputInSteps;
+  CHECK(StepMultipliesInput(WeightFormat::kFp32, 24, false, ProjectSplit{}, one, 1, least, 2));
+  CHECK(!StepMultipliesInput(WeightFormat::kFp32, 24, false, ProjectSplit{}, one, 1, least - 1, 2));
+  Recurrence halves;  // 2 * least - 1 rows in two groups: the smaller has least - 1
+  halves.batch_chunks = 2;
+  CHECK(!StepMultipliesInput(WeightFormat::kFp32, 24, false, ProjectSplit{}, halves, 1, 2 * least - 1, 2));
+  CHECK(StepMultipliesInput(WeightFormat::kFp32, 24, false, ProjectSplit{}, halves, 1, 2 * least, 2));
+  Recurrence slices;  // stock's slices of 5 rows: 5 + 5 + 3
+  slices.batch_chunks = 3;
+  slices.rows_per_group = 5;
+  CHECK_EQ(FewestGroupRows(slices, 13), int64_t(3));
+  CHECK_EQ(FewestGroupRows(slices, 15), int64_t(5));
+  CHECK_EQ(FewestGroupRows(halves, 9), int64_t(4));
+  // In the plan: two steps of 8 rows on one thread multiply the input in the step; of 2 rows not.
+  CHECK(layer(1, 1, 2, 8, 64, 16).step_projects && layer(1, 1, 2, 8, 64, 16).projection.empty());
+  CHECK(!layer(1, 1, 2, 2, 64, 16).step_projects && !layer(1, 1, 2, 2, 64, 16).projection.empty());
   // Int8 never: its format projects apart (bf16 has its own rule, below).
   CpuCallInputs int8 = CpuCallInputs{MakeDims(1, 1, 1, 8, 16, 64), 1, false, true, nullptr};
   CHECK(!PlanCpuCall(int8, Attrs(64), Machine(2, 2), {}).layers[0].step_projects);
@@ -327,19 +346,20 @@ TEST(Bf16LayersMultiplyTheirInputInTheStepFromAFewRowsAtAnyStepsAndThreads) {
   a.precision = Precision::kBf16;
   for (int threads : {1, 2})
     for (int64_t T : {1, 24}) {
-      const CpuCallPlan many = PlanCpuCall(Call(T, kBf16MinRowsToMultiplyInputInStep, 200, 2, 2), a,
+      const CpuCallPlan many = PlanCpuCall(Call(T, kMinRowsToMultiplyInputInSteps, 200, 2, 2), a,
                                            Machine(threads, threads), {});
       CHECK(many.format == WeightFormat::kBf16);
       for (const LayerPlan& lp : many.layers) CHECK(lp.step_projects && lp.projection.empty());
       CHECK(Has(DescribeCpuCall(many), "layer 1: input multiplied in the step"));
       // Fewer rows: the projection apart, on the same threads or more.
-      const CpuCallPlan few = PlanCpuCall(Call(T, kBf16MinRowsToMultiplyInputInStep - 1, 200, 2, 2), a,
+      const CpuCallPlan few = PlanCpuCall(Call(T, kMinRowsToMultiplyInputInSteps - 1, 200, 2, 2), a,
                                           Machine(threads, threads), {});
       for (const LayerPlan& lp : few.layers) CHECK(!lp.step_projects && lp.projection.size() == 1);
     }
   CHECK(Bf16StepMultipliesInput(MakeDims(1, 1, 100, 4, 28, 200)));
   CHECK(!Bf16StepMultipliesInput(MakeDims(1, 1, 100, 3, 28, 200)));
-  // fp32 at the same sizes keeps its own rule: more than one step projects apart.
+  // fp32 at the same sizes keeps its own rule, by the rows of its groups.
   a.precision = Precision::kFp32;
-  CHECK(!PlanCpuCall(Call(24, 64, 200, 2, 2), a, Machine(1, 1), {}).layers[0].step_projects);
+  CHECK(PlanCpuCall(Call(24, 64, 200, 2, 2), a, Machine(1, 1), {}).layers[0].step_projects);
+  CHECK(!PlanCpuCall(Call(24, 3, 200, 2, 2), a, Machine(1, 1), {}).layers[0].step_projects);
 }

@@ -129,16 +129,26 @@ FloatFormat::FloatFormat(const FloatPacked& pk, const Dims& d) : pk_(pk) {
   }
 }
 
-namespace {
-size_t Rounded16(size_t n) { return (n + 15) & ~size_t(15); }
-}  // namespace
+// The format's scratch: factored parts' products, the input's with A ([steps*B][rank],
+// one direction at a time) and each direction's h times A ([B][rank]), their ranks padded to whole
+// panels; then per step task (slot) the batch's input rows of a step that multiplies its input and
+// gathers them (AtStepInput).
+struct FloatFormat::Layout {
+  size_t px = 0, ph = 0, rows = 0, total = 0;
+};
 
-// Factored parts: the input's product with A ([steps*B][rank], one direction at a time), and each
-// direction's h times A ([B][rank]), their ranks padded to whole panels; then per step task (slot)
-// the batch's input rows of a step that multiplies its input and gathers them (AtStepInput).
+FloatFormat::Layout FloatFormat::LayoutOf(const Dims& d, int64_t steps, int64_t slots) const {
+  Carver carve;
+  Layout o;
+  o.px = carve(sizeof(float) * steps * d.B * widest_x_);
+  o.ph = carve(sizeof(float) * d.D * d.B * widest_h_);
+  o.rows = carve(sizeof(float) * slots * d.B * widest_in_);
+  o.total = carve.total;
+  return o;
+}
+
 size_t FloatFormat::ScratchBytes(const Dims& d, int64_t steps, int64_t slots) const {
-  const size_t px = static_cast<size_t>(steps * d.B * widest_x_), ph = static_cast<size_t>(d.D * d.B * widest_h_);
-  return sizeof(float) * (Rounded16(px) + Rounded16(ph) + static_cast<size_t>(slots * d.B * widest_in_));
+  return LayoutOf(d, steps, slots).total;
 }
 
 void FloatFormat::Project(const LayerRun& r) const {
@@ -156,7 +166,7 @@ void FloatFormat::Project(const LayerRun& r) const {
     return;
   }
   size_t next = 0;
-  float* px = reinterpret_cast<float*>(r.scratch);
+  float* px = At<float>(r.scratch, LayoutOf(d, r.steps, r.slots).px);
   for (int64_t dir = 0; dir < D; ++dir) {
     const FactorPart& f = pk.fx[l * D + dir];
     const float* bias = layer_bias + dir * np * kPanel;
@@ -184,8 +194,7 @@ void FloatFormat::Prepare(StepArgs& a, const LayerRun& r, int64_t k) const {
   const FactorPart& f = pk.fh[k];
   if (!f.rank) return;
   const Dims& d = *r.d;
-  const size_t px = static_cast<size_t>(r.steps * d.B * widest_x_);
-  float* ph = reinterpret_cast<float*>(r.scratch) + Rounded16(px);
+  float* ph = At<float>(r.scratch, LayoutOf(d, r.steps, r.slots).ph);
   a.w = pk.fac.data() + f.b_off;
   a.lhs = ph + (k % d.D) * d.B * widest_h_ + a.b0 * f.Padded();  // each direction its own [B][widest]
   a.lhs_ld = f.Padded();
@@ -204,8 +213,7 @@ StepArgs FloatFormat::AtStepInput(const StepArgs& a, const LayerRun& r, int64_t 
     at.x = r.in + (a.reverse ? a.T - 1 - a.s : a.s) * B * I;
     return at;
   }
-  const size_t px = static_cast<size_t>(r.steps * B * widest_x_), ph = static_cast<size_t>(r.d->D * B * widest_h_);
-  float* rows = reinterpret_cast<float*>(r.scratch) + Rounded16(px) + Rounded16(ph) + slot * B * widest_in_;
+  float* rows = At<float>(r.scratch, LayoutOf(*r.d, r.steps, r.slots).rows) + slot * B * widest_in_;
   for (int64_t b = a.b0; b < a.b0 + a.rows; ++b) {
     const int64_t len = a.lens[b];
     if (a.s < len)

@@ -54,6 +54,8 @@ class FloatFormat {
   void Step(const StepArgs& a, const LayerRun& r, int64_t k, int phase, int64_t q0, int64_t q1, int64_t slot) const;
 
  private:
+  struct Layout;
+  Layout LayoutOf(const Dims& d, int64_t steps, int64_t slots) const;
   StepArgs AtStepInput(const StepArgs& a, const LayerRun& r, int64_t slot) const;
 
   const FloatPacked& pk_;

@@ -80,14 +80,14 @@ inline void Cell16(const StepArgs& a, const float* gx, const float* product, flo
 void CellFromGates(const StepArgs& a, int64_t p0, int64_t p1, const float* const* products) {
   for (int64_t r = 0; r < a.rows; ++r) {
     const int64_t b = a.b0 + r;
-    const int64_t len = a.lens ? a.lens[b] : a.T;
+    const int64_t len = LengthOf(a, b);
     const float* h_in = a.h_in + r * a.Hp;
     float* h_out = a.h_out + r * a.Hp;
     if (a.s >= len) {  // the sequence ended: keep the state
       std::memcpy(h_out + p0 * kUnits, h_in + p0 * kUnits, sizeof(float) * (p1 - p0) * kUnits);
       continue;
     }
-    const int64_t t = a.reverse ? len - 1 - a.s : a.s;
+    const int64_t t = TimeAt(a, len);
     const float* gx = a.gx ? a.gx + (t * a.B + b) * a.gx_ld : nullptr;
     float* y = a.y ? a.y + (t * a.B + b) * a.y_ld : nullptr;
     float* c = a.c + r * a.Hp;

@@ -210,14 +210,14 @@ StepArgs FloatFormat::AtStepInput(const StepArgs& a, const LayerRun& r, int64_t 
   const int64_t B = r.d->B, I = r.I;
   at.x_ld = I;
   if (!a.reverse || !a.lens) {
-    at.x = r.in + (a.reverse ? a.T - 1 - a.s : a.s) * B * I;
+    at.x = r.in + TimeAt(a, a.T) * B * I;
     return at;
   }
   float* rows = At<float>(r.scratch, LayoutOf(*r.d, r.steps, r.slots).rows) + slot * B * widest_in_;
   for (int64_t b = a.b0; b < a.b0 + a.rows; ++b) {
     const int64_t len = a.lens[b];
     if (a.s < len)
-      std::memcpy(rows + b * I, r.in + ((len - 1 - a.s) * B + b) * I, sizeof(float) * I);
+      std::memcpy(rows + b * I, r.in + (TimeAt(a, len) * B + b) * I, sizeof(float) * I);
     else
       std::memset(rows + b * I, 0, sizeof(float) * I);  // ended: the step keeps its state, its product unused
   }

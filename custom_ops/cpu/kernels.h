@@ -86,6 +86,11 @@ struct StepArgs {
   int64_t row_chunk = 0, row_chunks = 1;
 };
 
+// Batch entry b's length, and a row of length `len`'s time at step s (s < len): every format and
+// cell addresses a step's rows by these.
+inline int64_t LengthOf(const StepArgs& a, int64_t b) { return a.lens ? a.lens[b] : a.T; }
+inline int64_t TimeAt(const StepArgs& a, int64_t len) { return a.reverse ? len - 1 - a.s : a.s; }
+
 // The activations the cell runs on 8 lanes when they are not the default three (Softplus needs a
 // log the kernels do not have: a cell with it runs per lane).
 inline bool HasVectorForm(ActKind kind) { return kind != ActKind::kSoftplus; }

@@ -63,8 +63,8 @@ void CellFromGates(const StepArgs& a, int64_t p0, int64_t p1, const float* const
   }
   for (int64_t r = 0; products && r < a.rows; ++r) {  // the products into the running rows' gates
     if (!products[r]) continue;
-    const int64_t b = a.b0 + r, len = a.lens ? a.lens[b] : a.T;
-    float* gx = const_cast<float*>(a.gx) + ((a.reverse ? len - 1 - a.s : a.s) * a.B + b) * a.gx_ld;
+    const int64_t b = a.b0 + r;
+    float* gx = const_cast<float*>(a.gx) + (TimeAt(a, LengthOf(a, b)) * a.B + b) * a.gx_ld;
     for (int64_t i = p0 * kPanel; i < p1 * kPanel; ++i) gx[i] += products[r][i];
   }
   StepArgs from_gates = a;

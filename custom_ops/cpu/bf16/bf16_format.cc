@@ -118,11 +118,11 @@ void Bf16Format::Step(const StepArgs& a, const LayerRun& r, int64_t k, int, int6
   uint16_t* rows = At<uint16_t>(r.scratch, o.ah) + slot * o.rows_h * o.row_h;
   int64_t live = 0;
   for (int64_t i = 0; i < a.rows; ++i) {
-    const int64_t b = a.b0 + i, len = a.lens ? a.lens[b] : a.T;
+    const int64_t b = a.b0 + i, len = LengthOf(a, b);
     products[i] = nullptr;
     if (s >= len || (a.h_zero && !projects)) continue;  // a zero h (first step, no initial_h) adds nothing
     uint16_t* row = rows + live * lda;
-    if (projects) t_.convert(r.in + ((a.reverse ? len - 1 - s : s) * B + b) * r.I, r.I, dx, row);
+    if (projects) t_.convert(r.in + (TimeAt(a, len) * B + b) * r.I, r.I, dx, row);
     if (!a.h_zero) t_.convert(a.h_in + i * a.Hp, a.H, pk_.depth_h, row + x_part);
     products[i] = out_rows[live++] = prod + i * pk_.Cols();
   }

@@ -198,7 +198,7 @@ void Int8Format::Step(const StepArgs& a, const LayerRun& r, int64_t k, int, int6
   const float** products = At<const float*>(r.scratch, o.prod_rows) + slot * B;
   int64_t live = 0, ranged = 0;
   for (int64_t i = 0; i < a.rows; ++i) {
-    const int64_t b = a.b0 + i, len = a.lens ? a.lens[b] : a.T;
+    const int64_t b = a.b0 + i, len = LengthOf(a, b);
     products[i] = nullptr;
     if (s > len) continue;
     const float* row = a.h_in + i * Hp;
@@ -213,7 +213,7 @@ void Int8Format::Step(const StepArgs& a, const LayerRun& r, int64_t k, int, int6
   // The next step's gates were written by the projection, long out of cache: fetched toward L2
   // now, the product and the cell of this step hide the wait (where that pays: Table).
   for (int64_t i = 0; i < a.rows && s + 1 < r.steps && q_.prefetch_next_gates; ++i) {
-    const int64_t b = a.b0 + i, len = a.lens ? a.lens[b] : a.T;
+    const int64_t b = a.b0 + i, len = LengthOf(a, b);
     if (s + 1 >= len) continue;
     const int64_t t = a.reverse ? len - 2 - s : s + 1;
     const char* row = reinterpret_cast<const char*>(a.gx + (t * B + b) * a.gx_ld + q0 * kPanel);
@@ -260,7 +260,7 @@ void Int8Format::Step(const StepArgs& a, const LayerRun& r, int64_t k, int, int6
   if (a.row_chunks > 1 && scales_ != Int8Scales::kRow && s + 1 < r.steps) {
     float lo = 0.f, hi = 0.f;
     for (int64_t i = 0; i < a.rows; ++i) {
-      const int64_t len = a.lens ? a.lens[a.b0 + i] : a.T;
+      const int64_t len = LengthOf(a, a.b0 + i);
       if (s + 1 <= len) WidenRow(q_, a.h_out + i * Hp, H, &lo, &hi);
     }
     float* range = At<float>(r.scratch, o.ranges) + slot * kRangeLine + (s + 1) % 2 * 2;
